@@ -1,0 +1,33 @@
+// swift-tools-version:6.0
+// scopeproxy: a credential-scoping forward proxy. Layers, bottom up:
+//   C system libraries (libevent, OpenSSL, libyaml) -> pure Swift core (HTTP1Codec, later policy,
+//   redaction, config) -> ProxyEngine (libevent I/O) -> the thin `scopeproxy` executable.
+import PackageDescription
+
+let package = Package(
+    name: "scopeproxy",
+    products: [
+        .executable(name: "scopeproxy", targets: ["scopeproxy"]),
+    ],
+    targets: [
+        // C at the edge: one system-library target per C library, macros wrapped in each shim.h.
+        .systemLibrary(name: "CLibevent", pkgConfig: "libevent", providers: [.apt(["libevent-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
+
+        // Pure core: no sockets, no libevent. Each is testable alone.
+        .target(name: "HTTP1Codec"),
+
+        // The libevent engine: carries out what the core decides.
+        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "CLibevent"]),
+
+        // The executable only parses the command line.
+        .executableTarget(name: "scopeproxy", dependencies: ["ProxyEngine", "HTTP1Codec"]),
+
+        // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
+        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "COpenSSL"], path: "Tests/TestSupport"),
+        .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
+        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "HTTP1Codec", "TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

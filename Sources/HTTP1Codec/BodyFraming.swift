@@ -1,0 +1,79 @@
+/// How a message body is delimited (RFC 9112 §6). Decided once per message, before any body byte
+/// is forwarded, so both sides of the proxy agree on where each message ends.
+public enum BodyFraming: Equatable, Sendable {
+    case none
+    case contentLength(UInt64)
+    case chunked
+    /// Responses only: the body runs until the origin closes the connection.
+    case untilClose
+
+    public static func forRequest(_ head: RequestHead) throws(HTTPParseError) -> BodyFraming {
+        let transferCodings = head.fields.listMembers("transfer-encoding")
+        let hasTransferEncoding = head.fields.contains("transfer-encoding")
+        let contentLength = try parseContentLength(head.fields)
+        if hasTransferEncoding {
+            // Both framings at once is the classic smuggling vector (RFC 9112 §6.1, §6.3).
+            if contentLength != nil { throw .malformed("both Content-Length and Transfer-Encoding") }
+            // An HTTP/1.0 message with Transfer-Encoding has faulty framing (RFC 9112 §6.1).
+            if head.version == .http1_0 { throw .malformed("Transfer-Encoding in HTTP/1.0 request") }
+            return try chunkedOnly(transferCodings)
+        }
+        if let contentLength { return contentLength == 0 ? .none : .contentLength(contentLength) }
+        return .none
+    }
+
+    /// `requestMethod` matters: a response to HEAD never has a body, whatever its headers say.
+    public static func forResponse(
+        _ head: ResponseHead, requestMethod: String
+    ) throws(HTTPParseError) -> BodyFraming {
+        if requestMethod == "HEAD" || head.isInformational || head.status == 204 || head.status == 304 {
+            return .none
+        }
+        let hasTransferEncoding = head.fields.contains("transfer-encoding")
+        let contentLength = try parseContentLength(head.fields)
+        if hasTransferEncoding {
+            // RFC 9112 lets Transfer-Encoding win, but says such a message "ought to be handled as an
+            // error": a proxy that guessed would be desynchronised from its origin.
+            if contentLength != nil { throw .malformed("both Content-Length and Transfer-Encoding") }
+            if head.version == .http1_0 { throw .malformed("Transfer-Encoding in HTTP/1.0 response") }
+            return try chunkedOnly(head.fields.listMembers("transfer-encoding"))
+        }
+        if let contentLength { return .contentLength(contentLength) }
+        return .untilClose
+    }
+
+    /// Only a lone `chunked` is accepted: the proxy decodes and re-frames it, and cannot pass other
+    /// codings through once the hop-by-hop Transfer-Encoding header is rebuilt.
+    private static func chunkedOnly(_ codings: [Substring]) throws(HTTPParseError) -> BodyFraming {
+        guard let last = codings.last, last.lowercased() == "chunked" else {
+            throw .malformed("Transfer-Encoding does not end in chunked")
+        }
+        guard codings.count == 1 else {
+            if codings.dropLast().contains(where: { $0.lowercased() == "chunked" }) {
+                throw .malformed("chunked applied more than once")
+            }
+            throw .unsupportedTransferCoding
+        }
+        return .chunked
+    }
+
+    /// Content-Length = 1*DIGIT. Repeated fields or list members must all agree (RFC 9112 §6.3
+    /// item 5); any sign, space inside, or overflow is refused.
+    static func parseContentLength(_ fields: HTTPFields) throws(HTTPParseError) -> UInt64? {
+        var result: UInt64?
+        for value in fields.values("content-length") {
+            for member in value.split(separator: ",", omittingEmptySubsequences: false) {
+                let digits = member.trimmingOWS()
+                guard !digits.isEmpty, digits.utf8.count <= 18,
+                      digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                      let parsed = UInt64(digits)
+                else { throw .malformed("invalid Content-Length") }
+                if let existing = result, existing != parsed {
+                    throw .malformed("differing Content-Length values")
+                }
+                result = parsed
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,103 @@
+/// What a proxy must not pass along as it is (RFC 9110 §7.6.1): hop-by-hop fields, plus the framing
+/// fields it rebuilds itself from the decided `BodyFraming`. The rest keeps its order and case.
+public enum Forwarding {
+    /// Always hop-by-hop, whatever `Connection` says. Framing (Content-Length, Transfer-Encoding) and
+    /// Host are rebuilt by the proxy, so the client's copies never pass.
+    static let alwaysRemovedFromRequests: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
+        "transfer-encoding", "content-length", "host", "upgrade",
+    ]
+    static let alwaysRemovedFromResponses: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
+        "transfer-encoding", "content-length", "upgrade",
+    ]
+
+    /// Field names listed in `Connection` (lowercased), which are hop-by-hop for this message.
+    static func connectionOptions(_ fields: HTTPFields) -> Set<String> {
+        Set(fields.listMembers("connection").map { $0.lowercased() })
+    }
+
+    /// `Connection: upgrade` with an `Upgrade` field, on HTTP/1.1 (RFC 9110 §7.8).
+    public static func isUpgradeRequest(_ head: RequestHead) -> Bool {
+        head.version == .http1_1 && head.fields.contains("upgrade")
+            && connectionOptions(head.fields).contains("upgrade")
+    }
+
+    /// The head sent upstream: origin-form target, Host from the target (never the client's),
+    /// HTTP/1.1, hop-by-hop fields removed, framing rebuilt.
+    public static func upstreamRequest(
+        from head: RequestHead, origin: Origin, pathAndQuery: String, framing: BodyFraming
+    ) -> RequestHead {
+        let options = connectionOptions(head.fields)
+        let upgrade = isUpgradeRequest(head)
+        var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
+        for field in head.fields {
+            let name = field.name.lowercased()
+            if alwaysRemovedFromRequests.contains(name) || options.contains(name) { continue }
+            fields.append(name: field.name, value: field.value)
+        }
+        switch framing {
+        case .contentLength(let length):
+            fields.append(name: "Content-Length", value: String(length))
+        case .chunked:
+            fields.append(name: "Transfer-Encoding", value: "chunked")
+        case .none:
+            // Keep an explicit zero length: some origins answer 411 to a bodiless POST without it.
+            if head.fields.contains("content-length") { fields.append(name: "Content-Length", value: "0") }
+        case .untilClose:
+            preconditionFailure("a request body is never delimited by close")
+        }
+        if upgrade, let protocols = head.fields.first("upgrade") {
+            fields.append(name: "Connection", value: "upgrade")
+            fields.append(name: "Upgrade", value: protocols)
+        }
+        return RequestHead(method: head.method, target: pathAndQuery, version: .http1_1, fields: fields)
+    }
+
+    /// How the proxy frames a response body towards its client. A chunked body cannot go to an
+    /// HTTP/1.0 client, so it is sent until-close instead.
+    public static func clientFraming(upstream: BodyFraming, clientVersion: HTTPVersion) -> BodyFraming {
+        if upstream == .chunked, clientVersion == .http1_0 { return .untilClose }
+        return upstream
+    }
+
+    /// The head sent to the client. `keepAlive` is the proxy's decision for the client connection.
+    public static func clientResponse(
+        from head: ResponseHead, framing: BodyFraming, clientVersion: HTTPVersion, keepAlive: Bool,
+        switchingProtocols: Bool = false
+    ) -> ResponseHead {
+        let options = connectionOptions(head.fields)
+        var fields = HTTPFields()
+        for field in head.fields {
+            let name = field.name.lowercased()
+            if alwaysRemovedFromResponses.contains(name) || options.contains(name) { continue }
+            fields.append(name: field.name, value: field.value)
+        }
+        switch framing {
+        case .contentLength(let length):
+            fields.append(name: "Content-Length", value: String(length))
+        case .chunked:
+            fields.append(name: "Transfer-Encoding", value: "chunked")
+        case .none:
+            // A HEAD or 304 response's Content-Length describes the representation, not this
+            // message: pass it on when it is well-formed.
+            if head.status != 204, !head.isInformational,
+               let length = try? BodyFraming.parseContentLength(head.fields) {
+                fields.append(name: "Content-Length", value: String(length))
+            }
+        case .untilClose:
+            break
+        }
+        if switchingProtocols {
+            fields.append(name: "Connection", value: "upgrade")
+            if let protocols = head.fields.first("upgrade") { fields.append(name: "Upgrade", value: protocols) }
+        } else if !head.isInformational {
+            if !keepAlive {
+                fields.append(name: "Connection", value: "close")
+            } else if clientVersion == .http1_0 {
+                fields.append(name: "Connection", value: "keep-alive")
+            }
+        }
+        return ResponseHead(version: .http1_1, status: head.status, reason: head.reason, fields: fields)
+    }
+}

@@ -1,0 +1,88 @@
+import CLibevent
+import HTTP1Codec
+
+/// Moves one message body from a source evbuffer to a destination evbuffer: decodes the inbound
+/// framing, re-frames it for the outbound side, and stops when the destination holds
+/// `highWatermark` bytes (backpressure: the rest stays in the source, whose bufferevent stops
+/// reading at its own watermark). Body bytes are handed over chain by chain, never copied into Swift.
+struct BodyPump {
+    private enum Mode {
+        case complete
+        case remaining(UInt64)
+        case chunked
+        case untilClose
+    }
+
+    private var mode: Mode
+    private var decoder = ChunkedDecoder()
+    /// Re-frame as chunked (chunked in, chunked out); otherwise data passes as it is.
+    private let reframeChunked: Bool
+    private(set) var bodyBytes: UInt64 = 0
+
+    init(inbound: BodyFraming, outbound: BodyFraming) {
+        switch inbound {
+        case .none: mode = .complete
+        case .contentLength(let length): mode = length == 0 ? .complete : .remaining(length)
+        case .chunked: mode = .chunked
+        case .untilClose: mode = .untilClose
+        }
+        reframeChunked = inbound == .chunked && outbound == .chunked
+    }
+
+    var isComplete: Bool { if case .complete = mode { true } else { false } }
+    var isDelimitedByClose: Bool { if case .untilClose = mode { true } else { false } }
+
+    /// The source closed: a close-delimited body is now complete; any other body was cut short.
+    mutating func sourceClosed() {
+        if case .untilClose = mode { mode = .complete }
+    }
+
+    /// Returns true once the whole body has been moved.
+    mutating func pump(
+        from source: OpaquePointer, to destination: OpaquePointer, highWatermark: Int
+    ) throws(HTTPParseError) -> Bool {
+        while EventBuffer.length(destination) < highWatermark {
+            switch mode {
+            case .complete:
+                return true
+
+            case .remaining(let remaining):
+                let available = EventBuffer.length(source)
+                guard available > 0 else { return false }
+                let moved = EventBuffer.move(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
+                bodyBytes += UInt64(moved)
+                let left = remaining - UInt64(moved)
+                mode = left == 0 ? .complete : .remaining(left)
+
+            case .untilClose:
+                let available = EventBuffer.length(source)
+                guard available > 0 else { return false }
+                bodyBytes += UInt64(EventBuffer.move(from: source, to: destination, count: available))
+
+            case .chunked:
+                guard let extent = EventBuffer.firstExtent(source) else { return false }
+                let (consumed, next) = try decoder.advance(extent)
+                if consumed > 0 { evbuffer_drain(source, consumed) }
+                switch next {
+                case .needMore:
+                    continue  // the extent was all framing; look at the next one, if any
+                case .data(let size):
+                    let available = EventBuffer.length(source)
+                    guard available > 0 else { return false }
+                    let take = min(size, available)
+                    if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkHeader(size: take)) }
+                    let moved = EventBuffer.move(from: source, to: destination, count: take)
+                    if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkTrailer) }
+                    decoder.didConsumeData(moved)
+                    bodyBytes += UInt64(moved)
+                case .done:
+                    // Trailers were parsed and are dropped: a trailer is a place a credential could
+                    // ride past the scope rules, and RFC 9110 §6.5.1 lets a proxy discard them.
+                    if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.lastChunk) }
+                    mode = .complete
+                }
+            }
+        }
+        return isComplete
+    }
+}

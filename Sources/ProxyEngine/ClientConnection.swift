@@ -1,0 +1,707 @@
+import CLibevent
+import HTTP1Codec
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A client connection and the data path of each exchange on it, in the order it runs:
+///
+///   client bytes → request head → target/origin checks → upstream (pooled or new) → request body
+///   → response head → response body → keep-alive or close
+///
+/// One exchange at a time: pipelined requests wait in the input buffer (bounded by the read
+/// watermark) and are answered in order. Everything runs on the worker's loop thread.
+final class ClientConnection: UpstreamConnectorDelegate {
+    private enum Phase {
+        case awaitingHead
+        case exchange
+        case tunnel
+        /// Output is flushing (then lingering) before the connection closes.
+        case closing
+    }
+
+    private enum TimerPurpose {
+        case none
+        case clientHead
+        case idle
+        case connect
+        case responseHead
+        case stall
+        case linger
+    }
+
+    private unowned let worker: Worker
+    private let bev: OpaquePointer
+    let peer: String
+    private var phase: Phase = .awaitingHead
+    private var scanner = HeadScanner(limits: .request)
+    private var exchange: Exchange?
+    private var timer: OpaquePointer!
+    private var timerPurpose: TimerPurpose = .none
+    private var clientReadClosed = false
+    private var isClosed = false
+    private var lingering = false
+
+    private var configuration: EngineConfiguration { worker.configuration }
+    private var highWatermark: Int { configuration.limits.bufferHighWatermark }
+    private var clientInput: OpaquePointer { inputBuffer(bev) }
+    private var clientOutput: OpaquePointer { outputBuffer(bev) }
+
+    init(worker: Worker, bev: OpaquePointer, peer: String) {
+        self.worker = worker
+        self.bev = bev
+        self.peer = peer
+    }
+
+    func start() {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        timer = event_new(worker.base, -1, 0, { _, _, context in
+            let connection = Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+            withExtendedLifetime(connection) { connection.timerFired() }
+        }, context)
+        bufferevent_setcb(bev, clientReadCallback, clientWriteCallback, clientEventCallback, context)
+        configureBuffers(bev)
+        bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
+        arm(.clientHead, configuration.timeouts.clientHeader)
+    }
+
+    private func configureBuffers(_ bufferevent: OpaquePointer) {
+        // Reading stops when the input holds a high watermark of unconsumed bytes; the write
+        // callback fires once output drains to half of it, which is when pumps resume.
+        bufferevent_setwatermark(bufferevent, sp_ev_read(), 0, highWatermark)
+        bufferevent_setwatermark(bufferevent, sp_ev_write(), highWatermark / 2, 0)
+        bufferevent_set_max_single_read(bufferevent, 128 * 1024)
+        bufferevent_set_max_single_write(bufferevent, 128 * 1024)
+    }
+
+    // MARK: 1. Client bytes → request head
+
+    fileprivate func clientReadable() {
+        switch phase {
+        case .awaitingHead:
+            readRequestHead()
+        case .exchange:
+            // Body bytes go upstream; bytes after the body are a pipelined request and wait.
+            pumpRequestBody()
+        case .tunnel:
+            if let upstream = exchange?.upstream { pumpTunnel(from: bev, to: upstream) }
+        case .closing:
+            evbuffer_drain(clientInput, EventBuffer.length(clientInput))
+        }
+    }
+
+    private func readRequestHead() {
+        let available = EventBuffer.length(clientInput)
+        guard available > 0 else { return }
+        if timerPurpose == .idle { arm(.clientHead, configuration.timeouts.clientHeader) }
+        let window = min(available, HeadLimits.request.maxHeadBytes + 2)
+        let bytes = EventBuffer.contiguousPrefix(clientInput, window)
+        let head: RequestHead
+        do {
+            guard let boundary = try scanner.scan(bytes) else { return }
+            head = try HeadParser.parseRequest(UnsafeRawBufferPointer(rebasing: bytes[boundary.start..<boundary.end]))
+            evbuffer_drain(clientInput, boundary.end)
+            scanner = HeadScanner(limits: .request)
+        } catch {
+            reject(ProxyError(HTTPParseError(error)))
+            return
+        }
+        cancelTimer()
+        beginExchange(head)
+    }
+
+    // MARK: 2. Request head → origin checks → exchange
+
+    private func beginExchange(_ head: RequestHead) {
+        let target: RequestTarget
+        do {
+            target = try RequestTarget.parse(head.target, method: head.method)
+        } catch {
+            if case .invalid(let reason) = error { reject(.unsupportedTarget(reason)) }
+            return
+        }
+        let origin: Origin
+        let pathAndQuery: String
+        switch target {
+        case .origin, .asterisk:
+            reject(.notProxyRequest)
+            return
+        case .authority(let host, let port):
+            origin = Origin(scheme: .https, host: host, port: port)
+            pathAndQuery = ""
+        case .absolute(let targetOrigin, let path, _):
+            // Userinfo is never forwarded: it is a credential, and scopes that may pass it do not
+            // exist yet (fail closed).
+            origin = targetOrigin
+            pathAndQuery = path
+        }
+        if let problem = hostHeaderProblem(head, origin: origin) {
+            reject(problem)
+            return
+        }
+        let framing: BodyFraming
+        do {
+            framing = try BodyFraming.forRequest(head)
+        } catch {
+            reject(ProxyError(HTTPParseError(error)))
+            return
+        }
+
+        if head.method == "CONNECT" {
+            guard framing == .none else {
+                reject(.malformedRequest("CONNECT with a body"))
+                return
+            }
+            guard configuration.tunnel == .allow else {
+                reject(.tunnelDenied(origin))
+                return
+            }
+            startExchange(Exchange(request: head, origin: origin, kind: .connect, upstreamHead: [], requestFraming: .none))
+            return
+        }
+        guard origin.scheme == .http else {
+            reject(.httpsUpstreamUnavailable(origin), consumedBody: framing == .none)
+            return
+        }
+        let upstreamHead = Forwarding.upstreamRequest(from: head, origin: origin, pathAndQuery: pathAndQuery, framing: framing)
+        let kind: Exchange.Kind = Forwarding.isUpgradeRequest(head) && framing == .none ? .upgrade : .forward
+        startExchange(Exchange(
+            request: head, origin: origin, kind: kind, upstreamHead: upstreamHead.serialized(), requestFraming: framing
+        ))
+    }
+
+    /// The origin is always the target's. A Host header must agree with it, and there must be
+    /// exactly one on HTTP/1.1 (RFC 9112 §3.2).
+    private func hostHeaderProblem(_ head: RequestHead, origin: Origin) -> ProxyError? {
+        let hosts = head.fields.values("host")
+        if hosts.count > 1 { return .malformedRequest("more than one Host header") }
+        guard let host = hosts.first else {
+            return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        }
+        guard let (hostPart, port) = try? RequestTarget.parseAuthority(Substring(host)),
+              Origin(scheme: origin.scheme, host: hostPart, port: port) == origin
+        else { return .hostMismatch }
+        return nil
+    }
+
+    private func startExchange(_ exchange: Exchange) {
+        self.exchange = exchange
+        phase = .exchange
+        if exchange.kind != .connect, let pooled = worker.pool.checkout(exchange.origin) {
+            attachUpstream(pooled.bev, reused: true)
+        } else {
+            connectUpstream(exchange)
+        }
+    }
+
+    // MARK: 3. Upstream connection (pooled, or resolved and connected)
+
+    private func connectUpstream(_ exchange: Exchange) {
+        let connector = UpstreamConnector(origin: exchange.origin, worker: worker)
+        connector.delegate = self
+        exchange.connector = connector
+        arm(.connect, configuration.timeouts.connect)
+        connector.start()  // may call back before returning (IP literals, /etc/hosts)
+    }
+
+    func connectorDidConnect(_ connector: UpstreamConnector, bev upstream: OpaquePointer) {
+        guard let exchange, exchange.connector === connector else {
+            bufferevent_free(upstream)
+            return
+        }
+        exchange.connector = nil
+        attachUpstream(upstream, reused: false)
+    }
+
+    func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
+        guard let exchange, exchange.connector === connector else { return }
+        exchange.connector = nil
+        failExchange(error)
+    }
+
+    private func attachUpstream(_ upstream: OpaquePointer, reused: Bool) {
+        guard let exchange else { return }
+        exchange.upstream = upstream
+        exchange.upstreamReused = reused
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        bufferevent_setcb(upstream, upstreamReadCallback, upstreamWriteCallback, upstreamEventCallback, context)
+        configureBuffers(upstream)
+        bufferevent_enable(upstream, sp_ev_read() | sp_ev_write())
+        if exchange.kind == .connect {
+            EventBuffer.append(clientOutput, Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8))
+            enterTunnel()
+            return
+        }
+        EventBuffer.append(outputBuffer(upstream), exchange.upstreamHead)
+        pumpRequestBody()
+    }
+
+    // MARK: 4. Request body → upstream
+
+    private func pumpRequestBody() {
+        guard let exchange, let upstream = exchange.upstream, !exchange.requestPump.isComplete else { return }
+        let before = exchange.requestPump.bodyBytes
+        let complete: Bool
+        do {
+            complete = try exchange.requestPump.pump(
+                from: clientInput, to: outputBuffer(upstream), highWatermark: highWatermark
+            )
+        } catch {
+            // Part of the body may already be upstream: that request is cut, never completed.
+            failExchange(ProxyError(HTTPParseError(error)), closeClient: true)
+            return
+        }
+        if complete {
+            if !exchange.responseStarted { arm(.responseHead, configuration.timeouts.upstream) }
+        } else if clientReadClosed {
+            abort()  // the client went away mid-body
+        } else if exchange.requestPump.bodyBytes != before, !exchange.responseStarted {
+            arm(.stall, configuration.timeouts.idle)
+        } else if timerPurpose != .stall, !exchange.responseStarted {
+            arm(.stall, configuration.timeouts.idle)
+        }
+    }
+
+    // MARK: 5. Response head ← upstream
+
+    fileprivate func upstreamReadable() {
+        guard let exchange, let upstream = exchange.upstream else { return }
+        switch phase {
+        case .tunnel:
+            pumpTunnel(from: upstream, to: bev)
+        case .exchange where !exchange.responseStarted:
+            readResponseHead(exchange, upstream: upstream)
+        case .exchange:
+            pumpResponseBody()
+        default:
+            break
+        }
+    }
+
+    private func readResponseHead(_ exchange: Exchange, upstream: OpaquePointer) {
+        let input = inputBuffer(upstream)
+        while phase == .exchange, !exchange.responseStarted {
+            let available = EventBuffer.length(input)
+            guard available > 0 else { return }
+            exchange.receivedResponseBytes = true
+            let bytes = EventBuffer.contiguousPrefix(input, min(available, HeadLimits.response.maxHeadBytes + 2))
+            let head: ResponseHead
+            do {
+                guard let boundary = try exchange.responseScanner.scan(bytes) else { return }
+                head = try HeadParser.parseResponse(UnsafeRawBufferPointer(rebasing: bytes[boundary.start..<boundary.end]))
+                evbuffer_drain(input, boundary.end)
+                exchange.responseScanner = HeadScanner(limits: .response)
+            } catch {
+                failExchange(.badUpstreamResponse(exchange.origin, Self.describe(HTTPParseError(error))))
+                return
+            }
+            if head.isInformational {
+                handleInformational(head, exchange)
+            } else {
+                handleFinalHead(head, exchange)
+            }
+        }
+    }
+
+    private func handleInformational(_ head: ResponseHead, _ exchange: Exchange) {
+        if head.status == 101 {
+            guard exchange.kind == .upgrade else {
+                failExchange(.badUpstreamResponse(exchange.origin, "101 without an upgrade request"))
+                return
+            }
+            let switching = Forwarding.clientResponse(
+                from: head, framing: .none, clientVersion: exchange.request.version, keepAlive: true, switchingProtocols: true
+            )
+            EventBuffer.append(clientOutput, switching.serialized())
+            exchange.response = head
+            enterTunnel()
+            return
+        }
+        exchange.informationalResponses += 1
+        guard exchange.informationalResponses <= configuration.limits.maxInformationalResponses else {
+            failExchange(.badUpstreamResponse(exchange.origin, "too many interim responses"))
+            return
+        }
+        // 1xx must not go to an HTTP/1.0 client (RFC 9110 §15.2).
+        if exchange.request.version == .http1_1 {
+            let interim = Forwarding.clientResponse(
+                from: head, framing: .none, clientVersion: .http1_1, keepAlive: true
+            )
+            EventBuffer.append(clientOutput, interim.serialized())
+        }
+    }
+
+    private func handleFinalHead(_ head: ResponseHead, _ exchange: Exchange) {
+        let framing: BodyFraming
+        do {
+            framing = try BodyFraming.forResponse(head, requestMethod: exchange.request.method)
+        } catch {
+            failExchange(.badUpstreamResponse(exchange.origin, Self.describe(HTTPParseError(error))))
+            return
+        }
+        let clientFraming = Forwarding.clientFraming(upstream: framing, clientVersion: exchange.request.version)
+        exchange.keepAlive = exchange.request.wantsKeepAlive && !worker.isDraining && !clientReadClosed
+            && clientFraming != .untilClose && exchange.requestPump.isComplete
+        let clientHead = Forwarding.clientResponse(
+            from: head, framing: clientFraming, clientVersion: exchange.request.version, keepAlive: exchange.keepAlive
+        )
+        EventBuffer.append(clientOutput, clientHead.serialized())
+        exchange.response = head
+        exchange.responsePump = BodyPump(inbound: framing, outbound: clientFraming)
+        arm(.stall, configuration.timeouts.idle)
+        pumpResponseBody()
+    }
+
+    // MARK: 6. Response body → client
+
+    private func pumpResponseBody() {
+        guard let exchange, let upstream = exchange.upstream, exchange.responseStarted, phase == .exchange else { return }
+        let complete: Bool
+        do {
+            complete = try exchange.responsePump.pump(
+                from: inputBuffer(upstream), to: clientOutput, highWatermark: highWatermark
+            )
+        } catch {
+            cutResponse()
+            return
+        }
+        if complete {
+            finishExchange(exchange)
+        } else {
+            arm(.stall, configuration.timeouts.idle)
+        }
+    }
+
+    // MARK: 7. Keep-alive or close
+
+    private func finishExchange(_ exchange: Exchange) {
+        cancelTimer()
+        if let upstream = exchange.upstream {
+            exchange.upstream = nil
+            // Reuse only a connection known clean: whole request sent, whole response read,
+            // nothing after it, and the origin did not ask to close.
+            let reusable = exchange.response?.allowsReuse == true && exchange.requestPump.isComplete
+                && !exchange.responsePump.isDelimitedByClose && !exchange.upstreamClosed
+                && EventBuffer.length(inputBuffer(upstream)) == 0
+            if reusable {
+                worker.pool.checkin(UpstreamConnection(origin: exchange.origin, bev: upstream))
+            } else {
+                bufferevent_free(upstream)
+            }
+        }
+        self.exchange = nil
+        guard exchange.keepAlive, exchange.requestPump.isComplete, !worker.isDraining else {
+            closeAfterFlush()
+            return
+        }
+        phase = .awaitingHead
+        if EventBuffer.length(clientInput) > 0 {
+            readRequestHead()  // a pipelined request, answered in order
+        } else if clientReadClosed {
+            closeAfterFlush()
+        } else {
+            arm(.idle, configuration.timeouts.idle)
+        }
+    }
+
+    // MARK: Upstream events
+
+    fileprivate func upstreamWritable() {
+        switch phase {
+        case .exchange: pumpRequestBody()
+        case .tunnel: if let upstream = exchange?.upstream { pumpTunnel(from: bev, to: upstream) }
+        case .closing:
+            // A tunnel whose client hung up closes once the upstream has taken the last bytes.
+            if let upstream = exchange?.upstream, EventBuffer.length(outputBuffer(upstream)) == 0 { close() }
+        case .awaitingHead: break
+        }
+    }
+
+    fileprivate func upstreamEvent(_ events: Int16) {
+        guard let exchange, exchange.upstream != nil else { return }
+        guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
+        exchange.upstreamClosed = true
+        switch phase {
+        case .tunnel:
+            closeTunnel(closedSideIsClient: false)
+        case .exchange where !exchange.responseStarted:
+            // A pooled connection the origin closed just as we reused it: retry once on a fresh
+            // one, but only when nothing of the response arrived and no body bytes were sent.
+            if exchange.upstreamReused, !exchange.retried, !exchange.receivedResponseBytes,
+               exchange.requestPump.bodyBytes == 0 {
+                exchange.retried = true
+                bufferevent_free(exchange.upstream!)
+                exchange.upstream = nil
+                exchange.upstreamClosed = false
+                connectUpstream(exchange)
+            } else if exchange.receivedResponseBytes {
+                failExchange(.badUpstreamResponse(exchange.origin, "connection closed inside the response head"))
+            } else {
+                failExchange(.upstreamClosed(exchange.origin))
+            }
+        case .exchange:
+            pumpResponseBody()
+            guard self.exchange === exchange else { return }  // completed by the pump
+            exchange.responsePump.sourceClosed()
+            if exchange.responsePump.isComplete {
+                pumpResponseBody()
+            } else {
+                cutResponse()  // the body ended before its framing said it would
+            }
+        default:
+            break
+        }
+    }
+
+    // MARK: Client events
+
+    fileprivate func clientWritable() {
+        switch phase {
+        case .exchange: pumpResponseBody()
+        case .tunnel: if let upstream = exchange?.upstream { pumpTunnel(from: upstream, to: bev) }
+        case .closing: if EventBuffer.length(clientOutput) == 0 { flushed() }
+        case .awaitingHead: break
+        }
+    }
+
+    fileprivate func clientEvent(_ events: Int16) {
+        guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
+        clientReadClosed = true
+        if events & sp_bev_event_error() != 0 {
+            close()
+            return
+        }
+        switch phase {
+        case .awaitingHead:
+            if EventBuffer.length(clientInput) == 0 { close() } else { readRequestHead() }
+            if phase == .awaitingHead { close() }  // a partial head that will never complete
+        case .exchange:
+            // A client may half-close once its request is sent; the response still goes out.
+            if let exchange, !exchange.requestPump.isComplete { pumpRequestBody() }
+        case .tunnel:
+            closeTunnel(closedSideIsClient: true)
+        case .closing:
+            close()
+        }
+    }
+
+    // MARK: Tunnels (CONNECT, and Upgrade after 101)
+
+    private func enterTunnel() {
+        phase = .tunnel
+        arm(.stall, configuration.timeouts.idle)
+        guard let upstream = exchange?.upstream else { return }
+        pumpTunnel(from: bev, to: upstream)
+        pumpTunnel(from: upstream, to: bev)
+    }
+
+    private func pumpTunnel(from source: OpaquePointer, to destination: OpaquePointer) {
+        let input = inputBuffer(source)
+        let output = outputBuffer(destination)
+        let room = highWatermark - EventBuffer.length(output)
+        guard room > 0, EventBuffer.length(input) > 0 else { return }
+        EventBuffer.move(from: input, to: output, count: min(room, EventBuffer.length(input)))
+        arm(.stall, configuration.timeouts.idle)
+    }
+
+    /// One side hung up: hand over what it sent, then close once the other side has it.
+    private func closeTunnel(closedSideIsClient: Bool) {
+        guard let exchange, let upstream = exchange.upstream else { return close() }
+        if closedSideIsClient {
+            EventBuffer.move(from: clientInput, to: outputBuffer(upstream), count: EventBuffer.length(clientInput))
+            // Give the upstream a moment to take the last bytes, bounded by the linger timer.
+            phase = .closing
+            lingering = true
+            arm(.linger, 2_000)
+            if EventBuffer.length(outputBuffer(upstream)) == 0 { close() }
+        } else {
+            let input = inputBuffer(upstream)
+            EventBuffer.move(from: input, to: clientOutput, count: EventBuffer.length(input))
+            exchange.upstream = nil
+            bufferevent_free(upstream)
+            closeAfterFlush()
+        }
+    }
+
+    // MARK: Errors
+
+    /// Answers a request the proxy will not forward, then closes: its body (if any) was not read,
+    /// so the byte stream cannot be trusted for another request.
+    private func reject(_ error: ProxyError, consumedBody: Bool = false) {
+        cancelTimer()
+        let keepAlive = consumedBody && error.allowsKeepAlive && !worker.isDraining && !clientReadClosed
+        EventBuffer.append(clientOutput, error.response(keepAlive: keepAlive))
+        if keepAlive {
+            phase = .awaitingHead
+            exchange = nil
+            if EventBuffer.length(clientInput) > 0 { readRequestHead() } else { arm(.idle, configuration.timeouts.idle) }
+        } else {
+            closeAfterFlush()
+        }
+    }
+
+    /// The exchange failed before or while its response head was read.
+    private func failExchange(_ error: ProxyError, closeClient: Bool = false) {
+        guard let exchange else { return }
+        exchange.connector?.cancel()
+        exchange.connector = nil
+        if let upstream = exchange.upstream {
+            exchange.upstream = nil
+            bufferevent_free(upstream)
+        }
+        if exchange.responseStarted {
+            cutResponse()
+            return
+        }
+        self.exchange = nil
+        reject(error, consumedBody: !closeClient && exchange.requestPump.isComplete && exchange.request.wantsKeepAlive)
+    }
+
+    /// The response was already under way: close without completing it (a chunked body is left
+    /// unterminated), so the client can never mistake a truncated body for a whole one.
+    private func cutResponse() {
+        if let exchange {
+            exchange.connector?.cancel()
+            if let upstream = exchange.upstream {
+                exchange.upstream = nil
+                bufferevent_free(upstream)
+            }
+            self.exchange = nil
+        }
+        closeAfterFlush()
+    }
+
+    // MARK: Closing
+
+    private func closeAfterFlush() {
+        phase = .closing
+        if EventBuffer.length(clientOutput) == 0 {
+            flushed()
+        } else {
+            arm(.linger, configuration.timeouts.idle)
+        }
+    }
+
+    /// Output is out: half-close and read until the client closes (bounded), so unread request
+    /// bytes do not turn our close into a reset that could destroy the response in flight.
+    private func flushed() {
+        guard !lingering else { return }
+        lingering = true
+        if clientReadClosed {
+            close()
+            return
+        }
+        shutdown(bufferevent_getfd(bev), Int32(SHUT_WR))
+        evbuffer_drain(clientInput, EventBuffer.length(clientInput))
+        arm(.linger, 2_000)
+    }
+
+    /// Called by the worker when it starts draining: idle connections close now, busy ones after
+    /// their exchange.
+    func drain() {
+        if phase == .awaitingHead, EventBuffer.length(clientInput) == 0 { close() }
+    }
+
+    func abort() {
+        close()
+    }
+
+    private func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        cancelTimer()
+        event_free(timer)
+        if let exchange {
+            exchange.connector?.cancel()
+            if let upstream = exchange.upstream { bufferevent_free(upstream) }
+            exchange.upstream = nil
+            self.exchange = nil
+        }
+        bufferevent_free(bev)
+        worker.connectionClosed(self)
+    }
+
+    // MARK: Timers
+
+    private func arm(_ purpose: TimerPurpose, _ milliseconds: Int) {
+        timerPurpose = purpose
+        sp_event_add_ms(timer, milliseconds)
+    }
+
+    private func cancelTimer() {
+        timerPurpose = .none
+        event_del(timer)
+    }
+
+    private func timerFired() {
+        let purpose = timerPurpose
+        timerPurpose = .none
+        switch purpose {
+        case .none:
+            break
+        case .clientHead:
+            if scanner.hasStarted || EventBuffer.length(clientInput) > 0 { reject(.requestHeadTimeout) } else { close() }
+        case .idle, .linger:
+            close()
+        case .connect:
+            if let exchange { failExchange(.connectTimeout(exchange.origin)) }
+        case .responseHead:
+            if let exchange { failExchange(.responseTimeout(exchange.origin)) }
+        case .stall:
+            // No progress in either direction for `idle`: a stuck peer. Cut, never complete.
+            if let exchange, phase == .exchange, !exchange.responseStarted, exchange.requestPump.isComplete {
+                failExchange(.responseTimeout(exchange.origin))
+            } else {
+                cutResponse()
+            }
+        }
+    }
+
+    private static func describe(_ error: HTTPParseError) -> String {
+        switch error {
+        case .headTooLarge: "response head too large"
+        case .tooManyFields: "too many response header fields"
+        case .targetTooLong: "target too long"
+        case .unsupportedVersion: "unsupported HTTP version"
+        case .unsupportedTransferCoding: "unsupported transfer coding"
+        case .malformed(let reason): reason
+        }
+    }
+}
+
+// Trampolines: capture-free C callbacks that recover the connection from the context pointer.
+// The worker's registry keeps the connection alive; withExtendedLifetime covers a close() inside.
+
+private func connection(_ context: UnsafeMutableRawPointer?) -> ClientConnection {
+    Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+}
+
+private func clientReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.clientReadable() }
+}
+
+private func clientWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.clientWritable() }
+}
+
+private func clientEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.clientEvent(events) }
+}
+
+private func upstreamReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.upstreamReadable() }
+}
+
+private func upstreamWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.upstreamWritable() }
+}
+
+private func upstreamEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = connection(context)
+    withExtendedLifetime(connection) { connection.upstreamEvent(events) }
+}

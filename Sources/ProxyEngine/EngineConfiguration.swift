@@ -1,0 +1,105 @@
+import HTTP1Codec
+
+/// Everything the engine needs to run, already validated. The executable (and later the YAML
+/// config) builds one; the engine never reads files or the environment itself.
+public struct EngineConfiguration: Sendable {
+    public var listen: ListenAddress
+    /// Event-loop threads, each with its own event_base and listener (SO_REUSEPORT).
+    public var threads: Int
+    public var timeouts: Timeouts
+    /// CONNECT to hosts that are not intercepted: splice bytes, or refuse with 403.
+    public var tunnel: TunnelPolicy
+    /// How long SIGTERM waits for in-flight exchanges before closing them.
+    public var shutdownGraceMilliseconds: Int
+    public var limits: Limits
+
+    public init(
+        listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
+        threads: Int = EngineConfiguration.defaultThreads,
+        timeouts: Timeouts = Timeouts(),
+        tunnel: TunnelPolicy = .deny,
+        shutdownGraceMilliseconds: Int = 10_000,
+        limits: Limits = Limits()
+    ) {
+        self.listen = listen
+        self.threads = threads
+        self.timeouts = timeouts
+        self.tunnel = tunnel
+        self.shutdownGraceMilliseconds = shutdownGraceMilliseconds
+        self.limits = limits
+    }
+
+    public static var defaultThreads: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+}
+
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: UInt16
+
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `HOST:PORT` or `[V6]:PORT`; port 0 asks for any free port.
+    public static func parse(_ text: String) -> ListenAddress? {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+            return nil
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        return ListenAddress(host: host, port: port)
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// The contract's `timeouts:` keys, in milliseconds.
+public struct Timeouts: Sendable, Equatable {
+    /// Upstream DNS + TCP (+ TLS) connect; exceeded -> 502.
+    public var connect: Int
+    /// Waiting for the upstream's response head once the request was sent; exceeded -> 504.
+    public var upstream: Int
+    /// Keep-alive idle on either side, and a stalled body in either direction.
+    public var idle: Int
+    /// A client's request head must arrive whole within this (slowloris).
+    public var clientHeader: Int
+
+    public init(connect: Int = 5_000, upstream: Int = 30_000, idle: Int = 60_000, clientHeader: Int = 10_000) {
+        self.connect = connect
+        self.upstream = upstream
+        self.idle = idle
+        self.clientHeader = clientHeader
+    }
+}
+
+public enum TunnelPolicy: String, Sendable {
+    case allow
+    case deny
+}
+
+/// Bounds that keep memory per connection fixed whatever the peers do.
+public struct Limits: Sendable, Equatable {
+    /// Per direction: the most a bufferevent reads ahead, and the output level at which the proxy
+    /// stops moving more body bytes into it (backpressure).
+    public var bufferHighWatermark: Int
+    public var maxIdleUpstreamPerOrigin: Int
+    public var maxIdleUpstreamTotal: Int
+    /// Interim (1xx) responses accepted before the final one.
+    public var maxInformationalResponses: Int
+
+    public init(
+        bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 16,
+        maxIdleUpstreamTotal: Int = 512, maxInformationalResponses: Int = 16
+    ) {
+        self.bufferHighWatermark = bufferHighWatermark
+        self.maxIdleUpstreamPerOrigin = maxIdleUpstreamPerOrigin
+        self.maxIdleUpstreamTotal = maxIdleUpstreamTotal
+        self.maxInformationalResponses = maxInformationalResponses
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,0 +1,157 @@
+import HTTP1Codec
+
+/// Every way an exchange can fail before its response started, mapped to HTTP in one place.
+/// Messages are fixed text plus, at most, an origin: never a path, query, header or userinfo,
+/// because those may hold credentials.
+enum ProxyError: Error, Equatable {
+    case malformedRequest(String)
+    case notProxyRequest
+    case hostMismatch
+    case unsupportedTarget(String)
+    case targetTooLong
+    case headTooLarge
+    case tooManyFields
+    case unsupportedTransferCoding
+    case unsupportedVersion
+    case httpsUpstreamUnavailable(Origin)
+    case tunnelDenied(Origin)
+    case requestHeadTimeout
+    case dnsFailure(Origin)
+    case upstreamRefused(Origin)
+    case connectTimeout(Origin)
+    case responseTimeout(Origin)
+    case upstreamClosed(Origin)
+    case badUpstreamResponse(Origin, String)
+
+    init(_ error: HTTPParseError) {
+        switch error {
+        case .headTooLarge: self = .headTooLarge
+        case .tooManyFields: self = .tooManyFields
+        case .targetTooLong: self = .targetTooLong
+        case .unsupportedVersion: self = .unsupportedVersion
+        case .unsupportedTransferCoding: self = .unsupportedTransferCoding
+        case .malformed(let reason): self = .malformedRequest(reason)
+        }
+    }
+
+    var status: Int {
+        switch self {
+        case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
+        case .tunnelDenied: 403
+        case .requestHeadTimeout: 408
+        case .targetTooLong: 414
+        case .headTooLarge, .tooManyFields: 431
+        case .unsupportedTransferCoding, .httpsUpstreamUnavailable: 501
+        case .unsupportedVersion: 505
+        case .dnsFailure, .upstreamRefused, .connectTimeout, .upstreamClosed, .badUpstreamResponse: 502
+        case .responseTimeout: 504
+        }
+    }
+
+    /// A stable, machine-readable name for the error (JSON `error`, and later metrics labels).
+    var code: String {
+        switch self {
+        case .malformedRequest: "malformed_request"
+        case .notProxyRequest: "not_a_proxy_request"
+        case .hostMismatch: "host_mismatch"
+        case .unsupportedTarget: "unsupported_target"
+        case .targetTooLong: "target_too_long"
+        case .headTooLarge: "head_too_large"
+        case .tooManyFields: "too_many_headers"
+        case .unsupportedTransferCoding: "unsupported_transfer_coding"
+        case .unsupportedVersion: "http_version_not_supported"
+        case .httpsUpstreamUnavailable: "https_upstream_unavailable"
+        case .tunnelDenied: "tunnel_denied"
+        case .requestHeadTimeout: "request_head_timeout"
+        case .dnsFailure: "dns_failure"
+        case .upstreamRefused: "upstream_refused"
+        case .connectTimeout: "connect_timeout"
+        case .responseTimeout: "upstream_timeout"
+        case .upstreamClosed: "upstream_closed"
+        case .badUpstreamResponse: "bad_upstream_response"
+        }
+    }
+
+    var message: String {
+        switch self {
+        case .malformedRequest(let reason): "malformed request: \(reason)"
+        case .notProxyRequest:
+            "scopeproxy is a forward proxy: send absolute-form requests (set HTTP_PROXY=http://<this address>)"
+        case .hostMismatch: "the Host header does not match the request target"
+        case .unsupportedTarget(let reason): "unsupported request target: \(reason)"
+        case .targetTooLong: "request target longer than 8 KiB"
+        case .headTooLarge: "request head larger than 64 KiB"
+        case .tooManyFields: "more than 100 header fields"
+        case .unsupportedTransferCoding: "only the chunked transfer coding is supported"
+        case .unsupportedVersion: "only HTTP/1.0 and HTTP/1.1 are supported"
+        case .httpsUpstreamUnavailable(let origin): "https upstreams are not supported yet: \(origin)"
+        case .tunnelDenied(let origin): "CONNECT tunnels are denied by configuration: \(origin)"
+        case .requestHeadTimeout: "the request head did not arrive in time"
+        case .dnsFailure(let origin): "could not resolve \(origin)"
+        case .upstreamRefused(let origin): "could not connect to \(origin)"
+        case .connectTimeout(let origin): "connecting to \(origin) timed out"
+        case .responseTimeout(let origin): "\(origin) did not send a response head in time"
+        case .upstreamClosed(let origin): "\(origin) closed the connection before responding"
+        case .badUpstreamResponse(let origin, let reason): "invalid response from \(origin): \(reason)"
+        }
+    }
+
+    /// Whether the client connection can carry another request after this answer. A malformed
+    /// request leaves the byte stream in an unknown state: close it.
+    var allowsKeepAlive: Bool {
+        switch self {
+        case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
+             .badUpstreamResponse, .httpsUpstreamUnavailable, .notProxyRequest, .hostMismatch:
+            true
+        default:
+            false
+        }
+    }
+
+    /// The whole response: status line, JSON body `{"error":..., "message":...}`.
+    func response(keepAlive: Bool) -> [UInt8] {
+        let body = "{\"error\":\"\(code)\",\"message\":\"\(JSONText.escape(message))\"}\n"
+        var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
+        head += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
+        head += "Cache-Control: no-store\r\n"
+        head += keepAlive ? "\r\n" : "Connection: close\r\n\r\n"
+        return Array(head.utf8) + Array(body.utf8)
+    }
+
+    static func reasonPhrase(_ status: Int) -> String {
+        switch status {
+        case 400: "Bad Request"
+        case 403: "Forbidden"
+        case 408: "Request Timeout"
+        case 414: "URI Too Long"
+        case 431: "Request Header Fields Too Large"
+        case 501: "Not Implemented"
+        case 502: "Bad Gateway"
+        case 504: "Gateway Timeout"
+        case 505: "HTTP Version Not Supported"
+        default: "Error"
+        }
+    }
+}
+
+/// Minimal JSON string escaping (RFC 8259 §7), without Foundation.
+enum JSONText {
+    static func escape(_ text: String) -> String {
+        var result = ""
+        result.reserveCapacity(text.utf8.count)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,74 @@
+import CLibevent
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// libevent must be told to use pthread locks once, before any event_base exists.
+private let threadingConfigured: Bool = {
+    signal(SIGPIPE, SIG_IGN)  // a peer that hangs up must cost an EPIPE, not the process
+    event_set_log_callback { severity, message in
+        // libevent's own warnings (e.g. an unreachable nameserver) as structured diagnostics.
+        guard severity >= Int32(EVENT_LOG_WARN), let message else { return }
+        Diagnostics.log("libevent", [("message", String(cString: message))])
+    }
+    return evthread_use_pthreads() == 0
+}()
+
+/// The running proxy: N workers, each an event loop on its own thread, sharing one port.
+public final class ProxyServer: @unchecked Sendable {
+    public let configuration: EngineConfiguration
+    private var workers: [Worker] = []
+    private var threads: [PosixThread] = []
+    public private(set) var address: ListenAddress
+
+    public init(configuration: EngineConfiguration) {
+        self.configuration = configuration
+        address = configuration.listen
+    }
+
+    /// Binds every worker's listener, then starts the loops. When this returns the port accepts
+    /// connections; the bound address (port 0 resolved) is `address`.
+    @discardableResult
+    public func start() throws(EngineError) -> ListenAddress {
+        precondition(threadingConfigured, "evthread_use_pthreads failed")
+        var port = configuration.listen.port
+        for index in 0..<max(1, configuration.threads) {
+            let worker = try Worker(index: index, configuration: configuration)
+            port = try worker.listen(host: configuration.listen.host, port: port)
+            workers.append(worker)
+        }
+        address = ListenAddress(host: configuration.listen.host, port: port)
+        for worker in workers {
+            threads.append(PosixThread(name: "scopeproxy-\(worker.index)") { worker.run() })
+        }
+        return address
+    }
+
+    /// Stops accepting, lets in-flight exchanges finish for up to `graceMilliseconds`, then
+    /// closes the rest and joins the loop threads.
+    public func shutdown(graceMilliseconds: Int? = nil) {
+        let grace = graceMilliseconds ?? configuration.shutdownGraceMilliseconds
+        for worker in workers { worker.post(.drain(graceMilliseconds: grace)) }
+        for thread in threads { thread.join() }
+        threads.removeAll()
+        workers.removeAll()
+    }
+
+    /// Blocks until SIGTERM or SIGINT, then shuts down gracefully.
+    public func runUntilSignalled() {
+        guard let base = event_base_new() else { return }
+        defer { event_base_free(base) }
+        var events: [OpaquePointer] = []
+        for signalNumber in [SIGTERM, SIGINT] {
+            let event = event_new(base, signalNumber, sp_ev_signal() | sp_ev_persist(), { signalNumber, _, base in
+                Diagnostics.log("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
+                event_base_loopbreak(OpaquePointer(base))
+            }, UnsafeMutableRawPointer(base))!
+            event_add(event, nil)
+            events.append(event)
+        }
+        event_base_dispatch(base)
+        for event in events { event_free(event) }
+        shutdown()
+    }
+}

@@ -1,0 +1,149 @@
+import CLibevent
+import HTTP1Codec
+#if canImport(Glibc)
+import Glibc
+#endif
+
+protocol UpstreamConnectorDelegate: AnyObject {
+    /// The connection is established; the delegate now owns `bev`.
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer)
+    func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError)
+}
+
+/// Resolves an origin with evdns (IP literals short-circuited) and connects to its addresses in
+/// turn. Nothing here blocks the loop.
+final class UpstreamConnector {
+    let origin: Origin
+    private unowned let worker: Worker
+    weak var delegate: UpstreamConnectorDelegate?
+    private var lookup: OpaquePointer?
+    private var lookupInFlight = false
+    private var addresses: [sockaddr_storage] = []
+    private var nextAddress = 0
+    private var connecting: OpaquePointer?
+    private var finished = false
+
+    init(origin: Origin, worker: Worker) {
+        self.origin = origin
+        self.worker = worker
+    }
+
+    func start() {
+        let host = origin.hostForLookup
+        if let numeric = SocketAddress.numeric(host, port: origin.port) {
+            addresses = [numeric]
+            connectNext()
+            return
+        }
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_protocol = Int32(IPPROTO_TCP)
+        lookupInFlight = true
+        // Retained until the callback runs, which it always does (also on cancel).
+        let context = Unmanaged.passRetained(self).toOpaque()
+        let request = evdns_getaddrinfo(worker.dns, host, nil, &hints, { result, addresses, context in
+            let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeRetainedValue()
+            connector.resolved(result: result, addresses: addresses)
+        }, context)
+        // `localhost` and /etc/hosts names are answered inside the call, which then returns NULL.
+        if lookupInFlight { lookup = request }
+    }
+
+    /// Stops whatever is in progress; the delegate hears nothing more.
+    func cancel() {
+        finished = true
+        if let lookup, lookupInFlight {
+            self.lookup = nil
+            evdns_getaddrinfo_cancel(lookup)
+        }
+        if let connecting {
+            self.connecting = nil
+            bufferevent_free(connecting)
+        }
+    }
+
+    private func resolved(result: Int32, addresses list: UnsafeMutablePointer<addrinfo>?) {
+        lookupInFlight = false
+        lookup = nil
+        defer { if let list { evutil_freeaddrinfo(list) } }
+        guard !finished else { return }
+        guard result == 0 else {
+            fail(.dnsFailure(origin))
+            return
+        }
+        var entry = list
+        while let current = entry {
+            if let address = current.pointee.ai_addr {
+                var storage = sockaddr_storage()
+                withUnsafeMutableBytes(of: &storage) { raw in
+                    raw.copyMemory(from: UnsafeRawBufferPointer(start: address, count: Int(current.pointee.ai_addrlen)))
+                }
+                setPort(&storage, origin.port)
+                addresses.append(storage)
+            }
+            entry = current.pointee.ai_next
+        }
+        connectNext()
+    }
+
+    private func setPort(_ storage: inout sockaddr_storage, _ port: UInt16) {
+        let isIPv6 = Int32(storage.ss_family) == AF_INET6
+        withUnsafeMutableBytes(of: &storage) { raw in
+            let base = raw.baseAddress!
+            if isIPv6 {
+                base.assumingMemoryBound(to: sockaddr_in6.self).pointee.sin6_port = port.bigEndian
+            } else {
+                base.assumingMemoryBound(to: sockaddr_in.self).pointee.sin_port = port.bigEndian
+            }
+        }
+    }
+
+    private func connectNext() {
+        while nextAddress < addresses.count {
+            var address = addresses[nextAddress]
+            nextAddress += 1
+            guard let bev = bufferevent_socket_new(worker.base, -1, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else { continue }
+            let context = Unmanaged.passUnretained(self).toOpaque()
+            bufferevent_setcb(bev, nil, nil, { bev, events, context in
+                let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(connector) { connector.connectEvent(events) }
+            }, context)
+            let length = SocketAddress.length(of: address)
+            let started = withUnsafeMutablePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bufferevent_socket_connect(bev, $0, length)
+                }
+            }
+            if started == 0 {
+                connecting = bev
+                return
+            }
+            bufferevent_free(bev)
+        }
+        fail(.upstreamRefused(origin))
+    }
+
+    private func connectEvent(_ events: Int16) {
+        guard let bev = connecting else { return }
+        connecting = nil
+        if events & sp_bev_event_connected() != 0 {
+            finished = true
+            _ = sp_set_nodelay(bufferevent_getfd(bev))
+            bufferevent_setcb(bev, nil, nil, nil, nil)
+            guard let delegate else {
+                bufferevent_free(bev)
+                return
+            }
+            delegate.connectorDidConnect(self, bev: bev)
+        } else {
+            bufferevent_free(bev)
+            connectNext()
+        }
+    }
+
+    private func fail(_ error: ProxyError) {
+        finished = true
+        delegate?.connectorDidFail(self, error: error)
+    }
+}

@@ -1,0 +1,92 @@
+import CLibevent
+import HTTP1Codec
+
+/// An idle upstream connection, known clean: its last response was read to the end and nothing
+/// arrived after it.
+final class UpstreamConnection {
+    let origin: Origin
+    let bev: OpaquePointer
+    fileprivate(set) var idleSince: UInt64 = 0
+    fileprivate weak var pool: UpstreamPool?
+
+    init(origin: Origin, bev: OpaquePointer) {
+        self.origin = origin
+        self.bev = bev
+    }
+
+    func free() {
+        bufferevent_free(bev)
+    }
+}
+
+/// Per-worker pool of idle keep-alive upstream connections, bounded per origin and in total.
+/// Any byte or EOF on an idle connection means it is no longer clean: it is closed at once.
+final class UpstreamPool {
+    private let limits: Limits
+    private var idle: [Origin: [UpstreamConnection]] = [:]
+    private(set) var count = 0
+
+    init(limits: Limits) {
+        self.limits = limits
+    }
+
+    /// The most recently used idle connection to `origin`, detached from the pool's callbacks.
+    func checkout(_ origin: Origin) -> UpstreamConnection? {
+        guard var list = idle[origin], let connection = list.popLast() else { return nil }
+        idle[origin] = list.isEmpty ? nil : list
+        count -= 1
+        connection.pool = nil
+        bufferevent_setcb(connection.bev, nil, nil, nil, nil)
+        return connection
+    }
+
+    /// Keeps the connection for reuse, or frees it when the pool is full.
+    func checkin(_ connection: UpstreamConnection) {
+        var list = idle[connection.origin] ?? []
+        guard list.count < limits.maxIdleUpstreamPerOrigin, count < limits.maxIdleUpstreamTotal else {
+            connection.free()
+            return
+        }
+        connection.idleSince = monotonicMilliseconds()
+        connection.pool = self
+        let context = Unmanaged.passUnretained(connection).toOpaque()
+        bufferevent_setcb(connection.bev, { _, context in
+            idleConnectionBroke(context)
+        }, nil, { _, _, context in
+            idleConnectionBroke(context)
+        }, context)
+        bufferevent_enable(connection.bev, sp_ev_read())
+        list.append(connection)
+        idle[connection.origin] = list
+        count += 1
+    }
+
+    fileprivate func remove(_ connection: UpstreamConnection) {
+        guard var list = idle[connection.origin],
+              let index = list.firstIndex(where: { $0 === connection })
+        else { return }
+        list.remove(at: index)
+        idle[connection.origin] = list.isEmpty ? nil : list
+        count -= 1
+        connection.pool = nil
+        connection.free()
+    }
+
+    func closeExpired(idleMilliseconds: Int) {
+        let now = monotonicMilliseconds()
+        for connection in idle.values.flatMap({ $0 }) where now - connection.idleSince >= UInt64(idleMilliseconds) {
+            remove(connection)
+        }
+    }
+
+    func closeAll() {
+        for connection in idle.values.flatMap({ $0 }) { remove(connection) }
+    }
+}
+
+/// An idle connection became readable or closed: the origin said something unsolicited (or hung
+/// up), so it cannot carry the next request.
+private func idleConnectionBroke(_ context: UnsafeMutableRawPointer?) {
+    let connection = Unmanaged<UpstreamConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.pool?.remove(connection) }
+}

@@ -1,0 +1,188 @@
+import CLibevent
+import HTTP1Codec
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One event-loop thread: its own event_base, resolver, listener (SO_REUSEPORT on the shared port),
+/// upstream pool and client connections. Everything here is touched only on that thread, except
+/// `post`, which is how other threads ask it to do something.
+final class Worker: @unchecked Sendable {
+    enum Command: Sendable {
+        case drain(graceMilliseconds: Int)
+    }
+
+    let index: Int
+    let configuration: EngineConfiguration
+    let base: OpaquePointer
+    let dns: OpaquePointer
+    let pool: UpstreamPool
+    private var listener: OpaquePointer?
+    private var clients: [ObjectIdentifier: ClientConnection] = [:]
+    private(set) var isDraining = false
+    private var wakeEvent: OpaquePointer!
+    private var housekeepingEvent: OpaquePointer!
+    private var graceEvent: OpaquePointer?
+    private let commands = Mutex<[Command]>([])
+
+    init(index: Int, configuration: EngineConfiguration) throws(EngineError) {
+        self.index = index
+        self.configuration = configuration
+        guard let base = event_base_new() else { throw .eventBase }
+        self.base = base
+        // Nameservers from /etc/resolv.conf; /etc/hosts is loaded explicitly (evdns skips it otherwise).
+        guard let dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE)
+            ?? evdns_base_new(base, 0)
+        else { throw .eventBase }
+        evdns_base_load_hosts(dns, nil)
+        self.dns = dns
+        pool = UpstreamPool(limits: configuration.limits)
+
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        wakeEvent = event_new(base, -1, 0, { _, _, context in
+            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().runCommands()
+        }, context)
+        housekeepingEvent = event_new(base, -1, sp_ev_persist(), { _, _, context in
+            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().housekeeping()
+        }, context)
+        sp_event_add_ms(housekeepingEvent, 1000)
+    }
+
+    deinit {
+        if let listener { evconnlistener_free(listener) }
+        event_free(wakeEvent)
+        event_free(housekeepingEvent)
+        if let graceEvent { event_free(graceEvent) }
+        evdns_base_free(dns, 0)
+        event_base_free(base)
+    }
+
+    // MARK: Listening
+
+    /// Binds this worker's listener; returns the bound port (the first worker may bind port 0).
+    func listen(host: String, port: UInt16) throws(EngineError) -> UInt16 {
+        guard var address = SocketAddress.numeric(host == "localhost" ? "127.0.0.1" : host, port: port) else {
+            throw .listen("listen host must be an IP address: \(host)")
+        }
+        let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        let length = SocketAddress.length(of: address)
+        let created = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
+                evconnlistener_new_bind(base, { _, fd, address, _, context in
+                    let worker = Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue()
+                    worker.accept(fd: fd, address: address!)
+                }, context, flags, 1024, socketAddress, length)
+            }
+        }
+        guard let created else {
+            throw .listen("cannot listen on \(ListenAddress(host: host, port: port)): \(String(cString: strerror(errno)))")
+        }
+        listener = created
+        evconnlistener_set_error_cb(created) { listener, context in
+            // EMFILE and friends: log once and keep going; libevent retries on the next readiness.
+            Diagnostics.log("accept_failed", [("errno", String(sp_socket_error()))])
+        }
+        guard let bound = SocketAddress.boundPort(evconnlistener_get_fd(created)) else {
+            throw .listen("cannot read the bound port")
+        }
+        return bound
+    }
+
+    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>) {
+        guard !isDraining else {
+            close(fd)
+            return
+        }
+        _ = sp_set_nodelay(fd)
+        guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
+            close(fd)
+            return
+        }
+        let connection = ClientConnection(worker: self, bev: bev, peer: SocketAddress.describe(address))
+        clients[ObjectIdentifier(connection)] = connection
+        connection.start()
+    }
+
+    func connectionClosed(_ connection: ClientConnection) {
+        clients[ObjectIdentifier(connection)] = nil
+        if isDraining && clients.isEmpty { finishDrain() }
+    }
+
+    // MARK: Running and stopping
+
+    /// Runs the loop on the calling thread until the worker has drained.
+    func run() {
+        event_base_dispatch(base)
+    }
+
+    /// Thread-safe: queue a command and wake the loop.
+    func post(_ command: Command) {
+        commands.withLock { $0.append(command) }
+        event_active(wakeEvent, 0, 0)
+    }
+
+    private func runCommands() {
+        let pending = commands.withLock { queue in
+            defer { queue.removeAll() }
+            return queue
+        }
+        for command in pending {
+            switch command {
+            case .drain(let grace): beginDrain(graceMilliseconds: grace)
+            }
+        }
+    }
+
+    /// Stop accepting, close idle connections, let in-flight exchanges finish; after the grace
+    /// period, close whatever is left.
+    private func beginDrain(graceMilliseconds: Int) {
+        guard !isDraining else { return }
+        isDraining = true
+        if let listener {
+            evconnlistener_free(listener)
+            self.listener = nil
+        }
+        for connection in Array(clients.values) { connection.drain() }
+        if clients.isEmpty {
+            finishDrain()
+            return
+        }
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        graceEvent = event_new(base, -1, 0, { _, _, context in
+            let worker = Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue()
+            for connection in Array(worker.clients.values) { connection.abort() }
+            worker.finishDrain()
+        }, context)
+        sp_event_add_ms(graceEvent, graceMilliseconds)
+    }
+
+    private func finishDrain() {
+        pool.closeAll()
+        event_base_loopbreak(base)
+    }
+
+    private func housekeeping() {
+        pool.closeExpired(idleMilliseconds: configuration.timeouts.idle)
+    }
+}
+
+public enum EngineError: Error, CustomStringConvertible {
+    case eventBase
+    case listen(String)
+
+    public var description: String {
+        switch self {
+        case .eventBase: "cannot create a libevent event base"
+        case .listen(let message): message
+        }
+    }
+}
+
+/// Milliseconds on the monotonic clock.
+func monotonicMilliseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
+}
