@@ -133,7 +133,11 @@ public enum RequestTarget: Equatable, Sendable {
         var authority = rest[..<authorityEnd]
         var userinfo: String?
         if let at = authority.lastIndex(of: "@") {
-            userinfo = String(authority[..<at])
+            let info = authority[..<at]
+            // RFC 3986 userinfo only. A `\` or a second `@` is where URL parsers disagree on the
+            // host (WHATWG reads `a\@b` as host `a`), so the whole target is refused.
+            guard info.utf8.allSatisfy(Self.isUserinfoByte) else { throw .invalid("invalid userinfo") }
+            userinfo = String(info)
             authority = authority[authority.index(after: at)...]
         }
         let (host, port) = try parseAuthority(authority)
@@ -141,6 +145,16 @@ public enum RequestTarget: Equatable, Sendable {
         if pathAndQuery.hasPrefix("?") || pathAndQuery.isEmpty { pathAndQuery = "/" + pathAndQuery }
         try validatePathAndQuery(Substring(pathAndQuery))
         return .absolute(origin: Origin(scheme: scheme, host: host, port: port), pathAndQuery: pathAndQuery, userinfo: userinfo)
+    }
+
+    /// unreserved / pct-encoded / sub-delims / ":"
+    private static func isUserinfoByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            "-._~%!$&'()*+,;=:".utf8.contains(byte)
+        }
     }
 
     private static func endsAuthority(_ character: Character) -> Bool {

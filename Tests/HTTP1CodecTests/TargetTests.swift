@@ -1,0 +1,134 @@
+import Testing
+@testable import HTTP1Codec
+
+@Suite("Request targets and origins")
+struct TargetTests {
+    @Test("origins are normalized: scheme, lowercase host, trailing dot, default port")
+    func normalization() throws {
+        #expect(try Origin.parse("https://API.Example.:443") == Origin.parse("https://api.example"))
+        #expect(try Origin.parse("http://a.example:80/") == Origin.parse("http://a.example"))
+        #expect(try Origin.parse("HTTP://a.example").description == "http://a.example:80")
+        #expect(try Origin.parse("https://a.example:8443").authority == "a.example:8443")
+        #expect(try Origin.parse("https://a.example:443").authority == "a.example")
+        #expect(try Origin.parse("http://[0:0::1]:8080") == Origin.parse("http://[::1]:8080"))
+        #expect(try Origin.parse("http://[::1]:8080").hostForLookup == "::1")
+        #expect(try Origin.parse("https://a.example") != Origin.parse("http://a.example:443"))
+    }
+
+    @Test("absolute-form targets split into origin, path+query and userinfo")
+    func absoluteForm() throws {
+        let target = try RequestTarget.parse("http://user:pw@Host.Example:8080/p/a?q=1", method: "GET")
+        guard case .absolute(let origin, let path, let userinfo) = target else {
+            Issue.record("expected absolute-form")
+            return
+        }
+        #expect(origin.description == "http://host.example:8080")
+        #expect(path == "/p/a?q=1")
+        #expect(userinfo == "user:pw")
+        #expect(try RequestTarget.parse("http://a.example", method: "GET") == .absolute(origin: Origin.parse("http://a.example"), pathAndQuery: "/", userinfo: nil))
+        #expect(try RequestTarget.parse("http://a.example?x=1", method: "GET") == .absolute(origin: Origin.parse("http://a.example"), pathAndQuery: "/?x=1", userinfo: nil))
+    }
+
+    @Test("CONNECT takes authority-form with a port")
+    func authorityForm() throws {
+        guard case .authority(let host, let port) = try RequestTarget.parse("API.example:443", method: "CONNECT") else {
+            Issue.record("expected authority-form")
+            return
+        }
+        #expect(host.normalized == "api.example")
+        #expect(port == 443)
+        #expect(throws: TargetParseError.self) { try RequestTarget.parse("api.example", method: "CONNECT") }
+    }
+
+    @Test("origin-form and asterisk-form are recognized (and refused by the proxy)")
+    func otherForms() throws {
+        #expect(try RequestTarget.parse("/v1/items", method: "GET") == .origin(pathAndQuery: "/v1/items"))
+        #expect(try RequestTarget.parse("*", method: "OPTIONS") == .asterisk)
+    }
+
+    @Test("targets two parsers could read differently are refused", arguments: [
+        "http://a.example:0/", "http://a.example:65536/", "http://a.example:+80/", "http://a.example:8a/",
+        "http://a.example:/", "http://%61.example/", "http://a..example/", "http:///path", "http://a.example/#frag",
+        "http://2130706433/", "http://127.1/", "http://[::1/", "http://[fe80::1%25eth0]/", "http://a!b.example/",
+        "ftp://a.example/", "http:/a.example/", "javascript://a/", "http://a.example\\@b.example/",
+    ])
+    func refused(_ target: String) {
+        #expect(throws: TargetParseError.self, "\(target)") { try RequestTarget.parse(target, method: "GET") }
+    }
+}
+
+@Suite("Hop-by-hop removal and re-serialization")
+struct ForwardingTests {
+    private func head(_ fields: [(String, String)], version: HTTPVersion = .http1_1) -> RequestHead {
+        RequestHead(method: "GET", target: "http://a.example:8080/x", version: version,
+                    fields: HTTPFields(fields.map { HTTPField(name: $0.0, value: $0.1) }))
+    }
+
+    @Test("the upstream head has Host from the target, no hop-by-hop fields, rebuilt framing, the rest in order")
+    func upstreamHead() throws {
+        let origin = try Origin.parse("http://a.example:8080")
+        let request = head([
+            ("Host", "A.example:8080"), ("X-First", "1"), ("Connection", "keep-alive, X-Private"),
+            ("X-Private", "secret-hop"), ("Keep-Alive", "timeout=5"), ("Proxy-Connection", "keep-alive"),
+            ("Proxy-Authorization", "Basic cHJveHk="), ("TE", "trailers"), ("Trailer", "X-T"),
+            ("Upgrade", "websocket"), ("Content-Length", "5"), ("x-last", "Two Words"),
+        ])
+        let forwarded = Forwarding.upstreamRequest(from: request, origin: origin, pathAndQuery: "/x", framing: .contentLength(5))
+        #expect(forwarded.target == "/x")
+        #expect(forwarded.version == .http1_1)
+        #expect(forwarded.fields.storage == [
+            HTTPField(name: "Host", value: "a.example:8080"), HTTPField(name: "X-First", value: "1"),
+            HTTPField(name: "x-last", value: "Two Words"), HTTPField(name: "Content-Length", value: "5"),
+        ])
+        #expect(String(decoding: forwarded.serialized(), as: UTF8.self)
+            == "GET /x HTTP/1.1\r\nHost: a.example:8080\r\nX-First: 1\r\nx-last: Two Words\r\nContent-Length: 5\r\n\r\n")
+    }
+
+    @Test("an upgrade request keeps Upgrade and says Connection: upgrade")
+    func upgrade() throws {
+        let origin = try Origin.parse("http://a.example:8080")
+        let request = head([("Host", "a.example:8080"), ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "k")])
+        #expect(Forwarding.isUpgradeRequest(request))
+        let forwarded = Forwarding.upstreamRequest(from: request, origin: origin, pathAndQuery: "/x", framing: .none)
+        #expect(forwarded.fields.first("upgrade") == "websocket")
+        #expect(forwarded.fields.first("connection") == "upgrade")
+        #expect(forwarded.fields.first("sec-websocket-key") == "k")
+    }
+
+    @Test("chunked requests are re-framed as chunked")
+    func chunkedRequest() throws {
+        let origin = try Origin.parse("http://a.example")
+        let forwarded = Forwarding.upstreamRequest(from: head([("Transfer-Encoding", "chunked")]), origin: origin, pathAndQuery: "/", framing: .chunked)
+        #expect(forwarded.fields.values("transfer-encoding") == ["chunked"])
+        #expect(!forwarded.fields.contains("content-length"))
+    }
+
+    @Test("the client response drops hop-by-hop fields and states the proxy's own connection decision")
+    func clientResponse() {
+        let upstream = ResponseHead(version: .http1_0, status: 200, reason: "OK", fields: HTTPFields([
+            HTTPField(name: "Content-Type", value: "text/plain"), HTTPField(name: "Connection", value: "close, X-Hop"),
+            HTTPField(name: "X-Hop", value: "1"), HTTPField(name: "Transfer-Encoding", value: "chunked"),
+            HTTPField(name: "Proxy-Authenticate", value: "Basic"), HTTPField(name: "Set-Cookie", value: "a=b"),
+        ]))
+        let toOld = Forwarding.clientResponse(from: upstream, framing: Forwarding.clientFraming(upstream: .chunked, clientVersion: .http1_0),
+                                              clientVersion: .http1_0, keepAlive: false)
+        #expect(toOld.fields.storage == [
+            HTTPField(name: "Content-Type", value: "text/plain"), HTTPField(name: "Set-Cookie", value: "a=b"),
+            HTTPField(name: "Connection", value: "close"),
+        ])
+        let toNew = Forwarding.clientResponse(from: upstream, framing: .chunked, clientVersion: .http1_1, keepAlive: true)
+        #expect(toNew.fields.values("transfer-encoding") == ["chunked"])
+        #expect(!toNew.fields.contains("connection"))
+        let keepAlive10 = Forwarding.clientResponse(from: upstream, framing: .contentLength(3), clientVersion: .http1_0, keepAlive: true)
+        #expect(keepAlive10.fields.first("connection") == "keep-alive")
+        #expect(keepAlive10.fields.first("content-length") == "3")
+    }
+
+    @Test("a HEAD response keeps its Content-Length; a 204 gets none")
+    func bodylessResponses() {
+        let head = ResponseHead(version: .http1_1, status: 200, reason: "OK", fields: HTTPFields([HTTPField(name: "Content-Length", value: "1234")]))
+        #expect(Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true).fields.first("content-length") == "1234")
+        let noContent = ResponseHead(version: .http1_1, status: 204, reason: "", fields: HTTPFields([HTTPField(name: "Content-Length", value: "0")]))
+        #expect(!Forwarding.clientResponse(from: noContent, framing: .none, clientVersion: .http1_1, keepAlive: true).fields.contains("content-length"))
+    }
+}
