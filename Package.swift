@@ -25,7 +25,7 @@ let package = Package(
         .executableTarget(name: "scopeproxy", dependencies: ["ProxyEngine", "HTTP1Codec"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
-        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "COpenSSL"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "HTTP1Codec", "TestSupport"]),
     ],

@@ -1,0 +1,27 @@
+import Foundation
+import ProxyEngine
+
+/// An in-process proxy on 127.0.0.1:0 with its own worker threads, stopped when the test ends.
+public final class ProxyHarness: @unchecked Sendable {
+    public let server: ProxyServer
+    public let port: UInt16
+
+    public init(threads: Int = 2, _ adjust: (inout EngineConfiguration) -> Void = { _ in }) throws {
+        var configuration = EngineConfiguration(listen: ListenAddress(host: "127.0.0.1", port: 0), threads: threads)
+        configuration.shutdownGraceMilliseconds = 2_000
+        adjust(&configuration)
+        server = ProxyServer(configuration: configuration)
+        port = try server.start().port
+    }
+
+    public func connect() throws -> TestSocket { try TestSocket.connect(port: port) }
+
+    /// Sends one request on a fresh connection and reads one response.
+    public func exchange(_ request: String, method: String = "GET") throws -> TestResponse? {
+        let socket = try connect()
+        try socket.send(request)
+        return try HTTPReader(socket).readResponse(requestMethod: method)
+    }
+
+    public func stop() { server.shutdown(graceMilliseconds: 500) }
+}

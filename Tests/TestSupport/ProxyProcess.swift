@@ -1,0 +1,75 @@
+import Foundation
+
+/// The built `scopeproxy` binary run as a child process (black-box tests): started on port 0,
+/// its address read from the `listening on HOST:PORT` line it prints on stderr.
+public final class ProxyProcess: @unchecked Sendable {
+    public let process: Process
+    public let port: UInt16
+    private let stderrPipe: Pipe
+    private let stderrLock = NSLock()
+    private var stderrText = ""
+
+    public static var binaryPath: String {
+        if let path = ProcessInfo.processInfo.environment["SCOPEPROXY_BINARY"] { return path }
+        // Tests/TestSupport/ProxyProcess.swift -> package root
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        return root.appendingPathComponent(".build/debug/scopeproxy").path
+    }
+
+    public init(arguments: [String] = []) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binaryPath)
+        process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
+        stderrPipe = Pipe()
+        process.standardError = stderrPipe
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        // Read stderr line by line until the listening line (bounded by the pipe's EOF).
+        let handle = stderrPipe.fileHandleForReading
+        var collected = ""
+        var found: UInt16?
+        while found == nil {
+            let data = handle.availableData
+            if data.isEmpty { break }
+            collected += String(decoding: data, as: UTF8.self)
+            if let line = collected.components(separatedBy: "\n").first(where: { $0.hasPrefix("listening on ") }),
+               let portText = line.split(separator: ":").last {
+                found = UInt16(portText)
+            }
+        }
+        stderrText = collected
+        guard let found else {
+            process.terminate()
+            throw TestSocketError("proxy did not report its address; stderr: \(collected)")
+        }
+        port = found
+        Thread.detachNewThread { [self] in
+            while true {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                stderrLock.withLock { stderrText += String(decoding: data, as: UTF8.self) }
+            }
+        }
+    }
+
+    public var standardError: String { stderrLock.withLock { stderrText } }
+
+    /// Peak resident set size (VmHWM) in KiB, from /proc.
+    public func peakResidentKiB() -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8) else { return nil }
+        let line = status.components(separatedBy: "\n").first { $0.hasPrefix("VmHWM:") }
+        return line.flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true)[1]) }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    public func terminate() -> Int32 {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        return process.terminationStatus
+    }
+
+    deinit { if process.isRunning { process.terminate() } }
+}
