@@ -233,7 +233,11 @@ final class ClientConnection: UpstreamConnectorDelegate {
             return
         }
         EventBuffer.append(outputBuffer(upstream), exchange.upstreamHead)
-        pumpRequestBody()
+        if exchange.requestPump.isComplete {
+            arm(.responseHead, configuration.timeouts.upstream)
+        } else {
+            pumpRequestBody()
+        }
     }
 
     // MARK: 4. Request body → upstream
