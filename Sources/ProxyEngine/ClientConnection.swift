@@ -257,7 +257,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         }
         if complete {
             if !exchange.responseStarted { arm(.responseHead, configuration.timeouts.upstream) }
-        } else if clientReadClosed {
+        } else if clientReadClosed, EventBuffer.length(clientInput) == 0 {
             abort()  // the client went away mid-body
         } else if exchange.requestPump.bodyBytes != before, !exchange.responseStarted {
             arm(.stall, configuration.timeouts.idle)
@@ -360,14 +360,23 @@ final class ClientConnection: UpstreamConnectorDelegate {
 
     private func pumpResponseBody() {
         guard let exchange, let upstream = exchange.upstream, exchange.responseStarted, phase == .exchange else { return }
-        let complete: Bool
+        let input = inputBuffer(upstream)
+        var complete: Bool
         do {
-            complete = try exchange.responsePump.pump(
-                from: inputBuffer(upstream), to: clientOutput, highWatermark: highWatermark
-            )
+            complete = try exchange.responsePump.pump(from: input, to: clientOutput, highWatermark: highWatermark)
         } catch {
             cutResponse()
             return
+        }
+        // The origin hung up: that ends a close-delimited body, and cuts any other one, but only
+        // once the bytes it sent before closing (held back by backpressure) have gone out.
+        if !complete, exchange.upstreamClosed, EventBuffer.length(input) == 0 {
+            exchange.responsePump.sourceClosed()
+            complete = exchange.responsePump.isComplete
+            if !complete {
+                cutResponse()
+                return
+            }
         }
         if complete {
             finishExchange(exchange)
@@ -445,13 +454,6 @@ final class ClientConnection: UpstreamConnectorDelegate {
             }
         case .exchange:
             pumpResponseBody()
-            guard self.exchange === exchange else { return }  // completed by the pump
-            exchange.responsePump.sourceClosed()
-            if exchange.responsePump.isComplete {
-                pumpResponseBody()
-            } else {
-                cutResponse()  // the body ended before its framing said it would
-            }
         default:
             break
         }

@@ -56,6 +56,12 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// Blocks until SIGTERM or SIGINT, then shuts down gracefully.
     public func runUntilSignalled() {
+        // A parent may have spawned us with these signals blocked (the mask survives exec), and
+        // then SIGTERM would never stop the proxy: unblock the ones we handle.
+        var handled = sigset_t()
+        sigemptyset(&handled)
+        for signalNumber in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&handled, signalNumber) }
+        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
         guard let base = event_base_new() else { return }
         defer { event_base_free(base) }
         var events: [OpaquePointer] = []

@@ -63,6 +63,24 @@ struct FailureEngineTests {
         #expect(try proxy.exchange(get(healthy))?.status == 200)
     }
 
+    @Test("an origin that closes right after a whole body: bytes held back by backpressure still all arrive")
+    func closeAfterCompleteBody() throws {
+        let body = pseudoRandomBlock(count: 4 << 20, seed: 3)
+        let origin = try FixtureOrigin { connection in
+            guard connection.readRequest() != nil else { return }
+            connection.send(Array("HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            connection.socket.close()
+        }
+        let proxy = try ProxyHarness()
+        defer { proxy.stop(); origin.stop() }
+        let socket = try proxy.connect()
+        try socket.send(get(origin))
+        usleep(300_000)  // let the origin finish and close while the client is not reading
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.complete)
+        #expect(response.body == body)
+    }
+
     @Test("an upstream that closes before any response byte is 502 upstream_closed")
     func closeBeforeHead() throws {
         let origin = try FixtureOrigin { connection in _ = connection.readRequest() }

@@ -30,6 +30,12 @@ public final class HTTPReader: @unchecked Sendable {
         }
     }
 
+    /// Bytes read past the last head or body, handed over so a test can stream the rest itself.
+    public func takeBuffered() -> [UInt8] {
+        defer { buffer.removeAll() }
+        return buffer
+    }
+
     public func readExactly(_ count: Int) throws -> [UInt8] {
         while buffer.count < count {
             if try !fill() { throw TestSocketError("EOF after \(buffer.count) of \(count) body bytes") }

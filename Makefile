@@ -1,0 +1,53 @@
+# The two set-up commands: `make run` and `make test`. Each installs the Debian packages it needs
+# when they are missing, so a fresh Debian/Ubuntu machine with the Swift toolchain is enough.
+
+SWIFT ?= swift
+ARGS ?=
+BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
+TEST_PACKAGES := curl openssl
+BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl
+
+# Installs the named Debian packages that are not installed yet (sudo only when not root).
+define ensure_packages
+	@missing=""; for package in $(1); do \
+	  dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$package"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+endef
+
+.PHONY: run test build release bench packages-build packages-test packages-bench clean
+
+packages-build:
+	$(call ensure_packages,$(BUILD_PACKAGES))
+
+packages-test: packages-build
+	$(call ensure_packages,$(TEST_PACKAGES))
+
+packages-bench: packages-build
+	$(call ensure_packages,$(BENCH_PACKAGES))
+
+build: packages-build
+	$(SWIFT) build
+
+release: packages-build
+	$(SWIFT) build -c release
+
+## Build (release) and start the proxy on the embedded default: 127.0.0.1:8080. `make run ARGS="--listen 127.0.0.1:0"`
+run: release
+	.build/release/scopeproxy run $(ARGS)
+
+## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests.
+test: packages-test
+	$(SWIFT) build
+	$(SWIFT) test --no-parallel
+
+## Side-by-side benchmark: direct nginx vs scopeproxy vs tinyproxy vs squid (not part of `make test`).
+bench: release packages-bench
+	bench/run.sh
+
+clean:
+	rm -rf .build
