@@ -9,24 +9,22 @@ enum ASCII {
     static let colon: UInt8 = 0x3A
 
     /// tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA
-    static let isTokenChar: [Bool] = {
-        var table = [Bool](repeating: false, count: 256)
-        for byte in UInt8(ascii: "0")...UInt8(ascii: "9") { table[Int(byte)] = true }
-        for byte in UInt8(ascii: "a")...UInt8(ascii: "z") { table[Int(byte)] = true }
-        for byte in UInt8(ascii: "A")...UInt8(ascii: "Z") { table[Int(byte)] = true }
-        for char in "!#$%&'*+-.^_`|~".utf8 { table[Int(char)] = true }
-        return table
-    }()
+    /// (a switch, not a lookup table: a static table costs a `swift_once` check on every byte).
+    @inline(__always)
+    static func isTokenChar(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
+        case 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E: true
+        default: false
+        }
+    }
 
     /// field-vchar / SP / HTAB, with obs-text (0x80-0xFF) allowed as RFC 9110 permits.
     /// Everything else (NUL, CR, LF, other controls, DEL) is refused.
-    static let isFieldValueChar: [Bool] = {
-        var table = [Bool](repeating: false, count: 256)
-        table[Int(tab)] = true
-        for byte in 0x20...0x7E { table[byte] = true }
-        for byte in 0x80...0xFF { table[byte] = true }
-        return table
-    }()
+    @inline(__always)
+    static func isFieldValueChar(_ byte: UInt8) -> Bool {
+        byte == tab || (byte >= 0x20 && byte != 0x7F)
+    }
 
     @inline(__always)
     static func lowercased(_ byte: UInt8) -> UInt8 {
@@ -36,14 +34,32 @@ enum ASCII {
     /// Case-insensitive ASCII equality without allocating; `lowercase` must already be lowercase.
     @inline(__always)
     static func equalsIgnoringCase(_ value: String, lowercase: String) -> Bool {
-        var lhs = value.utf8.makeIterator()
+        guard value.utf8.count == lowercase.utf8.count else { return false }
+        return equalsIgnoringCase(value.utf8, lowercase: lowercase)
+    }
+
+    static func equalsIgnoringCase<C: Collection>(_ bytes: C, lowercase: String) -> Bool where C.Element == UInt8 {
         var rhs = lowercase.utf8.makeIterator()
-        while true {
-            switch (lhs.next(), rhs.next()) {
-            case (nil, nil): return true
-            case let (a?, b?): if lowercased(a) != b { return false }
-            default: return false
-            }
+        for byte in bytes {
+            guard let expected = rhs.next(), lowercased(byte) == expected else { return false }
+        }
+        return rhs.next() == nil
+    }
+
+    /// Calls `body` with each comma-separated member of a list value (RFC 9110 §5.6.1), OWS
+    /// trimmed and empty members skipped, as a byte slice; stops early when `body` returns false.
+    @inline(__always)
+    static func forEachListMember(_ value: String, _ body: (ArraySlice<UInt8>) -> Bool) {
+        let bytes = Array(value.utf8)
+        var start = 0
+        while start <= bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+            var lower = start, upper = end
+            while lower < upper, bytes[lower] == space || bytes[lower] == tab { lower += 1 }
+            while upper > lower, bytes[upper - 1] == space || bytes[upper - 1] == tab { upper -= 1 }
+            if upper > lower, !body(bytes[lower..<upper]) { return }
+            start = end + 1
         }
     }
 

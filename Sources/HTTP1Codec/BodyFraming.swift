@@ -8,7 +8,6 @@ public enum BodyFraming: Equatable, Sendable {
     case untilClose
 
     public static func forRequest(_ head: RequestHead) throws(HTTPParseError) -> BodyFraming {
-        let transferCodings = head.fields.listMembers("transfer-encoding")
         let hasTransferEncoding = head.fields.contains("transfer-encoding")
         let contentLength = try parseContentLength(head.fields)
         if hasTransferEncoding {
@@ -16,7 +15,7 @@ public enum BodyFraming: Equatable, Sendable {
             if contentLength != nil { throw .malformed("both Content-Length and Transfer-Encoding") }
             // An HTTP/1.0 message with Transfer-Encoding has faulty framing (RFC 9112 §6.1).
             if head.version == .http1_0 { throw .malformed("Transfer-Encoding in HTTP/1.0 request") }
-            return try chunkedOnly(transferCodings)
+            return try chunkedOnly(head.fields.listMembers("transfer-encoding"))
         }
         if let contentLength { return contentLength == 0 ? .none : .contentLength(contentLength) }
         return .none
@@ -44,12 +43,12 @@ public enum BodyFraming: Equatable, Sendable {
 
     /// Only a lone `chunked` is accepted: the proxy decodes and re-frames it, and cannot pass other
     /// codings through once the hop-by-hop Transfer-Encoding header is rebuilt.
-    private static func chunkedOnly(_ codings: [Substring]) throws(HTTPParseError) -> BodyFraming {
-        guard let last = codings.last, last.lowercased() == "chunked" else {
+    private static func chunkedOnly(_ codings: [String]) throws(HTTPParseError) -> BodyFraming {
+        guard let last = codings.last, last == "chunked" else {
             throw .malformed("Transfer-Encoding does not end in chunked")
         }
         guard codings.count == 1 else {
-            if codings.dropLast().contains(where: { $0.lowercased() == "chunked" }) {
+            if codings.dropLast().contains("chunked") {
                 throw .malformed("chunked applied more than once")
             }
             throw .unsupportedTransferCoding
@@ -61,18 +60,34 @@ public enum BodyFraming: Equatable, Sendable {
     /// item 5); any sign, space inside, or overflow is refused.
     static func parseContentLength(_ fields: HTTPFields) throws(HTTPParseError) -> UInt64? {
         var result: UInt64?
-        for value in fields.values("content-length") {
-            for member in value.split(separator: ",", omittingEmptySubsequences: false) {
-                let digits = member.trimmingOWS()
-                guard !digits.isEmpty, digits.utf8.count <= 18,
-                      digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                      let parsed = UInt64(digits)
-                else { throw .malformed("invalid Content-Length") }
-                if let existing = result, existing != parsed {
-                    throw .malformed("differing Content-Length values")
-                }
-                result = parsed
+        for field in fields.storage where field.hasName("content-length") {
+            // Split by hand: empty members ("5,") are errors here, unlike in other lists.
+            var value: UInt64 = 0
+            var digits = 0
+            var trailingSpace = false
+            func finishMember() throws(HTTPParseError) {
+                guard digits > 0 else { throw .malformed("invalid Content-Length") }
+                if let existing = result, existing != value { throw .malformed("differing Content-Length values") }
+                result = value
+                value = 0
+                digits = 0
+                trailingSpace = false
             }
+            for byte in field.value.utf8 {
+                switch byte {
+                case 0x30...0x39:
+                    guard !trailingSpace, digits < 18 else { throw .malformed("invalid Content-Length") }
+                    value = value * 10 + UInt64(byte - 0x30)
+                    digits += 1
+                case ASCII.space, ASCII.tab:
+                    if digits > 0 { trailingSpace = true }
+                case UInt8(ascii: ","):
+                    try finishMember()
+                default:
+                    throw .malformed("invalid Content-Length")
+                }
+            }
+            try finishMember()
         }
         return result
     }

@@ -124,12 +124,12 @@ public struct ChunkedDecoder: Sendable {
         case .extensionStart:
             try countExtensionByte()
             if Self.isWhitespace(byte) { return }
-            guard ASCII.isTokenChar[Int(byte)] else { throw .malformed("invalid chunk extension") }
+            guard ASCII.isTokenChar(byte) else { throw .malformed("invalid chunk extension") }
             state = .extensionName(length: 1)
 
         case .extensionName(let length):
             try countExtensionByte()
-            if ASCII.isTokenChar[Int(byte)] {
+            if ASCII.isTokenChar(byte) {
                 state = .extensionName(length: length + 1)
             } else {
                 try endOfExtensionItem(byte, allowEquals: true)
@@ -145,7 +145,7 @@ public struct ChunkedDecoder: Sendable {
             if Self.isWhitespace(byte) { return }
             if byte == UInt8(ascii: "\"") {
                 state = .extensionQuoted(escaped: false)
-            } else if ASCII.isTokenChar[Int(byte)] {
+            } else if ASCII.isTokenChar(byte) {
                 state = .extensionToken(length: 1)
             } else {
                 throw .malformed("invalid chunk extension")
@@ -153,7 +153,7 @@ public struct ChunkedDecoder: Sendable {
 
         case .extensionToken(let length):
             try countExtensionByte()
-            if ASCII.isTokenChar[Int(byte)] {
+            if ASCII.isTokenChar(byte) {
                 state = .extensionToken(length: length + 1)
             } else {
                 try endOfExtensionItem(byte, allowEquals: false)

@@ -3,24 +3,32 @@
 public enum Forwarding {
     /// Always hop-by-hop, whatever `Connection` says. Framing (Content-Length, Transfer-Encoding) and
     /// Host are rebuilt by the proxy, so the client's copies never pass.
-    static let alwaysRemovedFromRequests: Set<String> = [
+    static let alwaysRemovedFromRequests: [String] = [
         "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer",
         "transfer-encoding", "content-length", "host", "upgrade",
     ]
-    static let alwaysRemovedFromResponses: Set<String> = [
+    static let alwaysRemovedFromResponses: [String] = [
         "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
         "transfer-encoding", "content-length", "upgrade",
     ]
 
     /// Field names listed in `Connection` (lowercased), which are hop-by-hop for this message.
-    static func connectionOptions(_ fields: HTTPFields) -> Set<String> {
-        Set(fields.listMembers("connection").map { $0.lowercased() })
+    /// Usually empty: most clients send no Connection header or only keep-alive/close.
+    static func connectionOptions(_ fields: HTTPFields) -> [String] {
+        fields.contains("connection") ? fields.listMembers("connection") : []
+    }
+
+    /// Whether `name` is one of `lowercaseNames`, case-insensitively, without allocating.
+    @inline(__always)
+    static func isListed(_ name: String, in lowercaseNames: [String]) -> Bool {
+        for candidate in lowercaseNames where ASCII.equalsIgnoringCase(name, lowercase: candidate) { return true }
+        return false
     }
 
     /// `Connection: upgrade` with an `Upgrade` field, on HTTP/1.1 (RFC 9110 §7.8).
     public static func isUpgradeRequest(_ head: RequestHead) -> Bool {
         head.version == .http1_1 && head.fields.contains("upgrade")
-            && connectionOptions(head.fields).contains("upgrade")
+            && head.fields.containsListToken("connection", "upgrade")
     }
 
     /// The head sent upstream: origin-form target, Host from the target (never the client's),
@@ -32,8 +40,7 @@ public enum Forwarding {
         let upgrade = isUpgradeRequest(head)
         var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
         for field in head.fields {
-            let name = field.name.lowercased()
-            if alwaysRemovedFromRequests.contains(name) || options.contains(name) { continue }
+            if isListed(field.name, in: alwaysRemovedFromRequests) || isListed(field.name, in: options) { continue }
             fields.append(name: field.name, value: field.value)
         }
         switch framing {
@@ -69,8 +76,7 @@ public enum Forwarding {
         let options = connectionOptions(head.fields)
         var fields = HTTPFields()
         for field in head.fields {
-            let name = field.name.lowercased()
-            if alwaysRemovedFromResponses.contains(name) || options.contains(name) { continue }
+            if isListed(field.name, in: alwaysRemovedFromResponses) || isListed(field.name, in: options) { continue }
             fields.append(name: field.name, value: field.value)
         }
         switch framing {

@@ -29,7 +29,27 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
     public func makeIterator() -> IndexingIterator<[HTTPField]> { storage.makeIterator() }
 
     public func values(_ lowercaseName: String) -> [String] {
-        storage.lazy.filter { $0.hasName(lowercaseName) }.map(\.value)
+        storage.compactMap { $0.hasName(lowercaseName) ? $0.value : nil }
+    }
+
+    public func count(_ lowercaseName: String) -> Int {
+        var count = 0
+        for field in storage where field.hasName(lowercaseName) { count += 1 }
+        return count
+    }
+
+    /// Whether any field of that name lists `lowercaseToken` (case-insensitive), e.g.
+    /// `Connection: keep-alive, Close` contains "close". Allocation-free but for the value bytes.
+    public func containsListToken(_ lowercaseName: String, _ lowercaseToken: String) -> Bool {
+        for field in storage where field.hasName(lowercaseName) {
+            var found = false
+            ASCII.forEachListMember(field.value) { member in
+                found = ASCII.equalsIgnoringCase(member, lowercase: lowercaseToken)
+                return !found
+            }
+            if found { return true }
+        }
+        return false
     }
 
     public func first(_ lowercaseName: String) -> String? {
@@ -69,24 +89,15 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
     }
 
     /// Comma-separated list members of every field of that name (RFC 9110 §5.6.1), trimmed, empty
-    /// members dropped.
-    public func listMembers(_ lowercaseName: String) -> [Substring] {
-        var members: [Substring] = []
-        for value in values(lowercaseName) {
-            for member in value.split(separator: ",", omittingEmptySubsequences: true) {
-                let trimmed = member.trimmingOWS()
-                if !trimmed.isEmpty { members.append(trimmed) }
+    /// members dropped, lowercased.
+    public func listMembers(_ lowercaseName: String) -> [String] {
+        var members: [String] = []
+        for field in storage where field.hasName(lowercaseName) {
+            ASCII.forEachListMember(field.value) { member in
+                members.append(String(decoding: member.map(ASCII.lowercased), as: UTF8.self))
+                return true
             }
         }
         return members
-    }
-}
-
-extension Substring {
-    func trimmingOWS() -> Substring {
-        var result = self
-        while let first = result.first, first == " " || first == "\t" { result.removeFirst() }
-        while let last = result.last, last == " " || last == "\t" { result.removeLast() }
-        return result
     }
 }

@@ -33,7 +33,7 @@ public enum HeadParser {
         var index = line.startIndex
         let end = line.endIndex
         let methodStart = index
-        while index < end, ASCII.isTokenChar[Int(line[index])] { index += 1 }
+        while index < end, ASCII.isTokenChar(line[index]) { index += 1 }
         guard index > methodStart else { throw .malformed("invalid method") }
         guard index < end, line[index] == ASCII.space else { throw .malformed("invalid method") }
         let method = String(decoding: line[methodStart..<index], as: UTF8.self)
@@ -73,7 +73,7 @@ public enum HeadParser {
             // it is unambiguous, but anything after the code must start with one space.
             guard line[start + 12] == ASCII.space else { throw .malformed("invalid status line") }
             let reasonBytes = line[(start + 13)...]
-            for byte in reasonBytes where !ASCII.isFieldValueChar[Int(byte)] {
+            for byte in reasonBytes where !ASCII.isFieldValueChar(byte) {
                 throw .malformed("control character in reason phrase")
             }
             reason = ASCII.latin1String(reasonBytes)
@@ -119,7 +119,7 @@ public enum HeadParser {
         if first == ASCII.space || first == ASCII.tab {
             throw .malformed("obs-fold (line folding) in header")
         }
-        while index < end, ASCII.isTokenChar[Int(line[index])] { index += 1 }
+        while index < end, ASCII.isTokenChar(line[index]) { index += 1 }
         guard index < end, line[index] == ASCII.colon else {
             if index < end, line[index] == ASCII.space || line[index] == ASCII.tab {
                 throw .malformed("whitespace before colon in header")
@@ -137,7 +137,7 @@ public enum HeadParser {
         while valueEnd > valueStart, line[valueEnd - 1] == ASCII.space || line[valueEnd - 1] == ASCII.tab {
             valueEnd -= 1
         }
-        for position in valueStart..<valueEnd where !ASCII.isFieldValueChar[Int(line[position])] {
+        for position in valueStart..<valueEnd where !ASCII.isFieldValueChar(line[position]) {
             throw .malformed("control character in header value")
         }
         return HTTPField(name: name, value: ASCII.latin1String(line[valueStart..<valueEnd]))

@@ -30,10 +30,9 @@ public struct RequestHead: Sendable, Equatable {
 
     /// Whether the client asked to keep the connection open after this exchange (RFC 9112 §9.3).
     public var wantsKeepAlive: Bool {
-        let tokens = fields.listMembers("connection")
-        if tokens.contains(where: { $0.lowercased() == "close" }) { return false }
+        if fields.containsListToken("connection", "close") { return false }
         if version == .http1_1 { return true }
-        return tokens.contains { $0.lowercased() == "keep-alive" }
+        return fields.containsListToken("connection", "keep-alive")
     }
 
     public func serialized() -> [UInt8] {
@@ -67,10 +66,9 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// Whether the origin lets this connection carry another exchange (RFC 9112 §9.3).
     public var allowsReuse: Bool {
-        let tokens = fields.listMembers("connection")
-        if tokens.contains(where: { $0.lowercased() == "close" }) { return false }
+        if fields.containsListToken("connection", "close") { return false }
         if version == .http1_1 { return true }
-        return tokens.contains { $0.lowercased() == "keep-alive" }
+        return fields.containsListToken("connection", "keep-alive")
     }
 
     public func serialized() -> [UInt8] {

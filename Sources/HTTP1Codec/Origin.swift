@@ -55,10 +55,14 @@ public struct Host: Hashable, Sendable {
     /// literal. Percent-encoding, other sub-delims, zone ids and IPvFuture are refused: nothing a
     /// resolver and the scope rules could read differently.
     public static func parse(_ text: Substring) throws(TargetParseError) -> Host {
-        guard !text.isEmpty else { throw .invalid("empty host") }
-        if text.first == "[" {
-            guard text.last == "]", text.count > 2 else { throw .invalid("invalid IPv6 literal") }
-            let inner = String(text.dropFirst().dropLast())
+        try parse(Array(text.utf8)[...])
+    }
+
+    static func parse(_ bytes: ArraySlice<UInt8>) throws(TargetParseError) -> Host {
+        guard let first = bytes.first else { throw .invalid("empty host") }
+        if first == UInt8(ascii: "[") {
+            guard bytes.last == UInt8(ascii: "]"), bytes.count > 2 else { throw .invalid("invalid IPv6 literal") }
+            let inner = String(decoding: bytes.dropFirst().dropLast(), as: UTF8.self)
             var address = in6_addr()
             guard inet_pton(AF_INET6, inner, &address) == 1 else { throw .invalid("invalid IPv6 literal") }
             // Canonical text form, so [0:0::1] and [::1] are one origin.
@@ -66,27 +70,38 @@ public struct Host: Hashable, Sendable {
             guard inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count)) != nil else {
                 throw .invalid("invalid IPv6 literal")
             }
-            let canonical = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+            let canonical = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             return Host(normalized: "[\(canonical)]", kind: .ipv6)
         }
-        var name = text.lowercased()
-        if name.hasSuffix(".") { name.removeLast() }
-        guard !name.isEmpty, name.utf8.count <= 253 else { throw .invalid("invalid host name") }
-        let allowed = name.utf8.allSatisfy { byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39)
-                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_")
+        var name = bytes.map(ASCII.lowercased)
+        if name.last == UInt8(ascii: ".") { name.removeLast() }
+        guard !name.isEmpty, name.count <= 253 else { throw .invalid("invalid host name") }
+        var onlyDigitsAndDots = true
+        var dots = 0
+        var previous: UInt8 = 0
+        for byte in name {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                onlyDigitsAndDots = false
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                break
+            case UInt8(ascii: "."):
+                guard previous != UInt8(ascii: "."), previous != 0 else { throw .invalid("invalid host name") }
+                dots += 1
+            default:
+                throw .invalid("invalid host name")
+            }
+            previous = byte
         }
-        guard allowed, !name.contains("..") else { throw .invalid("invalid host name") }
-        if name.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == UInt8(ascii: ".") }) {
+        let text = String(decoding: name, as: UTF8.self)
+        if onlyDigitsAndDots {
             // All digits and dots: must be a dotted-quad IPv4 literal, not something a resolver
             // would read as an integer address (`2130706433`, `127.1`).
             var address = in_addr()
-            guard name.split(separator: ".", omittingEmptySubsequences: false).count == 4,
-                  inet_pton(AF_INET, name, &address) == 1
-            else { throw .invalid("invalid IPv4 literal") }
-            return Host(normalized: name, kind: .ipv4)
+            guard dots == 3, inet_pton(AF_INET, text, &address) == 1 else { throw .invalid("invalid IPv4 literal") }
+            return Host(normalized: text, kind: .ipv4)
         }
-        return Host(normalized: name, kind: .name)
+        return Host(normalized: text, kind: .name)
     }
 
     private init(normalized: String, kind: Kind) {
@@ -112,38 +127,48 @@ public enum RequestTarget: Equatable, Sendable {
     case asterisk
 
     public static func parse(_ target: String, method: String) throws(TargetParseError) -> RequestTarget {
+        // Byte-level on purpose: Character-based String APIs are both slower and Unicode-aware,
+        // and a request target is ASCII by the time it gets here.
+        let bytes = Array(target.utf8)
         if method == "CONNECT" {
-            let (host, port) = try parseAuthority(Substring(target))
+            let (host, port) = try parseAuthority(bytes[...])
             guard let port else { throw .invalid("CONNECT target needs a port") }
             return .authority(host: host, port: port)
         }
-        if target == "*" { return .asterisk }
-        if target.hasPrefix("/") {
-            try validatePathAndQuery(Substring(target))
+        if bytes.count == 1, bytes[0] == UInt8(ascii: "*") { return .asterisk }
+        if bytes.first == UInt8(ascii: "/") {
+            try validatePathAndQuery(bytes[...])
             return .origin(pathAndQuery: target)
         }
-        guard let colon = target.firstIndex(of: ":"), target[colon...].hasPrefix("://") else {
-            throw .invalid("unsupported request target")
-        }
-        guard let scheme = Scheme(rawValue: target[..<colon].lowercased()) else {
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon + 2 < bytes.count,
+              bytes[colon + 1] == UInt8(ascii: "/"), bytes[colon + 2] == UInt8(ascii: "/")
+        else { throw .invalid("unsupported request target") }
+        let scheme: Scheme
+        if ASCII.equalsIgnoringCase(bytes[..<colon], lowercase: "http") {
+            scheme = .http
+        } else if ASCII.equalsIgnoringCase(bytes[..<colon], lowercase: "https") {
+            scheme = .https
+        } else {
             throw .invalid("unsupported scheme")
         }
-        let rest = target[target.index(colon, offsetBy: 3)...]
-        let authorityEnd = rest.firstIndex(where: Self.endsAuthority) ?? rest.endIndex
-        var authority = rest[..<authorityEnd]
+        let authorityStart = colon + 3
+        var authorityEnd = authorityStart
+        while authorityEnd < bytes.count, !Self.endsAuthority(bytes[authorityEnd]) { authorityEnd += 1 }
+        var authority = bytes[authorityStart..<authorityEnd]
         var userinfo: String?
-        if let at = authority.lastIndex(of: "@") {
+        if let at = authority.lastIndex(of: UInt8(ascii: "@")) {
             let info = authority[..<at]
             // RFC 3986 userinfo only. A `\` or a second `@` is where URL parsers disagree on the
             // host (WHATWG reads `a\@b` as host `a`), so the whole target is refused.
-            guard info.utf8.allSatisfy(Self.isUserinfoByte) else { throw .invalid("invalid userinfo") }
-            userinfo = String(info)
-            authority = authority[authority.index(after: at)...]
+            guard info.allSatisfy(Self.isUserinfoByte) else { throw .invalid("invalid userinfo") }
+            userinfo = String(decoding: info, as: UTF8.self)
+            authority = authority[(at + 1)...]
         }
         let (host, port) = try parseAuthority(authority)
-        var pathAndQuery = String(rest[authorityEnd...])
-        if pathAndQuery.hasPrefix("?") || pathAndQuery.isEmpty { pathAndQuery = "/" + pathAndQuery }
-        try validatePathAndQuery(Substring(pathAndQuery))
+        let rest = bytes[authorityEnd...]
+        try validatePathAndQuery(rest)
+        var pathAndQuery = String(decoding: rest, as: UTF8.self)
+        if rest.isEmpty || rest.first == UInt8(ascii: "?") { pathAndQuery = "/" + pathAndQuery }
         return .absolute(origin: Origin(scheme: scheme, host: host, port: port), pathAndQuery: pathAndQuery, userinfo: userinfo)
     }
 
@@ -157,45 +182,47 @@ public enum RequestTarget: Equatable, Sendable {
         }
     }
 
-    private static func endsAuthority(_ character: Character) -> Bool {
-        character == "/" || character == "?" || character == "#"
+    @inline(__always)
+    private static func endsAuthority(_ byte: UInt8) -> Bool {
+        byte == UInt8(ascii: "/") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#")
     }
 
     /// `host[:port]`; the port, when present, must be 1-65535 in decimal digits.
     public static func parseAuthority(_ text: Substring) throws(TargetParseError) -> (Host, UInt16?) {
-        var hostPart = text
-        var port: UInt16?
-        let portSeparator: Substring.Index?
-        if text.first == "[" {
-            guard let close = text.firstIndex(of: "]") else { throw .invalid("invalid IPv6 literal") }
-            let after = text.index(after: close)
-            if after == text.endIndex {
+        try parseAuthority(Array(text.utf8)[...])
+    }
+
+    static func parseAuthority(_ bytes: ArraySlice<UInt8>) throws(TargetParseError) -> (Host, UInt16?) {
+        let portSeparator: Int?
+        if bytes.first == UInt8(ascii: "[") {
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { throw .invalid("invalid IPv6 literal") }
+            if close + 1 == bytes.endIndex {
                 portSeparator = nil
-            } else if text[after] == ":" {
-                portSeparator = after
+            } else if bytes[close + 1] == UInt8(ascii: ":") {
+                portSeparator = close + 1
             } else {
                 throw .invalid("invalid authority")
             }
         } else {
-            portSeparator = text.lastIndex(of: ":")
+            portSeparator = bytes.lastIndex(of: UInt8(ascii: ":"))
         }
-        if let portSeparator {
-            hostPart = text[..<portSeparator]
-            let digits = text[text.index(after: portSeparator)...]
-            guard !digits.isEmpty, digits.count <= 5, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                  let value = Int(digits), value > 0, value <= 65535
-            else { throw .invalid("invalid port") }
-            port = UInt16(value)
+        guard let portSeparator else { return (try Host.parse(bytes), nil) }
+        let digits = bytes[(portSeparator + 1)...]
+        var value = 0
+        guard !digits.isEmpty, digits.count <= 5 else { throw .invalid("invalid port") }
+        for byte in digits {
+            guard byte >= 0x30, byte <= 0x39 else { throw .invalid("invalid port") }
+            value = value * 10 + Int(byte - 0x30)
         }
-        return (try Host.parse(hostPart), port)
+        guard value > 0, value <= 65535 else { throw .invalid("invalid port") }
+        return (try Host.parse(bytes[..<portSeparator]), UInt16(value))
     }
 
-    /// A fragment never belongs in a request target; everything else was already checked to be
-    /// visible ASCII by the head parser.
-    private static func validatePathAndQuery(_ text: Substring) throws(TargetParseError) {
-        if text.contains("#") { throw .invalid("fragment in request target") }
-        for byte in text.utf8 where byte <= 0x20 || byte >= 0x7F {
-            throw .invalid("invalid character in request target")
+    /// A fragment never belongs in a request target; everything else must be visible ASCII.
+    private static func validatePathAndQuery(_ bytes: ArraySlice<UInt8>) throws(TargetParseError) {
+        for byte in bytes {
+            if byte == UInt8(ascii: "#") { throw .invalid("fragment in request target") }
+            if byte <= 0x20 || byte >= 0x7F { throw .invalid("invalid character in request target") }
         }
     }
 }

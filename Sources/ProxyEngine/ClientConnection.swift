@@ -57,11 +57,16 @@ final class ClientConnection: UpstreamConnectorDelegate {
         let context = Unmanaged.passUnretained(self).toOpaque()
         timer = event_new(worker.base, -1, 0, { _, _, context in
             let connection = Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(connection) { connection.timerFired() }
+            withExtendedLifetime(connection) {
+                connection.timerFired()
+                connection.flushOutputs()
+            }
         }, context)
         bufferevent_setcb(bev, clientReadCallback, clientWriteCallback, clientEventCallback, context)
         configureBuffers(bev)
-        bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
+        // EV_WRITE (on by default) only while output is pending: see flushOutputs.
+        bufferevent_disable(bev, sp_ev_write())
+        bufferevent_enable(bev, sp_ev_read())
         arm(.clientHead, configuration.timeouts.clientHeader)
     }
 
@@ -173,9 +178,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// The origin is always the target's. A Host header must agree with it, and there must be
     /// exactly one on HTTP/1.1 (RFC 9112 §3.2).
     private func hostHeaderProblem(_ head: RequestHead, origin: Origin) -> ProxyError? {
-        let hosts = head.fields.values("host")
-        if hosts.count > 1 { return .malformedRequest("more than one Host header") }
-        guard let host = hosts.first else {
+        if head.fields.count("host") > 1 { return .malformedRequest("more than one Host header") }
+        guard let host = head.fields.first("host") else {
             return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
         }
         guard let (hostPart, port) = try? RequestTarget.parseAuthority(Substring(host)),
@@ -211,12 +215,14 @@ final class ClientConnection: UpstreamConnectorDelegate {
         }
         exchange.connector = nil
         attachUpstream(upstream, reused: false)
+        flushOutputs()
     }
 
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
         guard let exchange, exchange.connector === connector else { return }
         exchange.connector = nil
         failExchange(error)
+        flushOutputs()
     }
 
     private func attachUpstream(_ upstream: OpaquePointer, reused: Bool) {
@@ -226,7 +232,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
         let context = Unmanaged.passUnretained(self).toOpaque()
         bufferevent_setcb(upstream, upstreamReadCallback, upstreamWriteCallback, upstreamEventCallback, context)
         configureBuffers(upstream)
-        bufferevent_enable(upstream, sp_ev_read() | sp_ev_write())
+        bufferevent_disable(upstream, sp_ev_write())
+        bufferevent_enable(upstream, sp_ev_read())
         if exchange.kind == .connect {
             EventBuffer.append(clientOutput, Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8))
             enterTunnel()
@@ -420,6 +427,9 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: Upstream events
 
     fileprivate func upstreamWritable() {
+        if let upstream = exchange?.upstream, EventBuffer.length(outputBuffer(upstream)) == 0 {
+            bufferevent_disable(upstream, sp_ev_write())
+        }
         switch phase {
         case .exchange: pumpRequestBody()
         case .tunnel: if let upstream = exchange?.upstream { pumpTunnel(from: bev, to: upstream) }
@@ -462,6 +472,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: Client events
 
     fileprivate func clientWritable() {
+        if EventBuffer.length(clientOutput) == 0 { bufferevent_disable(bev, sp_ev_write()) }
         switch phase {
         case .exchange: pumpResponseBody()
         case .tunnel: if let upstream = exchange?.upstream { pumpTunnel(from: upstream, to: bev) }
@@ -577,15 +588,22 @@ final class ClientConnection: UpstreamConnectorDelegate {
         closeAfterFlush()
     }
 
+    // MARK: Output
+
+    /// Runs at the end of every callback: writes pending output on both sides directly, so one
+    /// turn of the loop produces at most one writev per socket.
+    fileprivate func flushOutputs() {
+        guard !isClosed else { return }
+        if let upstream = exchange?.upstream { flushOutput(upstream) }
+        let clientDrained = flushOutput(bev)
+        if phase == .closing, clientDrained, !lingering { flushed() }
+    }
+
     // MARK: Closing
 
     private func closeAfterFlush() {
         phase = .closing
-        if EventBuffer.length(clientOutput) == 0 {
-            flushed()
-        } else {
-            arm(.linger, configuration.timeouts.idle)
-        }
+        if !lingering { arm(.linger, configuration.timeouts.idle) }
     }
 
     /// Output is out: half-close and read until the client closes (bounded), so unread request
@@ -684,30 +702,48 @@ private func connection(_ context: UnsafeMutableRawPointer?) -> ClientConnection
 
 private func clientReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.clientReadable() }
+    withExtendedLifetime(connection) {
+        connection.clientReadable()
+        connection.flushOutputs()
+    }
 }
 
 private func clientWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.clientWritable() }
+    withExtendedLifetime(connection) {
+        connection.clientWritable()
+        connection.flushOutputs()
+    }
 }
 
 private func clientEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.clientEvent(events) }
+    withExtendedLifetime(connection) {
+        connection.clientEvent(events)
+        connection.flushOutputs()
+    }
 }
 
 private func upstreamReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.upstreamReadable() }
+    withExtendedLifetime(connection) {
+        connection.upstreamReadable()
+        connection.flushOutputs()
+    }
 }
 
 private func upstreamWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.upstreamWritable() }
+    withExtendedLifetime(connection) {
+        connection.upstreamWritable()
+        connection.flushOutputs()
+    }
 }
 
 private func upstreamEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
     let connection = connection(context)
-    withExtendedLifetime(connection) { connection.upstreamEvent(events) }
+    withExtendedLifetime(connection) {
+        connection.upstreamEvent(events)
+        connection.flushOutputs()
+    }
 }

@@ -90,8 +90,8 @@ public struct Limits: Sendable, Equatable {
     public var maxInformationalResponses: Int
 
     public init(
-        bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 16,
-        maxIdleUpstreamTotal: Int = 512, maxInformationalResponses: Int = 16
+        bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 256,
+        maxIdleUpstreamTotal: Int = 1024, maxInformationalResponses: Int = 16
     ) {
         self.bufferHighWatermark = bufferHighWatermark
         self.maxIdleUpstreamPerOrigin = maxIdleUpstreamPerOrigin

@@ -42,6 +42,26 @@ func inputBuffer(_ bev: OpaquePointer) -> OpaquePointer { bufferevent_get_input(
 @inline(__always)
 func outputBuffer(_ bev: OpaquePointer) -> OpaquePointer { bufferevent_get_output(bev)! }
 
+/// Writes what a bufferevent's output holds straight to its socket. EV_WRITE is armed only for
+/// what the kernel did not take (or to let libevent report the error): the common small response
+/// then costs one writev and no epoll_ctl. The write callback disarms it again once drained.
+@discardableResult
+func flushOutput(_ bev: OpaquePointer) -> Bool {
+    let output = outputBuffer(bev)
+    guard evbuffer_get_length(output) > 0 else { return true }
+    // A socket bufferevent freezes the start of its output; its own write path unfreezes it
+    // around each write, and so do we.
+    evbuffer_unfreeze(output, 1)
+    _ = evbuffer_write(output, bufferevent_getfd(bev))
+    evbuffer_freeze(output, 1)
+    if evbuffer_get_length(output) == 0 {
+        bufferevent_disable(bev, sp_ev_write())
+        return true
+    }
+    bufferevent_enable(bev, sp_ev_write())
+    return false
+}
+
 extension HTTPParseError {
     /// The codec throws only HTTPParseError; this recovers the type where Swift widens it.
     init(_ error: any Error) {
