@@ -168,7 +168,7 @@ upload() {  # via framing -> MB/s
   [ "$via" = scopeproxy ] && args+=(-x "http://127.0.0.1:$SCOPE_PORT")
   [ "$framing" = chunked ] && args+=(-H "Transfer-Encoding: chunked")
   speed=$(taskset -c 1 curl -sS "${args[@]}" -T "$WORK/upload.bin" -o /dev/null -w '%{speed_upload}' "http://127.0.0.1:$SINK_PORT/upload")
-  awk -v s="$speed" 'BEGIN { printf "%.0f", s / 1048576 }'
+  awk -v s="$speed" 'BEGIN { printf "%.0f\n", s / 1048576 }'
 }
 echo
 printf '%-28s %10s %10s %9s\n' "${UPLOAD_MIB} MiB upload" "direct" "scopeproxy" "ratio"
