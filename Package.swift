@@ -17,6 +17,7 @@ let package = Package(
 
         // Pure core: no sockets, no libevent. Each is testable alone.
         .target(name: "HTTP1Codec"),
+        .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
 
         // The libevent engine: carries out what the core decides.
         .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "CLibevent"]),
@@ -27,6 +28,7 @@ let package = Package(
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
+        .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "HTTP1Codec", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
