@@ -18,6 +18,7 @@ let package = Package(
         // Pure core: no sockets, no libevent. Each is testable alone.
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
+        .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML"]),
 
         // The libevent engine: carries out what the core decides.
         .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "CLibevent"]),
@@ -29,6 +30,8 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
+        .testTarget(name: "ScopeConfigTests", dependencies: ["ScopeConfig", "ScopePolicy", "HTTP1Codec"],
+                    resources: [.copy("Fixtures")]),
         .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "HTTP1Codec", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

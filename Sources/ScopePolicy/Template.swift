@@ -55,7 +55,7 @@ public struct HeaderTemplate: Sendable, Equatable {
         return HeaderTemplate(parts: parts)
     }
 
-    static func isNameByte(_ byte: UInt8) -> Bool {
+    public static func isNameByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
              UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"):

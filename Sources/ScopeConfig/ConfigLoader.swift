@@ -1,0 +1,429 @@
+import HTTP1Codec
+import ScopePolicy
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads a YAML config and validates it into a `ProxyConfiguration`. The first error wins and
+/// names its position: `FILE:LINE:COLUMN: message`.
+public enum ConfigLoader {
+    public static func load(path: String, home: String) throws(ConfigError) -> ProxyConfiguration {
+        guard let text = readFile(path) else {
+            throw ConfigError(file: path, mark: Mark(line: 1, column: 1), message: "cannot read the config file")
+        }
+        return try parse(text, file: path, home: home)
+    }
+
+    public static func parse(_ text: String, file: String, home: String) throws(ConfigError) -> ProxyConfiguration {
+        let root = try YAMLDocument.parse(text, file: file)
+        var decoder = Decoder(file: file, home: home)
+        return try decoder.configuration(root)
+    }
+
+    static func readFile(_ path: String) -> String? {
+        guard let handle = fopen(path, "rb") else { return nil }
+        defer { fclose(handle) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, handle)
+            if count <= 0 { break }
+            bytes += buffer[..<count]
+            if bytes.count > 4 << 20 { return nil }  // a config is small; refuse to slurp anything else
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Walks the node tree; each method checks one part of the schema.
+struct Decoder {
+    let file: String
+    let home: String
+    private var secretNames: Set<String> = []
+
+    init(file: String, home: String) {
+        self.file = file
+        self.home = home
+    }
+
+    func error(_ node: YAMLNode, _ message: String) -> ConfigError {
+        ConfigError(file: file, mark: node.mark, message: message)
+    }
+
+    // MARK: Top level
+
+    mutating func configuration(_ root: YAMLNode) throws(ConfigError) -> ProxyConfiguration {
+        var config = ProxyConfiguration.embeddedDefault(home: home)
+        config.sourcePath = file
+        let keys = try mapping(root, allowed: [
+            "listen", "proxy_auth", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
+            "redirects", "tls", "timeouts", "log",
+        ], context: "the config")
+        // Secrets first: scopes and proxy_auth refer to them.
+        if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: nil) }
+        if let node = keys["secrets"] { config.secrets = try secrets(node) }
+        if let node = keys["listen"] { config.listen = try hostPort(node) }
+        if let node = keys["admin"], !node.isNull { config.admin = try hostPort(node) }
+        if let node = keys["proxy_auth"], !node.isNull {
+            let auth = try mapping(node, allowed: ["secret"], context: "proxy_auth")
+            guard let secretNode = auth["secret"] else { throw error(node, "proxy_auth needs 'secret'") }
+            config.proxyAuthSecret = try secretReference(secretNode)
+        }
+        var extraSensitive: [String] = []
+        if let node = keys["sensitive_headers"] {
+            extraSensitive = try list(node).map { item throws(ConfigError) in try headerName(item) }
+        }
+        var scopes: [Scope] = []
+        if let node = keys["scopes"] { scopes = try self.scopes(node) }
+        config.policy = ScopePolicy(scopes: scopes, extraSensitiveHeaders: extraSensitive)
+        if let node = keys["routes"] { config.routes = try routes(node) }
+        if let node = keys["redirects"] { config.redirects = try redirects(node) }
+        if let node = keys["tls"] { config.tls = try tls(node, defaults: config.tls) }
+        if let node = keys["timeouts"] { config.timeouts = try timeouts(node) }
+        if let node = keys["log"] { config.log = try log(node) }
+        return config
+    }
+
+    // MARK: Secrets
+
+    mutating func secrets(_ node: YAMLNode) throws(ConfigError) -> [String: SecretSource] {
+        guard case .mapping(let pairs) = node.value else { throw error(node, "'secrets' must be a mapping of name -> source") }
+        var result: [String: SecretSource] = [:]
+        for (keyNode, valueNode) in pairs {
+            let name = try string(keyNode)
+            guard !name.isEmpty, name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
+                throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
+            }
+            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "allow_group_read"], context: "secret '\(name)'")
+            let sources = ["env", "file", "store"].filter { fields[$0] != nil }
+            guard sources.count == 1 else {
+                throw error(valueNode, "secret '\(name)' needs exactly one source: env, file or store")
+            }
+            if let groupNode = fields["allow_group_read"], fields["file"] == nil {
+                throw error(groupNode, "allow_group_read applies to file secrets only")
+            }
+            switch sources[0] {
+            case "env":
+                result[name] = .env(try nonEmptyString(fields["env"]!))
+            case "store":
+                let storeName = try nonEmptyString(fields["store"]!)
+                guard storeName.utf8.allSatisfy(HeaderTemplate.isNameByte), !storeName.hasPrefix(".") else {
+                    throw error(fields["store"]!, "store names use letters, digits, '_', '.' and '-'")
+                }
+                result[name] = .store(storeName)
+            default:
+                let path = expand(try nonEmptyString(fields["file"]!), relativeTo: file)
+                let allowGroup = try fields["allow_group_read"].map { node throws(ConfigError) in try bool(node) } ?? false
+                result[name] = .file(path: path, allowGroupRead: allowGroup)
+            }
+        }
+        secretNames = Set(result.keys)
+        return result
+    }
+
+    func secretReference(_ node: YAMLNode) throws(ConfigError) -> String {
+        let name = try string(node)
+        guard secretNames.contains(name) else { throw error(node, "'\(name)' names no secret in 'secrets'\(suggestion(name, secretNames))") }
+        return name
+    }
+
+    // MARK: Scopes
+
+    func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
+        var scopes: [Scope] = []
+        var names: Set<String> = []
+        // header (lowercased) injected at an origin -> the scope that injects it there
+        var injectors: [Origin: [String: String]] = [:]
+        for item in try list(node) {
+            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths"], context: "a scope")
+            guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
+            let name = try nonEmptyString(nameNode)
+            guard names.insert(name).inserted else { throw error(nameNode, "duplicate scope name '\(name)'") }
+            guard let originsNode = keys["origins"] else { throw error(item, "scope '\(name)' needs 'origins'") }
+            let explicitHTTPS = try keys["require_https"].map { node throws(ConfigError) in try bool(node) }
+            let requireHTTPS = explicitHTTPS ?? true
+
+            var injections: [Scope.Injection] = []
+            if let injectNode = keys["inject"] {
+                guard case .mapping(let pairs) = injectNode.value else { throw error(injectNode, "'inject' must map header -> template") }
+                for (headerNode, templateNode) in pairs {
+                    let header = try headerName(headerNode)
+                    let template: HeaderTemplate
+                    do {
+                        template = try HeaderTemplate.parse(try string(templateNode))
+                    } catch let parseError as HeaderTemplate.ParseError {
+                        throw error(templateNode, "invalid template: \(describe(parseError))")
+                    } catch let configError as ConfigError {
+                        throw configError
+                    } catch {
+                        throw self.error(templateNode, "invalid template")
+                    }
+                    for secret in template.secretNames where !secretNames.contains(secret) {
+                        throw self.error(templateNode, "'${\(secret)}' names no secret in 'secrets'\(suggestion(secret, secretNames))")
+                    }
+                    injections.append(.init(header: header, template: template))
+                }
+            }
+            let pass = try keys["pass"].map { node throws(ConfigError) in try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() } } ?? []
+            let methods = try keys["methods"].map { node throws(ConfigError) -> Set<String> in
+                Set(try list(node).map { item throws(ConfigError) -> String in
+                    let method = try nonEmptyString(item)
+                    guard method.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) else { throw error(item, "methods are uppercase tokens like GET") }
+                    return method
+                })
+            }
+            let paths = try keys["paths"].map { node throws(ConfigError) -> [String] in
+                try list(node).map { item throws(ConfigError) -> String in
+                    let path = try nonEmptyString(item)
+                    guard path.hasPrefix("/") else { throw error(item, "paths are prefixes starting with '/'") }
+                    return path
+                }
+            }
+            let givesCredentials = !injections.isEmpty || !pass.isEmpty
+            var origins: Set<Origin> = []
+            for originNode in try list(originsNode) {
+                let text = try string(originNode)
+                let origin: Origin
+                do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
+                guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
+                if origin.scheme == .http {
+                    let loopback = Self.isLoopback(origin.host)
+                    if explicitHTTPS == true && !loopback {
+                        throw self.error(originNode, "http origin \(origin) in scope '\(name)' with require_https: true")
+                    }
+                    if givesCredentials && !loopback && explicitHTTPS != false {
+                        throw self.error(originNode, "http origin \(origin) would get credentials in clear text: set require_https: false on scope '\(name)' if that is really meant")
+                    }
+                }
+                for injection in injections {
+                    let header = injection.header.lowercased()
+                    if let other = injectors[origin]?[header] {
+                        throw self.error(originNode, "scopes '\(other)' and '\(name)' both inject \(injection.header) at \(origin)")
+                    }
+                    injectors[origin, default: [:]][header] = name
+                }
+            }
+            scopes.append(Scope(name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
+                                pass: Set(pass), methods: methods, paths: paths))
+        }
+        return scopes
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host.hasPrefix("127.") || host == "[::1]"
+    }
+
+    func describe(_ error: HeaderTemplate.ParseError) -> String {
+        switch error {
+        case .unterminatedReference: "'${' without a closing '}'"
+        case .emptyReference: "empty '${}'"
+        case .invalidSecretName(let name): "invalid secret name '\(name)'"
+        case .invalidCharacter: "control or non-ASCII character (not a valid header value)"
+        }
+    }
+
+    // MARK: Other sections
+
+    func routes(_ node: YAMLNode) throws(ConfigError) -> [Route] {
+        try list(node).map { item throws(ConfigError) -> Route in
+            let keys = try mapping(item, allowed: ["listen", "upstream"], context: "a route")
+            guard let listenNode = keys["listen"], let upstreamNode = keys["upstream"] else {
+                throw error(item, "a route needs 'listen' and 'upstream'")
+            }
+            let text = try string(upstreamNode)
+            guard let origin = try? Origin.parse(text) else { throw error(upstreamNode, "invalid upstream origin '\(text)'") }
+            return Route(listen: try hostPort(listenNode), upstream: origin)
+        }
+    }
+
+    func redirects(_ node: YAMLNode) throws(ConfigError) -> RedirectPolicy {
+        let keys = try mapping(node, allowed: ["cross_origin", "allow", "max_hops"], context: "redirects")
+        var policy = RedirectPolicy()
+        if let modeNode = keys["cross_origin"] {
+            let text = try string(modeNode)
+            guard let mode = RedirectMode(rawValue: text) else { throw error(modeNode, "cross_origin must be pass, follow or block") }
+            policy.mode = mode
+        }
+        if let allowNode = keys["allow"] {
+            for item in try list(allowNode) {
+                let text = try string(item)
+                guard let origin = try? Origin.parse(text) else { throw error(item, "invalid origin '\(text)'") }
+                policy.allow.insert(origin)
+            }
+        }
+        if let hopsNode = keys["max_hops"] {
+            let hops = try int(hopsNode)
+            guard (1...20).contains(hops) else { throw error(hopsNode, "max_hops must be between 1 and 20") }
+            policy.maxHops = hops
+        }
+        return policy
+    }
+
+    func tls(_ node: YAMLNode, defaults: TLSSettings) throws(ConfigError) -> TLSSettings {
+        let keys = try mapping(node, allowed: ["intercept", "tunnel", "ca_dir", "upstream_ca"], context: "tls")
+        var settings = defaults
+        if let interceptNode = keys["intercept"] {
+            if case .scalar(let text, _) = interceptNode.value, text == "scoped" {
+                settings.intercept = .scoped
+            } else {
+                settings.intercept = .hosts(try list(interceptNode).map { item throws(ConfigError) -> String in
+                    let host = try string(item)
+                    guard let parsed = try? Host.parse(Substring(host)) else { throw error(item, "invalid host '\(host)'") }
+                    return parsed.normalized
+                })
+            }
+        }
+        if let tunnelNode = keys["tunnel"] {
+            guard let tunnel = TLSSettings.Tunnel(rawValue: try string(tunnelNode)) else { throw error(tunnelNode, "tunnel must be allow or deny") }
+            settings.tunnel = tunnel
+        }
+        if let caNode = keys["ca_dir"] { settings.caDirectory = expand(try nonEmptyString(caNode), relativeTo: file) }
+        if let upstreamNode = keys["upstream_ca"], !upstreamNode.isNull {
+            settings.upstreamCA = expand(try nonEmptyString(upstreamNode), relativeTo: file)
+        }
+        return settings
+    }
+
+    func timeouts(_ node: YAMLNode) throws(ConfigError) -> TimeoutSettings {
+        let keys = try mapping(node, allowed: ["connect", "upstream", "idle", "client_header"], context: "timeouts")
+        var settings = TimeoutSettings()
+        if let value = keys["connect"] { settings.connect = try duration(value) }
+        if let value = keys["upstream"] { settings.upstream = try duration(value) }
+        if let value = keys["idle"] { settings.idle = try duration(value) }
+        if let value = keys["client_header"] { settings.clientHeader = try duration(value) }
+        return settings
+    }
+
+    func log(_ node: YAMLNode) throws(ConfigError) -> LogSettings {
+        let keys = try mapping(node, allowed: ["format", "output", "bodies", "safe_headers", "safe_query", "safe_json_keys"], context: "log")
+        var settings = LogSettings()
+        if let formatNode = keys["format"] {
+            guard let format = LogSettings.Format(rawValue: try string(formatNode)) else { throw error(formatNode, "format must be json or text") }
+            settings.format = format
+        }
+        if let outputNode = keys["output"] {
+            switch try nonEmptyString(outputNode) {
+            case "stdout": settings.output = .stdout
+            case "stderr": settings.output = .stderr
+            case let path: settings.output = .file(expand(path, relativeTo: file))
+            }
+        }
+        if let bodiesNode = keys["bodies"] { settings.bodies = try bool(bodiesNode) }
+        if let node = keys["safe_headers"] { settings.safeHeaders = try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() } }
+        if let node = keys["safe_query"] { settings.safeQuery = try list(node).map { item throws(ConfigError) in try nonEmptyString(item) } }
+        if let node = keys["safe_json_keys"] { settings.safeJSONKeys = try list(node).map { item throws(ConfigError) in try nonEmptyString(item) } }
+        return settings
+    }
+
+    // MARK: Value types
+
+    func mapping(_ node: YAMLNode, allowed: [String], context: String) throws(ConfigError) -> [String: YAMLNode] {
+        if node.isNull { return [:] }
+        guard case .mapping(let pairs) = node.value else { throw error(node, "\(context) must be a mapping") }
+        var result: [String: YAMLNode] = [:]
+        for (keyNode, value) in pairs {
+            guard case .scalar(let key, _) = keyNode.value else { throw error(keyNode, "keys must be strings") }
+            guard allowed.contains(key) else {
+                throw error(keyNode, "unknown key '\(key)' in \(context)\(suggestion(key, Set(allowed)))")
+            }
+            result[key] = value
+        }
+        return result
+    }
+
+    func list(_ node: YAMLNode) throws(ConfigError) -> [YAMLNode] {
+        if node.isNull { return [] }
+        guard case .sequence(let items) = node.value else { throw error(node, "expected a list") }
+        return items
+    }
+
+    func string(_ node: YAMLNode) throws(ConfigError) -> String {
+        guard case .scalar(let text, _) = node.value else { throw error(node, "expected a string") }
+        return text
+    }
+
+    func nonEmptyString(_ node: YAMLNode) throws(ConfigError) -> String {
+        let text = try string(node)
+        guard !text.isEmpty else { throw error(node, "expected a non-empty string") }
+        return text
+    }
+
+    func bool(_ node: YAMLNode) throws(ConfigError) -> Bool {
+        guard case .scalar(let text, plain: true) = node.value else { throw error(node, "expected true or false") }
+        switch text {
+        case "true", "True", "TRUE": return true
+        case "false", "False", "FALSE": return false
+        default: throw error(node, "expected true or false")
+        }
+    }
+
+    func int(_ node: YAMLNode) throws(ConfigError) -> Int {
+        guard case .scalar(let text, plain: true) = node.value, let value = Int(text) else { throw error(node, "expected a whole number") }
+        return value
+    }
+
+    /// "250ms", "2s", "1m" -> milliseconds (at least 1 ms, at most a day).
+    func duration(_ node: YAMLNode) throws(ConfigError) -> Int {
+        let text = try string(node)
+        let units: [(String, Int)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            if let number = Int(text.dropLast(suffix.count)), number > 0, number * factor <= 86_400_000 {
+                return number * factor
+            }
+            break
+        }
+        throw error(node, "invalid duration '\(text)': use a whole number with ms, s, m or h, like 250ms or 2s")
+    }
+
+    func headerName(_ node: YAMLNode) throws(ConfigError) -> String {
+        let name = try nonEmptyString(node)
+        let valid = name.utf8.allSatisfy { byte in
+            switch byte {
+            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
+            default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+        }
+        guard valid else { throw error(node, "'\(name)' is not a valid header name") }
+        return name
+    }
+
+    func hostPort(_ node: YAMLNode) throws(ConfigError) -> HostPort {
+        let text = try string(node)
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+            throw error(node, "expected HOST:PORT, got '\(text)'")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw error(node, "expected HOST:PORT, got '\(text)'") }
+        return HostPort(host: host, port: port)
+    }
+
+    /// `~/x` -> home; relative paths -> next to the config file (when `relativeTo` is given).
+    func expand(_ path: String, relativeTo configFile: String?) -> String {
+        if path == "~" { return home }
+        if path.hasPrefix("~/") { return home + path.dropFirst() }
+        if path.hasPrefix("/") { return path }
+        guard let configFile, let slash = configFile.lastIndex(of: "/") else { return path }
+        return String(configFile[...slash]) + path
+    }
+
+    /// ", did you mean 'x'?" for the closest candidate within edit distance 2.
+    func suggestion(_ word: String, _ candidates: Set<String>) -> String {
+        let best = candidates.map { ($0, Self.editDistance(word, $0)) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
+        guard let best, best.1 <= 2 else { return "" }
+        return ", did you mean '\(best.0)'?"
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a.utf8), b = Array(b.utf8)
+        var previous = Array(0...b.count)
+        for i in 1...max(1, a.count) where !a.isEmpty {
+            var current = [i] + [Int](repeating: 0, count: b.count)
+            for j in 1...max(1, b.count) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
+    }
+}

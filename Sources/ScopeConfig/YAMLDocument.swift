@@ -1,0 +1,146 @@
+import CYAML
+
+/// A position in the config file, 1-based, as editors show it.
+public struct Mark: Sendable, Equatable {
+    public let line: Int
+    public let column: Int
+}
+
+/// A YAML node with the position it started at. Only what a config needs: scalars, mappings
+/// (ordered, duplicate keys refused), sequences. Anchors/aliases and tags are refused: they make a
+/// config harder to read and libyaml reports aliases at the anchor's position.
+public indirect enum YAMLValue: Sendable {
+    case scalar(String, plain: Bool)
+    case mapping([(key: YAMLNode, value: YAMLNode)])
+    case sequence([YAMLNode])
+}
+
+public struct YAMLNode: Sendable {
+    public let value: YAMLValue
+    public let mark: Mark
+
+    /// A plain `null`, `~` or empty scalar.
+    public var isNull: Bool {
+        if case .scalar(let text, plain: true) = value { return text.isEmpty || text == "null" || text == "~" || text == "Null" || text == "NULL" }
+        return false
+    }
+}
+
+public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let file: String
+    public let mark: Mark
+    public let message: String
+
+    public init(file: String, mark: Mark, message: String) {
+        self.file = file
+        self.mark = mark
+        self.message = message
+    }
+
+    /// `FILE:LINE:COLUMN: message`
+    public var description: String { "\(file):\(mark.line):\(mark.column): \(message)" }
+}
+
+enum YAMLDocument {
+    /// Parses one YAML document (an empty file is an empty mapping).
+    static func parse(_ text: String, file: String) throws(ConfigError) -> YAMLNode {
+        var parser = yaml_parser_t()
+        guard yaml_parser_initialize(&parser) == 1 else {
+            throw ConfigError(file: file, mark: Mark(line: 1, column: 1), message: "cannot initialize the YAML parser")
+        }
+        defer { yaml_parser_delete(&parser) }
+        let bytes = Array(text.utf8)
+        return try bytes.withUnsafeBufferPointer { buffer throws(ConfigError) -> YAMLNode in
+            yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
+            var builder = Builder(file: file)
+            return try builder.run(&parser)
+        }
+    }
+
+    private struct Builder {
+        let file: String
+        // Open containers: the node's mark and its children so far.
+        enum Open {
+            case mapping(Mark, [(key: YAMLNode, value: YAMLNode)], pendingKey: YAMLNode?)
+            case sequence(Mark, [YAMLNode])
+        }
+        var stack: [Open] = []
+        var root: YAMLNode?
+        var documents = 0
+
+        func error(_ mark: Mark, _ message: String) -> ConfigError {
+            ConfigError(file: file, mark: mark, message: message)
+        }
+
+        static func mark(_ mark: yaml_mark_t) -> Mark { Mark(line: Int(mark.line) + 1, column: Int(mark.column) + 1) }
+
+        mutating func run(_ parser: inout yaml_parser_t) throws(ConfigError) -> YAMLNode {
+            while true {
+                var event = yaml_event_t()
+                guard yaml_parser_parse(&parser, &event) == 1 else {
+                    let problem = parser.problem.map { String(cString: $0) } ?? "invalid YAML"
+                    throw error(Self.mark(parser.problem_mark), "YAML syntax error: \(problem)")
+                }
+                defer { yaml_event_delete(&event) }
+                let mark = Self.mark(event.start_mark)
+                switch event.type {
+                case YAML_STREAM_END_EVENT:
+                    return root ?? YAMLNode(value: .mapping([]), mark: Mark(line: 1, column: 1))
+                case YAML_DOCUMENT_START_EVENT:
+                    documents += 1
+                    if documents > 1 { throw error(mark, "only one YAML document is allowed") }
+                case YAML_MAPPING_START_EVENT:
+                    try refuseAnchorAndTag(event.data.mapping_start.anchor, event.data.mapping_start.tag, mark)
+                    stack.append(.mapping(mark, [], pendingKey: nil))
+                case YAML_SEQUENCE_START_EVENT:
+                    try refuseAnchorAndTag(event.data.sequence_start.anchor, event.data.sequence_start.tag, mark)
+                    stack.append(.sequence(mark, []))
+                case YAML_MAPPING_END_EVENT:
+                    guard case .mapping(let start, let pairs, _) = stack.removeLast() else { throw error(mark, "unbalanced mapping") }
+                    try add(YAMLNode(value: .mapping(pairs), mark: start))
+                case YAML_SEQUENCE_END_EVENT:
+                    guard case .sequence(let start, let items) = stack.removeLast() else { throw error(mark, "unbalanced sequence") }
+                    try add(YAMLNode(value: .sequence(items), mark: start))
+                case YAML_SCALAR_EVENT:
+                    let scalar = event.data.scalar
+                    try refuseAnchorAndTag(scalar.anchor, scalar.tag, mark)
+                    let text = String(decoding: UnsafeBufferPointer(start: scalar.value, count: scalar.length), as: UTF8.self)
+                    try add(YAMLNode(value: .scalar(text, plain: scalar.style == YAML_PLAIN_SCALAR_STYLE), mark: mark))
+                case YAML_ALIAS_EVENT:
+                    throw error(mark, "YAML aliases are not supported in scopeproxy configs")
+                default:
+                    break
+                }
+            }
+        }
+
+        func refuseAnchorAndTag(_ anchor: UnsafeMutablePointer<yaml_char_t>?, _ tag: UnsafeMutablePointer<yaml_char_t>?, _ mark: Mark) throws(ConfigError) {
+            if anchor != nil { throw error(mark, "YAML anchors are not supported in scopeproxy configs") }
+            if tag != nil { throw error(mark, "YAML tags are not supported in scopeproxy configs") }
+        }
+
+        mutating func add(_ node: YAMLNode) throws(ConfigError) {
+            guard let top = stack.popLast() else {
+                root = node
+                return
+            }
+            switch top {
+            case .sequence(let start, var items):
+                items.append(node)
+                stack.append(.sequence(start, items))
+            case .mapping(let start, var pairs, let pendingKey):
+                if let key = pendingKey {
+                    pairs.append((key: key, value: node))
+                    stack.append(.mapping(start, pairs, pendingKey: nil))
+                } else {
+                    guard case .scalar(let name, _) = node.value else { throw error(node.mark, "mapping keys must be plain strings") }
+                    // libyaml accepts duplicate keys silently; a config must not.
+                    if pairs.contains(where: { if case .scalar(let existing, _) = $0.key.value { existing == name } else { false } }) {
+                        throw error(node.mark, "duplicate key '\(name)'")
+                    }
+                    stack.append(.mapping(start, pairs, pendingKey: node))
+                }
+            }
+        }
+    }
+}

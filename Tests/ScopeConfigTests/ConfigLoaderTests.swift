@@ -1,0 +1,90 @@
+import Foundation
+import HTTP1Codec
+import ScopePolicy
+import Testing
+@testable import ScopeConfig
+
+private let fixtures = Bundle.module.resourceURL!.appendingPathComponent("Fixtures")
+private let home = "/home/tester"
+
+private func failingFixtures() -> [String] {
+    (try? FileManager.default.contentsOfDirectory(atPath: fixtures.path))?.filter { $0.hasSuffix(".yaml") && !$0.hasSuffix(".valid.yaml") }.sorted() ?? []
+}
+
+@Suite("Config: one fixture per kind of error, exact FILE:LINE:COLUMN")
+struct ConfigErrorTests {
+    @Test("there is a fixture for every kind of error")
+    func fixturesExist() {
+        #expect(failingFixtures().count >= 18)
+    }
+
+    @Test("each fixture fails with the error its first line announces", arguments: failingFixtures())
+    func fixture(_ name: String) throws {
+        let path = fixtures.appendingPathComponent(name).path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        let firstLine = try #require(text.split(separator: "\n").first)
+        let expected = String(firstLine.dropFirst("# expect: ".count))
+        do {
+            _ = try ConfigLoader.load(path: path, home: home)
+            Issue.record("\(name) loaded without error")
+        } catch {
+            #expect(error.description == "\(path):\(expected)")
+        }
+    }
+}
+
+@Suite("Config: valid files")
+struct ConfigValidTests {
+    @Test("the contract's example config is valid and means what it says")
+    func contractExample() throws {
+        let path = fixtures.appendingPathComponent("contract-example.valid.yaml").path
+        let config = try ConfigLoader.load(path: path, home: home)
+        #expect(config.listen == HostPort(host: "127.0.0.1", port: 8080))
+        #expect(config.proxyAuthSecret == "proxy_password")
+        #expect(config.admin == HostPort(host: "127.0.0.1", port: 9090))
+        #expect(config.storeDirectory == "/home/tester/.local/share/scopeproxy/secrets")
+        #expect(config.secrets["library_key"] == .file(path: fixtures.path + "/secrets/library_key", allowGroupRead: false))
+        #expect(config.secrets["cdn_token"] == .file(path: "/run/secrets/cdn_token", allowGroupRead: true))
+        #expect(config.secrets["github_token"] == .store("github"))
+        #expect(config.policy.isSensitive("x-session-token"))
+        #expect(config.policy.isSensitive("Authorization"))
+        let scope = try #require(config.policy.scopes.first)
+        #expect(scope.origins == [try Origin.parse("https://api.library.example"), try Origin.parse("http://127.0.0.1:8765")])
+        #expect(scope.inject.map(\.header) == ["Authorization", "X-API-Key"])
+        #expect(scope.pass == ["cookie"])
+        #expect(scope.methods == ["GET", "POST"])
+        #expect(scope.paths == ["/v1/"])
+        #expect(config.routes == [Route(listen: HostPort(host: "127.0.0.1", port: 8081), upstream: try Origin.parse("https://api.library.example"))])
+        #expect(config.redirects == RedirectPolicy(mode: .pass, allow: [try Origin.parse("https://cdn.library.example")], maxHops: 5))
+        #expect(config.tls.intercept == .hosts(["api.library.example"]))
+        #expect(config.tls.tunnel == .deny)
+        #expect(config.tls.upstreamCA == nil)
+        #expect(config.timeouts.connect == 5_000 && config.timeouts.upstream == 30_000 && config.timeouts.idle == 60_000 && config.timeouts.clientHeader == 10_000)
+        #expect(config.log.format == .json && config.log.output == .stdout && !config.log.bodies)
+    }
+
+    @Test("the worked example in config/ is valid")
+    func workedExample() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let config = try ConfigLoader.load(path: root.appendingPathComponent("config/scopeproxy.example.yaml").path, home: home)
+        #expect(config.policy.scopes.map(\.name) == ["library", "cdn", "local-dev"])
+        #expect(config.redirects.mode == .block)
+        #expect(config.summary.hasPrefix("valid: listen 127.0.0.1:8080, 3 scope(s), 3 injected header(s), 2 secret(s)"))
+    }
+
+    @Test("an empty file is the embedded default: no scopes, strip everything")
+    func emptyFile() throws {
+        let config = try ConfigLoader.parse("", file: "empty.yaml", home: home)
+        #expect(config.policy.scopes.isEmpty)
+        #expect(config.listen == HostPort(host: "127.0.0.1", port: 8080))
+        #expect(config.redirects.mode == .pass)
+    }
+
+    @Test("durations and the did-you-mean distance")
+    func helpers() throws {
+        let config = try ConfigLoader.parse("timeouts: { connect: 250ms, upstream: 2s, idle: 1m, client_header: 1h }", file: "t.yaml", home: home)
+        #expect(config.timeouts.connect == 250 && config.timeouts.upstream == 2000 && config.timeouts.idle == 60_000 && config.timeouts.clientHeader == 3_600_000)
+        #expect(Decoder.editDistance("listn", "listen") == 1)
+        #expect(Decoder.editDistance("", "ab") == 2)
+    }
+}
