@@ -19,6 +19,8 @@ let package = Package(
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
         .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML"]),
+        // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
+        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy"]),
 
         // The libevent engine: carries out what the core decides.
         .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "CLibevent"]),
@@ -29,6 +31,7 @@ let package = Package(
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
+        .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ScopeConfig", "ScopePolicy", "HTTP1Codec"],
                     resources: [.copy("Fixtures")]),

@@ -1,0 +1,224 @@
+import ScopeConfig
+import ScopePolicy
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a secret could not be loaded. Names the secret and the reason, never a value.
+public struct SecretError: Error, Equatable, CustomStringConvertible, Sendable {
+    public let name: String
+    public let reason: String
+
+    public var description: String { "secret '\(name)': \(reason)" }
+}
+
+/// The current values of every configured secret. `env` values are read once; `file` and `store`
+/// values are re-read when the file changes (`refresh`, called about once a second off the event
+/// loops), including a Kubernetes `..data` symlink swap, since stat follows links.
+public final class SecretStore: SecretLookup, @unchecked Sendable {
+    private struct FileState: Equatable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var modified: Int
+        var modifiedNanoseconds: Int
+        var changed: Int
+        var changedNanoseconds: Int
+    }
+
+    private let sources: [String: SecretSource]
+    private let storeDirectory: String
+    private let values = Mutex<[String: SecretValue]>([:])
+    private var fileStates: [String: FileState] = [:]  // touched only by load/refresh (one caller)
+
+    public init(sources: [String: SecretSource], storeDirectory: String) {
+        self.sources = sources
+        self.storeDirectory = storeDirectory
+    }
+
+    public func value(of name: String) -> SecretValue? {
+        values.withLock { $0[name] }
+    }
+
+    /// Every secret's value as it is now (the redactor scans log lines for them).
+    public var allValues: [SecretValue] { values.withLock { Array($0.values) } }
+
+    /// Loads everything; the first failure is thrown (and `run` refuses to start).
+    public func load() throws(SecretError) {
+        var loaded: [String: SecretValue] = [:]
+        for name in sources.keys.sorted() {
+            let (value, state) = try read(name, sources[name]!)
+            loaded[name] = value
+            if let state { fileStates[name] = state }
+        }
+        values.withLock { $0 = loaded }
+    }
+
+    /// Re-reads file and store secrets whose file changed. Returns the names that changed and the
+    /// errors met (a secret whose file became unsafe is dropped: fail closed).
+    @discardableResult
+    public func refresh() -> (changed: [String], errors: [SecretError]) {
+        var changed: [String] = []
+        var errors: [SecretError] = []
+        for (name, source) in sources {
+            let path: String
+            switch source {
+            case .env: continue
+            case .file(let filePath, _): path = filePath
+            case .store(let storeName): path = storePath(storeName)
+            }
+            let state = Self.fileState(path)
+            if let state, state == fileStates[name] { continue }
+            do {
+                let (value, newState) = try read(name, source)
+                fileStates[name] = newState
+                if values.withLock({ $0[name] }) != value {
+                    values.withLock { $0[name] = value }
+                    changed.append(name)
+                }
+            } catch {
+                if state == nil {
+                    // Missing for a moment is what a non-atomic rotation looks like: keep the last
+                    // good value and report it; a permission problem drops the value below.
+                    errors.append(error)
+                    continue
+                }
+                fileStates[name] = state
+                values.withLock { $0[name] = nil }
+                errors.append(error)
+            }
+        }
+        return (changed, errors)
+    }
+
+    func storePath(_ name: String) -> String { storeDirectory + "/" + name }
+
+    private func read(_ name: String, _ source: SecretSource) throws(SecretError) -> (SecretValue, FileState?) {
+        switch source {
+        case .env(let variable):
+            guard let raw = getenv(variable) else { throw SecretError(name: name, reason: "environment variable \(variable) is not set") }
+            return (try Self.validate(name, String(cString: raw)), nil)
+        case .file(let path, let allowGroupRead):
+            return try Self.readFile(name, path: path, allowGroupRead: allowGroupRead)
+        case .store(let storeName):
+            return try Self.readFile(name, path: storePath(storeName), allowGroupRead: false)
+        }
+    }
+
+    private static func readFile(_ name: String, path: String, allowGroupRead: Bool) throws(SecretError) -> (SecretValue, FileState?) {
+        var info = Glibc.stat()
+        guard fstatat(AT_FDCWD, path, &info, 0) == 0 else { throw SecretError(name: name, reason: "file \(path) is missing or unreadable") }
+        let mode = info.st_mode
+        guard mode & S_IFMT == S_IFREG else { throw SecretError(name: name, reason: "\(path) is not a regular file") }
+        if mode & 0o007 != 0 { throw SecretError(name: name, reason: "\(path) is world-accessible (chmod o-rwx)") }
+        if mode & 0o020 != 0 { throw SecretError(name: name, reason: "\(path) is group-writable") }
+        if mode & 0o040 != 0 && !allowGroupRead {
+            throw SecretError(name: name, reason: "\(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount")
+        }
+        if info.st_uid != geteuid() && info.st_uid != 0 {
+            throw SecretError(name: name, reason: "\(path) is owned by another user")
+        }
+        guard let handle = fopen(path, "rb") else { throw SecretError(name: name, reason: "cannot open \(path)") }
+        defer { fclose(handle) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, handle)
+            if count <= 0 { break }
+            bytes += buffer[..<count]
+            if bytes.count > 64 * 1024 { throw SecretError(name: name, reason: "\(path) is larger than 64 KiB") }
+        }
+        if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
+        return (try validate(name, String(decoding: bytes, as: UTF8.self)), Self.fileState(path))
+    }
+
+    /// A value must fit in a header: no CR, LF or NUL (that would be header injection).
+    static func validate(_ name: String, _ value: String) throws(SecretError) -> SecretValue {
+        if value.isEmpty { throw SecretError(name: name, reason: "the value is empty") }
+        if value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
+            throw SecretError(name: name, reason: "the value contains CR, LF or NUL")
+        }
+        return SecretValue(value)
+    }
+
+    private static func fileState(_ path: String) -> FileState? {
+        var info = Glibc.stat()
+        guard fstatat(AT_FDCWD, path, &info, 0) == 0 else { return nil }
+        return FileState(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                         modified: info.st_mtim.tv_sec, modifiedNanoseconds: info.st_mtim.tv_nsec,
+                         changed: info.st_ctim.tv_sec, changedNanoseconds: info.st_ctim.tv_nsec)
+    }
+}
+
+/// `scopeproxy secret set|list|rm`: the local store directory (0700, files 0600, atomic writes).
+public struct LocalSecretDirectory: Sendable {
+    public let path: String
+
+    public init(path: String) {
+        self.path = path
+    }
+
+    public enum Failure: Error, CustomStringConvertible {
+        case invalidName(String)
+        case io(String)
+        case notFound(String)
+
+        public var description: String {
+            switch self {
+            case .invalidName(let name): "invalid secret name '\(name)': use letters, digits, '_', '.' and '-'"
+            case .io(let message): message
+            case .notFound(let name): "no secret named '\(name)' in the store"
+            }
+        }
+    }
+
+    static func validName(_ name: String) -> Bool {
+        !name.isEmpty && !name.hasPrefix(".") && name.utf8.allSatisfy(HeaderTemplate.isNameByte)
+    }
+
+    /// Creates the directory (and parents) 0700, and tightens it if it exists.
+    func ensureDirectory() throws(Failure) {
+        var current = ""
+        for component in path.split(separator: "/") {
+            current += "/" + component
+            if mkdir(current, 0o700) != 0 && errno != EEXIST { throw .io("cannot create \(current): \(String(cString: strerror(errno)))") }
+        }
+        chmod(path, 0o700)
+    }
+
+    public func set(_ name: String, value: String) throws(Failure) {
+        guard Self.validName(name) else { throw .invalidName(name) }
+        do { _ = try SecretStore.validate(name, value) } catch { throw .io(error.description) }
+        try ensureDirectory()
+        let temporary = "\(path)/.\(name).tmp.\(getpid())"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        let bytes = Array(value.utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count, synced, rename(temporary, "\(path)/\(name)") == 0 else {
+            unlink(temporary)
+            throw .io("cannot store secret '\(name)'")
+        }
+    }
+
+    public func list() -> [String] {
+        guard let directory = opendir(path) else { return [] }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if Self.validName(name) { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    public func remove(_ name: String) throws(Failure) {
+        guard Self.validName(name) else { throw .invalidName(name) }
+        guard unlink("\(path)/\(name)") == 0 else { throw .notFound(name) }
+    }
+}
