@@ -23,13 +23,15 @@ let package = Package(
         .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "CLibevent"]),
+        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "CLibevent"]),
 
-        // The executable only parses the command line.
-        .executableTarget(name: "scopeproxy", dependencies: ["ProxyEngine", "HTTP1Codec"]),
+        // The composition root: config + secrets -> engine, the commands, reload. The executable
+        // only hands it the command line.
+        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy"]),
+        .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
-        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "COpenSSL"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),

@@ -18,6 +18,26 @@ struct BodyPump {
     /// Re-frame as chunked (chunked in, chunked out); otherwise data passes as it is.
     private let reframeChunked: Bool
     private(set) var bodyBytes: UInt64 = 0
+    /// A copy of the body as it passes, kept only while it stays under `captureLimit` (follow mode
+    /// replays it on a 307/308); nil once it grew past the limit, or when not capturing.
+    private(set) var captured: [UInt8]?
+    private var captureLimit = 0
+
+    mutating func startCapture(limit: Int) {
+        captured = []
+        captureLimit = limit
+    }
+
+    private mutating func capture(_ source: OpaquePointer, _ count: Int) {
+        guard captured != nil, count > 0 else { return }
+        guard captured!.count + count <= captureLimit else {
+            captured = nil
+            return
+        }
+        let start = captured!.count
+        captured!.append(contentsOf: repeatElement(0, count: count))
+        captured!.withUnsafeMutableBytes { _ = evbuffer_copyout(source, $0.baseAddress! + start, count) }
+    }
 
     init(inbound: BodyFraming, outbound: BodyFraming) {
         switch inbound {
@@ -49,6 +69,7 @@ struct BodyPump {
             case .remaining(let remaining):
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
+                capture(source, Int(min(remaining, UInt64(available))))
                 let moved = EventBuffer.move(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
                 bodyBytes += UInt64(moved)
                 let left = remaining - UInt64(moved)
@@ -70,6 +91,7 @@ struct BodyPump {
                     let available = EventBuffer.length(source)
                     guard available > 0 else { return false }
                     let take = min(size, available)
+                    capture(source, take)
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkHeader(size: take)) }
                     let moved = EventBuffer.move(from: source, to: destination, count: take)
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkTrailer) }

@@ -1,5 +1,6 @@
 import CLibevent
 import HTTP1Codec
+import ScopePolicy
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -118,6 +119,11 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: 2. Request head → origin checks → exchange
 
     private func beginExchange(_ head: RequestHead) {
+        let context = configuration.scope.context
+        guard context.acceptsProxyAuthorization(head.fields.first("proxy-authorization")) else {
+            reject(.proxyAuthenticationRequired)
+            return
+        }
         let target: RequestTarget
         do {
             target = try RequestTarget.parse(head.target, method: head.method)
@@ -127,6 +133,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         }
         let origin: Origin
         let pathAndQuery: String
+        var userinfo: String?
         switch target {
         case .origin, .asterisk:
             reject(.notProxyRequest)
@@ -134,11 +141,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case .authority(let host, let port):
             origin = Origin(scheme: .https, host: host, port: port)
             pathAndQuery = ""
-        case .absolute(let targetOrigin, let path, _):
-            // Userinfo is never forwarded: it is a credential, and scopes that may pass it do not
-            // exist yet (fail closed).
+        case .absolute(let targetOrigin, let path, let info):
             origin = targetOrigin
             pathAndQuery = path
+            userinfo = info
         }
         if let problem = hostHeaderProblem(head, origin: origin) {
             reject(problem)
@@ -164,15 +170,70 @@ final class ClientConnection: UpstreamConnectorDelegate {
             startExchange(Exchange(request: head, origin: origin, kind: .connect, upstreamHead: [], requestFraming: .none))
             return
         }
+        forward(head, method: head.method, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
+                framing: framing, context: context, chain: ChainContext(), hops: 0, replayBody: nil)
+    }
+
+    /// Scope decision, then the upstream head: the step where credentials are stripped or injected.
+    /// Also the entry for each hop of a redirect the proxy follows itself.
+    private func forward(
+        _ clientHead: RequestHead, method: String, origin: Origin, pathAndQuery: String, userinfo: String?,
+        framing: BodyFraming, context: ScopeContext, chain: ChainContext, hops: Int, replayBody: [UInt8]?
+    ) {
+        let bodyConsumed = framing == .none || replayBody != nil
         guard origin.scheme == .http else {
-            reject(.httpsUpstreamUnavailable(origin), consumedBody: framing == .none)
+            reject(.httpsUpstreamUnavailable(origin), consumedBody: bodyConsumed)
             return
         }
-        let upstreamHead = Forwarding.upstreamRequest(from: head, origin: origin, pathAndQuery: pathAndQuery, framing: framing)
-        let kind: Exchange.Kind = Forwarding.isUpgradeRequest(head) && framing == .none ? .upgrade : .forward
-        startExchange(Exchange(
-            request: head, origin: origin, kind: kind, upstreamHead: upstreamHead.serialized(), requestFraming: framing
-        ))
+        let scoped: ScopedRequest
+        switch context.policy.apply(method: method, origin: origin, pathAndQuery: pathAndQuery, fields: clientHead.fields,
+                                    hasUserinfo: userinfo != nil, secrets: context.secrets, chain: chain) {
+        case .failure(.secretUnavailable(let scope, let secret)):
+            reject(.credentialUnavailable(scope: scope, secret: secret), consumedBody: bodyConsumed)
+            return
+        case .success(let result):
+            scoped = result
+        }
+        var outgoing = clientHead
+        outgoing.method = method
+        outgoing.fields = scoped.fields
+        if scoped.keepUserinfo, let userinfo, !outgoing.fields.contains("authorization") {
+            // Userinfo cannot travel in an origin-form target; a scope that passes Authorization
+            // gets it the way clients send it.
+            outgoing.fields.append(name: "Authorization", value: "Basic " + Base64.encode(Self.percentDecoded(userinfo)))
+        }
+        let upstreamHead = Forwarding.upstreamRequest(from: outgoing, origin: origin, pathAndQuery: pathAndQuery, framing: framing)
+        let kind: Exchange.Kind = Forwarding.isUpgradeRequest(clientHead) && framing == .none ? .upgrade : .forward
+        let exchange = Exchange(
+            request: clientHead, origin: origin, kind: kind, upstreamHead: upstreamHead.serialized(),
+            requestFraming: replayBody == nil ? framing : .none
+        )
+        exchange.context = context
+        exchange.decision = scoped.decision
+        exchange.chain = chain
+        exchange.hops = hops
+        exchange.pathAndQuery = pathAndQuery
+        exchange.replayBody = replayBody
+        exchange.method = method
+        if context.redirects.mode == .follow, replayBody == nil, framing != .none {
+            exchange.requestPump.startCapture(limit: configuration.limits.maxReplayBody)
+        }
+        startExchange(exchange)
+    }
+
+    static func percentDecoded(_ text: String) -> [UInt8] {
+        var output: [UInt8] = []
+        var bytes = Array(text.utf8)[...]
+        while let byte = bytes.popFirst() {
+            if byte == UInt8(ascii: "%"), bytes.count >= 2,
+               let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) {
+                output.append(value)
+                bytes = bytes.dropFirst(2)
+            } else {
+                output.append(byte)
+            }
+        }
+        return output
     }
 
     /// The origin is always the target's. A Host header must agree with it, and there must be
@@ -240,6 +301,9 @@ final class ClientConnection: UpstreamConnectorDelegate {
             return
         }
         EventBuffer.append(outputBuffer(upstream), exchange.upstreamHead)
+        if let replayBody = exchange.replayBody, !replayBody.isEmpty {
+            EventBuffer.append(outputBuffer(upstream), replayBody)
+        }
         if exchange.requestPump.isComplete {
             arm(.responseHead, configuration.timeouts.upstream)
         } else {
@@ -343,6 +407,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     }
 
     private func handleFinalHead(_ head: ResponseHead, _ exchange: Exchange) {
+        guard applyRedirectPolicy(head, exchange) else { return }
         let framing: BodyFraming
         do {
             framing = try BodyFraming.forResponse(head, requestMethod: exchange.request.method)
@@ -361,6 +426,60 @@ final class ClientConnection: UpstreamConnectorDelegate {
         exchange.responsePump = BodyPump(inbound: framing, outbound: clientFraming)
         arm(.stall, configuration.timeouts.idle)
         pumpResponseBody()
+    }
+
+    /// The redirect decision on a 3xx with Location. Returns false when the exchange was taken over
+    /// (blocked, or followed by the proxy itself).
+    private func applyRedirectPolicy(_ head: ResponseHead, _ exchange: Exchange) -> Bool {
+        let verdict = exchange.context.redirects.decide(
+            status: head.status, location: head.fields.first("location"), requestMethod: exchange.method,
+            from: exchange.origin, pathAndQuery: exchange.pathAndQuery, hops: exchange.hops)
+        switch verdict {
+        case .notRedirect:
+            return true
+        case .pass(let target):
+            exchange.redirect = (target.origin, "pass")
+            return true
+        case .block(let target):
+            exchange.redirect = (target, "block")
+            failExchange(.redirectBlocked(target))  // the target receives nothing
+            return false
+        case .tooManyHops:
+            failExchange(.redirectLoop)
+            return false
+        case .follow(let target, let method, let replay):
+            // Follow only when the whole request was read (its body, if replayed, kept in memory);
+            // otherwise the client gets the 3xx and follows it itself, scoped on its own.
+            let body: [UInt8]? = replay ? exchange.replayableBody : []
+            guard exchange.requestPump.isComplete, let body else {
+                exchange.redirect = (target.origin, "pass")
+                return true
+            }
+            exchange.redirect = (target.origin, "follow")
+            followRedirect(exchange, to: target, method: method, body: body)
+            return false
+        }
+    }
+
+    /// The next hop of a chain the proxy follows: the 3xx is dropped (its connection is not reused),
+    /// and the original request is scoped afresh for the new origin.
+    private func followRedirect(_ exchange: Exchange, to target: RedirectTarget, method: String, body: [UInt8]) {
+        if let upstream = exchange.upstream {
+            exchange.upstream = nil
+            bufferevent_free(upstream)
+        }
+        var chain = exchange.chain
+        // A client credential stripped once stays stripped for the rest of the chain.
+        chain.strippedByClientHeader.formUnion(exchange.decision.stripped.map { $0.lowercased() })
+        if exchange.origin.scheme == .https && target.origin.scheme == .http { chain.downgraded = true }
+        var clientHead = exchange.request
+        if body.isEmpty && method != exchange.method {
+            clientHead.fields.removeAll("content-type")
+        }
+        self.exchange = nil
+        forward(clientHead, method: method, origin: target.origin, pathAndQuery: target.pathAndQuery, userinfo: nil,
+                framing: body.isEmpty ? .none : .contentLength(UInt64(body.count)), context: exchange.context,
+                chain: chain, hops: exchange.hops + 1, replayBody: body)
     }
 
     // MARK: 6. Response body → client

@@ -12,6 +12,8 @@ public struct EngineConfiguration: Sendable {
     /// How long SIGTERM waits for in-flight exchanges before closing them.
     public var shutdownGraceMilliseconds: Int
     public var limits: Limits
+    /// The scope rules, redirect policy, secrets and proxy auth; swapped whole on reload.
+    public var scope: ScopeContextHolder
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
@@ -19,8 +21,10 @@ public struct EngineConfiguration: Sendable {
         timeouts: Timeouts = Timeouts(),
         tunnel: TunnelPolicy = .deny,
         shutdownGraceMilliseconds: Int = 10_000,
-        limits: Limits = Limits()
+        limits: Limits = Limits(),
+        scope: ScopeContextHolder = ScopeContextHolder()
     ) {
+        self.scope = scope
         self.listen = listen
         self.threads = threads
         self.timeouts = timeouts
@@ -81,6 +85,8 @@ public enum TunnelPolicy: String, Sendable {
 
 /// Bounds that keep memory per connection fixed whatever the peers do.
 public struct Limits: Sendable, Equatable {
+    /// A request body kept for replay when the proxy follows a 307/308 (follow mode only).
+    public var maxReplayBody = 1024 * 1024
     /// Per direction: the most a bufferevent reads ahead, and the output level at which the proxy
     /// stops moving more body bytes into it (backpressure).
     public var bufferHighWatermark: Int

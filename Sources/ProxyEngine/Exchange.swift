@@ -1,5 +1,6 @@
 import CLibevent
 import HTTP1Codec
+import ScopePolicy
 
 /// One request/response exchange on a client connection, from the parsed request head to the last
 /// response byte. Owned by its `ClientConnection`; touched only on its worker's thread.
@@ -15,6 +16,21 @@ final class Exchange {
     let request: RequestHead
     let origin: Origin
     let kind: Kind
+    /// The scope context this exchange started with (a reload does not change it mid-flight).
+    var context: ScopeContext = .stripEverything
+    /// What the scope rules did (names only), for the log and for the next hop of a chain.
+    var decision = ScopeDecision()
+    var chain = ChainContext()
+    /// Redirects already followed by the proxy to get here.
+    var hops = 0
+    var pathAndQuery = ""
+    /// The method sent upstream (a followed 303 turns POST into GET).
+    var method = ""
+    /// A body replayed from memory on a followed 307/308 instead of read from the client.
+    var replayBody: [UInt8]?
+    var requestFraming: BodyFraming = .none
+    /// The redirect decision for this exchange's response, if it was a redirect (for the log).
+    var redirect: (origin: Origin, decision: String)?
     /// The serialized head sent upstream, kept so a stale pooled connection can be retried.
     let upstreamHead: [UInt8]
     var requestPump: BodyPump
@@ -40,6 +56,13 @@ final class Exchange {
         self.kind = kind
         self.upstreamHead = upstreamHead
         requestPump = BodyPump(inbound: requestFraming, outbound: requestFraming)
+        self.requestFraming = requestFraming
+    }
+
+    /// The request body as it can be replayed: empty when there was none, nil when it was not kept.
+    var replayableBody: [UInt8]? {
+        if let replayBody { return replayBody }
+        return requestFraming == .none ? [] : requestPump.captured
     }
 
     var responseStarted: Bool { response != nil }

@@ -22,6 +22,12 @@ enum ProxyError: Error, Equatable {
     case responseTimeout(Origin)
     case upstreamClosed(Origin)
     case badUpstreamResponse(Origin, String)
+    case proxyAuthenticationRequired
+    /// A secret an injection needs has no value: the request is not sent (fail closed).
+    case credentialUnavailable(scope: String, secret: String)
+    /// Block mode: a redirect to an origin that is not allowed. Names the origin only.
+    case redirectBlocked(Origin)
+    case redirectLoop
 
     init(_ error: HTTPParseError) {
         switch error {
@@ -38,6 +44,9 @@ enum ProxyError: Error, Equatable {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
         case .tunnelDenied: 403
+        case .proxyAuthenticationRequired: 407
+        case .credentialUnavailable, .redirectBlocked: 502
+        case .redirectLoop: 508
         case .requestHeadTimeout: 408
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
@@ -69,6 +78,10 @@ enum ProxyError: Error, Equatable {
         case .responseTimeout: "upstream_timeout"
         case .upstreamClosed: "upstream_closed"
         case .badUpstreamResponse: "bad_upstream_response"
+        case .proxyAuthenticationRequired: "proxy_authentication_required"
+        case .credentialUnavailable: "credential_unavailable"
+        case .redirectBlocked: "redirect_blocked"
+        case .redirectLoop: "redirect_loop"
         }
     }
 
@@ -93,6 +106,10 @@ enum ProxyError: Error, Equatable {
         case .responseTimeout(let origin): "\(origin) did not send a response head in time"
         case .upstreamClosed(let origin): "\(origin) closed the connection before responding"
         case .badUpstreamResponse(let origin, let reason): "invalid response from \(origin): \(reason)"
+        case .proxyAuthenticationRequired: "this proxy needs Proxy-Authorization (Basic any-user:password, or Bearer password)"
+        case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
+        case .redirectBlocked(let origin): "redirect to \(origin) blocked by the redirect policy"
+        case .redirectLoop: "too many redirects"
         }
     }
 
@@ -101,7 +118,8 @@ enum ProxyError: Error, Equatable {
     var allowsKeepAlive: Bool {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
-             .badUpstreamResponse, .httpsUpstreamUnavailable, .notProxyRequest, .hostMismatch:
+             .badUpstreamResponse, .httpsUpstreamUnavailable, .notProxyRequest, .hostMismatch,
+             .credentialUnavailable, .redirectBlocked, .redirectLoop:
             true
         default:
             false
@@ -114,6 +132,7 @@ enum ProxyError: Error, Equatable {
         var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
         head += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
         head += "Cache-Control: no-store\r\n"
+        if self == .proxyAuthenticationRequired { head += "Proxy-Authenticate: Basic realm=\"scopeproxy\"\r\n" }
         head += keepAlive ? "\r\n" : "Connection: close\r\n\r\n"
         return Array(head.utf8) + Array(body.utf8)
     }
@@ -122,6 +141,7 @@ enum ProxyError: Error, Equatable {
         switch status {
         case 400: "Bad Request"
         case 403: "Forbidden"
+        case 407: "Proxy Authentication Required"
         case 408: "Request Timeout"
         case 414: "URI Too Long"
         case 431: "Request Header Fields Too Large"
@@ -129,14 +149,15 @@ enum ProxyError: Error, Equatable {
         case 502: "Bad Gateway"
         case 504: "Gateway Timeout"
         case 505: "HTTP Version Not Supported"
+        case 508: "Loop Detected"
         default: "Error"
         }
     }
 }
 
 /// Minimal JSON string escaping (RFC 8259 §7), without Foundation.
-enum JSONText {
-    static func escape(_ text: String) -> String {
+public enum JSONText {
+    public static func escape(_ text: String) -> String {
         var result = ""
         result.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {

@@ -54,8 +54,29 @@ public final class ProxyServer: @unchecked Sendable {
         workers.removeAll()
     }
 
+    /// Hooks the main loop runs between signals: `tick` about once a second (secret rotation),
+    /// `hangup` on SIGHUP (reload). Both run on the calling thread, never on an event-loop worker.
+    public struct MainLoopHooks: Sendable {
+        public var tick: @Sendable () -> Void
+        public var hangup: @Sendable () -> Void
+
+        public init(tick: @escaping @Sendable () -> Void = {}, hangup: @escaping @Sendable () -> Void = {}) {
+            self.tick = tick
+            self.hangup = hangup
+        }
+    }
+
+    private final class MainLoop {
+        let base: OpaquePointer
+        let hooks: MainLoopHooks
+        init(base: OpaquePointer, hooks: MainLoopHooks) {
+            self.base = base
+            self.hooks = hooks
+        }
+    }
+
     /// Blocks until SIGTERM or SIGINT, then shuts down gracefully.
-    public func runUntilSignalled() {
+    public func runUntilSignalled(hooks: MainLoopHooks = MainLoopHooks()) {
         // A parent may have spawned us with these signals blocked (the mask survives exec), and
         // then SIGTERM would never stop the proxy: unblock the ones we handle.
         var handled = sigset_t()
@@ -64,16 +85,28 @@ public final class ProxyServer: @unchecked Sendable {
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)
         guard let base = event_base_new() else { return }
         defer { event_base_free(base) }
+        let loop = MainLoop(base: base, hooks: hooks)
+        let context = Unmanaged.passUnretained(loop).toOpaque()
         var events: [OpaquePointer] = []
         for signalNumber in [SIGTERM, SIGINT] {
-            let event = event_new(base, signalNumber, sp_ev_signal() | sp_ev_persist(), { signalNumber, _, base in
+            let event = event_new(base, signalNumber, sp_ev_signal() | sp_ev_persist(), { signalNumber, _, context in
+                let loop = Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue()
                 Diagnostics.log("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
-                event_base_loopbreak(OpaquePointer(base))
-            }, UnsafeMutableRawPointer(base))!
+                event_base_loopbreak(loop.base)
+            }, context)!
             event_add(event, nil)
             events.append(event)
         }
-        event_base_dispatch(base)
+        let hangup = event_new(base, SIGHUP, sp_ev_signal() | sp_ev_persist(), { _, _, context in
+            Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.hangup()
+        }, context)!
+        event_add(hangup, nil)
+        let tick = event_new(base, -1, sp_ev_persist(), { _, _, context in
+            Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.tick()
+        }, context)!
+        sp_event_add_ms(tick, 1000)
+        events += [hangup, tick]
+        withExtendedLifetime(loop) { _ = event_base_dispatch(base) }
         for event in events { event_free(event) }
         shutdown()
     }

@@ -1,5 +1,7 @@
 import Foundation
 import ProxyEngine
+import ScopeConfig
+import ScopePolicy
 
 /// An in-process proxy on 127.0.0.1:0 with its own worker threads, stopped when the test ends.
 public final class ProxyHarness: @unchecked Sendable {
@@ -12,6 +14,25 @@ public final class ProxyHarness: @unchecked Sendable {
         adjust(&configuration)
         server = ProxyServer(configuration: configuration)
         port = try server.start().port
+    }
+
+    /// A proxy running a YAML config (parsed by the real loader) with the given secret values.
+    public convenience init(yaml: String, secrets: [String: String], threads: Int = 2,
+                            _ adjust: (inout EngineConfiguration) -> Void = { _ in }) throws {
+        let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
+        let context = ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
+                                   proxyAuthSecret: config.proxyAuthSecret)
+        try self.init(threads: threads) { engine in
+            engine.scope = ScopeContextHolder(context)
+            adjust(&engine)
+        }
+    }
+
+    /// A scope context from YAML, for swapping into a running harness (reload tests).
+    public static func context(yaml: String, secrets: [String: String]) throws -> ScopeContext {
+        let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
+        return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
+                            proxyAuthSecret: config.proxyAuthSecret)
     }
 
     public func connect() throws -> TestSocket { try TestSocket.connect(port: port) }

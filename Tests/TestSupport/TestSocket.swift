@@ -89,7 +89,12 @@ public final class TestSocket: @unchecked Sendable {
         do { return try receive(maximum: 1).isEmpty } catch { return errno == ECONNRESET }
     }
 
-    public func shutdownWrite() { Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    public func shutdownWrite() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !closed else { return }
+        Glibc.shutdown(fd, Int32(SHUT_WR))
+    }
 
     /// Close with RST instead of FIN (SO_LINGER 0): how a crashed or hostile peer looks.
     public func reset() {
@@ -106,8 +111,14 @@ public final class TestSocket: @unchecked Sendable {
         Glibc.close(fd)
     }
 
-    /// Unblocks a thread stuck in recv on this socket.
-    public func shutdownBoth() { Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    /// Unblocks a thread stuck in recv on this socket. A no-op once closed: the fd number may
+    /// already belong to another socket (of another test running in parallel).
+    public func shutdownBoth() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !closed else { return }
+        Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
 }
 
 /// A listening socket on loopback, port 0 unless told otherwise.

@@ -1,0 +1,208 @@
+import ProxyEngine
+import ScopeConfig
+import SecretStore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`, `ca`, `health`.
+public enum Commands {
+    static let usage = """
+        usage: scopeproxy [run] [--config FILE] [--listen HOST:PORT] [--threads N] [--tunnel allow|deny]
+               scopeproxy check --config FILE
+               scopeproxy secret set NAME      (the value is read from standard input, never from argv)
+               scopeproxy secret list | rm NAME [--config FILE]
+               scopeproxy ca --config FILE
+               scopeproxy health --config FILE
+        SCOPEPROXY_CONFIG is used when --config is not given; with neither, the embedded safe default runs.
+
+        """
+
+    struct Options {
+        var configPath: String?
+        var listen: ListenAddress?
+        var threads: Int?
+        var tunnel: TunnelPolicy?
+        var positional: [String] = []
+    }
+
+    struct UsageError: Error {
+        let message: String
+    }
+
+    /// Runs a command and returns the process exit status.
+    public static func main(_ arguments: [String]) -> Int32 {
+        var words = arguments[...]
+        let command: String
+        switch words.first {
+        case "run", "check", "secret", "ca", "health":
+            command = words.removeFirst()
+        case "-h", "--help", "help":
+            writeStandardOutput(usage)
+            return 0
+        default:
+            command = "run"
+        }
+        let options: Options
+        do {
+            options = try parse(words)
+        } catch {
+            fail(error.message)
+            return 2
+        }
+        switch command {
+        case "check": return check(options)
+        case "secret": return secret(options)
+        case "ca", "health":
+            fail("'\(command)' is not available in this build yet (it arrives with the \(command == "ca" ? "TLS" : "admin endpoint") work)")
+            return 2
+        default: return run(options)
+        }
+    }
+
+    static func parse(_ words: ArraySlice<String>) throws(UsageError) -> Options {
+        var options = Options()
+        var remaining = words
+        func value(_ option: String) throws(UsageError) -> String {
+            guard let next = remaining.popFirst() else { throw UsageError(message: "\(option) needs a value") }
+            return next
+        }
+        while let word = remaining.popFirst() {
+            switch word {
+            case "--config":
+                options.configPath = try value(word)
+            case "--listen":
+                let text = try value(word)
+                guard let address = ListenAddress.parse(text) else { throw UsageError(message: "--listen expects HOST:PORT, got \(text)") }
+                options.listen = address
+            case "--threads":
+                guard let threads = Int(try value(word)), (1...256).contains(threads) else {
+                    throw UsageError(message: "--threads expects a number from 1 to 256")
+                }
+                options.threads = threads
+            case "--tunnel":
+                guard let policy = TunnelPolicy(rawValue: try value(word)) else { throw UsageError(message: "--tunnel expects allow or deny") }
+                options.tunnel = policy
+            case _ where word.hasPrefix("-"):
+                throw UsageError(message: "unknown option \(word)\n\(usage)")
+            default:
+                options.positional.append(word)
+            }
+        }
+        if options.configPath == nil, let fromEnvironment = getenv("SCOPEPROXY_CONFIG"), fromEnvironment.pointee != 0 {
+            options.configPath = String(cString: fromEnvironment)
+        }
+        return options
+    }
+
+    static func fail(_ message: String) {
+        writeStandardError("scopeproxy: \(message)\n")
+    }
+
+    // MARK: check
+
+    static func check(_ options: Options) -> Int32 {
+        guard let path = options.configPath else {
+            fail("check needs --config FILE")
+            return 2
+        }
+        do {
+            let config = try Runtime.loadConfiguration(path: path)
+            writeStandardOutput(config.summary + "\n")
+            return 0
+        } catch {
+            writeStandardError(error.description + "\n")
+            return 2
+        }
+    }
+
+    // MARK: run
+
+    static func run(_ options: Options) -> Int32 {
+        let config: ProxyConfiguration
+        do {
+            config = try Runtime.loadConfiguration(path: options.configPath)
+        } catch {
+            // Never start half-configured.
+            writeStandardError(error.description + "\n")
+            return 2
+        }
+        let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
+        do {
+            try secrets.load()
+        } catch {
+            fail(error.description)
+            return 1
+        }
+        let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
+        var engine = Runtime.engineConfiguration(config, scope: holder)
+        if let listen = options.listen { engine.listen = listen }
+        if let threads = options.threads { engine.threads = threads }
+        if let tunnel = options.tunnel { engine.tunnel = tunnel }
+
+        let server = ProxyServer(configuration: engine)
+        do {
+            let address = try server.start()
+            writeStandardError("listening on \(address)\n")
+        } catch {
+            fail(error.description)
+            return 1
+        }
+        let running = RunningProxy(configPath: options.configPath, config: config, secrets: secrets, holder: holder)
+        server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
+        return 0
+    }
+
+    // MARK: secret
+
+    static func secret(_ options: Options) -> Int32 {
+        let storeDirectory: String
+        do {
+            storeDirectory = try Runtime.loadConfiguration(path: options.configPath).storeDirectory
+        } catch {
+            writeStandardError(error.description + "\n")
+            return 2
+        }
+        let store = LocalSecretDirectory(path: storeDirectory)
+        let words = options.positional
+        do {
+            switch (words.first, words.count) {
+            case ("list", 1):
+                for name in store.list() { writeStandardOutput(name + "\n") }
+            case ("rm", 2):
+                try store.remove(words[1])
+            case ("set", 2):
+                // From stdin only: argv is visible to every local user in /proc and in shell history.
+                var bytes: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let count = read(0, &buffer, buffer.count)
+                    if count <= 0 { break }
+                    bytes += buffer[..<count]
+                    if bytes.count > 64 * 1024 { throw LocalSecretDirectory.Failure.io("the value is larger than 64 KiB") }
+                }
+                if bytes.last == 0x0A { bytes.removeLast() }
+                try store.set(words[1], value: String(decoding: bytes, as: UTF8.self))
+            default:
+                fail("usage: scopeproxy secret set NAME | list | rm NAME")
+                return 2
+            }
+        } catch {
+            fail((error as? LocalSecretDirectory.Failure)?.description ?? "cannot update the secret store")
+            return 1
+        }
+        return 0
+    }
+}
+
+public func writeStandardOutput(_ text: String) {
+    var bytes = Array(text.utf8)
+    bytes.withUnsafeMutableBytes { raw in
+        var offset = 0
+        while offset < raw.count {
+            let written = write(1, raw.baseAddress! + offset, raw.count - offset)
+            if written <= 0 { if errno == EINTR { continue } else { return } }
+            offset += written
+        }
+    }
+}
