@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
-TEST_PACKAGES := curl openssl
+TEST_PACKAGES := curl openssl python3 python3-requests
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -26,6 +26,8 @@ packages-build:
 
 packages-test: packages-build
 	$(call ensure_packages,$(TEST_PACKAGES))
+	@# python-requests is a real client in the tests; pip only when another python3 shadows Debian's
+	@python3 -c 'import requests' 2>/dev/null || python3 -m pip install -q requests
 
 packages-bench: packages-build
 	$(call ensure_packages,$(BENCH_PACKAGES))

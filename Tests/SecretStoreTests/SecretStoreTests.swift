@@ -66,6 +66,15 @@ struct SecretStoreTests {
         #expect(loadError(.file(path: group, allowGroupRead: true)) == nil, "group read is allowed when asked (fsGroup)")
     }
 
+    @Test("a file owned by another user (root excepted) is refused")
+    func otherOwner() throws {
+        guard geteuid() == 0 else { return }  // only root can hand a file to another user
+        let directory = TemporaryDirectory()
+        let file = directory.write("token", "value", mode: 0o600)
+        #expect(chown(file, 65534, 65534) == 0)
+        #expect(loadError(.file(path: file, allowGroupRead: false))?.description.contains("owned by another user") == true)
+    }
+
     @Test("rotation: an atomic rename and a Kubernetes ..data symlink swap are both picked up")
     func rotation() throws {
         let directory = TemporaryDirectory()

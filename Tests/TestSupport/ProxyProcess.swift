@@ -16,10 +16,11 @@ public final class ProxyProcess: @unchecked Sendable {
         return root.appendingPathComponent(".build/debug/scopeproxy").path
     }
 
-    public init(arguments: [String] = []) throws {
+    public init(arguments: [String] = [], environment: [String: String] = [:]) throws {
         process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binaryPath)
         process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         stderrPipe = Pipe()
         process.standardError = stderrPipe
         process.standardOutput = FileHandle.nullDevice
@@ -59,6 +60,28 @@ public final class ProxyProcess: @unchecked Sendable {
         guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8) else { return nil }
         let line = status.components(separatedBy: "\n").first { $0.hasPrefix("VmHWM:") }
         return line.flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true)[1]) }
+    }
+
+    public func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+
+    /// Runs the binary to completion (for `check`, `secret`, a `run` that must refuse to start).
+    public static func runToCompletion(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:])
+        throws -> (status: Int32, stdout: String, stderr: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binaryPath)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let output = Pipe(), errors = Pipe(), input = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
 
     /// SIGTERM and wait; returns the exit status.
