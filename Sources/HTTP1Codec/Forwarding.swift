@@ -25,6 +25,14 @@ public enum Forwarding {
         return false
     }
 
+    /// Copies the fields that are not hop-by-hop (the fixed list, plus whatever `Connection` names).
+    static func appendEndToEnd(_ source: HTTPFields, removing fixed: [String], to fields: inout HTTPFields) {
+        let options = connectionOptions(source)
+        for field in source where !isListed(field.name, in: fixed) && !isListed(field.name, in: options) {
+            fields.append(name: field.name, value: field.value)
+        }
+    }
+
     /// `Connection: upgrade` with an `Upgrade` field, on HTTP/1.1 (RFC 9110 §7.8).
     public static func isUpgradeRequest(_ head: RequestHead) -> Bool {
         head.version == .http1_1 && head.fields.contains("upgrade")
@@ -36,13 +44,9 @@ public enum Forwarding {
     public static func upstreamRequest(
         from head: RequestHead, origin: Origin, pathAndQuery: String, framing: BodyFraming
     ) -> RequestHead {
-        let options = connectionOptions(head.fields)
         let upgrade = isUpgradeRequest(head)
         var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
-        for field in head.fields {
-            if isListed(field.name, in: alwaysRemovedFromRequests) || isListed(field.name, in: options) { continue }
-            fields.append(name: field.name, value: field.value)
-        }
+        appendEndToEnd(head.fields, removing: alwaysRemovedFromRequests, to: &fields)
         switch framing {
         case .contentLength(let length):
             fields.append(name: "Content-Length", value: String(length))
@@ -73,12 +77,8 @@ public enum Forwarding {
         from head: ResponseHead, framing: BodyFraming, clientVersion: HTTPVersion, keepAlive: Bool,
         switchingProtocols: Bool = false
     ) -> ResponseHead {
-        let options = connectionOptions(head.fields)
         var fields = HTTPFields()
-        for field in head.fields {
-            if isListed(field.name, in: alwaysRemovedFromResponses) || isListed(field.name, in: options) { continue }
-            fields.append(name: field.name, value: field.value)
-        }
+        appendEndToEnd(head.fields, removing: alwaysRemovedFromResponses, to: &fields)
         switch framing {
         case .contentLength(let length):
             fields.append(name: "Content-Length", value: String(length))

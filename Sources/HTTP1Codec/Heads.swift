@@ -11,6 +11,14 @@ public struct HTTPVersion: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { "HTTP/\(major).\(minor)" }
+
+    /// Persistence per RFC 9112 §9.3: `close` ends it; HTTP/1.1 defaults to persistent, HTTP/1.0
+    /// only with `keep-alive`.
+    static func isPersistent(_ version: HTTPVersion, _ fields: HTTPFields) -> Bool {
+        if fields.containsListToken("connection", "close") { return false }
+        if version == .http1_1 { return true }
+        return fields.containsListToken("connection", "keep-alive")
+    }
 }
 
 /// A parsed request line and header section. The target is kept as sent; `RequestTarget.parse`
@@ -29,11 +37,7 @@ public struct RequestHead: Sendable, Equatable {
     }
 
     /// Whether the client asked to keep the connection open after this exchange (RFC 9112 §9.3).
-    public var wantsKeepAlive: Bool {
-        if fields.containsListToken("connection", "close") { return false }
-        if version == .http1_1 { return true }
-        return fields.containsListToken("connection", "keep-alive")
-    }
+    public var wantsKeepAlive: Bool { HTTPVersion.isPersistent(version, fields) }
 
     public func serialized() -> [UInt8] {
         var bytes: [UInt8] = []
@@ -65,11 +69,7 @@ public struct ResponseHead: Sendable, Equatable {
     public var isInformational: Bool { (100..<200).contains(status) }
 
     /// Whether the origin lets this connection carry another exchange (RFC 9112 §9.3).
-    public var allowsReuse: Bool {
-        if fields.containsListToken("connection", "close") { return false }
-        if version == .http1_1 { return true }
-        return fields.containsListToken("connection", "keep-alive")
-    }
+    public var allowsReuse: Bool { HTTPVersion.isPersistent(version, fields) }
 
     public func serialized() -> [UInt8] {
         var bytes: [UInt8] = []

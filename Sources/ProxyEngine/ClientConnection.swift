@@ -814,55 +814,36 @@ final class ClientConnection: UpstreamConnectorDelegate {
 
 // Trampolines: capture-free C callbacks that recover the connection from the context pointer.
 // The worker's registry keeps the connection alive; withExtendedLifetime covers a close() inside.
+// Every callback ends by flushing output, so a turn of the loop writes each socket at most once.
 
-private func connection(_ context: UnsafeMutableRawPointer?) -> ClientConnection {
-    Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+private func withConnection(_ context: UnsafeMutableRawPointer?, _ body: (ClientConnection) -> Void) {
+    let connection = Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) {
+        body(connection)
+        connection.flushOutputs()
+    }
 }
 
 private func clientReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.clientReadable()
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.clientReadable() }
 }
 
 private func clientWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.clientWritable()
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.clientWritable() }
 }
 
 private func clientEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.clientEvent(events)
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.clientEvent(events) }
 }
 
 private func upstreamReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.upstreamReadable()
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.upstreamReadable() }
 }
 
 private func upstreamWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.upstreamWritable()
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.upstreamWritable() }
 }
 
 private func upstreamEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
-    let connection = connection(context)
-    withExtendedLifetime(connection) {
-        connection.upstreamEvent(events)
-        connection.flushOutputs()
-    }
+    withConnection(context) { $0.upstreamEvent(events) }
 }

@@ -176,12 +176,17 @@ enum Diagnostics {
 }
 
 /// Writes the whole string to fd 2 in one call, so concurrent lines never interleave.
-public func writeStandardError(_ text: String) {
+public func writeStandardError(_ text: String) { writeAll(2, text) }
+
+public func writeStandardOutput(_ text: String) { writeAll(1, text) }
+
+/// write(2) until everything is out (retrying EINTR and short writes).
+public func writeAll(_ fd: Int32, _ text: String) {
     var bytes = Array(text.utf8)
     bytes.withUnsafeMutableBytes { raw in
         var offset = 0
         while offset < raw.count {
-            let written = write(2, raw.baseAddress! + offset, raw.count - offset)
+            let written = write(fd, raw.baseAddress! + offset, raw.count - offset)
             if written <= 0 { if errno == EINTR { continue } else { return } }
             offset += written
         }

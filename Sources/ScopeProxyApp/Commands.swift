@@ -194,15 +194,3 @@ public enum Commands {
         return 0
     }
 }
-
-public func writeStandardOutput(_ text: String) {
-    var bytes = Array(text.utf8)
-    bytes.withUnsafeMutableBytes { raw in
-        var offset = 0
-        while offset < raw.count {
-            let written = write(1, raw.baseAddress! + offset, raw.count - offset)
-            if written <= 0 { if errno == EINTR { continue } else { return } }
-            offset += written
-        }
-    }
-}
