@@ -36,6 +36,15 @@ public struct Origin: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses `scheme://host[:port]` with nothing after it but an optional "/" (config values).
     public static func parse(_ text: String) throws(TargetParseError) -> Origin {
+        var text = text
+        if text.utf8.contains(where: { $0 >= 0x80 }), let schemeEnd = text.firstIndex(of: ":"),
+           text[schemeEnd...].hasPrefix("://") {
+            // IDN host: convert it before the strict (ASCII-only) target parser sees it.
+            let afterScheme = text.index(schemeEnd, offsetBy: 3)
+            let authorityEnd = text[afterScheme...].firstIndex(where: { $0 == "/" || $0 == ":" }) ?? text.endIndex
+            let host = try Host.parse(text[afterScheme..<authorityEnd])
+            text = String(text[..<afterScheme]) + host.normalized + String(text[authorityEnd...])
+        }
         let target = try RequestTarget.parse(text.hasSuffix("/") ? text : text + "/", method: "GET")
         guard case .absolute(let origin, let path, let userinfo) = target, path == "/", userinfo == nil else {
             throw .invalid("origin must be scheme://host[:port]")
@@ -55,7 +64,16 @@ public struct Host: Hashable, Sendable {
     /// literal. Percent-encoding, other sub-delims, zone ids and IPvFuture are refused: nothing a
     /// resolver and the scope rules could read differently.
     public static func parse(_ text: Substring) throws(TargetParseError) -> Host {
-        try parse(Array(text.utf8)[...])
+        if text.utf8.contains(where: { $0 >= 0x80 }) {
+            // An internationalized name (from config; never on the wire): each label to punycode.
+            var labels: [String] = []
+            for label in text.split(separator: ".", omittingEmptySubsequences: false) {
+                guard let ascii = Punycode.toASCII(label: String(label)) else { throw .invalid("invalid host name") }
+                labels.append(ascii)
+            }
+            return try parse(Array(labels.joined(separator: ".").utf8)[...])
+        }
+        return try parse(Array(text.utf8)[...])
     }
 
     static func parse(_ bytes: ArraySlice<UInt8>) throws(TargetParseError) -> Host {

@@ -15,6 +15,16 @@ struct TargetTests {
         #expect(try Origin.parse("https://a.example") != Origin.parse("http://a.example:443"))
     }
 
+    @Test("internationalized hosts in config become punycode (RFC 3492 test vectors)")
+    func idna() throws {
+        #expect(Punycode.toASCII(label: "bücher") == "xn--bcher-kva")
+        #expect(Punycode.toASCII(label: "München") == "xn--mnchen-3ya")
+        #expect(Punycode.toASCII(label: "例え") == "xn--r8jz45g")
+        #expect(Punycode.toASCII(label: "ascii") == "ascii")
+        #expect(try Origin.parse("https://Bücher.example:8443") == Origin.parse("https://xn--bcher-kva.example:8443"))
+        #expect(try Origin.parse("https://例え.テスト").host == "xn--r8jz45g.xn--zckzah")
+    }
+
     @Test("absolute-form targets split into origin, path+query and userinfo")
     func absoluteForm() throws {
         let target = try RequestTarget.parse("http://user:pw@Host.Example:8080/p/a?q=1", method: "GET")
