@@ -18,6 +18,7 @@ let package = Package(
         // Pure core: no sockets, no libevent. Each is testable alone.
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
+        .target(name: "Redaction", dependencies: ["HTTP1Codec"]),
         .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
         .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy"]),
@@ -34,6 +35,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy"]),
+        .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ScopeConfig", "ScopePolicy", "HTTP1Codec"],
                     resources: [.copy("Fixtures")]),

@@ -1,0 +1,93 @@
+/// The second, independent layer: before a log line is written it is scanned for every secret value
+/// the store holds, raw, percent-encoded, base64 and base64url. A hit is replaced and counted; the
+/// count should stay 0. It is a tripwire, not the design.
+public struct Tripwire: Sendable {
+    private let needles: [[UInt8]]
+
+    public init(secretValues: [String]) {
+        var needles: Set<[UInt8]> = []
+        for value in secretValues where value.utf8.count >= 4 {
+            let raw = Array(value.utf8)
+            needles.insert(raw)
+            needles.insert(Array(Self.percentEncoded(raw).utf8))
+            let base64 = Self.base64(raw)
+            needles.insert(Array(base64.utf8))
+            needles.insert(Array(base64.replacingOccurrences("+", "-").replacingOccurrences("/", "_").trimmingTrailing("=").utf8))
+            // Base64 of a value inside a longer plaintext shifts by position: the unpadded core of
+            // each of the three alignments still appears.
+            for shift in 1...2 {
+                let shifted = Self.base64([UInt8](repeating: 0, count: shift) + raw)
+                let core = String(shifted.dropFirst(4).dropLast(4))
+                if core.utf8.count >= 8 { needles.insert(Array(core.utf8)) }
+            }
+        }
+        self.needles = needles.filter { !$0.isEmpty }.sorted { $0.count > $1.count }
+    }
+
+    /// The line with every hit replaced by `<tripwire>`, and how many hits there were.
+    public func scrub(_ line: String) -> (line: String, hits: Int) {
+        guard !needles.isEmpty else { return (line, 0) }
+        var bytes = Array(line.utf8)
+        var hits = 0
+        for needle in needles where needle.count <= bytes.count {
+            var index = 0
+            var output: [UInt8] = []
+            var found = false
+            while index <= bytes.count - needle.count {
+                if bytes[index] == needle[0], Array(bytes[index..<index + needle.count]) == needle {
+                    output += Array("<tripwire>".utf8)
+                    index += needle.count
+                    hits += 1
+                    found = true
+                } else {
+                    output.append(bytes[index])
+                    index += 1
+                }
+            }
+            if found {
+                output += bytes[index...]
+                bytes = output
+            }
+        }
+        return (hits == 0 ? line : String(decoding: bytes, as: UTF8.self), hits)
+    }
+
+    static func percentEncoded(_ bytes: [UInt8]) -> String {
+        var output = ""
+        for byte in bytes {
+            if (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || "-._~".utf8.contains(byte) {
+                output.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                output += "%" + (byte < 16 ? "0" : "") + String(byte, radix: 16, uppercase: true)
+            }
+        }
+        return output
+    }
+
+    static func base64(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var output: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            let b0 = bytes[index], b1 = index + 1 < bytes.count ? bytes[index + 1] : 0, b2 = index + 2 < bytes.count ? bytes[index + 2] : 0
+            output.append(alphabet[Int(b0 >> 2)])
+            output.append(alphabet[Int((b0 & 0x03) << 4 | b1 >> 4)])
+            output.append(index + 1 < bytes.count ? alphabet[Int((b1 & 0x0F) << 2 | b2 >> 6)] : UInt8(ascii: "="))
+            output.append(index + 2 < bytes.count ? alphabet[Int(b2 & 0x3F)] : UInt8(ascii: "="))
+            index += 3
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+}
+
+extension String {
+    func replacingOccurrences(_ target: Character, _ replacement: Character) -> String {
+        String(map { $0 == target ? replacement : $0 })
+    }
+
+    func trimmingTrailing(_ character: Character) -> String {
+        var copy = self
+        while copy.last == character { copy.removeLast() }
+        return copy
+    }
+}

@@ -1,0 +1,116 @@
+/// Redacts URLs for the log: userinfo and fragment always removed; query names kept, values
+/// replaced unless the name is safe; path segments classified by shape after percent-decoding.
+public struct Redactor: Sendable {
+    public let rules: RedactionRules
+
+    public init(rules: RedactionRules = RedactionRules()) {
+        self.rules = rules
+    }
+
+    public static let redacted = "<redacted>"
+
+    /// `/users/:email/orders?limit=20&token=:redacted` from a request's path and query.
+    public func pathAndQuery(_ text: String) -> String {
+        var pathPart = Substring(text)
+        if let hash = pathPart.firstIndex(of: "#") { pathPart = pathPart[..<hash] }
+        var query: Substring?
+        if let question = pathPart.firstIndex(of: "?") {
+            query = pathPart[pathPart.index(after: question)...]
+            pathPart = pathPart[..<question]
+        }
+        var result = pathPart.split(separator: "/", omittingEmptySubsequences: false).map { segment in
+            Self.classify(segment) ?? String(segment)
+        }.joined(separator: "/")
+        if let query {
+            result += "?" + query.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
+                let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+                let name = String(parts[0])
+                let shownName = Self.classify(parts[0]) ?? name
+                guard parts.count == 2 else { return shownName }
+                let decodedName = String(decoding: Self.percentDecoded(parts[0]), as: UTF8.self)
+                if rules.safeQuery.contains(decodedName) {
+                    return shownName + "=" + (Self.classify(parts[1]) ?? String(parts[1]))
+                }
+                return shownName + "=:redacted"
+            }.joined(separator: "&")
+        }
+        return result
+    }
+
+    /// An absolute or relative URL (a Location header): `https://cdn.x:443/:token?sig=:redacted`.
+    public func url(_ text: String) -> String {
+        guard let schemeEnd = text.firstIndex(of: ":"), text[schemeEnd...].hasPrefix("://") else {
+            return pathAndQuery(text)
+        }
+        let afterScheme = text.index(schemeEnd, offsetBy: 3)
+        let rest = text[afterScheme...]
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? rest.endIndex
+        var authority = rest[..<authorityEnd]
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        let scheme = text[..<schemeEnd].lowercased()
+        guard scheme.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-") }) else {
+            return Self.redacted
+        }
+        return scheme + "://" + authority.lowercased() + pathAndQuery(String(rest[authorityEnd...]))
+    }
+
+    /// `:email`, `:number`, `:uuid` or `:token` for a segment (or query part) that looks like one;
+    /// nil to keep it. Decides on the percent-decoded text.
+    static func classify(_ raw: Substring) -> String? {
+        let decoded = percentDecoded(raw)
+        guard !decoded.isEmpty else { return nil }
+        if decoded.contains(UInt8(ascii: "@")) { return ":email" }
+        var longestDigitRun = 0, run = 0, hexCount = 0, tokenCount = 0
+        for byte in decoded {
+            let isDigit = byte >= 0x30 && byte <= 0x39
+            run = isDigit ? run + 1 : 0
+            longestDigitRun = max(longestDigitRun, run)
+            if isDigit || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46) || byte == UInt8(ascii: "-") { hexCount += 1 }
+            if isTokenByte(byte) { tokenCount += 1 }
+        }
+        if isUUID(decoded) || (decoded.count >= 16 && hexCount == decoded.count && decoded.contains(where: { $0 >= 0x30 && $0 <= 0x39 })) {
+            return ":uuid"
+        }
+        if decoded.count >= 24 && tokenCount == decoded.count { return ":token" }
+        if longestDigitRun >= 6 { return ":number" }
+        // Non-printable or non-ASCII bytes: nothing a route word would hold.
+        if decoded.contains(where: { $0 < 0x20 || $0 >= 0x7F }) { return ":token" }
+        return nil
+    }
+
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
+        default: "-_.~+/=".utf8.contains(byte)
+        }
+    }
+
+    static func isUUID(_ bytes: [UInt8]) -> Bool {
+        guard bytes.count == 36 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            if [8, 13, 18, 23].contains(index) {
+                if byte != UInt8(ascii: "-") { return false }
+            } else if !((byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)) {
+                return false
+            }
+        }
+        return true
+    }
+
+    static func percentDecoded(_ text: Substring) -> [UInt8] {
+        var output: [UInt8] = []
+        var bytes = Array(text.utf8)[...]
+        while let byte = bytes.popFirst() {
+            if byte == UInt8(ascii: "%"), bytes.count >= 2,
+               let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) {
+                output.append(value)
+                bytes = bytes.dropFirst(2)
+            } else if byte == UInt8(ascii: "+") {
+                output.append(UInt8(ascii: " "))
+            } else {
+                output.append(byte)
+            }
+        }
+        return output
+    }
+}

@@ -1,0 +1,80 @@
+import HTTP1Codec
+import Testing
+@testable import Redaction
+
+private let redactor = Redactor()
+
+@Suite("Redaction: allowlists that fail closed")
+struct RedactionTests {
+    static let paths: [(String, String)] = [
+        ("/v1/books?limit=20", "/v1/books?limit=20"),
+        ("/users/alice%40example.com/orders", "/users/:email/orders"),
+        ("/users/bob@example.org", "/users/:email"),
+        ("/orders/12345678/items/42", "/orders/:number/items/42"),
+        ("/files/550e8400-e29b-41d4-a716-446655440000", "/files/:uuid"),
+        ("/blobs/deadbeefcafe0123456789ab", "/blobs/:uuid"),
+        ("/reset/eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig_-abc", "/reset/:token"),
+        ("/t/AAAAAAAAAAAAAAAAAAAAAAAAAA", "/t/:token"),
+        ("/v2/repos/scopeproxy/issues/7", "/v2/repos/scopeproxy/issues/7"),
+        ("/search?q=secret+stuff&page=2&token=abc", "/search?q=:redacted&page=2&token=:redacted"),
+        ("/cb?code=xyz&state=1#frag", "/cb?code=:redacted&state=:redacted"),
+        ("/a?limit=alice%40example.com", "/a?limit=:email"),
+        ("/a?flag", "/a?flag"),
+        ("/%00x", "/:token"),
+    ]
+
+    @Test("paths and queries", arguments: paths)
+    func path(_ input: String, _ expected: String) {
+        #expect(redactor.pathAndQuery(input) == expected)
+    }
+
+    @Test("absolute URLs (Location) lose userinfo and fragment")
+    func urls() {
+        #expect(redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
+            == "https://cdn.example:8443/dl/:token?sig=:redacted")
+        #expect(redactor.url("/relative?limit=5") == "/relative?limit=5")
+        #expect(redactor.url("javascript:alert(1)") == "javascript:alert(1)", "no authority: treated as a path, no secrets in it")
+    }
+
+    @Test("headers: values only on the allowlist; Location through the URL redactor; Set-Cookie never")
+    func headers() {
+        let fields = HTTPFields([
+            HTTPField(name: "Content-Type", value: "application/json"), HTTPField(name: "Authorization", value: "Bearer secret"),
+            HTTPField(name: "Set-Cookie", value: "sid=1"), HTTPField(name: "X-New-Header", value: "v"),
+            HTTPField(name: "Location", value: "https://a.example/x?token=t"), HTTPField(name: "Accept", value: "a"), HTTPField(name: "accept", value: "b"),
+        ])
+        let result = redactor.headers(fields)
+        #expect(result.map(\.name) == ["content-type", "authorization", "set-cookie", "x-new-header", "location", "accept"])
+        #expect(result.map(\.value) == ["application/json", "<redacted>", "<redacted>", "<redacted>", "https://a.example/x?token=:redacted", "a, b"])
+        let extended = Redactor(rules: RedactionRules(extraHeaders: ["X-New-Header"]))
+        #expect(extended.headers(fields)[3].value == "v")
+    }
+
+    @Test("JSON bodies keep their shape; values only under safe keys; arrays cut to 3; capped at 2 KB")
+    func jsonBodies() {
+        let body = Array(#"{"id":7,"access_token":"tok","status":"ok","user":{"email":"a@b.c","id":"u1"},"items":[1,2,3,4,5],"alice@x.io":true}"#.utf8)
+        let summary = redactor.bodySummary(body, totalBytes: UInt64(body.count), contentType: "application/json; charset=utf-8", truncated: false)
+        #expect(summary == #"{"id":7,"access_token":"<redacted>","status":"ok","user":{"email":"<redacted>","id":"u1"},"items":["<redacted>","<redacted>","<redacted>","...(5 items)"],":email":"<redacted>"}"#)
+        #expect(redactor.bodySummary(Array("hello".utf8), totalBytes: 5, contentType: "text/plain", truncated: false) == "<5 bytes text/plain>")
+        #expect(redactor.bodySummary(Array("{broken".utf8), totalBytes: 7, contentType: "application/json", truncated: false) == "<7 bytes application/json>")
+        let big = Array(("[" + (0..<2000).map { _ in #"{"id":"0123456789"}"# }.joined(separator: ",") + "]").utf8)
+        #expect(redactor.bodySummary(big, totalBytes: UInt64(big.count), contentType: "application/json", truncated: false).utf8.count <= 2048)
+        let nested = Array(String(repeating: "[", count: 100).utf8)
+        #expect(redactor.bodySummary(nested, totalBytes: 100, contentType: "application/json", truncated: false) == "<100 bytes application/json>")
+    }
+
+    @Test("the tripwire finds a secret raw, percent-encoded, base64 and base64url, and counts each hit")
+    func tripwire() {
+        let secret = "s3cr3t/value+with=odd?chars"
+        let tripwire = Tripwire(secretValues: [secret])
+        let encodings = [secret, Tripwire.percentEncoded(Array(secret.utf8)), Tripwire.base64(Array(secret.utf8)),
+                         Tripwire.base64(Array(secret.utf8)).replacingOccurrences("+", "-").replacingOccurrences("/", "_").trimmingTrailing("="),
+                         Tripwire.base64(Array(("user:" + secret).utf8))]
+        for encoded in encodings {
+            let (line, hits) = tripwire.scrub("{\"x\":\"\(encoded)\"}")
+            #expect(hits >= 1, "\(encoded)")
+            #expect(!line.contains(secret))
+        }
+        #expect(tripwire.scrub("{\"clean\":true}").hits == 0)
+    }
+}
