@@ -24,11 +24,11 @@ let package = Package(
         .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "CLibevent"]),
+        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy"]),
+        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction"]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).

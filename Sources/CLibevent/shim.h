@@ -16,6 +16,7 @@
 #include <event2/dns.h>
 #include <event2/thread.h>
 #include <event2/util.h>
+#include <event2/http.h>
 
 // Flags Swift imports as plain Int32 macros are fine; these wrap what it cannot import.
 static inline short sp_ev_read(void) { return EV_READ; }

@@ -23,6 +23,24 @@ struct BodyPump {
     private(set) var captured: [UInt8]?
     private var captureLimit = 0
 
+    /// The first bytes of the body for a log summary (`log.bodies`), never more than the limit.
+    private(set) var observed: [UInt8]?
+    private var observeLimit = 0
+
+    mutating func startObserving(limit: Int) {
+        observed = []
+        observeLimit = limit
+    }
+
+    var observedTruncated: Bool { bodyBytes > UInt64(observed?.count ?? 0) }
+
+    private mutating func observe(_ source: OpaquePointer, _ count: Int) {
+        guard let current = observed?.count, current < observeLimit, count > 0 else { return }
+        let take = min(count, observeLimit - current)
+        observed!.append(contentsOf: repeatElement(0, count: take))
+        observed!.withUnsafeMutableBytes { _ = evbuffer_copyout(source, $0.baseAddress! + current, take) }
+    }
+
     mutating func startCapture(limit: Int) {
         captured = []
         captureLimit = limit
@@ -70,6 +88,7 @@ struct BodyPump {
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
                 capture(source, Int(min(remaining, UInt64(available))))
+                observe(source, Int(min(remaining, UInt64(available))))
                 let moved = EventBuffer.move(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
                 bodyBytes += UInt64(moved)
                 let left = remaining - UInt64(moved)
@@ -78,6 +97,7 @@ struct BodyPump {
             case .untilClose:
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
+                observe(source, available)
                 bodyBytes += UInt64(EventBuffer.move(from: source, to: destination, count: available))
 
             case .chunked:
@@ -92,6 +112,7 @@ struct BodyPump {
                     guard available > 0 else { return false }
                     let take = min(size, available)
                     capture(source, take)
+                    observe(source, take)
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkHeader(size: take)) }
                     let moved = EventBuffer.move(from: source, to: destination, count: take)
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkTrailer) }

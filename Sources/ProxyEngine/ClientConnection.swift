@@ -40,6 +40,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private var timer: OpaquePointer!
     private var timerPurpose: TimerPurpose = .none
     private var clientReadClosed = false
+    /// The access-log record of the exchange in progress, emitted exactly once.
+    private var record: ExchangeRecord?
+    private var tunnelBytesIn: UInt64 = 0
+    private var tunnelBytesOut: UInt64 = 0
     private var isClosed = false
     private var lingering = false
 
@@ -108,6 +112,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
             head = try HeadParser.parseRequest(UnsafeRawBufferPointer(rebasing: bytes[boundary.start..<boundary.end]))
             evbuffer_drain(clientInput, boundary.end)
             scanner = HeadScanner(limits: .request)
+            startRecord(head, headBytes: boundary.end)
         } catch {
             reject(ProxyError(HTTPParseError(error)))
             return
@@ -146,6 +151,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
             pathAndQuery = path
             userinfo = info
         }
+        record?.origin = origin
+        record?.pathAndQuery = pathAndQuery
         if let problem = hostHeaderProblem(head, origin: origin) {
             reject(problem)
             return
@@ -194,9 +201,16 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case .success(let result):
             scoped = result
         }
+        record?.origin = origin
+        record?.pathAndQuery = pathAndQuery
+        record?.method = method
+        record?.scopes = scoped.decision.scopes
+        record?.injected = scoped.decision.injected
+        record?.stripped = scoped.decision.stripped
         var outgoing = clientHead
         outgoing.method = method
         outgoing.fields = scoped.fields
+        if let id = record?.id { outgoing.fields.set(name: "X-Request-ID", value: id) }
         if scoped.keepUserinfo, let userinfo, !outgoing.fields.contains("authorization") {
             // Userinfo cannot travel in an origin-form target; a scope that passes Authorization
             // gets it the way clients send it.
@@ -217,6 +231,9 @@ final class ClientConnection: UpstreamConnectorDelegate {
         exchange.method = method
         if context.redirects.mode == .follow, replayBody == nil, framing != .none {
             exchange.requestPump.startCapture(limit: configuration.limits.maxReplayBody)
+        }
+        if configuration.accessLog?.logBodies == true {
+            exchange.requestPump.startObserving(limit: configuration.limits.maxObservedBody)
         }
         startExchange(exchange)
     }
@@ -270,8 +287,9 @@ final class ClientConnection: UpstreamConnectorDelegate {
     }
 
     func connectorDidConnect(_ connector: UpstreamConnector, bev upstream: OpaquePointer) {
+        configuration.metrics.upstreamConnections.add(1, ordering: .relaxed)
         guard let exchange, exchange.connector === connector else {
-            bufferevent_free(upstream)
+            worker.pool.release(upstream)
             return
         }
         exchange.connector = nil
@@ -418,12 +436,20 @@ final class ClientConnection: UpstreamConnectorDelegate {
         let clientFraming = Forwarding.clientFraming(upstream: framing, clientVersion: exchange.request.version)
         exchange.keepAlive = exchange.request.wantsKeepAlive && !worker.isDraining && !clientReadClosed
             && clientFraming != .untilClose && exchange.requestPump.isComplete
-        let clientHead = Forwarding.clientResponse(
+        var clientHead = Forwarding.clientResponse(
             from: head, framing: clientFraming, clientVersion: exchange.request.version, keepAlive: exchange.keepAlive
         )
-        EventBuffer.append(clientOutput, clientHead.serialized())
+        if let id = record?.id { clientHead.fields.set(name: "X-Request-ID", value: id) }
+        let headBytes = clientHead.serialized()
+        EventBuffer.append(clientOutput, headBytes)
+        record?.status = head.status
+        record?.responseFields = clientHead.fields
+        record?.bytesOut += UInt64(headBytes.count)
         exchange.response = head
         exchange.responsePump = BodyPump(inbound: framing, outbound: clientFraming)
+        if configuration.accessLog?.logBodies == true {
+            exchange.responsePump.startObserving(limit: configuration.limits.maxObservedBody)
+        }
         arm(.stall, configuration.timeouts.idle)
         pumpResponseBody()
     }
@@ -438,10 +464,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case .notRedirect:
             return true
         case .pass(let target):
-            exchange.redirect = (target.origin, "pass")
+            record?.redirect = (head.fields.first("location"), target.origin, "pass")
             return true
         case .block(let target):
-            exchange.redirect = (target, "block")
+            record?.redirect = (head.fields.first("location"), target, "block")
             failExchange(.redirectBlocked(target))  // the target receives nothing
             return false
         case .tooManyHops:
@@ -452,10 +478,12 @@ final class ClientConnection: UpstreamConnectorDelegate {
             // otherwise the client gets the 3xx and follows it itself, scoped on its own.
             let body: [UInt8]? = replay ? exchange.replayableBody : []
             guard exchange.requestPump.isComplete, let body else {
-                exchange.redirect = (target.origin, "pass")
+                record?.redirect = (head.fields.first("location"), target.origin, "pass")
                 return true
             }
-            exchange.redirect = (target.origin, "follow")
+            record?.status = head.status
+            record?.responseFields = head.fields
+            record?.redirect = (head.fields.first("location"), target.origin, "follow")
             followRedirect(exchange, to: target, method: method, body: body)
             return false
         }
@@ -466,7 +494,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func followRedirect(_ exchange: Exchange, to target: RedirectTarget, method: String, body: [UInt8]) {
         if let upstream = exchange.upstream {
             exchange.upstream = nil
-            bufferevent_free(upstream)
+            worker.pool.release(upstream)
         }
         var chain = exchange.chain
         // A client credential stripped once stays stripped for the rest of the chain.
@@ -477,6 +505,11 @@ final class ClientConnection: UpstreamConnectorDelegate {
             clientHead.fields.removeAll("content-type")
         }
         self.exchange = nil
+        // Each hop is its own log line, all with the request's id.
+        let id = record?.id
+        record?.bytesIn += exchange.requestPump.bodyBytes
+        emitRecord()
+        startRecord(clientHead, headBytes: 0, id: id)
         forward(clientHead, method: method, origin: target.origin, pathAndQuery: target.pathAndQuery, userinfo: nil,
                 framing: body.isEmpty ? .none : .contentLength(UInt64(body.count)), context: exchange.context,
                 chain: chain, hops: exchange.hops + 1, replayBody: body)
@@ -525,10 +558,17 @@ final class ClientConnection: UpstreamConnectorDelegate {
             if reusable {
                 worker.pool.checkin(UpstreamConnection(origin: exchange.origin, bev: upstream))
             } else {
-                bufferevent_free(upstream)
+                worker.pool.release(upstream)
             }
         }
         self.exchange = nil
+        record?.bytesIn += exchange.requestPump.bodyBytes
+        record?.bytesOut += exchange.responsePump.bodyBytes
+        if configuration.accessLog?.logBodies == true {
+            record?.requestBody = Self.observedBody(exchange.requestPump, exchange.request.fields)
+            record?.responseBody = Self.observedBody(exchange.responsePump, exchange.response?.fields ?? HTTPFields())
+        }
+        emitRecord()
         guard exchange.keepAlive, exchange.requestPump.isComplete, !worker.isDraining else {
             closeAfterFlush()
             return
@@ -572,7 +612,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
             if exchange.upstreamReused, !exchange.retried, !exchange.receivedResponseBytes,
                exchange.requestPump.bodyBytes == 0 {
                 exchange.retried = true
-                bufferevent_free(exchange.upstream!)
+                worker.pool.release(exchange.upstream!)
                 exchange.upstream = nil
                 exchange.upstreamClosed = false
                 connectUpstream(exchange)
@@ -625,6 +665,12 @@ final class ClientConnection: UpstreamConnectorDelegate {
 
     private func enterTunnel() {
         phase = .tunnel
+        if exchange?.kind == .connect {
+            // A tunnel's line counts the bytes spliced each way, not the CONNECT exchange itself.
+            record?.status = 200
+            record?.tunnelDecision = "tunnel"
+            record?.bytesIn = 0
+        }
         arm(.stall, configuration.timeouts.idle)
         guard let upstream = exchange?.upstream else { return }
         pumpTunnel(from: bev, to: upstream)
@@ -636,7 +682,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
         let output = outputBuffer(destination)
         let room = highWatermark - EventBuffer.length(output)
         guard room > 0, EventBuffer.length(input) > 0 else { return }
-        EventBuffer.move(from: input, to: output, count: min(room, EventBuffer.length(input)))
+        let moved = UInt64(EventBuffer.move(from: input, to: output, count: min(room, EventBuffer.length(input))))
+        if source == bev { tunnelBytesIn += moved } else { tunnelBytesOut += moved }
         arm(.stall, configuration.timeouts.idle)
     }
 
@@ -654,7 +701,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
             let input = inputBuffer(upstream)
             EventBuffer.move(from: input, to: clientOutput, count: EventBuffer.length(input))
             exchange.upstream = nil
-            bufferevent_free(upstream)
+            worker.pool.release(upstream)
             closeAfterFlush()
         }
     }
@@ -666,7 +713,15 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func reject(_ error: ProxyError, consumedBody: Bool = false) {
         cancelTimer()
         let keepAlive = consumedBody && error.allowsKeepAlive && !worker.isDraining && !clientReadClosed
-        EventBuffer.append(clientOutput, error.response(keepAlive: keepAlive))
+        if record == nil { startRecord(nil, headBytes: 0) }
+        let response = error.response(keepAlive: keepAlive, requestID: record?.id ?? "")
+        EventBuffer.append(clientOutput, response)
+        emitRecord { record in
+            record.status = error.status
+            record.error = error.code
+            record.bytesOut += UInt64(response.count)
+            if case .tunnelDenied = error { record.tunnelDecision = "deny" }
+        }
         if keepAlive {
             phase = .awaitingHead
             exchange = nil
@@ -683,13 +738,14 @@ final class ClientConnection: UpstreamConnectorDelegate {
         exchange.connector = nil
         if let upstream = exchange.upstream {
             exchange.upstream = nil
-            bufferevent_free(upstream)
+            worker.pool.release(upstream)
         }
         if exchange.responseStarted {
             cutResponse()
             return
         }
         self.exchange = nil
+        record?.bytesIn += exchange.requestPump.bodyBytes
         reject(error, consumedBody: !closeClient && exchange.requestPump.isComplete && exchange.request.wantsKeepAlive)
     }
 
@@ -697,10 +753,13 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// unterminated), so the client can never mistake a truncated body for a whole one.
     private func cutResponse() {
         if let exchange {
+            record?.bytesIn += exchange.requestPump.bodyBytes
+            record?.bytesOut += exchange.responsePump.bodyBytes
+            emitRecord { $0.error = "response_cut" }
             exchange.connector?.cancel()
             if let upstream = exchange.upstream {
                 exchange.upstream = nil
-                bufferevent_free(upstream)
+                worker.pool.release(upstream)
             }
             self.exchange = nil
         }
@@ -752,16 +811,62 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func close() {
         guard !isClosed else { return }
         isClosed = true
+        emitRecord { record in
+            record.bytesIn += self.tunnelBytesIn
+            record.bytesOut += self.tunnelBytesOut
+            if record.tunnelDecision == nil, record.error == nil, self.phase != .closing { record.error = "client_closed" }
+        }
         cancelTimer()
         event_free(timer)
         if let exchange {
             exchange.connector?.cancel()
-            if let upstream = exchange.upstream { bufferevent_free(upstream) }
+            if let upstream = exchange.upstream { worker.pool.release(upstream) }
             exchange.upstream = nil
             self.exchange = nil
         }
         bufferevent_free(bev)
         worker.connectionClosed(self)
+    }
+
+    // MARK: Access log
+
+    /// Opens the record for a request: its id is the client's X-Request-ID when well-formed.
+    private func startRecord(_ head: RequestHead?, headBytes: Int, id: String? = nil) {
+        let clientID = head?.fields.first("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
+        record = ExchangeRecord(id: id ?? clientID ?? worker.requestIDs.next(), client: peer, method: head?.method,
+                                startedAt: monotonicMicroseconds())
+        record?.bytesIn = UInt64(headBytes)
+        record?.requestFields = head?.fields
+        tunnelBytesIn = 0
+        tunnelBytesOut = 0
+    }
+
+    /// Counts the exchange in /metrics and writes its log line; at most once per record.
+    private func emitRecord(_ update: (inout ExchangeRecord) -> Void = { _ in }) {
+        guard var current = record else { return }
+        record = nil
+        update(&current)
+        let metrics = configuration.metrics
+        let statusClass = current.status.map { "\($0 / 100)xx" } ?? "none"
+        metrics.increment("scopeproxy_requests_total", [("status_class", statusClass), ("scope", current.scopes.first ?? "none")])
+        for name in current.injected { metrics.increment("scopeproxy_injected_total", [("header", name.lowercased())]) }
+        for name in current.stripped { metrics.increment("scopeproxy_stripped_total", [("header", name.lowercased())]) }
+        if let redirect = current.redirect { metrics.increment("scopeproxy_redirects_total", [("decision", redirect.decision)]) }
+        if let error = current.error, Self.upstreamErrorCodes.contains(error) {
+            metrics.increment("scopeproxy_upstream_errors_total", [("kind", error)])
+        }
+        metrics.increment("scopeproxy_bytes_in_total", by: current.bytesIn)
+        metrics.increment("scopeproxy_bytes_out_total", by: current.bytesOut)
+        configuration.accessLog?.record(current)
+    }
+
+    private static let upstreamErrorCodes: Set<String> = [
+        "dns_failure", "upstream_refused", "connect_timeout", "upstream_timeout", "upstream_closed", "bad_upstream_response", "response_cut",
+    ]
+
+    private static func observedBody(_ pump: BodyPump, _ fields: HTTPFields) -> (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)? {
+        guard let observed = pump.observed, pump.bodyBytes > 0 else { return nil }
+        return (observed, pump.bodyBytes, pump.observedTruncated, fields.first("content-type"))
     }
 
     // MARK: Timers

@@ -14,6 +14,11 @@ public struct EngineConfiguration: Sendable {
     public var limits: Limits
     /// The scope rules, redirect policy, secrets and proxy auth; swapped whole on reload.
     public var scope: ScopeContextHolder
+    /// One line per exchange; nil writes none.
+    public var accessLog: AccessLog?
+    public var metrics: Metrics
+    /// /healthz and /metrics; nil serves none.
+    public var admin: ListenAddress?
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
@@ -22,9 +27,15 @@ public struct EngineConfiguration: Sendable {
         tunnel: TunnelPolicy = .deny,
         shutdownGraceMilliseconds: Int = 10_000,
         limits: Limits = Limits(),
-        scope: ScopeContextHolder = ScopeContextHolder()
+        scope: ScopeContextHolder = ScopeContextHolder(),
+        accessLog: AccessLog? = nil,
+        metrics: Metrics = Metrics(),
+        admin: ListenAddress? = nil
     ) {
         self.scope = scope
+        self.accessLog = accessLog
+        self.metrics = metrics
+        self.admin = admin
         self.listen = listen
         self.threads = threads
         self.timeouts = timeouts
@@ -87,6 +98,8 @@ public enum TunnelPolicy: String, Sendable {
 public struct Limits: Sendable, Equatable {
     /// A request body kept for replay when the proxy follows a 307/308 (follow mode only).
     public var maxReplayBody = 1024 * 1024
+    /// With `log.bodies`: how much of each body is kept to summarize (the summary itself is <= 2 KB).
+    public var maxObservedBody = 16 * 1024
     /// Per direction: the most a bufferevent reads ahead, and the output level at which the proxy
     /// stops moving more body bytes into it (backpressure).
     public var bufferHighWatermark: Int

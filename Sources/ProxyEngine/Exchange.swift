@@ -29,8 +29,7 @@ final class Exchange {
     /// A body replayed from memory on a followed 307/308 instead of read from the client.
     var replayBody: [UInt8]?
     var requestFraming: BodyFraming = .none
-    /// The redirect decision for this exchange's response, if it was a redirect (for the log).
-    var redirect: (origin: Origin, decision: String)?
+
     /// The serialized head sent upstream, kept so a stale pooled connection can be retried.
     let upstreamHead: [UInt8]
     var requestPump: BodyPump

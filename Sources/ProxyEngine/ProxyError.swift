@@ -57,7 +57,7 @@ enum ProxyError: Error, Equatable {
         }
     }
 
-    /// A stable, machine-readable name for the error (JSON `error`, and later metrics labels).
+    /// A stable, machine-readable name for the error (JSON `error`, the log, metrics labels).
     var code: String {
         switch self {
         case .malformedRequest: "malformed_request"
@@ -127,9 +127,9 @@ enum ProxyError: Error, Equatable {
     }
 
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
-    func response(keepAlive: Bool) -> [UInt8] {
-        let body = "{\"error\":\"\(code)\",\"message\":\"\(JSONText.escape(message))\"}\n"
-        var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\n"
+    func response(keepAlive: Bool, requestID: String) -> [UInt8] {
+        let body = "{\"error\":\"\(code)\",\"message\":\"\(JSONText.escape(message))\",\"id\":\"\(requestID)\"}\n"
+        var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\nX-Request-ID: \(requestID)\r\n"
         head += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
         head += "Cache-Control: no-store\r\n"
         if self == .proxyAuthenticationRequired { head += "Proxy-Authenticate: Basic realm=\"scopeproxy\"\r\n" }

@@ -20,6 +20,9 @@ public final class ProxyServer: @unchecked Sendable {
     private var workers: [Worker] = []
     private var threads: [PosixThread] = []
     public private(set) var address: ListenAddress
+    private var admin: AdminServer?
+    /// The admin endpoint's bound port (after start), when one is configured.
+    public var adminPort: UInt16? { admin?.port }
 
     public init(configuration: EngineConfiguration) {
         self.configuration = configuration
@@ -38,6 +41,11 @@ public final class ProxyServer: @unchecked Sendable {
             workers.append(worker)
         }
         address = ListenAddress(host: configuration.listen.host, port: port)
+        if let adminAddress = configuration.admin {
+            let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
+            server.start()
+            admin = server
+        }
         for worker in workers {
             threads.append(PosixThread(name: "scopeproxy-\(worker.index)") { worker.run() })
         }
@@ -48,10 +56,14 @@ public final class ProxyServer: @unchecked Sendable {
     /// closes the rest and joins the loop threads.
     public func shutdown(graceMilliseconds: Int? = nil) {
         let grace = graceMilliseconds ?? configuration.shutdownGraceMilliseconds
+        admin?.draining.store(true, ordering: .relaxed)
         for worker in workers { worker.post(.drain(graceMilliseconds: grace)) }
         for thread in threads { thread.join() }
         threads.removeAll()
         workers.removeAll()
+        admin?.stop()
+        admin = nil
+        configuration.accessLog?.flush()
     }
 
     /// Hooks the main loop runs between signals: `tick` about once a second (secret rotation),

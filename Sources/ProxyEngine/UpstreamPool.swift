@@ -13,21 +13,25 @@ final class UpstreamConnection {
         self.origin = origin
         self.bev = bev
     }
-
-    func free() {
-        bufferevent_free(bev)
-    }
 }
 
 /// Per-worker pool of idle keep-alive upstream connections, bounded per origin and in total.
 /// Any byte or EOF on an idle connection means it is no longer clean: it is closed at once.
 final class UpstreamPool {
     private let limits: Limits
+    let metrics: Metrics
     private var idle: [Origin: [UpstreamConnection]] = [:]
     private(set) var count = 0
 
-    init(limits: Limits) {
+    init(limits: Limits, metrics: Metrics) {
         self.limits = limits
+        self.metrics = metrics
+    }
+
+    /// Every upstream bufferevent is freed here, so the open-connections gauge stays true.
+    func release(_ bev: OpaquePointer) {
+        bufferevent_free(bev)
+        metrics.upstreamConnections.subtract(1, ordering: .relaxed)
     }
 
     /// The most recently used idle connection to `origin`, detached from the pool's callbacks.
@@ -44,7 +48,7 @@ final class UpstreamPool {
     func checkin(_ connection: UpstreamConnection) {
         var list = idle[connection.origin] ?? []
         guard list.count < limits.maxIdleUpstreamPerOrigin, count < limits.maxIdleUpstreamTotal else {
-            connection.free()
+            release(connection.bev)
             return
         }
         connection.idleSince = monotonicMilliseconds()
@@ -69,7 +73,7 @@ final class UpstreamPool {
         idle[connection.origin] = list.isEmpty ? nil : list
         count -= 1
         connection.pool = nil
-        connection.free()
+        release(connection.bev)
     }
 
     func closeExpired(idleMilliseconds: Int) {

@@ -18,6 +18,7 @@ final class Worker: @unchecked Sendable {
     let base: OpaquePointer
     let dns: OpaquePointer
     let pool: UpstreamPool
+    var requestIDs = RequestIDGenerator()
     private var listener: OpaquePointer?
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
     private(set) var isDraining = false
@@ -37,7 +38,7 @@ final class Worker: @unchecked Sendable {
         else { throw .eventBase }
         evdns_base_load_hosts(dns, nil)
         self.dns = dns
-        pool = UpstreamPool(limits: configuration.limits)
+        pool = UpstreamPool(limits: configuration.limits, metrics: configuration.metrics)
 
         let context = Unmanaged.passUnretained(self).toOpaque()
         wakeEvent = event_new(base, -1, 0, { _, _, context in
@@ -102,11 +103,13 @@ final class Worker: @unchecked Sendable {
         }
         let connection = ClientConnection(worker: self, bev: bev, peer: SocketAddress.describe(address))
         clients[ObjectIdentifier(connection)] = connection
+        configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
     }
 
     func connectionClosed(_ connection: ClientConnection) {
         clients[ObjectIdentifier(connection)] = nil
+        configuration.metrics.clientConnections.subtract(1, ordering: .relaxed)
         if isDraining && clients.isEmpty { finishDrain() }
     }
 

@@ -23,6 +23,7 @@ public enum Commands {
         var listen: ListenAddress?
         var threads: Int?
         var tunnel: TunnelPolicy?
+        var accessLog = true
         var positional: [String] = []
     }
 
@@ -53,8 +54,9 @@ public enum Commands {
         switch command {
         case "check": return check(options)
         case "secret": return secret(options)
-        case "ca", "health":
-            fail("'\(command)' is not available in this build yet (it arrives with the \(command == "ca" ? "TLS" : "admin endpoint") work)")
+        case "health": return health(options)
+        case "ca":
+            fail("'ca' is not available in this build yet (it arrives with the TLS work)")
             return 2
         default: return run(options)
         }
@@ -83,6 +85,9 @@ public enum Commands {
             case "--tunnel":
                 guard let policy = TunnelPolicy(rawValue: try value(word)) else { throw UsageError(message: "--tunnel expects allow or deny") }
                 options.tunnel = policy
+            case "--no-access-log":
+                // For measuring the log's cost in the benchmark; not for production use.
+                options.accessLog = false
             case _ where word.hasPrefix("-"):
                 throw UsageError(message: "unknown option \(word)\n\(usage)")
             default:
@@ -135,7 +140,7 @@ public enum Commands {
             return 1
         }
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
-        var engine = Runtime.engineConfiguration(config, scope: holder)
+        var engine = Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: options.accessLog)
         if let listen = options.listen { engine.listen = listen }
         if let threads = options.threads { engine.threads = threads }
         if let tunnel = options.tunnel { engine.tunnel = tunnel }
@@ -148,9 +153,49 @@ public enum Commands {
             fail(error.description)
             return 1
         }
-        let running = RunningProxy(configPath: options.configPath, config: config, secrets: secrets, holder: holder)
+        let running = RunningProxy(configPath: options.configPath, config: config, secrets: secrets, holder: holder, engine: engine)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         return 0
+    }
+
+    // MARK: health
+
+    /// Asks the admin endpoint's /healthz (for container HEALTHCHECKs without curl): 0 when it
+    /// answers 200, 1 otherwise.
+    static func health(_ options: Options) -> Int32 {
+        let config: ProxyConfiguration
+        do {
+            config = try Runtime.loadConfiguration(path: options.configPath)
+        } catch {
+            writeStandardError(error.description + "\n")
+            return 2
+        }
+        guard let admin = config.admin else {
+            fail("health needs an 'admin' address in the config")
+            return 2
+        }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return 1 }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = admin.port.bigEndian
+        guard inet_pton(AF_INET, admin.host == "localhost" ? "127.0.0.1" : admin.host, &address.sin_addr) == 1 else { return 1 }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            fail("admin endpoint \(admin) is not answering")
+            return 1
+        }
+        writeAll(fd, "GET /healthz HTTP/1.0\r\nHost: \(admin)\r\n\r\n")
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = read(fd, &buffer, buffer.count)
+        let statusLine = count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+        return statusLine.hasPrefix("HTTP/1.1 200") || statusLine.hasPrefix("HTTP/1.0 200") ? 0 : 1
     }
 
     // MARK: secret

@@ -1,4 +1,5 @@
 import ProxyEngine
+import Redaction
 import ScopeConfig
 import ScopePolicy
 import SecretStore
@@ -13,14 +14,30 @@ public enum Runtime {
         ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret)
     }
 
-    public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder) -> EngineConfiguration {
+    public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
+                                           accessLog enabled: Bool = true) -> EngineConfiguration {
         var engine = EngineConfiguration()
+        engine.admin = config.admin.map { ListenAddress(host: $0.host, port: $0.port) }
+        if enabled { engine.accessLog = accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
         engine.listen = ListenAddress(host: config.listen.host, port: config.listen.port)
         engine.timeouts = Timeouts(connect: config.timeouts.connect, upstream: config.timeouts.upstream,
                                    idle: config.timeouts.idle, clientHeader: config.timeouts.clientHeader)
         engine.tunnel = config.tls.tunnel == .allow ? .allow : .deny
         engine.scope = scope
         return engine
+    }
+
+    public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics,
+                                 observer: (@Sendable (String) -> Void)? = nil) -> AccessLog {
+        let output: AccessLogOutput
+        switch settings.output {
+        case .stdout: output = .standardOutput
+        case .stderr: output = .standardError
+        case .file(let path): output = .file(path)
+        }
+        return AccessLog(format: settings.format == .json ? .json : .text, output: output,
+                         rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
+                         logBodies: settings.bodies, secretValues: secrets.allValues.map(\.exposedValue), metrics: metrics, observer: observer)
     }
 
     /// Loads a config file, or the embedded default when `path` is nil.
@@ -46,16 +63,19 @@ final class RunningProxy: Sendable {
     private let configPath: String?
     private let holder: ScopeContextHolder
     private let state: Mutex<State>
+    private let engine: EngineConfiguration
 
-    init(configPath: String?, config: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder) {
+    init(configPath: String?, config: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration) {
         self.configPath = configPath
         self.holder = holder
+        self.engine = engine
         state = Mutex(State(config: config, secrets: secrets))
     }
 
     func rotateSecrets() {
         let secrets = state.withLock { $0.secrets }
         let result = secrets.refresh()
+        if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue)) }
         for name in result.changed { Log.info("secret_rotated", ["secret": name]) }
         for error in result.errors { Log.error("secret_unavailable", ["secret": error.name, "reason": error.reason]) }
     }
@@ -67,14 +87,23 @@ final class RunningProxy: Sendable {
             try secrets.load()
             holder.replace(with: Runtime.scopeContext(config, secrets: secrets))
             state.withLock { $0 = State(config: config, secrets: secrets) }
+            engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue))
+            engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
             Log.info("reloaded", ["scopes": String(config.policy.scopes.count)])
         } catch let error as ConfigError {
-            Log.error("reload_failed", ["error": error.description])
+            reloadFailed(error.description)
         } catch let error as SecretError {
-            Log.error("reload_failed", ["error": error.description])
+            reloadFailed(error.description)
         } catch {
-            Log.error("reload_failed", ["error": "unexpected error"])
+            reloadFailed("unexpected error")
         }
+        // Log rotation: a file output is reopened on every SIGHUP, whatever the config did.
+        engine.accessLog?.reopen()
+    }
+
+    private func reloadFailed(_ message: String) {
+        engine.metrics.increment("scopeproxy_reloads_total", [("result", "failed")])
+        Log.error("reload_failed", ["error": message])
     }
 }
 

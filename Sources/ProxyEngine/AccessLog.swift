@@ -1,0 +1,279 @@
+import Dispatch
+import HTTP1Codec
+import Redaction
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One exchange as the access log sees it: raw facts from the data path. Redaction happens when the
+/// line is formatted, in one place (`AccessLog.format`), so no caller can forget it.
+struct ExchangeRecord {
+    var id: String
+    var client: String
+    var method: String?
+    var origin: Origin?
+    var pathAndQuery: String?
+    var status: Int?
+    var bytesIn: UInt64 = 0
+    var bytesOut: UInt64 = 0
+    var startedAt: UInt64
+    var scopes: [String] = []
+    var injected: [String] = []
+    var stripped: [String] = []
+    var redirect: (location: String?, origin: Origin, decision: String)?
+    var requestFields: HTTPFields?
+    var responseFields: HTTPFields?
+    var error: String?
+    /// CONNECT tunnels that are not intercepted: `tunnel` or `deny`.
+    var tunnelDecision: String?
+    var requestBody: (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)?
+    var responseBody: (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)?
+}
+
+public enum AccessLogFormat: String, Sendable { case json, text }
+
+public enum AccessLogOutput: Sendable, Equatable {
+    case standardOutput
+    case standardError
+    case file(String)
+    /// Discard lines after formatting (benchmarks measure the formatting cost with this).
+    case discard
+}
+
+/// Formats, scrubs and writes access log lines. Formatting runs on the worker that finished the
+/// exchange; writing happens on one writer thread, a whole line per write(2), so lines never
+/// interleave and a slow consumer never blocks an event loop (past a bounded backlog lines are
+/// dropped and counted).
+public final class AccessLog: Sendable {
+    public let format: AccessLogFormat
+    public let logBodies: Bool
+    private let redactor: Redactor
+    private let tripwire: Mutex<Tripwire>
+    private let metrics: Metrics
+    private let output: AccessLogOutput
+    private let descriptor: Mutex<Int32>
+    private let queue = DispatchQueue(label: "scopeproxy.access-log")
+    private let pending = Atomic<Int>(0)
+    private let observer: (@Sendable (String) -> Void)?
+    static let maxPending = 10_000
+
+    public init(format: AccessLogFormat, output: AccessLogOutput, rules: RedactionRules, logBodies: Bool,
+                secretValues: [String], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
+        self.format = format
+        self.logBodies = logBodies
+        redactor = Redactor(rules: rules)
+        tripwire = Mutex(Tripwire(secretValues: secretValues))
+        self.metrics = metrics
+        self.output = output
+        self.observer = observer
+        descriptor = Mutex(Self.open(output))
+    }
+
+    /// The secret values the tripwire looks for (after a reload or a rotation).
+    public func updateSecrets(_ values: [String]) {
+        let replacement = Tripwire(secretValues: values)
+        tripwire.withLock { $0 = replacement }
+    }
+
+    /// SIGHUP: reopen a file output (log rotation).
+    public func reopen() {
+        guard case .file = output else { return }
+        let fresh = Self.open(output)
+        let old = descriptor.withLock { current in
+            defer { current = fresh }
+            return current
+        }
+        queue.async { close(old) }
+    }
+
+    private static func open(_ output: AccessLogOutput) -> Int32 {
+        switch output {
+        case .standardOutput: return 1
+        case .standardError: return 2
+        case .discard: return -1
+        case .file(let path): return Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        }
+    }
+
+    func record(_ record: ExchangeRecord) {
+        let line = self.format == .json ? json(record) : text(record)
+        let (scrubbed, hits) = tripwire.withLock { $0.scrub(line) }
+        if hits > 0 { metrics.increment("scopeproxy_log_tripwire_hits_total", by: UInt64(hits)) }
+        observer?(scrubbed)
+        guard output != .discard else { return }
+        guard pending.add(1, ordering: .relaxed).newValue <= Self.maxPending else {
+            pending.subtract(1, ordering: .relaxed)
+            metrics.increment("scopeproxy_log_lines_dropped_total")
+            return
+        }
+        queue.async { [self] in
+            let fd = descriptor.withLock { $0 }
+            writeAll(fd, scrubbed)
+            pending.subtract(1, ordering: .relaxed)
+        }
+    }
+
+    /// Waits until every queued line is written (shutdown and tests).
+    public func flush() {
+        queue.sync {}
+    }
+
+    // MARK: Formatting
+
+    private func url(_ record: ExchangeRecord) -> String? {
+        guard let origin = record.origin else { return nil }
+        if record.tunnelDecision != nil { return origin.description }
+        return origin.description + redactor.pathAndQuery(record.pathAndQuery ?? "/")
+    }
+
+    private func json(_ record: ExchangeRecord) -> String {
+        var line = JSONLine()
+        line.string("ts", Self.timestamp())
+        line.string("id", record.id)
+        line.string("client", record.client)
+        line.optionalString("method", record.method)
+        line.optionalString("url", url(record))
+        if let status = record.status { line.raw("status", String(status)) } else { line.raw("status", "null") }
+        line.raw("bytes_in", String(record.bytesIn))
+        line.raw("bytes_out", String(record.bytesOut))
+        line.raw("duration_ms", Self.milliseconds(since: record.startedAt))
+        if let decision = record.tunnelDecision {
+            line.string("decision", decision)
+        } else {
+            if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
+            line.array("injected", record.injected)
+            line.array("stripped", record.stripped)
+            if let redirect = record.redirect {
+                var nested = JSONLine()
+                nested.optionalString("location", redirect.location.map(redactor.url))
+                nested.string("origin", redirect.origin.description)
+                nested.string("decision", redirect.decision)
+                line.raw("redirect", nested.finish())
+            }
+            if let fields = record.requestFields { line.raw("req_headers", headers(fields)) }
+            if let fields = record.responseFields { line.raw("resp_headers", headers(fields)) }
+            if logBodies, let body = record.requestBody {
+                line.string("req_body", redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
+            }
+            if logBodies, let body = record.responseBody {
+                line.string("resp_body", redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
+            }
+        }
+        line.optionalString("error", record.error)
+        return line.finish() + "\n"
+    }
+
+    private func headers(_ fields: HTTPFields) -> String {
+        var object = JSONLine()
+        for (name, value) in redactor.headers(fields) { object.string(name, value) }
+        return object.finish()
+    }
+
+    private func text(_ record: ExchangeRecord) -> String {
+        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-", record.status.map(String.init) ?? "-",
+                     Self.milliseconds(since: record.startedAt) + "ms"]
+        if let decision = record.tunnelDecision {
+            parts.append("decision=\(decision) in=\(record.bytesIn) out=\(record.bytesOut)")
+        } else {
+            parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
+            if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
+            if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
+            if let redirect = record.redirect { parts.append("redirect=\(redirect.decision):\(redirect.origin)") }
+        }
+        if let error = record.error { parts.append("error=\(error)") }
+        parts.append("id=\(record.id)")
+        return parts.joined(separator: " ") + "\n"
+    }
+
+    static func milliseconds(since start: UInt64) -> String {
+        let elapsed = monotonicMicroseconds() - start
+        let whole = elapsed / 1000, fraction = elapsed % 1000
+        return "\(whole)." + String(repeating: "0", count: 3 - String(fraction).count) + String(fraction)
+    }
+
+    /// RFC 3339 UTC with milliseconds, without Foundation.
+    static func timestamp() -> String {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(now.tv_nsec / 1_000_000), 3))Z"
+    }
+}
+
+/// Builds one JSON object by appending: no Foundation encoder on the per-request path.
+struct JSONLine {
+    private var text = "{"
+    private var first = true
+
+    private mutating func key(_ name: String) {
+        if !first { text += "," }
+        first = false
+        text += "\"" + JSONText.escape(name) + "\":"
+    }
+
+    mutating func string(_ name: String, _ value: String) {
+        key(name)
+        text += "\"" + JSONText.escape(value) + "\""
+    }
+
+    mutating func optionalString(_ name: String, _ value: String?) {
+        if let value { string(name, value) }
+    }
+
+    mutating func raw(_ name: String, _ json: String) {
+        key(name)
+        text += json
+    }
+
+    mutating func array(_ name: String, _ values: [String]) {
+        key(name)
+        text += "[" + values.map { "\"" + JSONText.escape($0) + "\"" }.joined(separator: ",") + "]"
+    }
+
+    func finish() -> String { text + "}" }
+}
+
+func monotonicMicroseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+}
+
+/// Request ids: a client's well-formed X-Request-ID is kept; otherwise 16 hex characters from a
+/// per-thread generator seeded once from the system (no syscall per request).
+enum RequestID {
+    static func isWellFormed(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
+    }
+}
+
+/// xorshift64*, one per worker.
+struct RequestIDGenerator {
+    private var state: UInt64
+
+    init() {
+        var seed: UInt64 = 0
+        while seed == 0 { seed = UInt64.random(in: 1...UInt64.max) }
+        state = seed
+    }
+
+    mutating func next() -> String {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        let value = state &* 2685821657736338717
+        let hex = String(value, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+}

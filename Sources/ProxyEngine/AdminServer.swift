@@ -1,0 +1,71 @@
+import CLibevent
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The admin endpoint: `GET /healthz` (200 `ok` once ready, 503 while draining) and `GET /metrics`
+/// (Prometheus text). Tiny bodies, so libevent's evhttp serves it, on its own thread and loop.
+final class AdminServer: @unchecked Sendable {
+    private let base: OpaquePointer
+    private let http: OpaquePointer
+    private let metrics: Metrics
+    let draining = Atomic<Bool>(false)
+    private(set) var port: UInt16 = 0
+    private var thread: PosixThread?
+
+    init(address: ListenAddress, metrics: Metrics) throws(EngineError) {
+        guard let base = event_base_new(), let http = evhttp_new(base) else { throw .eventBase }
+        self.base = base
+        self.http = http
+        self.metrics = metrics
+        guard let bound = evhttp_bind_socket_with_handle(http, address.host, address.port) else {
+            evhttp_free(http)
+            event_base_free(base)
+            throw .listen("cannot listen on admin address \(address)")
+        }
+        port = SocketAddress.boundPort(evhttp_bound_socket_get_fd(bound)) ?? address.port
+        evhttp_set_allowed_methods(http, UInt16(EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_HEAD.rawValue))
+        evhttp_set_gencb(http, { request, context in
+            Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    func start() {
+        thread = PosixThread(name: "scopeproxy-admin") { [self] in _ = event_base_dispatch(base) }
+    }
+
+    func stop() {
+        event_base_loopbreak(base)
+        thread?.join()
+        evhttp_free(http)
+        event_base_free(base)
+    }
+
+    private func handle(_ request: OpaquePointer) {
+        let path = evhttp_request_get_uri(request).map { String(cString: $0) } ?? "/"
+        let body: String
+        let status: Int32
+        let contentType: String
+        switch path {
+        case "/healthz":
+            let isDraining = draining.load(ordering: .relaxed)
+            status = isDraining ? 503 : 200
+            body = isDraining ? "draining\n" : "ok\n"
+            contentType = "text/plain"
+        case "/metrics":
+            status = 200
+            body = metrics.render()
+            contentType = "text/plain; version=0.0.4"
+        default:
+            status = 404
+            body = "not found\n"
+            contentType = "text/plain"
+        }
+        let buffer = evbuffer_new()!
+        defer { evbuffer_free(buffer) }
+        EventBuffer.append(buffer, Array(body.utf8))
+        evhttp_add_header(evhttp_request_get_output_headers(request), "Content-Type", contentType)
+        evhttp_send_reply(request, status, status == 200 ? "OK" : (status == 503 ? "Service Unavailable" : "Not Found"), buffer)
+    }
+}

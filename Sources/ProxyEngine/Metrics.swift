@@ -1,0 +1,79 @@
+import Synchronization
+
+/// Counters and gauges for /metrics (Prometheus text format). Labels are bounded sets chosen by the
+/// proxy (status classes, scope names, sensitive header names lowercased, error codes): never a
+/// URL, a value or anything a client can vary freely.
+public final class Metrics: Sendable {
+    private struct Key: Hashable {
+        let name: String
+        let labels: String
+    }
+
+    private let counters = Mutex<[Key: UInt64]>([:])
+    public let clientConnections = Atomic<Int>(0)
+    public let upstreamConnections = Atomic<Int>(0)
+
+    public init() {}
+
+    public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: UInt64 = 1) {
+        let rendered = labels.map { "\($0.0)=\"\(Self.escapeLabel($0.1))\"" }.joined(separator: ",")
+        counters.withLock { $0[Key(name: name, labels: rendered), default: 0] += amount }
+    }
+
+    public func value(_ name: String, _ labels: [(String, String)] = []) -> UInt64 {
+        let rendered = labels.map { "\($0.0)=\"\(Self.escapeLabel($0.1))\"" }.joined(separator: ",")
+        return counters.withLock { $0[Key(name: name, labels: rendered)] ?? 0 }
+    }
+
+    static func escapeLabel(_ text: String) -> String {
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\\": result += "\\\\"
+            case "\"": result += "\\\""
+            case "\n": result += "\\n"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    private static let help: [String: (String, String)] = [
+        "scopeproxy_requests_total": ("counter", "Exchanges by response status class and scope."),
+        "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
+        "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
+        "scopeproxy_redirects_total": ("counter", "Redirect decisions."),
+        "scopeproxy_upstream_errors_total": ("counter", "Exchanges that failed upstream, by kind."),
+        "scopeproxy_bytes_in_total": ("counter", "Bytes received from clients."),
+        "scopeproxy_bytes_out_total": ("counter", "Bytes sent to clients."),
+        "scopeproxy_reloads_total": ("counter", "Config reloads by result."),
+        "scopeproxy_log_tripwire_hits_total": ("counter", "Secret values found and scrubbed from log lines (should stay 0)."),
+        "scopeproxy_log_lines_dropped_total": ("counter", "Access log lines dropped because the writer fell behind."),
+    ]
+
+    /// Prometheus text exposition format 0.0.4.
+    public func render() -> String {
+        let snapshot = counters.withLock { $0 }
+        var output = ""
+        for name in Set(snapshot.keys.map(\.name)).union(Self.help.keys).sorted() {
+            let (type, help) = Self.help[name] ?? ("counter", name)
+            output += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            let series = snapshot.filter { $0.key.name == name }.sorted { $0.key.labels < $1.key.labels }
+            if series.isEmpty, !name.contains("_total") || Self.help[name] != nil, snapshot.keys.allSatisfy({ $0.name != name }) {
+                if ["scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
+                    "scopeproxy_log_lines_dropped_total"].contains(name) {
+                    output += "\(name) 0\n"
+                }
+                continue
+            }
+            for (key, value) in series {
+                output += key.labels.isEmpty ? "\(name) \(value)\n" : "\(name){\(key.labels)} \(value)\n"
+            }
+        }
+        output += "# HELP scopeproxy_client_connections Open client connections.\n# TYPE scopeproxy_client_connections gauge\n"
+        output += "scopeproxy_client_connections \(clientConnections.load(ordering: .relaxed))\n"
+        output += "# HELP scopeproxy_upstream_connections Open upstream connections (in use and pooled).\n# TYPE scopeproxy_upstream_connections gauge\n"
+        output += "scopeproxy_upstream_connections \(upstreamConnections.load(ordering: .relaxed))\n"
+        return output
+    }
+}
