@@ -16,8 +16,9 @@ struct ForwardingEngineTests {
         #expect(response?.status == 200)
         #expect(response?.bodyText == "target=/v1/items?limit=20 id=exact body=0")
         let arrived = try #require(origin.requests.first)
+        let id = try #require(response?.header("x-request-id"), "the proxy adds a request id, the same both ways")
         #expect(arrived.rawHeadText == "GET /v1/items?limit=20 HTTP/1.1\r\nHost: \(origin.authority)\r\nUser-Agent: test/1\r\n"
-            + "x-lower: Case Kept\r\nX-Test-Id: exact\r\n\r\n")
+            + "x-lower: Case Kept\r\nX-Test-Id: exact\r\nX-Request-ID: \(id)\r\n\r\n")
     }
 
     @Test("exact bytes back to the client: the origin's head minus hop-by-hop fields")
@@ -31,8 +32,9 @@ struct ForwardingEngineTests {
         let socket = try proxy.connect()
         try socket.send("GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         let response = try #require(try HTTPReader(socket).readResponse())
+        let id = try #require(response.header("x-request-id"))
         #expect(String(decoding: response.rawHead, as: UTF8.self)
-            == "HTTP/1.1 201 Created\r\nX-B: 2\r\nx-a: One\r\nContent-Length: 2\r\n\r\n")
+            == "HTTP/1.1 201 Created\r\nX-B: 2\r\nx-a: One\r\nContent-Length: 2\r\nX-Request-ID: \(id)\r\n\r\n")
         #expect(response.bodyText == "ok")
     }
 
