@@ -53,8 +53,12 @@ public final class AccessLog: Sendable {
     private let metrics: Metrics
     private let output: AccessLogOutput
     private let descriptor: Mutex<Int32>
-    private let queue = DispatchQueue(label: "scopeproxy.access-log")
-    private let pending = Atomic<Int>(0)
+    /// Whole lines waiting for the writer thread, and whether it has been woken for them. Under
+    /// load many lines go out in one write(2); a line is never split, and an idle log writes each
+    /// line as soon as it is complete.
+    private let backlog = Mutex<(bytes: [UInt8], lines: Int, flushRequested: Bool)>(([], 0, false))
+    private let wake = DispatchSemaphore(value: 0)
+    private let written = DispatchSemaphore(value: 0)
     private let observer: (@Sendable (String) -> Void)?
     static let maxPending = 10_000
 
@@ -68,6 +72,27 @@ public final class AccessLog: Sendable {
         self.output = output
         self.observer = observer
         descriptor = Mutex(Self.open(output))
+        if output != .discard {
+            PosixThread(name: "scopeproxy-log") { [self] in writerLoop() }.detach()
+        }
+    }
+
+    private func writerLoop() {
+        while true {
+            wake.wait()
+            // Let lines gather for a moment: under load one write(2) carries hundreds of whole
+            // lines and the writer wakes a few hundred times a second, not once per request.
+            usleep(2_000)
+            let (bytes, flush) = backlog.withLock { state -> ([UInt8], Bool) in
+                defer { state = ([], 0, false) }
+                return (state.bytes, state.flushRequested)
+            }
+            if !bytes.isEmpty {
+                let fd = descriptor.withLock { $0 }
+                writeAll(fd, bytes)
+            }
+            if flush { written.signal() }
+        }
     }
 
     /// The secret values the tripwire looks for (after a reload or a rotation).
@@ -84,7 +109,9 @@ public final class AccessLog: Sendable {
             defer { current = fresh }
             return current
         }
-        queue.async { close(old) }
+        // A write in flight may still use the old descriptor for a moment; closing it a second
+        // later costs nothing and avoids writing into a reused fd number.
+        PosixThread(name: "scopeproxy-logrot") { sleep(1); close(old) }.detach()
     }
 
     private static func open(_ output: AccessLogOutput) -> Int32 {
@@ -102,21 +129,26 @@ public final class AccessLog: Sendable {
         if hits > 0 { metrics.increment("scopeproxy_log_tripwire_hits_total", by: UInt64(hits)) }
         observer?(scrubbed)
         guard output != .discard else { return }
-        guard pending.add(1, ordering: .relaxed).newValue <= Self.maxPending else {
-            pending.subtract(1, ordering: .relaxed)
-            metrics.increment("scopeproxy_log_lines_dropped_total")
-            return
+        let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
+            guard state.lines < Self.maxPending else { return (false, false) }
+            let wasEmpty = state.lines == 0
+            state.bytes.append(contentsOf: scrubbed.utf8)
+            state.lines += 1
+            return (true, wasEmpty)
         }
-        queue.async { [self] in
-            let fd = descriptor.withLock { $0 }
-            writeAll(fd, scrubbed)
-            pending.subtract(1, ordering: .relaxed)
+        if !accepted {
+            metrics.increment("scopeproxy_log_lines_dropped_total")
+        } else if wasEmpty {
+            wake.signal()
         }
     }
 
     /// Waits until every queued line is written (shutdown and tests).
     public func flush() {
-        queue.sync {}
+        guard output != .discard else { return }
+        backlog.withLock { $0.flushRequested = true }
+        wake.signal()
+        _ = written.wait(timeout: .now() + 5)
     }
 
     // MARK: Formatting
@@ -129,14 +161,14 @@ public final class AccessLog: Sendable {
 
     private func json(_ record: ExchangeRecord) -> String {
         var line = JSONLine()
-        line.string("ts", Self.timestamp())
+        line.raw("ts", Self.timestamp(quoted: true))
         line.string("id", record.id)
         line.string("client", record.client)
         line.optionalString("method", record.method)
         line.optionalString("url", url(record))
-        if let status = record.status { line.raw("status", String(status)) } else { line.raw("status", "null") }
-        line.raw("bytes_in", String(record.bytesIn))
-        line.raw("bytes_out", String(record.bytesOut))
+        if let status = record.status { line.number("status", UInt64(status)) } else { line.raw("status", "null") }
+        line.number("bytes_in", record.bytesIn)
+        line.number("bytes_out", record.bytesOut)
         line.raw("duration_ms", Self.milliseconds(since: record.startedAt))
         if let decision = record.tunnelDecision {
             line.string("decision", decision)
@@ -161,10 +193,10 @@ public final class AccessLog: Sendable {
             }
         }
         line.optionalString("error", record.error)
-        return line.finish() + "\n"
+        return String(decoding: line.finish() + [0x0A], as: UTF8.self)
     }
 
-    private func headers(_ fields: HTTPFields) -> String {
+    private func headers(_ fields: HTTPFields) -> [UInt8] {
         var object = JSONLine()
         for (name, value) in redactor.headers(fields) { object.string(name, value) }
         return object.finish()
@@ -188,40 +220,82 @@ public final class AccessLog: Sendable {
 
     static func milliseconds(since start: UInt64) -> String {
         let elapsed = monotonicMicroseconds() - start
-        let whole = elapsed / 1000, fraction = elapsed % 1000
-        return "\(whole)." + String(repeating: "0", count: 3 - String(fraction).count) + String(fraction)
+        var bytes: [UInt8] = []
+        JSONLine.appendDecimal(elapsed / 1000, to: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        JSONLine.appendDecimal(elapsed % 1000, minimumDigits: 3, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// RFC 3339 UTC with milliseconds, without Foundation.
-    static func timestamp() -> String {
+    static func timestamp(quoted: Bool = false) -> String {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         var seconds = now.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
+        var bytes: [UInt8] = quoted ? [UInt8(ascii: "\"")] : []
+        bytes.reserveCapacity(26)
+        func put(_ value: Int32, _ digits: Int, _ separator: Character?) {
+            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
+            if let separator { bytes.append(UInt8(ascii: separator.unicodeScalars.first!)) }
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(now.tv_nsec / 1_000_000), 3))Z"
+        put(parts.tm_year + 1900, 4, "-")
+        put(parts.tm_mon + 1, 2, "-")
+        put(parts.tm_mday, 2, "T")
+        put(parts.tm_hour, 2, ":")
+        put(parts.tm_min, 2, ":")
+        put(parts.tm_sec, 2, ".")
+        put(Int32(now.tv_nsec / 1_000_000), 3, "Z")
+        if quoted { bytes.append(UInt8(ascii: "\"")) }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
-/// Builds one JSON object by appending: no Foundation encoder on the per-request path.
+/// Builds one JSON object straight into bytes, escaping as it copies: no Foundation encoder and no
+/// intermediate strings on the per-request path.
 struct JSONLine {
-    private var text = "{"
+    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
     private var first = true
 
+    init() {
+        bytes.reserveCapacity(1024)
+    }
+
     private mutating func key(_ name: String) {
-        if !first { text += "," }
+        if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
-        text += "\"" + JSONText.escape(name) + "\":"
+        appendQuoted(name)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func appendQuoted(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        // Nearly every value needs no escaping: one bulk append.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
+            bytes += text.utf8
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case 0x0A: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case 0x0D: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case 0x09: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case 0..<0x20, 0x7F:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
     }
 
     mutating func string(_ name: String, _ value: String) {
         key(name)
-        text += "\"" + JSONText.escape(value) + "\""
+        appendQuoted(value)
     }
 
     mutating func optionalString(_ name: String, _ value: String?) {
@@ -230,15 +304,36 @@ struct JSONLine {
 
     mutating func raw(_ name: String, _ json: String) {
         key(name)
-        text += json
+        bytes += json.utf8
+    }
+
+    mutating func raw(_ name: String, _ json: [UInt8]) {
+        key(name)
+        bytes += json
+    }
+
+    mutating func number(_ name: String, _ value: UInt64) {
+        key(name)
+        JSONLine.appendDecimal(value, to: &bytes)
     }
 
     mutating func array(_ name: String, _ values: [String]) {
         key(name)
-        text += "[" + values.map { "\"" + JSONText.escape($0) + "\"" }.joined(separator: ",") + "]"
+        bytes.append(UInt8(ascii: "["))
+        for (index, value) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            appendQuoted(value)
+        }
+        bytes.append(UInt8(ascii: "]"))
     }
 
-    func finish() -> String { text + "}" }
+    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+
+    static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
+        let text = String(value)  // a small string: no allocation
+        for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
+        bytes += text.utf8
+    }
 }
 
 func monotonicMicroseconds() -> UInt64 {

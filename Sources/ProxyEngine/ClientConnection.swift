@@ -846,19 +846,23 @@ final class ClientConnection: UpstreamConnectorDelegate {
         guard var current = record else { return }
         record = nil
         update(&current)
-        let metrics = configuration.metrics
-        let statusClass = current.status.map { "\($0 / 100)xx" } ?? "none"
-        metrics.increment("scopeproxy_requests_total", [("status_class", statusClass), ("scope", current.scopes.first ?? "none")])
-        for name in current.injected { metrics.increment("scopeproxy_injected_total", [("header", name.lowercased())]) }
-        for name in current.stripped { metrics.increment("scopeproxy_stripped_total", [("header", name.lowercased())]) }
-        if let redirect = current.redirect { metrics.increment("scopeproxy_redirects_total", [("decision", redirect.decision)]) }
+        let statusClass = current.status.map { Self.statusClasses[min(max($0 / 100, 0), 5)] } ?? "none"
+        var updates: [(name: String, labels: [(String, String)], amount: UInt64)] = [
+            ("scopeproxy_requests_total", [("status_class", statusClass), ("scope", current.scopes.first ?? "none")], 1),
+            ("scopeproxy_bytes_in_total", [], current.bytesIn),
+            ("scopeproxy_bytes_out_total", [], current.bytesOut),
+        ]
+        for name in current.injected { updates.append(("scopeproxy_injected_total", [("header", name.lowercased())], 1)) }
+        for name in current.stripped { updates.append(("scopeproxy_stripped_total", [("header", name.lowercased())], 1)) }
+        if let redirect = current.redirect { updates.append(("scopeproxy_redirects_total", [("decision", redirect.decision)], 1)) }
         if let error = current.error, Self.upstreamErrorCodes.contains(error) {
-            metrics.increment("scopeproxy_upstream_errors_total", [("kind", error)])
+            updates.append(("scopeproxy_upstream_errors_total", [("kind", error)], 1))
         }
-        metrics.increment("scopeproxy_bytes_in_total", by: current.bytesIn)
-        metrics.increment("scopeproxy_bytes_out_total", by: current.bytesOut)
+        configuration.metrics.increment(updates)
         configuration.accessLog?.record(current)
     }
+
+    private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"]
 
     private static let upstreamErrorCodes: Set<String> = [
         "dns_failure", "upstream_refused", "connect_timeout", "upstream_timeout", "upstream_closed", "bad_upstream_response", "response_cut",

@@ -162,6 +162,11 @@ final class PosixThread: @unchecked Sendable {
     func join() {
         pthread_join(handle, nil)
     }
+
+    /// For threads that live as long as the process (the log writer).
+    func detach() {
+        pthread_detach(handle)
+    }
 }
 
 /// Engine diagnostics (not the access log): one JSON object per line on stderr. Messages are fixed
@@ -181,8 +186,10 @@ public func writeStandardError(_ text: String) { writeAll(2, text) }
 public func writeStandardOutput(_ text: String) { writeAll(1, text) }
 
 /// write(2) until everything is out (retrying EINTR and short writes).
-public func writeAll(_ fd: Int32, _ text: String) {
-    var bytes = Array(text.utf8)
+public func writeAll(_ fd: Int32, _ text: String) { writeAll(fd, Array(text.utf8)) }
+
+public func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+    var bytes = bytes
     bytes.withUnsafeMutableBytes { raw in
         var offset = 0
         while offset < raw.count {

@@ -6,7 +6,7 @@ import Synchronization
 public final class Metrics: Sendable {
     private struct Key: Hashable {
         let name: String
-        let labels: String
+        let labels: [String]  // "name=value" pairs, rendered when /metrics is read
     }
 
     private let counters = Mutex<[Key: UInt64]>([:])
@@ -16,13 +16,24 @@ public final class Metrics: Sendable {
     public init() {}
 
     public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: UInt64 = 1) {
-        let rendered = labels.map { "\($0.0)=\"\(Self.escapeLabel($0.1))\"" }.joined(separator: ",")
-        counters.withLock { $0[Key(name: name, labels: rendered), default: 0] += amount }
+        counters.withLock { $0[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] }), default: 0] += amount }
+    }
+
+    /// Several increments under one lock (the per-exchange path).
+    public func increment(_ updates: [(name: String, labels: [(String, String)], amount: UInt64)]) {
+        counters.withLock { counters in
+            for update in updates where update.amount > 0 {
+                counters[Key(name: update.name, labels: update.labels.flatMap { [$0.0, $0.1] }), default: 0] += update.amount
+            }
+        }
     }
 
     public func value(_ name: String, _ labels: [(String, String)] = []) -> UInt64 {
-        let rendered = labels.map { "\($0.0)=\"\(Self.escapeLabel($0.1))\"" }.joined(separator: ",")
-        return counters.withLock { $0[Key(name: name, labels: rendered)] ?? 0 }
+        counters.withLock { $0[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] })] ?? 0 }
+    }
+
+    private static func render(_ labels: [String]) -> String {
+        stride(from: 0, to: labels.count, by: 2).map { "\(labels[$0])=\"\(escapeLabel(labels[$0 + 1]))\"" }.joined(separator: ",")
     }
 
     static func escapeLabel(_ text: String) -> String {
@@ -58,7 +69,7 @@ public final class Metrics: Sendable {
         for name in Set(snapshot.keys.map(\.name)).union(Self.help.keys).sorted() {
             let (type, help) = Self.help[name] ?? ("counter", name)
             output += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-            let series = snapshot.filter { $0.key.name == name }.sorted { $0.key.labels < $1.key.labels }
+            let series = snapshot.filter { $0.key.name == name }.map { (Self.render($0.key.labels), $0.value) }.sorted { $0.0 < $1.0 }
             if series.isEmpty, !name.contains("_total") || Self.help[name] != nil, snapshot.keys.allSatisfy({ $0.name != name }) {
                 if ["scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
                     "scopeproxy_log_lines_dropped_total"].contains(name) {
@@ -66,8 +77,8 @@ public final class Metrics: Sendable {
                 }
                 continue
             }
-            for (key, value) in series {
-                output += key.labels.isEmpty ? "\(name) \(value)\n" : "\(name){\(key.labels)} \(value)\n"
+            for (labels, value) in series {
+                output += labels.isEmpty ? "\(name) \(value)\n" : "\(name){\(labels)} \(value)\n"
             }
         }
         output += "# HELP scopeproxy_client_connections Open client connections.\n# TYPE scopeproxy_client_connections gauge\n"

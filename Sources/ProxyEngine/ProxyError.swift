@@ -158,6 +158,10 @@ enum ProxyError: Error, Equatable {
 /// Minimal JSON string escaping (RFC 8259 §7), without Foundation.
 public enum JSONText {
     public static func escape(_ text: String) -> String {
+        // Most values need no escaping at all: check the bytes once, return the string as it is.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
+            return text
+        }
         var result = ""
         result.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The second, independent layer: before a log line is written it is scanned for every secret value
 /// the store holds, raw, percent-encoded, base64 and base64url. A hit is replaced and counted; the
 /// count should stay 0. It is a tripwire, not the design.
@@ -27,29 +31,37 @@ public struct Tripwire: Sendable {
     /// The line with every hit replaced by `<tripwire>`, and how many hits there were.
     public func scrub(_ line: String) -> (line: String, hits: Int) {
         guard !needles.isEmpty else { return (line, 0) }
-        var bytes = Array(line.utf8)
+        var text = line
         var hits = 0
-        for needle in needles where needle.count <= bytes.count {
-            var index = 0
-            var output: [UInt8] = []
-            var found = false
-            while index <= bytes.count - needle.count {
-                if bytes[index] == needle[0], Array(bytes[index..<index + needle.count]) == needle {
-                    output += Array("<tripwire>".utf8)
-                    index += needle.count
-                    hits += 1
-                    found = true
-                } else {
-                    output.append(bytes[index])
-                    index += 1
-                }
-            }
-            if found {
-                output += bytes[index...]
-                bytes = output
+        for needle in needles {
+            while let range = Self.find(needle, in: text) {
+                var bytes = Array(text.utf8)
+                bytes.replaceSubrange(range, with: Array("<tripwire>".utf8))
+                text = String(decoding: bytes, as: UTF8.self)
+                hits += 1
             }
         }
-        return (hits == 0 ? line : String(decoding: bytes, as: UTF8.self), hits)
+        return (text, hits)
+    }
+
+    /// memmem over the string's contiguous UTF-8: no copy on the (normal) path where nothing is found.
+    static func find(_ needle: [UInt8], in text: String) -> Range<Int>? {
+        var text = text
+        return text.withUTF8 { haystack -> Range<Int>? in
+            needle.withUnsafeBytes { pattern -> Range<Int>? in
+                guard let base = haystack.baseAddress, let first = pattern.first, haystack.count >= pattern.count else { return nil }
+                var offset = 0
+                let last = haystack.count - pattern.count
+                while offset <= last {
+                    // memchr finds candidates for the first byte; memcmp confirms the rest.
+                    guard let hit = memchr(base + offset, Int32(first), last - offset + 1) else { return nil }
+                    let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
+                    if memcmp(base + position, pattern.baseAddress!, pattern.count) == 0 { return position..<(position + pattern.count) }
+                    offset = position + 1
+                }
+                return nil
+            }
+        }
     }
 
     static func percentEncoded(_ bytes: [UInt8]) -> String {
