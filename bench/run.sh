@@ -50,6 +50,9 @@ wait_port "$NGINX_PORT"
 # --- proxies, each on core 0 ---
 SCOPE_PORT=$(free_port)
 taskset -c 0 "$BINARY" run --listen "127.0.0.1:$SCOPE_PORT" --threads 1 >/dev/null 2>"$WORK/scopeproxy.err" & SCOPE_PID=$!; PIDS+=($SCOPE_PID)
+# The same proxy without its access log (JSON lines to /dev/null above): the difference is the log's cost.
+NOLOG_PORT=$(free_port)
+taskset -c 0 "$BINARY" run --listen "127.0.0.1:$NOLOG_PORT" --threads 1 --no-access-log >/dev/null 2>&1 & NOLOG_PID=$!; PIDS+=($NOLOG_PID)
 
 TINY_PORT=$(free_port)
 cat > "$WORK/tinyproxy.conf" <<CONF
@@ -79,15 +82,15 @@ shutdown_lifetime 0 seconds
 CONF
 taskset -c 0 squid -N -f "$WORK/squid.conf" >/dev/null 2>&1 & SQUID_PID=$!; PIDS+=($SQUID_PID)
 
-wait_port "$SCOPE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
+wait_port "$SCOPE_PORT"; wait_port "$NOLOG_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
 # Measure the process that owns each listening socket (squid may run its worker as a child).
 listener_pid() { ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
 sleep 1
 SQUID_WORKER=$(listener_pid "$SQUID_PORT"); SQUID_WORKER=${SQUID_WORKER:-$SQUID_PID}
 
-declare -A PORT_OF=([direct]=$NGINX_PORT [scopeproxy]=$SCOPE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
-declare -A PID_OF=([direct]= [scopeproxy]=$SCOPE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
-TARGETS="direct scopeproxy tinyproxy squid"
+declare -A PORT_OF=([direct]=$NGINX_PORT [scopeproxy]=$SCOPE_PORT [scope-nolog]=$NOLOG_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
+declare -A PID_OF=([direct]= [scopeproxy]=$SCOPE_PID [scope-nolog]=$NOLOG_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
+TARGETS="direct scopeproxy scope-nolog tinyproxy squid"
 
 # wrk speaks to a proxy with an absolute-form target set from Lua.
 cat > "$WORK/proxy.lua" <<'LUA'
@@ -127,6 +130,7 @@ median() { sort -g | awk '{a[NR]=$1} END { print (NR % 2 ? a[(NR+1)/2] : (a[NR/2
 
 echo "scopeproxy benchmark: $(nproc) cores, wrk -t1 -c$CONNECTIONS -d${DURATION}s, median of $REPEATS interleaved runs"
 echo "proxy on core 0; wrk and nginx (1 worker) on core 1; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "scopeproxy: embedded default config, JSON access log to /dev/null; scope-nolog: same with --no-access-log"
 declare -A RESULT
 for mode in keepalive close; do
   close=0; [ "$mode" = close ] && close=1
