@@ -49,6 +49,11 @@ public final class Metrics: Sendable {
         return result
     }
 
+    private static let unlabelled: Set<String> = [
+        "scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
+        "scopeproxy_log_lines_dropped_total",
+    ]
+
     private static let help: [String: (String, String)] = [
         "scopeproxy_requests_total": ("counter", "Exchanges by response status class and scope."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
@@ -70,11 +75,9 @@ public final class Metrics: Sendable {
             let (type, help) = Self.help[name] ?? ("counter", name)
             output += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
             let series = snapshot.filter { $0.key.name == name }.map { (Self.render($0.key.labels), $0.value) }.sorted { $0.0 < $1.0 }
-            if series.isEmpty, !name.contains("_total") || Self.help[name] != nil, snapshot.keys.allSatisfy({ $0.name != name }) {
-                if ["scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
-                    "scopeproxy_log_lines_dropped_total"].contains(name) {
-                    output += "\(name) 0\n"
-                }
+            if series.isEmpty {
+                // Unlabelled counters exist from the start; labelled ones appear with their first sample.
+                if Self.unlabelled.contains(name) { output += "\(name) 0\n" }
                 continue
             }
             for (labels, value) in series {
