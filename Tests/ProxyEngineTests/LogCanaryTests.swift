@@ -153,3 +153,63 @@ struct LogCanaryTests {
         #expect(try ProxyProcess.runToCompletion(["health", "--config", config]).status == 1, "nothing answers once stopped")
     }
 }
+
+@Suite("Access log: text format, rotation on SIGHUP, metric values", .serialized)
+struct LogFormatTests {
+    @Test("format: text writes one human line per exchange (never JSON); output PATH is reopened on SIGHUP; metrics count what happened")
+    func textRotationMetrics() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let scratch = NSTemporaryDirectory() + "scopeproxy-text-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let adminPort = try freePort()
+        let logPath = scratch + "/access.log"
+        let config = scratch + "/c.yaml"
+        try """
+            admin: "127.0.0.1:\(adminPort)"
+            secrets: { token: { env: TOKEN } }
+            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
+            log: { format: text, output: \(logPath) }
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let proxy = try ProxyProcess(arguments: ["--config", config], environment: ["TOKEN": "CANARY-text-token-5a"])
+        defer { proxy.terminate() }
+        func get(_ path: String, id: String) throws {
+            let socket = try TestSocket.connect(port: proxy.port)
+            try socket.send("GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\nX-API-Key: k\r\nX-Request-ID: \(id)\r\n\r\n")
+            _ = try HTTPReader(socket).readResponse()
+        }
+        try get("/one?limit=5", id: "text-one")
+        // Log rotation: move the file away, SIGHUP, and the next line lands in a new file.
+        var appeared = false
+        for _ in 0..<50 where !appeared {
+            usleep(50_000)
+            appeared = ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("id=text-one")
+        }
+        #expect(appeared)
+        #expect(rename(logPath, logPath + ".1") == 0)
+        proxy.signal(SIGHUP)
+        var reopened = false
+        for _ in 0..<50 where !reopened {
+            usleep(100_000)
+            reopened = FileManager.default.fileExists(atPath: logPath)
+        }
+        #expect(reopened)
+        try get("/two", id: "text-two")
+        let metrics = try #require(try adminGet(adminPort, "/metrics")).bodyText
+        #expect(proxy.terminate() == 0)
+        let rotated = try String(contentsOfFile: logPath + ".1", encoding: .utf8)
+        let current = try String(contentsOfFile: logPath, encoding: .utf8)
+        #expect(rotated.split(separator: "\n").count == 1)
+        #expect(rotated.contains(" GET \(origin.url)/one?limit=5 200 "))
+        #expect(rotated.contains("scope=api injected=Authorization stripped=X-API-Key id=text-one"))
+        #expect(!rotated.contains("{"), "text, not JSON")
+        #expect(current.contains("id=text-two"))
+        #expect(!(rotated + current).contains("CANARY-text-token-5a"))
+        #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="api"} 2"#))
+        #expect(metrics.contains(#"scopeproxy_injected_total{header="authorization"} 2"#))
+        #expect(metrics.contains(#"scopeproxy_stripped_total{header="x-api-key"} 2"#))
+        #expect(metrics.contains(#"scopeproxy_reloads_total{result="ok"} 1"#))
+        #expect(metrics.contains("# TYPE scopeproxy_client_connections gauge"))
+    }
+}
