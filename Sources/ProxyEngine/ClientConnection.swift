@@ -214,7 +214,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         if scoped.keepUserinfo, let userinfo, !outgoing.fields.contains("authorization") {
             // Userinfo cannot travel in an origin-form target; a scope that passes Authorization
             // gets it the way clients send it.
-            outgoing.fields.append(name: "Authorization", value: "Basic " + Base64.encode(Self.percentDecoded(userinfo)))
+            outgoing.fields.append(name: "Authorization", value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
         }
         let upstreamHead = Forwarding.upstreamRequest(from: outgoing, origin: origin, pathAndQuery: pathAndQuery, framing: framing)
         let kind: Exchange.Kind = Forwarding.isUpgradeRequest(clientHead) && framing == .none ? .upgrade : .forward
@@ -236,21 +236,6 @@ final class ClientConnection: UpstreamConnectorDelegate {
             exchange.requestPump.startObserving(limit: configuration.limits.maxObservedBody)
         }
         startExchange(exchange)
-    }
-
-    static func percentDecoded(_ text: String) -> [UInt8] {
-        var output: [UInt8] = []
-        var bytes = Array(text.utf8)[...]
-        while let byte = bytes.popFirst() {
-            if byte == UInt8(ascii: "%"), bytes.count >= 2,
-               let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) {
-                output.append(value)
-                bytes = bytes.dropFirst(2)
-            } else {
-                output.append(byte)
-            }
-        }
-        return output
     }
 
     /// The origin is always the target's. A Host header must agree with it, and there must be

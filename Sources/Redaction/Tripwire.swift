@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import HTTP1Codec
 
 /// The second, independent layer: before a log line is written it is scanned for every secret value
 /// the store holds, raw, percent-encoded, base64 and base64url. A hit is replaced and counted; the
@@ -76,20 +77,7 @@ public struct Tripwire: Sendable {
         return output
     }
 
-    static func base64(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var output: [UInt8] = []
-        var index = 0
-        while index < bytes.count {
-            let b0 = bytes[index], b1 = index + 1 < bytes.count ? bytes[index + 1] : 0, b2 = index + 2 < bytes.count ? bytes[index + 2] : 0
-            output.append(alphabet[Int(b0 >> 2)])
-            output.append(alphabet[Int((b0 & 0x03) << 4 | b1 >> 4)])
-            output.append(index + 1 < bytes.count ? alphabet[Int((b1 & 0x0F) << 2 | b2 >> 6)] : UInt8(ascii: "="))
-            output.append(index + 2 < bytes.count ? alphabet[Int(b2 & 0x3F)] : UInt8(ascii: "="))
-            index += 3
-        }
-        return String(decoding: output, as: UTF8.self)
-    }
+    static func base64(_ bytes: [UInt8]) -> String { Base64.encode(bytes) }
 }
 
 extension String {

@@ -1,3 +1,5 @@
+import HTTP1Codec
+
 /// Redacts URLs for the log: userinfo and fragment always removed; query names kept, values
 /// replaced unless the name is safe; path segments classified by shape after percent-decoding.
 public struct Redactor: Sendable {
@@ -98,19 +100,6 @@ public struct Redactor: Sendable {
     }
 
     static func percentDecoded(_ text: Substring) -> [UInt8] {
-        var output: [UInt8] = []
-        var bytes = Array(text.utf8)[...]
-        while let byte = bytes.popFirst() {
-            if byte == UInt8(ascii: "%"), bytes.count >= 2,
-               let value = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16) {
-                output.append(value)
-                bytes = bytes.dropFirst(2)
-            } else if byte == UInt8(ascii: "+") {
-                output.append(UInt8(ascii: " "))
-            } else {
-                output.append(byte)
-            }
-        }
-        return output
+        PercentEncoding.decode(text, plusAsSpace: true)
     }
 }
