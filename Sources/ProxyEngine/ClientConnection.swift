@@ -32,7 +32,11 @@ final class ClientConnection: UpstreamConnectorDelegate {
     }
 
     private unowned let worker: Worker
-    private let bev: OpaquePointer
+    /// The client's bufferevent; after an intercepted CONNECT, a TLS filter over the socket's.
+    private var bev: OpaquePointer
+    private var clientTLS = false
+    /// Inside an intercepted CONNECT: every request's origin is the tunnel's.
+    private var interceptedOrigin: Origin?
     let peer: String
     private var phase: Phase = .awaitingHead
     private var scanner = HeadScanner(limits: .request)
@@ -140,6 +144,15 @@ final class ClientConnection: UpstreamConnectorDelegate {
         let pathAndQuery: String
         var userinfo: String?
         switch target {
+        case .origin(let path) where interceptedOrigin != nil:
+            origin = interceptedOrigin!
+            pathAndQuery = path
+        case .absolute(let targetOrigin, _, _) where interceptedOrigin != nil && targetOrigin != interceptedOrigin:
+            reject(.tunnelOriginMismatch)
+            return
+        case .authority where interceptedOrigin != nil:
+            reject(.malformedRequest("CONNECT inside an intercepted tunnel"))
+            return
         case .origin, .asterisk:
             reject(.notProxyRequest)
             return
@@ -170,6 +183,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
                 reject(.malformedRequest("CONNECT with a body"))
                 return
             }
+            if context.interceptHosts.contains(origin.host), configuration.tls?.minter != nil {
+                intercept(origin)
+                return
+            }
             guard configuration.tunnel == .allow else {
                 reject(.tunnelDenied(origin))
                 return
@@ -188,10 +205,6 @@ final class ClientConnection: UpstreamConnectorDelegate {
         framing: BodyFraming, context: ScopeContext, chain: ChainContext, hops: Int, replayBody: [UInt8]?
     ) {
         let bodyConsumed = framing == .none || replayBody != nil
-        guard origin.scheme == .http else {
-            reject(.httpsUpstreamUnavailable(origin), consumedBody: bodyConsumed)
-            return
-        }
         let scoped: ScopedRequest
         switch context.policy.apply(method: method, origin: origin, pathAndQuery: pathAndQuery, fields: clientHead.fields,
                                     hasUserinfo: userinfo != nil, secrets: context.secrets, chain: chain) {
@@ -255,7 +268,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         self.exchange = exchange
         phase = .exchange
         if exchange.kind != .connect, let pooled = worker.pool.checkout(exchange.origin) {
-            attachUpstream(pooled.bev, reused: true)
+            attachUpstream(pooled.bev, reused: true, tls: exchange.origin.scheme == .https)
         } else {
             connectUpstream(exchange)
         }
@@ -264,21 +277,22 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: 3. Upstream connection (pooled, or resolved and connected)
 
     private func connectUpstream(_ exchange: Exchange) {
-        let connector = UpstreamConnector(origin: exchange.origin, worker: worker)
+        let connector = UpstreamConnector(origin: exchange.origin, worker: worker,
+                                          tls: exchange.kind != .connect && exchange.origin.scheme == .https)
         connector.delegate = self
         exchange.connector = connector
         arm(.connect, configuration.timeouts.connect)
         connector.start()  // may call back before returning (IP literals, /etc/hosts)
     }
 
-    func connectorDidConnect(_ connector: UpstreamConnector, bev upstream: OpaquePointer) {
+    func connectorDidConnect(_ connector: UpstreamConnector, bev upstream: OpaquePointer, tls: Bool) {
         configuration.metrics.upstreamConnections.add(1, ordering: .relaxed)
         guard let exchange, exchange.connector === connector else {
             worker.pool.release(upstream)
             return
         }
         exchange.connector = nil
-        attachUpstream(upstream, reused: false)
+        attachUpstream(upstream, reused: false, tls: tls)
         flushOutputs()
     }
 
@@ -289,15 +303,20 @@ final class ClientConnection: UpstreamConnectorDelegate {
         flushOutputs()
     }
 
-    private func attachUpstream(_ upstream: OpaquePointer, reused: Bool) {
+    private func attachUpstream(_ upstream: OpaquePointer, reused: Bool, tls: Bool) {
         guard let exchange else { return }
         exchange.upstream = upstream
         exchange.upstreamReused = reused
+        exchange.upstreamTLS = tls
         let context = Unmanaged.passUnretained(self).toOpaque()
         bufferevent_setcb(upstream, upstreamReadCallback, upstreamWriteCallback, upstreamEventCallback, context)
         configureBuffers(upstream)
-        bufferevent_disable(upstream, sp_ev_write())
-        bufferevent_enable(upstream, sp_ev_read())
+        if tls {
+            bufferevent_enable(upstream, sp_ev_read() | sp_ev_write())
+        } else {
+            bufferevent_disable(upstream, sp_ev_write())
+            bufferevent_enable(upstream, sp_ev_read())
+        }
         if exchange.kind == .connect {
             EventBuffer.append(clientOutput, Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8))
             enterTunnel()
@@ -571,7 +590,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: Upstream events
 
     fileprivate func upstreamWritable() {
-        if let upstream = exchange?.upstream, EventBuffer.length(outputBuffer(upstream)) == 0 {
+        if let exchange, let upstream = exchange.upstream, !exchange.upstreamTLS, EventBuffer.length(outputBuffer(upstream)) == 0 {
             bufferevent_disable(upstream, sp_ev_write())
         }
         switch phase {
@@ -616,7 +635,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     // MARK: Client events
 
     fileprivate func clientWritable() {
-        if EventBuffer.length(clientOutput) == 0 { bufferevent_disable(bev, sp_ev_write()) }
+        if !clientTLS, EventBuffer.length(clientOutput) == 0 { bufferevent_disable(bev, sp_ev_write()) }
         switch phase {
         case .exchange: pumpResponseBody()
         case .tunnel: if let upstream = exchange?.upstream { pumpTunnel(from: upstream, to: bev) }
@@ -644,6 +663,42 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case .closing:
             close()
         }
+    }
+
+    // MARK: TLS interception
+
+    /// CONNECT to an intercepted host: answer 200, then terminate the client's TLS with a leaf minted
+    /// by the local CA, and treat each inner request like a plain one whose origin is the tunnel's.
+    private func intercept(_ origin: Origin) {
+        EventBuffer.append(clientOutput, Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8))
+        flushOutput(bev)
+        emitRecord { record in
+            record.status = 200
+            record.tunnelDecision = "intercept"
+        }
+        guard let tls = configuration.tls, let ssl = try? tls.serverSession(for: origin.hostForLookup) else {
+            closeAfterFlush()
+            return
+        }
+        bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
+        guard let filter = bufferevent_openssl_filter_new(
+            worker.base, bev, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
+        else {
+            SSL_free(ssl)
+            closeAfterFlush()
+            return
+        }
+        bev = filter
+        clientTLS = true
+        interceptedOrigin = origin
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        bufferevent_setcb(filter, clientReadCallback, clientWriteCallback, clientEventCallback, context)
+        configureBuffers(filter)
+        bufferevent_enable(filter, sp_ev_read() | sp_ev_write())
+        exchange = nil
+        phase = .awaitingHead
+        scanner = HeadScanner(limits: .request)
+        arm(.clientHead, configuration.timeouts.clientHeader)
     }
 
     // MARK: Tunnels (CONNECT, and Upgrade after 101)
@@ -757,8 +812,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// turn of the loop produces at most one writev per socket.
     fileprivate func flushOutputs() {
         guard !isClosed else { return }
-        if let upstream = exchange?.upstream { flushOutput(upstream) }
-        let clientDrained = flushOutput(bev)
+        if let exchange, let upstream = exchange.upstream { flushOutput(upstream, tls: exchange.upstreamTLS) }
+        let clientDrained = flushOutput(bev, tls: clientTLS)
         if phase == .closing, clientDrained, !lingering { flushed() }
     }
 
@@ -774,7 +829,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func flushed() {
         guard !lingering else { return }
         lingering = true
-        if clientReadClosed {
+        if clientReadClosed || clientTLS {
+            // (A TLS connection cannot half-close under its record layer: close it whole.)
             close()
             return
         }

@@ -19,6 +19,8 @@ public struct EngineConfiguration: Sendable {
     public var metrics: Metrics
     /// /healthz and /metrics; nil serves none.
     public var admin: ListenAddress?
+    /// TLS for upstreams and interception; nil: made at start with the system trust store and no CA.
+    public var tls: TLSContexts?
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),

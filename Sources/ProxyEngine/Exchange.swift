@@ -37,6 +37,8 @@ final class Exchange {
     var connector: UpstreamConnector?
     var upstream: OpaquePointer?
     var upstreamReused = false
+    /// The upstream bufferevent encrypts (https): it is flushed by libevent, never written directly.
+    var upstreamTLS = false
     var retried = false
     var upstreamClosed = false
 

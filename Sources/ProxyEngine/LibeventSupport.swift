@@ -46,9 +46,14 @@ func outputBuffer(_ bev: OpaquePointer) -> OpaquePointer { bufferevent_get_outpu
 /// what the kernel did not take (or to let libevent report the error): the common small response
 /// then costs one writev and no epoll_ctl. The write callback disarms it again once drained.
 @discardableResult
-func flushOutput(_ bev: OpaquePointer) -> Bool {
+func flushOutput(_ bev: OpaquePointer, tls: Bool = false) -> Bool {
     let output = outputBuffer(bev)
     guard evbuffer_get_length(output) > 0 else { return true }
+    if tls {
+        // A TLS bufferevent encrypts on its own write path: never write its fd directly.
+        bufferevent_enable(bev, sp_ev_write())
+        return false
+    }
     // A socket bufferevent freezes the start of its output; its own write path unfreezes it
     // around each write, and so do we.
     evbuffer_unfreeze(output, 1)

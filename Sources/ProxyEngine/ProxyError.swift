@@ -28,6 +28,12 @@ enum ProxyError: Error, Equatable {
     /// Block mode: a redirect to an origin that is not allowed. Names the origin only.
     case redirectBlocked(Origin)
     case redirectLoop
+    /// Upstream certificate verification failed; nothing of the request was sent.
+    case upstreamTLSVerification(Origin, String)
+    case upstreamTLSHandshake(Origin)
+    case interceptionFailed(Origin)
+    /// Inside an intercepted tunnel: a target for another origin than the tunnel's.
+    case tunnelOriginMismatch
 
     init(_ error: HTTPParseError) {
         switch error {
@@ -47,6 +53,8 @@ enum ProxyError: Error, Equatable {
         case .proxyAuthenticationRequired: 407
         case .credentialUnavailable, .redirectBlocked: 502
         case .redirectLoop: 508
+        case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
+        case .tunnelOriginMismatch: 400
         case .requestHeadTimeout: 408
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
@@ -82,6 +90,10 @@ enum ProxyError: Error, Equatable {
         case .credentialUnavailable: "credential_unavailable"
         case .redirectBlocked: "redirect_blocked"
         case .redirectLoop: "redirect_loop"
+        case .upstreamTLSVerification: "upstream_tls_verification"
+        case .upstreamTLSHandshake: "upstream_tls_handshake"
+        case .interceptionFailed: "interception_failed"
+        case .tunnelOriginMismatch: "tunnel_origin_mismatch"
         }
     }
 
@@ -110,6 +122,10 @@ enum ProxyError: Error, Equatable {
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
         case .redirectBlocked(let origin): "redirect to \(origin) blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
+        case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
+        case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
+        case .interceptionFailed(let origin): "cannot intercept TLS for \(origin)"
+        case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
         }
     }
 
@@ -119,7 +135,7 @@ enum ProxyError: Error, Equatable {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
              .badUpstreamResponse, .httpsUpstreamUnavailable, .notProxyRequest, .hostMismatch,
-             .credentialUnavailable, .redirectBlocked, .redirectLoop:
+             .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake:
             true
         default:
             false

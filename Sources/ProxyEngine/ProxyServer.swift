@@ -25,6 +25,11 @@ public final class ProxyServer: @unchecked Sendable {
     public var adminPort: UInt16? { admin?.port }
 
     public init(configuration: EngineConfiguration) {
+        var configuration = configuration
+        if configuration.tls == nil {
+            // Upstream TLS always works (system trust store); interception needs a CA from config.
+            configuration.tls = try? TLSContexts(authority: nil, upstreamCA: nil)
+        }
         self.configuration = configuration
         address = configuration.listen
     }

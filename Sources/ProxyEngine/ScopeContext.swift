@@ -10,13 +10,16 @@ public final class ScopeContext: Sendable {
     public let secrets: any SecretLookup
     /// Name of the secret holding the proxy password; nil: no proxy authentication.
     public let proxyAuthSecret: String?
+    /// CONNECT hosts (normalized) whose TLS the proxy terminates with its local CA.
+    public let interceptHosts: Set<String>
 
     public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
-                proxyAuthSecret: String? = nil) {
+                proxyAuthSecret: String? = nil, interceptHosts: Set<String> = []) {
         self.policy = policy
         self.redirects = redirects
         self.secrets = secrets
         self.proxyAuthSecret = proxyAuthSecret
+        self.interceptHosts = interceptHosts
     }
 
     /// The embedded default: no scope, every sensitive header stripped everywhere.

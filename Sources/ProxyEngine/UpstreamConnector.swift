@@ -5,8 +5,9 @@ import Glibc
 #endif
 
 protocol UpstreamConnectorDelegate: AnyObject {
-    /// The connection is established; the delegate now owns `bev`.
-    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer)
+    /// The connection is established (for https origins: the TLS handshake verified); the
+    /// delegate now owns `bev`.
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool)
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError)
 }
 
@@ -14,6 +15,8 @@ protocol UpstreamConnectorDelegate: AnyObject {
 /// turn. Nothing here blocks the loop.
 final class UpstreamConnector {
     let origin: Origin
+    /// TLS towards the origin: https forwarding (not CONNECT tunnels, which splice raw bytes).
+    let useTLS: Bool
     private unowned let worker: Worker
     weak var delegate: UpstreamConnectorDelegate?
     private var lookup: OpaquePointer?
@@ -23,9 +26,10 @@ final class UpstreamConnector {
     private var connecting: OpaquePointer?
     private var finished = false
 
-    init(origin: Origin, worker: Worker) {
+    init(origin: Origin, worker: Worker, tls: Bool) {
         self.origin = origin
         self.worker = worker
+        useTLS = tls
     }
 
     func start() {
@@ -103,7 +107,10 @@ final class UpstreamConnector {
         while nextAddress < addresses.count {
             var address = addresses[nextAddress]
             nextAddress += 1
-            guard let bev = bufferevent_socket_new(worker.base, -1, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else { continue }
+            guard let bev = makeBufferevent() else {
+                fail(.upstreamTLSHandshake(origin))
+                return
+            }
             let context = Unmanaged.passUnretained(self).toOpaque()
             bufferevent_setcb(bev, nil, nil, { bev, events, context in
                 let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeUnretainedValue()
@@ -124,6 +131,16 @@ final class UpstreamConnector {
         fail(.upstreamRefused(origin))
     }
 
+    private func makeBufferevent() -> OpaquePointer? {
+        let options = Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)
+        guard useTLS else { return bufferevent_socket_new(worker.base, -1, options) }
+        guard let tls = worker.configuration.tls, let ssl = tls.clientSession(for: origin.hostForLookup) else { return nil }
+        let bev = bufferevent_openssl_socket_new(worker.base, -1, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_connecting())), options)
+        // Many servers close without close_notify; the body framing tells us where a response ends.
+        if let bev { bufferevent_openssl_set_allow_dirty_shutdown(bev, 1) }
+        return bev
+    }
+
     private func connectEvent(_ events: Int16) {
         guard let bev = connecting else { return }
         connecting = nil
@@ -135,8 +152,23 @@ final class UpstreamConnector {
                 bufferevent_free(bev)
                 return
             }
-            delegate.connectorDidConnect(self, bev: bev)
+            delegate.connectorDidConnect(self, bev: bev, tls: useTLS)
         } else {
+            if useTLS, let ssl = bufferevent_openssl_get_ssl(bev) {
+                // A certificate problem is final (another address would present the same one).
+                let result = SSL_get_verify_result(ssl)
+                if result != X509_V_OK {
+                    bufferevent_free(bev)
+                    fail(.upstreamTLSVerification(origin, TLSContexts.verifyReason(result)))
+                    return
+                }
+                if bufferevent_get_openssl_error(bev) != 0 {
+                    while bufferevent_get_openssl_error(bev) != 0 {}
+                    bufferevent_free(bev)
+                    fail(.upstreamTLSHandshake(origin))
+                    return
+                }
+            }
             bufferevent_free(bev)
             connectNext()
         }

@@ -55,9 +55,7 @@ public enum Commands {
         case "check": return check(options)
         case "secret": return secret(options)
         case "health": return health(options)
-        case "ca":
-            fail("'ca' is not available in this build yet (it arrives with the TLS work)")
-            return 2
+        case "ca": return certificateAuthority(options)
         default: return run(options)
         }
     }
@@ -141,6 +139,12 @@ public enum Commands {
         }
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
         var engine = Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: options.accessLog)
+        do {
+            engine.tls = try Runtime.tlsContexts(config)
+        } catch {
+            fail(error.description)
+            return 1
+        }
         if let listen = options.listen { engine.listen = listen }
         if let threads = options.threads { engine.threads = threads }
         if let tunnel = options.tunnel { engine.tunnel = tunnel }
@@ -156,6 +160,27 @@ public enum Commands {
         let running = RunningProxy(configPath: options.configPath, config: config, secrets: secrets, holder: holder, engine: engine)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         return 0
+    }
+
+    // MARK: ca
+
+    /// Creates the local CA if missing and prints its certificate (PEM) on stdout.
+    static func certificateAuthority(_ options: Options) -> Int32 {
+        do {
+            let config = try Runtime.loadConfiguration(path: options.configPath)
+            let authority = try CertificateAuthority.loadOrCreate(directory: config.tls.caDirectory)
+            writeStandardOutput(authority.certificatePEM)
+            return 0
+        } catch let error as ConfigError {
+            writeStandardError(error.description + "\n")
+            return 2
+        } catch let error as TLSError {
+            fail(error.description)
+            return 1
+        } catch {
+            fail("cannot prepare the CA")
+            return 1
+        }
     }
 
     // MARK: health

@@ -11,7 +11,23 @@ import Glibc
 /// Turns a validated configuration and its loaded secrets into what the engine runs on.
 public enum Runtime {
     public static func scopeContext(_ config: ProxyConfiguration, secrets: SecretStore) -> ScopeContext {
-        ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret)
+        ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
+                     interceptHosts: interceptHosts(config))
+    }
+
+    /// `tls.intercept`: the listed hosts, or with `scoped` every host of every https scope origin.
+    public static func interceptHosts(_ config: ProxyConfiguration) -> Set<String> {
+        switch config.tls.intercept {
+        case .hosts(let hosts): Set(hosts)
+        case .scoped: Set(config.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
+        }
+    }
+
+    /// Upstream TLS (system store + `upstream_ca`) always; the local CA only when something is
+    /// intercepted (it is created on first use).
+    public static func tlsContexts(_ config: ProxyConfiguration) throws(TLSError) -> TLSContexts {
+        let authority = interceptHosts(config).isEmpty ? nil : try CertificateAuthority.loadOrCreate(directory: config.tls.caDirectory)
+        return try TLSContexts(authority: authority, upstreamCA: config.tls.upstreamCA)
     }
 
     public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
