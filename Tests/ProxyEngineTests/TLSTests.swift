@@ -1,0 +1,184 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Runs curl (never with -k) and returns (exit status, stdout).
+private func curl(_ arguments: [String]) throws -> (Int32, String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+    process.arguments = ["-sS", "--max-time", "10"] + arguments
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// A proxy whose config scopes `origins`, intercepting per `intercept`, with its CA in a scratch dir.
+private final class TLSProxy {
+    let scratch = NSTemporaryDirectory() + "scopeproxy-tls-" + UUID().uuidString
+    let proxy: ProxyProcess
+    var caPath: String { scratch + "/ca/scopeproxy-ca.pem" }
+    var url: String { "http://127.0.0.1:\(proxy.port)" }
+
+    init(pki: TestPKI, scopes: String, intercept: String = "scoped", tunnel: String = "deny", redirects: String = "pass",
+         environment: [String: String]) throws {
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let config = scratch + "/c.yaml"
+        try """
+            secrets: { token: { env: TOKEN } }
+            scopes: \(scopes)
+            redirects: { cross_origin: \(redirects) }
+            tls: { intercept: \(intercept), tunnel: \(tunnel), ca_dir: \(scratch)/ca, upstream_ca: \(pki.caPath) }
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        proxy = try ProxyProcess(arguments: ["--config", config], environment: environment)
+    }
+
+    deinit {
+        proxy.terminate()
+        try? FileManager.default.removeItem(atPath: scratch)
+    }
+}
+
+@Suite("TLS: interception with the local CA, verified upstream TLS", .serialized)
+struct TLSTests {
+    @Test("curl and python-requests trusting the scopeproxy CA get the token injected inside TLS; client credentials are stripped")
+    func injectInsideTLS() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let token = "CANARY-tls-\(UInt32.random(in: 0...UInt32.max))"
+        let tls = try TLSProxy(pki: pki, scopes: """
+            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, environment: ["TOKEN": token])
+        let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "-H", "X-API-Key: client-key", "https://localhost:\(origin.port)/v1/items"])
+        #expect(status == 0)
+        #expect(body.contains("\"Authorization\": \"Bearer \(token)\""))
+        #expect(!body.contains("client-key"))
+
+        let script = """
+            import sys, requests
+            r = requests.get(sys.argv[1], proxies={"https": sys.argv[2]}, verify=sys.argv[3], headers={"Cookie": "sid=client"}, timeout=10)
+            print(r.status_code, r.json()["headers"].get("Authorization"), r.json()["headers"].get("Cookie"))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, "https://localhost:\(origin.port)/v1/py", tls.url, tls.caPath]
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(printed == "200 Bearer \(token) None\n")
+        #expect(origin.received.count == 2)
+    }
+
+    @Test("a wrong-hostname and an expired upstream certificate give 502 with the reason, and the origin receives nothing")
+    func verificationFailures() throws {
+        let pki = try TestPKI()
+        for (name, reason) in [("wronghost", "certificate name mismatch"), ("expired", "certificate expired")] {
+            let origin = try HTTPSOrigin(certificate: pki.certificate(name))
+            defer { origin.stop() }
+            let tls = try TLSProxy(pki: pki, scopes: """
+                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, environment: ["TOKEN": "CANARY-never-sent"])
+            let (_, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "https://localhost:\(origin.port)/secret"])
+            #expect(body.contains("\"error\":\"upstream_tls_verification\""), "\(name)")
+            #expect(body.contains(reason), "\(name): \(body)")
+            #expect(origin.received.isEmpty, "\(name): nothing of the request was sent")
+        }
+    }
+
+    @Test("absolute-form https:// targets sent in plain text are forwarded over verified TLS")
+    func absoluteHTTPS() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let tls = try TLSProxy(pki: pki, scopes: "[]", intercept: "[]", environment: ["TOKEN": "unused"])
+        let socket = try TestSocket.connect(port: tls.proxy.port)
+        try socket.send("GET https://127.0.0.1:\(origin.port)/plain HTTP/1.1\r\nHost: 127.0.0.1:\(origin.port)\r\nCookie: c=1\r\n\r\n")
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.status == 200)
+        #expect(response.bodyText.contains("\"path\": \"/plain\""))
+        #expect(!response.bodyText.contains("Cookie"), "no scope: the cookie is stripped")
+    }
+
+    @Test("a CONNECT host that is not intercepted is tunnelled (allow) or refused with 403 (deny)")
+    func notIntercepted() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let allowed = try TLSProxy(pki: pki, scopes: "[]", intercept: "[]", tunnel: "allow", environment: ["TOKEN": "unused"])
+        let (status, body) = try curl(["--cacert", pki.caPath, "-x", allowed.url, "https://localhost:\(origin.port)/tunnelled"])
+        #expect(status == 0, "end-to-end TLS with the origin's own certificate")
+        #expect(body.contains("/tunnelled"))
+        let denied = try TLSProxy(pki: pki, scopes: "[]", intercept: "[]", tunnel: "deny", environment: ["TOKEN": "unused"])
+        let (deniedStatus, _) = try curl(["--cacert", pki.caPath, "-x", denied.url, "https://localhost:\(origin.port)/denied"])
+        #expect(deniedStatus != 0)
+        #expect(!origin.received.contains { $0.contains("/denied") })
+    }
+
+    @Test("a redirect from an intercepted https origin: pass mode re-scopes the client's follow-up; follow mode's https -> http hop carries nothing")
+    func redirectsAndDowngrade() throws {
+        let pki = try TestPKI()
+        let plain = try FixtureOrigin(host: "127.0.0.1")
+        defer { plain.stop() }
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"), redirectTo: "\(plain.url)/landing")
+        defer { origin.stop() }
+        let token = "CANARY-redirect-\(UInt32.random(in: 0...UInt32.max))"
+        let scopes = """
+            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" }, pass: [Cookie] },
+             { name: dev, origins: ["\(plain.url)"], require_https: false, inject: { X-Dev-Token: "${token}" }, pass: [Cookie] }]
+            """
+        let pass = try TLSProxy(pki: pki, scopes: scopes, environment: ["TOKEN": token])
+        let (status, _) = try curl(["--cacert", pass.caPath, "-x", pass.url, "-L", "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect"])
+        #expect(status == 0)
+        #expect(origin.received.first?.contains(token) == true)
+        #expect(plain.requests.first?.header("x-dev-token") == token, "the follow-up is scoped on its own origin")
+        #expect(plain.requests.first?.header("authorization") == nil)
+
+        let follow = try TLSProxy(pki: pki, scopes: scopes, redirects: "follow", environment: ["TOKEN": token])
+        let (followStatus, _) = try curl(["--cacert", follow.caPath, "-x", follow.url, "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect"])
+        #expect(followStatus == 0)
+        let downgraded = try #require(plain.requests.last)
+        #expect(downgraded.target == "/landing")
+        #expect(downgraded.header("x-dev-token") == nil, "an https -> http hop carries no credential")
+        #expect(downgraded.header("cookie") == nil)
+        #expect(!downgraded.rawHeadText.contains(token))
+    }
+
+    @Test("the CA: key 0600 in a 0700 directory, created once and reused; `scopeproxy ca` prints it")
+    func certificateAuthorityFiles() throws {
+        let scratch = NSTemporaryDirectory() + "scopeproxy-ca-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let config = scratch + "/c.yaml"
+        try "tls: { ca_dir: \(scratch)/nested/ca }\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let first = try ProxyProcess.runToCompletion(["ca", "--config", config])
+        #expect(first.status == 0)
+        #expect(first.stdout.hasPrefix("-----BEGIN CERTIFICATE-----"))
+        let second = try ProxyProcess.runToCompletion(["ca", "--config", config])
+        #expect(second.stdout == first.stdout, "reused, not re-created")
+        let key = try FileManager.default.attributesOfItem(atPath: scratch + "/nested/ca/scopeproxy-ca-key.pem")
+        #expect((key[.posixPermissions] as? Int) == 0o600)
+        let directory = try FileManager.default.attributesOfItem(atPath: scratch + "/nested/ca")
+        #expect((directory[.posixPermissions] as? Int) == 0o700)
+        let subject = try curlSubject(scratch + "/nested/ca/scopeproxy-ca.pem")
+        #expect(subject.contains("scopeproxy local CA"))
+    }
+
+    private func curlSubject(_ path: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = ["x509", "-noout", "-subject", "-in", path]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return text
+    }
+}
