@@ -13,7 +13,6 @@ enum ProxyError: Error, Equatable {
     case tooManyFields
     case unsupportedTransferCoding
     case unsupportedVersion
-    case httpsUpstreamUnavailable(Origin)
     case tunnelDenied(Origin)
     case requestHeadTimeout
     case dnsFailure(Origin)
@@ -58,7 +57,7 @@ enum ProxyError: Error, Equatable {
         case .requestHeadTimeout: 408
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
-        case .unsupportedTransferCoding, .httpsUpstreamUnavailable: 501
+        case .unsupportedTransferCoding: 501
         case .unsupportedVersion: 505
         case .dnsFailure, .upstreamRefused, .connectTimeout, .upstreamClosed, .badUpstreamResponse: 502
         case .responseTimeout: 504
@@ -77,7 +76,6 @@ enum ProxyError: Error, Equatable {
         case .tooManyFields: "too_many_headers"
         case .unsupportedTransferCoding: "unsupported_transfer_coding"
         case .unsupportedVersion: "http_version_not_supported"
-        case .httpsUpstreamUnavailable: "https_upstream_unavailable"
         case .tunnelDenied: "tunnel_denied"
         case .requestHeadTimeout: "request_head_timeout"
         case .dnsFailure: "dns_failure"
@@ -109,7 +107,6 @@ enum ProxyError: Error, Equatable {
         case .tooManyFields: "more than 100 header fields"
         case .unsupportedTransferCoding: "only the chunked transfer coding is supported"
         case .unsupportedVersion: "only HTTP/1.0 and HTTP/1.1 are supported"
-        case .httpsUpstreamUnavailable(let origin): "https upstreams are not supported yet: \(origin)"
         case .tunnelDenied(let origin): "CONNECT tunnels are denied by configuration: \(origin)"
         case .requestHeadTimeout: "the request head did not arrive in time"
         case .dnsFailure(let origin): "could not resolve \(origin)"
@@ -134,7 +131,7 @@ enum ProxyError: Error, Equatable {
     var allowsKeepAlive: Bool {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
-             .badUpstreamResponse, .httpsUpstreamUnavailable, .notProxyRequest, .hostMismatch,
+             .badUpstreamResponse, .notProxyRequest, .hostMismatch,
              .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake:
             true
         default:
