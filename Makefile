@@ -47,9 +47,11 @@ test: packages-test
 	$(SWIFT) build
 	$(SWIFT) test --no-parallel
 
-## Side-by-side benchmark: direct nginx vs scopeproxy vs tinyproxy vs squid (not part of `make test`).
+## Side-by-side benchmark: direct nginx vs scopeproxy vs tinyproxy vs squid, then TLS interception
+## next to plain HTTP (not part of `make test`).
 bench: release packages-bench
 	bench/run.sh
+	python3 bench/tls_bench.py
 
 clean:
 	rm -rf .build

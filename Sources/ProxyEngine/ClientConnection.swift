@@ -29,6 +29,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case responseHead
         case stall
         case linger
+        /// A TLS client whose last encrypted bytes are still leaving (see `flushed`).
+        case tlsDrain
     }
 
     private unowned let worker: Worker
@@ -829,14 +831,33 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func flushed() {
         guard !lingering else { return }
         lingering = true
-        if clientReadClosed || clientTLS {
-            // (A TLS connection cannot half-close under its record layer: close it whole.)
+        if clientTLS {
+            // The filter's output is empty, but the encrypted bytes may still sit in the socket
+            // bufferevent under it: freeing now would drop the end of the response. Close once
+            // that drains too (a TLS connection cannot half-close under its record layer).
+            tlsDrainChecks = 0
+            closeWhenTLSDrained()
+            return
+        }
+        if clientReadClosed {
             close()
             return
         }
         shutdown(bufferevent_getfd(bev), Int32(SHUT_WR))
         evbuffer_drain(clientInput, EventBuffer.length(clientInput))
         arm(.linger, 2_000)
+    }
+
+    private var tlsDrainChecks = 0
+
+    private func closeWhenTLSDrained() {
+        guard let underlying = bufferevent_get_underlying(bev), EventBuffer.length(outputBuffer(underlying)) > 0,
+              tlsDrainChecks < 400 else {
+            close()
+            return
+        }
+        tlsDrainChecks += 1
+        arm(.tlsDrain, 5)
     }
 
     /// Called by the worker when it starts draining: idle connections close now, busy ones after
@@ -936,6 +957,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
             if scanner.hasStarted || EventBuffer.length(clientInput) > 0 { reject(.requestHeadTimeout) } else { close() }
         case .idle, .linger:
             close()
+        case .tlsDrain:
+            closeWhenTLSDrained()
         case .connect:
             if let exchange { failExchange(.connectTimeout(exchange.origin)) }
         case .responseHead:

@@ -20,6 +20,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         body = json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode()
+        if self.path.startswith("/big"):
+            body = b"x" * (4 * 1024 * 1024)  # large enough to still be queued when a close is decided
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

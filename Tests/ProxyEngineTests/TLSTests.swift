@@ -76,6 +76,21 @@ struct TLSTests {
         #expect(origin.received.count == 2)
     }
 
+    @Test("Connection: close inside an intercepted tunnel: the whole response arrives before the close")
+    func closeInsideTunnel() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let tls = try TLSProxy(pki: pki, scopes: """
+            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, environment: ["TOKEN": "t"])
+        for round in 0..<3 {
+            let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "-H", "Connection: close", "https://localhost:\(origin.port)/big/\(round)"])
+            #expect(status == 0, "round \(round)")
+            #expect(body.utf8.count == 4 * 1024 * 1024, "round \(round): the body is complete")
+        }
+    }
+
     @Test("a wrong-hostname and an expired upstream certificate give 502 with the reason, and the origin receives nothing")
     func verificationFailures() throws {
         let pki = try TestPKI()
