@@ -174,14 +174,18 @@ final class PosixThread: @unchecked Sendable {
     }
 }
 
-/// Engine diagnostics (not the access log): one JSON object per line on stderr. Messages are fixed
-/// text chosen by the engine, never request data.
-enum Diagnostics {
-    static func log(_ event: String, _ fields: [(String, String)] = []) {
-        var line = "{\"level\":\"info\",\"event\":\"\(JSONText.escape(event))\""
+/// Operational messages (not the access log): one JSON object per line on stderr. Values are names
+/// and fixed text chosen by the proxy, never request data or secrets.
+public enum Diagnostics {
+    public static func info(_ event: String, _ fields: [(String, String)] = []) { write("info", event, fields) }
+    public static func error(_ event: String, _ fields: [(String, String)] = []) { write("error", event, fields) }
+
+    static func log(_ event: String, _ fields: [(String, String)] = []) { info(event, fields) }
+
+    private static func write(_ level: String, _ event: String, _ fields: [(String, String)]) {
+        var line = "{\"level\":\"\(level)\",\"event\":\"\(JSONText.escape(event))\""
         for (key, value) in fields { line += ",\"\(key)\":\"\(JSONText.escape(value))\"" }
-        line += "}\n"
-        writeStandardError(line)
+        writeStandardError(line + "}\n")
     }
 }
 
@@ -198,7 +202,7 @@ public func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
     bytes.withUnsafeMutableBytes { raw in
         var offset = 0
         while offset < raw.count {
-            let written = write(fd, raw.baseAddress! + offset, raw.count - offset)
+            let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
             if written <= 0 { if errno == EINTR { continue } else { return } }
             offset += written
         }

@@ -8,10 +8,10 @@ import Glibc
 /// names its position: `FILE:LINE:COLUMN: message`.
 public enum ConfigLoader {
     public static func load(path: String, home: String) throws(ConfigError) -> ProxyConfiguration {
-        guard let text = readFile(path) else {
+        guard case .success(let bytes) = SmallFile.read(path, limit: 4 << 20) else {
             throw ConfigError(file: path, mark: Mark(line: 1, column: 1), message: "cannot read the config file")
         }
-        return try parse(text, file: path, home: home)
+        return try parse(String(decoding: bytes, as: UTF8.self), file: path, home: home)
     }
 
     public static func parse(_ text: String, file: String, home: String) throws(ConfigError) -> ProxyConfiguration {
@@ -19,9 +19,14 @@ public enum ConfigLoader {
         var decoder = Decoder(file: file, home: home)
         return try decoder.configuration(root)
     }
+}
 
-    static func readFile(_ path: String) -> String? {
-        guard let handle = fopen(path, "rb") else { return nil }
+/// Reads a file that is expected to be small (configs, secrets), refusing to slurp anything larger.
+public enum SmallFile {
+    public enum Failure: Error { case unreadable, tooLarge }
+
+    public static func read(_ path: String, limit: Int) -> Result<[UInt8], Failure> {
+        guard let handle = fopen(path, "rb") else { return .failure(.unreadable) }
         defer { fclose(handle) }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -29,9 +34,9 @@ public enum ConfigLoader {
             let count = fread(&buffer, 1, buffer.count, handle)
             if count <= 0 { break }
             bytes += buffer[..<count]
-            if bytes.count > 4 << 20 { return nil }  // a config is small; refuse to slurp anything else
+            if bytes.count > limit { return .failure(.tooLarge) }
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return .success(bytes)
     }
 }
 

@@ -98,6 +98,17 @@ public enum Commands {
         return options
     }
 
+    /// The config, or nil after printing its `FILE:LINE:COLUMN: message` (the caller exits 2). `run`
+    /// therefore never starts half-configured.
+    static func loadOrReport(_ path: String?) -> ProxyConfiguration? {
+        do {
+            return try Runtime.loadConfiguration(path: path)
+        } catch {
+            writeStandardError(error.description + "\n")
+            return nil
+        }
+    }
+
     static func fail(_ message: String) {
         writeStandardError("scopeproxy: \(message)\n")
     }
@@ -109,27 +120,15 @@ public enum Commands {
             fail("check needs --config FILE")
             return 2
         }
-        do {
-            let config = try Runtime.loadConfiguration(path: path)
-            writeStandardOutput(config.summary + "\n")
-            return 0
-        } catch {
-            writeStandardError(error.description + "\n")
-            return 2
-        }
+        guard let config = loadOrReport(path) else { return 2 }
+        writeStandardOutput(config.summary + "\n")
+        return 0
     }
 
     // MARK: run
 
     static func run(_ options: Options) -> Int32 {
-        let config: ProxyConfiguration
-        do {
-            config = try Runtime.loadConfiguration(path: options.configPath)
-        } catch {
-            // Never start half-configured.
-            writeStandardError(error.description + "\n")
-            return 2
-        }
+        guard let config = loadOrReport(options.configPath) else { return 2 }
         let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
         do {
             try secrets.load()
@@ -188,13 +187,7 @@ public enum Commands {
     /// Asks the admin endpoint's /healthz (for container HEALTHCHECKs without curl): 0 when it
     /// answers 200, 1 otherwise.
     static func health(_ options: Options) -> Int32 {
-        let config: ProxyConfiguration
-        do {
-            config = try Runtime.loadConfiguration(path: options.configPath)
-        } catch {
-            writeStandardError(error.description + "\n")
-            return 2
-        }
+        guard let config = loadOrReport(options.configPath) else { return 2 }
         guard let admin = config.admin else {
             fail("health needs an 'admin' address in the config")
             return 2
@@ -226,14 +219,8 @@ public enum Commands {
     // MARK: secret
 
     static func secret(_ options: Options) -> Int32 {
-        let storeDirectory: String
-        do {
-            storeDirectory = try Runtime.loadConfiguration(path: options.configPath).storeDirectory
-        } catch {
-            writeStandardError(error.description + "\n")
-            return 2
-        }
-        let store = LocalSecretDirectory(path: storeDirectory)
+        guard let config = loadOrReport(options.configPath) else { return 2 }
+        let store = LocalSecretDirectory(path: config.storeDirectory)
         let words = options.positional
         do {
             switch (words.first, words.count) {

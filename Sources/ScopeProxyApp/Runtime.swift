@@ -92,8 +92,8 @@ final class RunningProxy: Sendable {
         let secrets = state.withLock { $0.secrets }
         let result = secrets.refresh()
         if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue)) }
-        for name in result.changed { Log.info("secret_rotated", ["secret": name]) }
-        for error in result.errors { Log.error("secret_unavailable", ["secret": error.name, "reason": error.reason]) }
+        for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
+        for error in result.errors { Diagnostics.error("secret_unavailable", [("secret", error.name), ("reason", error.reason)]) }
     }
 
     func reload() {
@@ -105,7 +105,7 @@ final class RunningProxy: Sendable {
             state.withLock { $0 = State(config: config, secrets: secrets) }
             engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue))
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
-            Log.info("reloaded", ["scopes": String(config.policy.scopes.count)])
+            Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count))])
         } catch let error as ConfigError {
             reloadFailed(error.description)
         } catch let error as SecretError {
@@ -119,19 +119,6 @@ final class RunningProxy: Sendable {
 
     private func reloadFailed(_ message: String) {
         engine.metrics.increment("scopeproxy_reloads_total", [("result", "failed")])
-        Log.error("reload_failed", ["error": message])
-    }
-}
-
-/// Operational messages (not the access log) as JSON lines on stderr; values are names and fixed
-/// text, never secrets.
-enum Log {
-    static func info(_ event: String, _ fields: [String: String] = [:]) { write("info", event, fields) }
-    static func error(_ event: String, _ fields: [String: String] = [:]) { write("error", event, fields) }
-
-    private static func write(_ level: String, _ event: String, _ fields: [String: String]) {
-        var line = "{\"level\":\"\(level)\",\"event\":\"\(JSONText.escape(event))\""
-        for key in fields.keys.sorted() { line += ",\"\(JSONText.escape(key))\":\"\(JSONText.escape(fields[key]!))\"" }
-        writeStandardError(line + "}\n")
+        Diagnostics.error("reload_failed", [("error", message)])
     }
 }

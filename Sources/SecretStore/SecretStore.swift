@@ -119,15 +119,11 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         if info.st_uid != geteuid() && info.st_uid != 0 {
             throw SecretError(name: name, reason: "\(path) is owned by another user")
         }
-        guard let handle = fopen(path, "rb") else { throw SecretError(name: name, reason: "cannot open \(path)") }
-        defer { fclose(handle) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, handle)
-            if count <= 0 { break }
-            bytes += buffer[..<count]
-            if bytes.count > 64 * 1024 { throw SecretError(name: name, reason: "\(path) is larger than 64 KiB") }
+        var bytes: [UInt8]
+        switch SmallFile.read(path, limit: 64 * 1024) {
+        case .success(let read): bytes = read
+        case .failure(.tooLarge): throw SecretError(name: name, reason: "\(path) is larger than 64 KiB")
+        case .failure(.unreadable): throw SecretError(name: name, reason: "cannot open \(path)")
         }
         if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
         return (try validate(name, String(decoding: bytes, as: UTF8.self)), Self.fileState(path))
