@@ -37,8 +37,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// The client's bufferevent; after an intercepted CONNECT, a TLS filter over the socket's.
     private var bev: OpaquePointer
     private var clientTLS = false
-    /// Inside an intercepted CONNECT: every request's origin is the tunnel's.
+    /// Inside an intercepted CONNECT, or on a route's listener: every request's origin is this one.
     private var interceptedOrigin: Origin?
+    /// On a route's listener: the address clients use, for rewriting Locations that point upstream.
+    private let routePublicOrigin: Origin?
     let peer: String
     private var phase: Phase = .awaitingHead
     private var scanner = HeadScanner(limits: .request)
@@ -58,10 +60,12 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private var clientInput: OpaquePointer { inputBuffer(bev) }
     private var clientOutput: OpaquePointer { outputBuffer(bev) }
 
-    init(worker: Worker, bev: OpaquePointer, peer: String) {
+    init(worker: Worker, bev: OpaquePointer, peer: String, route: (upstream: Origin, publicOrigin: Origin)? = nil) {
         self.worker = worker
         self.bev = bev
         self.peer = peer
+        interceptedOrigin = route?.upstream
+        routePublicOrigin = route?.publicOrigin
     }
 
     func start() {
@@ -168,7 +172,9 @@ final class ClientConnection: UpstreamConnectorDelegate {
         }
         record?.origin = origin
         record?.pathAndQuery = pathAndQuery
-        if let problem = hostHeaderProblem(head, origin: origin) {
+        // On a route the listener fixes the origin, so the client's Host (naming the route) cannot
+        // send the request elsewhere; it is replaced by the upstream's like any other.
+        if routePublicOrigin == nil, let problem = hostHeaderProblem(head, origin: origin) {
             reject(problem)
             return
         }
@@ -431,7 +437,18 @@ final class ClientConnection: UpstreamConnectorDelegate {
     }
 
     private func handleFinalHead(_ head: ResponseHead, _ exchange: Exchange) {
-        guard applyRedirectPolicy(head, exchange) else { return }
+        var head = head
+        if let publicOrigin = routePublicOrigin, let location = head.fields.first("location"),
+           let target = RedirectPolicy.resolve(location, origin: exchange.origin, pathAndQuery: exchange.pathAndQuery),
+           target.origin == exchange.origin {
+            // A route's client knows only the route: a Location pointing upstream is rewritten back.
+            let routeAuthority = exchange.request.fields.first("host").flatMap { host in
+                (try? RequestTarget.parseAuthority(Substring(host))) != nil ? host : nil
+            } ?? publicOrigin.authority
+            head.fields.set(name: "Location", value: "http://\(routeAuthority)\(target.pathAndQuery)")
+        } else if !applyRedirectPolicy(head, exchange) {
+            return
+        }
         let framing: BodyFraming
         do {
             framing = try BodyFraming.forResponse(head, requestMethod: exchange.request.method)

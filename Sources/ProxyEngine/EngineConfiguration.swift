@@ -21,6 +21,9 @@ public struct EngineConfiguration: Sendable {
     public var admin: ListenAddress?
     /// TLS for upstreams and interception; nil: made at start with the system trust store and no CA.
     public var tls: TLSContexts?
+    /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
+    /// listener go to its upstream, scoped as that origin.
+    public var routes: [RouteListener] = []
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
@@ -47,6 +50,16 @@ public struct EngineConfiguration: Sendable {
     }
 
     public static var defaultThreads: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+}
+
+public struct RouteListener: Sendable, Equatable {
+    public var listen: ListenAddress
+    public var upstream: Origin
+
+    public init(listen: ListenAddress, upstream: Origin) {
+        self.listen = listen
+        self.upstream = upstream
+    }
 }
 
 public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {

@@ -21,6 +21,8 @@ public final class ProxyServer: @unchecked Sendable {
     private var threads: [PosixThread] = []
     public private(set) var address: ListenAddress
     private var admin: AdminServer?
+    /// Each route's bound address (after start), in config order.
+    public private(set) var routeAddresses: [ListenAddress] = []
     /// The admin endpoint's bound port (after start), when one is configured.
     public var adminPort: UInt16? { admin?.port }
 
@@ -46,6 +48,11 @@ public final class ProxyServer: @unchecked Sendable {
             workers.append(worker)
         }
         address = ListenAddress(host: configuration.listen.host, port: port)
+        for route in configuration.routes {
+            var routePort = route.listen.port
+            for worker in workers { routePort = try worker.listen(host: route.listen.host, port: routePort, route: route.upstream) }
+            routeAddresses.append(ListenAddress(host: route.listen.host, port: routePort))
+        }
         if let adminAddress = configuration.admin {
             let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
             server.start()

@@ -19,7 +19,20 @@ final class Worker: @unchecked Sendable {
     let dns: OpaquePointer
     let pool: UpstreamPool
     var requestIDs = RequestIDGenerator()
-    private var listener: OpaquePointer?
+    private var listeners: [OpaquePointer] = []
+    /// What each listener serves: the forward proxy (nil), or a route. Kept alive for the callbacks.
+    private var listenerContexts: [ListenerContext] = []
+
+    final class ListenerContext {
+        unowned let worker: Worker
+        /// The route's upstream and the address clients use for it (for Location rewriting); set
+        /// once the listener is bound (its port may have been 0).
+        var route: (upstream: Origin, publicOrigin: Origin)?
+        init(worker: Worker, route: (upstream: Origin, publicOrigin: Origin)?) {
+            self.worker = worker
+            self.route = route
+        }
+    }
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
     private(set) var isDraining = false
     private var wakeEvent: OpaquePointer!
@@ -51,7 +64,7 @@ final class Worker: @unchecked Sendable {
     }
 
     deinit {
-        if let listener { evconnlistener_free(listener) }
+        for listener in listeners { evconnlistener_free(listener) }
         event_free(wakeEvent)
         event_free(housekeepingEvent)
         if let graceEvent { event_free(graceEvent) }
@@ -61,37 +74,44 @@ final class Worker: @unchecked Sendable {
 
     // MARK: Listening
 
-    /// Binds this worker's listener; returns the bound port (the first worker may bind port 0).
-    func listen(host: String, port: UInt16) throws(EngineError) -> UInt16 {
+    /// Binds one of this worker's listeners; returns the bound port (the first worker may bind port 0).
+    /// `route`: a route's upstream; the listener then serves origin-form requests for it.
+    func listen(host: String, port: UInt16, route: Origin? = nil) throws(EngineError) -> UInt16 {
         guard var address = SocketAddress.numeric(host == "localhost" ? "127.0.0.1" : host, port: port) else {
             throw .listen("listen host must be an IP address: \(host)")
         }
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
-        let context = Unmanaged.passUnretained(self).toOpaque()
+        let listenerContext = ListenerContext(worker: self, route: nil)
+        listenerContexts.append(listenerContext)
+        let context = Unmanaged.passUnretained(listenerContext).toOpaque()
         let length = SocketAddress.length(of: address)
         let created = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
                 evconnlistener_new_bind(base, { _, fd, address, _, context in
-                    let worker = Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue()
-                    worker.accept(fd: fd, address: address!)
+                    let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
+                    listener.worker.accept(fd: fd, address: address!, route: listener.route)
                 }, context, flags, 1024, socketAddress, length)
             }
         }
         guard let created else {
             throw .listen("cannot listen on \(ListenAddress(host: host, port: port)): \(String(cString: strerror(errno)))")
         }
-        listener = created
+        guard let bound = SocketAddress.boundPort(evconnlistener_get_fd(created)) else {
+            evconnlistener_free(created)
+            throw .listen("cannot read the bound port")
+        }
+        listeners.append(created)
+        if let route, let publicHost = try? Host.parse(Substring(host.contains(":") ? "[\(host)]" : host)) {
+            listenerContext.route = (route, Origin(scheme: .http, host: publicHost, port: bound))
+        }
         evconnlistener_set_error_cb(created) { listener, context in
             // EMFILE and friends: log once and keep going; libevent retries on the next readiness.
             Diagnostics.log("accept_failed", [("errno", String(sp_socket_error()))])
         }
-        guard let bound = SocketAddress.boundPort(evconnlistener_get_fd(created)) else {
-            throw .listen("cannot read the bound port")
-        }
         return bound
     }
 
-    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>) {
+    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, route: (upstream: Origin, publicOrigin: Origin)?) {
         guard !isDraining else {
             close(fd)
             return
@@ -101,7 +121,7 @@ final class Worker: @unchecked Sendable {
             close(fd)
             return
         }
-        let connection = ClientConnection(worker: self, bev: bev, peer: SocketAddress.describe(address))
+        let connection = ClientConnection(worker: self, bev: bev, peer: SocketAddress.describe(address), route: route)
         clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
@@ -143,10 +163,8 @@ final class Worker: @unchecked Sendable {
     private func beginDrain(graceMilliseconds: Int) {
         guard !isDraining else { return }
         isDraining = true
-        if let listener {
-            evconnlistener_free(listener)
-            self.listener = nil
-        }
+        for listener in listeners { evconnlistener_free(listener) }
+        listeners.removeAll()
         for connection in Array(clients.values) { connection.drain() }
         if clients.isEmpty {
             finishDrain()

@@ -34,6 +34,7 @@ public enum Runtime {
                                            accessLog enabled: Bool = true) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin.map { ListenAddress(host: $0.host, port: $0.port) }
+        engine.routes = config.routes.map { RouteListener(listen: ListenAddress(host: $0.listen.host, port: $0.listen.port), upstream: $0.upstream) }
         if enabled { engine.accessLog = accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
         engine.listen = ListenAddress(host: config.listen.host, port: config.listen.port)
         engine.timeouts = Timeouts(connect: config.timeouts.connect, upstream: config.timeouts.upstream,

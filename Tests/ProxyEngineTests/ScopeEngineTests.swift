@@ -1,3 +1,5 @@
+import HTTP1Codec
+import ProxyEngine
 import Foundation
 import Testing
 import TestSupport
@@ -291,5 +293,50 @@ struct RedirectEngineTests {
         let looped = try #require(try proxy.exchange(request("\(loop.url)/l", host: loop.authority)))
         #expect(looped.status == 508)
         #expect(loop.requests.count == 4, "the first request and three followed hops")
+    }
+}
+
+@Suite("Engine: routes (sidecar mode for clients that cannot use a proxy)", .serialized)
+struct RouteEngineTests {
+    @Test("origin-form requests on a route go to its upstream, scoped as that origin; Locations to the upstream come back as the route")
+    func route() throws {
+        let other = try FixtureOrigin(host: "127.0.0.2")
+        let upstream = try FixtureOrigin(host: "127.0.0.1") { connection in
+            while let request = connection.readRequest() {
+                switch request.target {
+                case "/moved": connection.respond(status: 302, headers: [("Location", "/next?x=1")], body: "")
+                case "/away": connection.respond(status: 302, headers: [("Location", "http://127.0.0.2:1/elsewhere")], body: "")
+                default: connection.respond(body: "target=\(request.target)")
+                }
+            }
+        }
+        defer { upstream.stop(); other.stop() }
+        let token = "CANARY-route-\(UInt32.random(in: 0...UInt32.max))"
+        let yaml = """
+            secrets: { token: { env: T } }
+            scopes: [{ name: api, origins: ["\(upstream.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
+            redirects: { cross_origin: block }
+            """
+        let proxy = try ProxyHarness(yaml: yaml, secrets: ["token": token]) { engine in
+            engine.routes = [RouteListener(listen: ListenAddress(host: "127.0.0.1", port: 0), upstream: try! Origin.parse(upstream.url))]
+        }
+        defer { proxy.stop() }
+        let routePort = try #require(proxy.server.routeAddresses.first?.port)
+        func get(_ path: String) throws -> TestResponse? {
+            let socket = try TestSocket.connect(port: routePort)
+            try socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(routePort)\r\nX-API-Key: client\r\n\r\n")
+            return try HTTPReader(socket).readResponse()
+        }
+        #expect(try get("/v1/items")?.bodyText == "target=/v1/items")
+        let arrived = try #require(upstream.requests.first)
+        #expect(arrived.header("host") == upstream.authority, "the upstream sees its own Host")
+        #expect(arrived.header("authorization") == "Bearer \(token)")
+        #expect(arrived.header("x-api-key") == nil)
+        let moved = try #require(try get("/moved"))
+        #expect(moved.status == 302)
+        #expect(moved.header("location") == "http://127.0.0.1:\(routePort)/next?x=1", "a Location to the upstream comes back as the route")
+        let away = try #require(try get("/away"))
+        #expect(away.status == 502, "other redirects follow the redirect mode (block)")
+        #expect(other.acceptedConnections == 0)
     }
 }
