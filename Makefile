@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test build release bench image-check packages-build packages-test packages-bench clean
+.PHONY: run test build release bench demo image-check packages-build packages-test packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -52,6 +52,10 @@ test: packages-test
 bench: release packages-bench
 	bench/run.sh
 	python3 bench/tls_bench.py
+
+## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
+demo: release
+	config/demo/run.sh
 
 ## Checks the Dockerfile's runtime packages against `ldd` of the binary built as the Dockerfile builds it.
 image-check: packages-build

@@ -1,0 +1,21 @@
+#!/usr/bin/env python3
+"""Demo origin: answers with the headers it received, so you can see what scopeproxy let through.
+`/download` redirects to REDIRECT_TO (another origin) when given. Args: NAME PORT [REDIRECT_TO]"""
+import http.server, json, sys
+
+name, port = sys.argv[1], int(sys.argv[2])
+redirect_to = sys.argv[3] if len(sys.argv) > 3 else None
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if redirect_to and self.path.startswith("/download"):
+            self.send_response(302); self.send_header("Location", redirect_to); self.send_header("Content-Length", "0"); self.end_headers()
+            return
+        seen = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "x-api-key", "x-cdn-token", "cookie")}
+        body = (json.dumps({"origin": name, "path": self.path, "credentials_received": seen}) + "\n").encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args): pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
