@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test build release bench demo image-check packages-build packages-test packages-bench clean
+.PHONY: run test build release bench demo image-check chroot-check packages-build packages-test packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -60,6 +60,10 @@ demo: release
 ## Checks the Dockerfile's runtime packages against `ldd` of the binary built as the Dockerfile builds it.
 image-check: packages-build
 	.ci/image-check
+
+## Runs the binary inside a minimal Debian 12 root holding only the image's runtime packages (needs root).
+chroot-check: packages-build
+	.ci/chroot-check
 
 clean:
 	rm -rf .build
