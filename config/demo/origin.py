@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Demo origin: answers with the headers it received, so you can see what scopeproxy let through.
-`/download` redirects to REDIRECT_TO (another origin) when given. Args: NAME PORT [REDIRECT_TO]"""
-import http.server, json, sys
+`/download` redirects to REDIRECT_TO (another origin) when given; with CERT and KEY it serves HTTPS.
+Args: NAME PORT [REDIRECT_TO|-] [CERT KEY]"""
+import http.server, json, ssl, sys
 
 name, port = sys.argv[1], int(sys.argv[2])
-redirect_to = sys.argv[3] if len(sys.argv) > 3 else None
+redirect_to = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+certificate = sys.argv[4:6] if len(sys.argv) > 5 else None
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -18,4 +20,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args): pass
 
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+if certificate:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*certificate)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()

@@ -8,10 +8,20 @@ BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
 WORK=$(mktemp -d)
 PIDS=()
 trap 'for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+# An https demo origin with its own CA (the proxy trusts it as upstream_ca).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$WORK/origin-ca.key" -out "$WORK/origin-ca.pem" \
+  -days 1 -subj "/CN=demo origin CA" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$WORK/origin.key" -out "$WORK/origin.csr" -subj "/CN=localhost" 2>/dev/null
+printf 'subjectAltName=DNS:localhost\n' > "$WORK/origin.ext"
+openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK/origin-ca.key" -CAcreateserial \
+  -out "$WORK/origin.pem" -days 1 -extfile "$WORK/origin.ext" 2>/dev/null
+sed "s|\${DEMO_DIR}|$WORK|g" config/demo/demo.yaml > "$WORK/demo.yaml"
+
 python3 config/demo/origin.py cdn 18766 & PIDS+=($!)
 python3 config/demo/origin.py api 18765 "http://127.0.0.1:18766/files/report.pdf" & PIDS+=($!)
+python3 config/demo/origin.py secure-api 18767 - "$WORK/origin.pem" "$WORK/origin.key" & PIDS+=($!)
 DEMO_API_TOKEN=demo-api-token-123 DEMO_CDN_TOKEN=demo-cdn-token-456 \
-  "$BINARY" run --config config/demo/demo.yaml --listen 127.0.0.1:18080 2>"$WORK/proxy.log" & PIDS+=($!)
+  "$BINARY" run --config "$WORK/demo.yaml" --listen 127.0.0.1:18080 2>"$WORK/proxy.log" & PIDS+=($!)
 for _ in $(seq 1 50); do grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && break; sleep 0.1; done
 sleep 0.3
 echo "== curl -L through scopeproxy, with a client-side X-API-Key the app should never have sent to a CDN:"
@@ -23,6 +33,12 @@ curl -sS -L -H "X-API-Key: client-secret" http://127.0.0.1:18765/download
 echo
 echo "== a direct call to the api through scopeproxy (token injected, client holds no secret):"
 curl -sS -x http://127.0.0.1:18080 http://127.0.0.1:18765/v1/books?limit=5
+echo
+echo "== https: trust scopeproxy's local CA (never -k), and the token is injected inside TLS:"
+"$BINARY" ca --config "$WORK/demo.yaml" > "$WORK/scopeproxy-ca.pem"
+echo '   scopeproxy ca --config demo.yaml > scopeproxy-ca.pem'
+echo '   curl --cacert scopeproxy-ca.pem -x http://127.0.0.1:18080 https://localhost:18767/v1/me'
+curl -sS --cacert "$WORK/scopeproxy-ca.pem" -x http://127.0.0.1:18080 https://localhost:18767/v1/me
 echo
 sleep 0.3
 echo "== scopeproxy's access log (redacted):"
