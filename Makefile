@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test build release bench demo image-check chroot-check packages-build packages-test packages-bench clean
+.PHONY: run test build release bench demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -56,6 +56,10 @@ bench: release packages-bench
 ## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
 demo: release
 	config/demo/run.sh
+
+## libFuzzer targets for the request head, chunked decoder and response head (FUZZ_SECONDS each, default 60).
+fuzz: packages-build
+	fuzz/run.sh
 
 ## Checks the Dockerfile's runtime packages against `ldd` of the binary built as the Dockerfile builds it.
 image-check: packages-build

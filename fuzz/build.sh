@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets: each is the codec's sources plus one entry point, compiled with
+# -sanitize=fuzzer,address in one module (so internal API is reachable, as in the unit tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .build/fuzz
+for target in RequestHead Chunked ResponseHead; do
+  swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name HTTP1Codec \
+    Sources/HTTP1Codec/*.swift fuzz/FuzzSupport.swift "fuzz/${target}Fuzzer.swift" \
+    -o ".build/fuzz/${target}" 2>&1 | grep -v "Cannot export local symbol" || true
+  [ -x ".build/fuzz/${target}" ] || { echo "building the $target fuzzer failed"; exit 1; }
+done
