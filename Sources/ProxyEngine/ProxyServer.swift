@@ -21,6 +21,7 @@ public final class ProxyServer: @unchecked Sendable {
     private var threads: [PosixThread] = []
     public private(set) var address: ListenAddress
     private var admin: AdminServer?
+    private var mainBase: OpaquePointer?
     /// Each route's bound address (after start), in config order.
     public private(set) var routeAddresses: [ListenAddress] = []
     /// The admin endpoint's bound port (after start), when one is configured.
@@ -41,6 +42,10 @@ public final class ProxyServer: @unchecked Sendable {
     @discardableResult
     public func start() throws(EngineError) -> ListenAddress {
         precondition(threadingConfigured, "evthread_use_pthreads failed")
+        // The main loop's base is made before any listener accepts: once clients arrive they may use
+        // up every descriptor, and a signal loop created later could not even get its epoll fd.
+        guard let base = event_base_new() else { throw .eventBase }
+        mainBase = base
         var port = configuration.listen.port
         for index in 0..<max(1, configuration.threads) {
             let worker = try Worker(index: index, configuration: configuration)
@@ -75,6 +80,10 @@ public final class ProxyServer: @unchecked Sendable {
         workers.removeAll()
         admin?.stop()
         admin = nil
+        if let mainBase {  // never run (in-process servers): free it here
+            event_base_free(mainBase)
+            self.mainBase = nil
+        }
         configuration.accessLog?.flush()
     }
 
@@ -107,7 +116,8 @@ public final class ProxyServer: @unchecked Sendable {
         sigemptyset(&handled)
         for signalNumber in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&handled, signalNumber) }
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)
-        guard let base = event_base_new() else { return }
+        guard let base = mainBase else { return }
+        mainBase = nil  // this loop owns it now
         defer { event_base_free(base) }
         let loop = MainLoop(base: base, hooks: hooks)
         let context = Unmanaged.passUnretained(loop).toOpaque()

@@ -36,6 +36,9 @@ final class Worker: @unchecked Sendable {
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
     private(set) var isDraining = false
     private var wakeEvent: OpaquePointer!
+    private var resumeAcceptEvent: OpaquePointer!
+    private var acceptPaused = false
+    private var lastAcceptFailureLog: UInt64 = 0
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
     private let commands = Mutex<[Command]>([])
@@ -57,6 +60,9 @@ final class Worker: @unchecked Sendable {
         wakeEvent = event_new(base, -1, 0, { _, _, context in
             Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().runCommands()
         }, context)
+        resumeAcceptEvent = event_new(base, -1, 0, { _, _, context in
+            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().resumeAccepting()
+        }, context)
         housekeepingEvent = event_new(base, -1, sp_ev_persist(), { _, _, context in
             Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().housekeeping()
         }, context)
@@ -66,6 +72,7 @@ final class Worker: @unchecked Sendable {
     deinit {
         for listener in listeners { evconnlistener_free(listener) }
         event_free(wakeEvent)
+        event_free(resumeAcceptEvent)
         event_free(housekeepingEvent)
         if let graceEvent { event_free(graceEvent) }
         evdns_base_free(dns, 0)
@@ -105,8 +112,8 @@ final class Worker: @unchecked Sendable {
             listenerContext.route = (route, Origin(scheme: .http, host: publicHost, port: bound))
         }
         evconnlistener_set_error_cb(created) { listener, context in
-            // EMFILE and friends: log once and keep going; libevent retries on the next readiness.
-            Diagnostics.log("accept_failed", [("errno", String(sp_socket_error()))])
+            let listenerContext = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
+            listenerContext.worker.acceptFailed(sp_socket_error())
         }
         return bound
     }
@@ -125,6 +132,27 @@ final class Worker: @unchecked Sendable {
         clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
+    }
+
+    /// Out of descriptors (EMFILE/ENFILE) or memory: the pending connection stays in the kernel's
+    /// queue and the listener stays readable, so retrying at once would spin. Pause accepting for a
+    /// moment (connections wait in the backlog) and log at most once a second.
+    fileprivate func acceptFailed(_ error: Int32) {
+        let now = monotonicMilliseconds()
+        if now - lastAcceptFailureLog >= 1000 {
+            lastAcceptFailureLog = now
+            Diagnostics.error("accept_failed", [("errno", String(error)), ("open_connections", String(clients.count))])
+        }
+        guard !acceptPaused, !isDraining else { return }
+        acceptPaused = true
+        for listener in listeners { evconnlistener_disable(listener) }
+        sp_event_add_ms(resumeAcceptEvent, 100)
+    }
+
+    private func resumeAccepting() {
+        acceptPaused = false
+        guard !isDraining else { return }
+        for listener in listeners { evconnlistener_enable(listener) }
     }
 
     func connectionClosed(_ connection: ClientConnection) {

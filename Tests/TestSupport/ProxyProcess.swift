@@ -16,10 +16,16 @@ public final class ProxyProcess: @unchecked Sendable {
         return root.appendingPathComponent(".build/debug/scopeproxy").path
     }
 
-    public init(arguments: [String] = [], environment: [String: String] = [:]) throws {
+    /// `fileLimit`: start the proxy under `ulimit -n` (descriptor exhaustion tests).
+    public init(arguments: [String] = [], environment: [String: String] = [:], fileLimit: Int? = nil) throws {
         process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.binaryPath)
-        process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
+        if let fileLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binaryPath, "run", "--listen", "127.0.0.1:0"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: Self.binaryPath)
+            process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
+        }
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         stderrPipe = Pipe()
         process.standardError = stderrPipe
