@@ -1,15 +1,16 @@
-// libFuzzer target: the request-head scanner and parser, fed whole and split at a fuzzer-chosen point.
+// libFuzzer target: the request-head scanner and parser, fed whole and split at a fuzzer-chosen point
+// (drivers from Tests/HTTP1CodecTests/SplitPointVerifier.swift, compiled in by fuzz/build.sh).
 // The property: no crash, no hang, and the same verdict however the bytes arrive.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
-    let whole = FuzzSupport.feedRequestHead([bytes])
+    let whole = feedHead([bytes], kind: .request)
     if size > 1 {
         let cut = Int(bytes[0]) % size
-        let split = FuzzSupport.feedRequestHead([Array(bytes[..<cut]), Array(bytes[cut...])])
+        let split = feedHead([Array(bytes[..<cut]), Array(bytes[cut...])], kind: .request)
         precondition(split == whole, "split-point verdicts differ")
     }
-    if case .parsed(let head) = whole {
+    if case .request(let head, _) = whole {
         _ = try? RequestTarget.parse(head.target, method: head.method)
         _ = try? BodyFraming.forRequest(head)
         _ = head.serialized()
