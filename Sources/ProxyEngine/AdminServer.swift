@@ -1,3 +1,4 @@
+import HTTP1Codec
 import CLibevent
 import Synchronization
 #if canImport(Glibc)

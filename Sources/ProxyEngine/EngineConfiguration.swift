@@ -62,29 +62,6 @@ public struct RouteListener: Sendable, Equatable {
     }
 }
 
-public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: UInt16
-
-    public init(host: String, port: UInt16) {
-        self.host = host
-        self.port = port
-    }
-
-    /// `HOST:PORT` or `[V6]:PORT`; port 0 asks for any free port.
-    public static func parse(_ text: String) -> ListenAddress? {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
-            return nil
-        }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { return nil }
-        return ListenAddress(host: host, port: port)
-    }
-
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
-
 /// The contract's `timeouts:` keys, in milliseconds.
 public struct Timeouts: Sendable, Equatable {
     /// Upstream DNS + TCP (+ TLS) connect; exceeded -> 502.

@@ -1,3 +1,4 @@
+import HTTP1Codec
 import CLibevent
 #if canImport(Glibc)
 import Glibc

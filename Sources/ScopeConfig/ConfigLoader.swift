@@ -394,13 +394,8 @@ struct Decoder {
 
     func hostPort(_ node: YAMLNode) throws(ConfigError) -> HostPort {
         let text = try string(node)
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
-            throw error(node, "expected HOST:PORT, got '\(text)'")
-        }
-        var host = String(text[..<colon])
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { throw error(node, "expected HOST:PORT, got '\(text)'") }
-        return HostPort(host: host, port: port)
+        guard let address = ListenAddress.parse(text) else { throw error(node, "expected HOST:PORT, got '\(text)'") }
+        return address
     }
 
     /// `~/x` -> home; relative paths -> next to the config file (when `relativeTo` is given).

@@ -36,17 +36,8 @@ public struct ProxyConfiguration: Sendable {
     }
 }
 
-public struct HostPort: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: UInt16
-
-    public init(host: String, port: UInt16) {
-        self.host = host
-        self.port = port
-    }
-
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
+/// The config's `HOST:PORT` values are the engine's listen addresses.
+public typealias HostPort = ListenAddress
 
 public enum SecretSource: Sendable, Equatable {
     case env(String)

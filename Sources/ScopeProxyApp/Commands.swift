@@ -1,3 +1,4 @@
+import HTTP1Codec
 import ProxyEngine
 import ScopeConfig
 import SecretStore

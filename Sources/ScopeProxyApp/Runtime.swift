@@ -33,10 +33,10 @@ public enum Runtime {
     public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
                                            accessLog enabled: Bool = true) -> EngineConfiguration {
         var engine = EngineConfiguration()
-        engine.admin = config.admin.map { ListenAddress(host: $0.host, port: $0.port) }
-        engine.routes = config.routes.map { RouteListener(listen: ListenAddress(host: $0.listen.host, port: $0.listen.port), upstream: $0.upstream) }
+        engine.admin = config.admin
+        engine.routes = config.routes.map { RouteListener(listen: $0.listen, upstream: $0.upstream) }
         if enabled { engine.accessLog = accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
-        engine.listen = ListenAddress(host: config.listen.host, port: config.listen.port)
+        engine.listen = config.listen
         engine.timeouts = Timeouts(connect: config.timeouts.connect, upstream: config.timeouts.upstream,
                                    idle: config.timeouts.idle, clientHeader: config.timeouts.clientHeader)
         engine.tunnel = config.tls.tunnel == .allow ? .allow : .deny

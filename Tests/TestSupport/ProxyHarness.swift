@@ -1,3 +1,4 @@
+import HTTP1Codec
 import Foundation
 import ProxyEngine
 import ScopeConfig
