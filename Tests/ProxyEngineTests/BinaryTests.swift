@@ -2,23 +2,6 @@ import Foundation
 import Testing
 import TestSupport
 
-/// A scratch directory for config and secret files, removed afterwards.
-private final class Scratch {
-    let path = NSTemporaryDirectory() + "scopeproxy-bin-" + UUID().uuidString
-    init() { try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-
-    @discardableResult
-    func write(_ name: String, _ text: String, mode: Int = 0o600) -> String {
-        let file = path + "/" + name
-        let temporary = file + ".tmp"
-        FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8))
-        chmod(temporary, mode_t(mode))
-        rename(temporary, file)  // atomic, as a rotation tool would do it
-        return file
-    }
-}
-
 private func get(_ proxyPort: UInt16, _ origin: FixtureOrigin, _ path: String = "/") throws -> TestResponse? {
     let socket = try TestSocket.connect(port: proxyPort)
     try socket.send("GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
@@ -29,7 +12,7 @@ private func get(_ proxyPort: UInt16, _ origin: FixtureOrigin, _ path: String = 
 struct BinaryTests {
     @Test("check: exit 0 with a one-line summary; exit 2 with FILE:LINE:COLUMN on stderr")
     func check() throws {
-        let scratch = Scratch()
+        let scratch = ScratchDirectory()
         let good = scratch.write("good.yaml", "secrets: { t: { env: T } }\nscopes: [{ name: a, origins: [\"https://a.example\"], inject: { X-T: \"${t}\" } }]\n")
         let result = try ProxyProcess.runToCompletion(["check", "--config", good])
         #expect(result.status == 0)
@@ -45,7 +28,7 @@ struct BinaryTests {
 
     @Test("run refuses an invalid config and an unsafe secret file, naming the secret, never its value")
     func runRefuses() throws {
-        let scratch = Scratch()
+        let scratch = ScratchDirectory()
         let bad = scratch.write("bad.yaml", "listen: nowhere\n")
         let refused = try ProxyProcess.runToCompletion(["run", "--config", bad])
         #expect(refused.status == 2)
@@ -64,7 +47,7 @@ struct BinaryTests {
 
     @Test("secret set (stdin) / list / rm, and run injects a store secret")
     func secretStore() throws {
-        let scratch = Scratch()
+        let scratch = ScratchDirectory()
         let canary = "CANARY-store-8c07"
         let config = scratch.write("c.yaml", """
             store_dir: \(scratch.path)/store
@@ -92,7 +75,7 @@ struct BinaryTests {
 
     @Test("a rotated secret file is picked up without a restart; SIGHUP reloads; a bad reload keeps the old config")
     func rotationAndReload() throws {
-        let scratch = Scratch()
+        let scratch = ScratchDirectory()
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let first = "CANARY-first-\(UInt32.random(in: 0...UInt32.max))", second = "CANARY-second-\(UInt32.random(in: 0...UInt32.max))"
@@ -160,7 +143,7 @@ struct RealClientTests {
             }
         }
         defer { [api, cdn, attacker].forEach { $0.stop() } }
-        let scratch = Scratch()
+        let scratch = ScratchDirectory()
         let apiToken = "CANARY-api-\(UInt32.random(in: 0...UInt32.max))", cdnToken = "CANARY-cdn-\(UInt32.random(in: 0...UInt32.max))"
         let key = "CANARY-key-\(UInt32.random(in: 0...UInt32.max))", cookie = "CANARY-cookie-\(UInt32.random(in: 0...UInt32.max))"
         let config = scratch.write("c.yaml", """

@@ -45,9 +45,8 @@ struct LogCanaryTests {
         }
         defer { [api, redirecting, broken].forEach { $0.stop() } }
 
-        let scratch = NSTemporaryDirectory() + "scopeproxy-log-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let directory = ScratchDirectory()
+        let scratch = directory.path
         let adminPort = try freePort()
         let logPath = scratch + "/access.log"
         let config = scratch + "/c.yaml"
@@ -127,9 +126,8 @@ struct LogCanaryTests {
     @Test("CONNECT tunnels get one line at close with origin and byte counts; /healthz answers ok")
     func tunnelLineAndHealth() throws {
         let echo = try EchoServer()
-        let scratch = NSTemporaryDirectory() + "scopeproxy-tun-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let directory = ScratchDirectory()
+        let scratch = directory.path
         let adminPort = try freePort()
         let config = scratch + "/c.yaml"
         try "admin: \"127.0.0.1:\(adminPort)\"\ntls: { tunnel: allow }\nlog: { output: \(scratch)/a.log, format: json }\n"
@@ -160,9 +158,8 @@ struct LogFormatTests {
     func textRotationMetrics() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let scratch = NSTemporaryDirectory() + "scopeproxy-text-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let directory = ScratchDirectory()
+        let scratch = directory.path
         let adminPort = try freePort()
         let logPath = scratch + "/access.log"
         let config = scratch + "/c.yaml"

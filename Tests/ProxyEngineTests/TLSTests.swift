@@ -18,14 +18,16 @@ private func curl(_ arguments: [String]) throws -> (Int32, String) {
 
 /// A proxy whose config scopes `origins`, intercepting per `intercept`, with its CA in a scratch dir.
 private final class TLSProxy {
-    let scratch = NSTemporaryDirectory() + "scopeproxy-tls-" + UUID().uuidString
+    private let directory: ScratchDirectory
+    var scratch: String { directory.path }
     let proxy: ProxyProcess
     var caPath: String { scratch + "/ca/scopeproxy-ca.pem" }
     var url: String { "http://127.0.0.1:\(proxy.port)" }
 
     init(pki: TestPKI, scopes: String, intercept: String = "scoped", tunnel: String = "deny", redirects: String = "pass",
          environment: [String: String]) throws {
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        directory = ScratchDirectory()
+        let scratch = directory.path
         let config = scratch + "/c.yaml"
         try """
             secrets: { token: { env: TOKEN } }
@@ -36,10 +38,7 @@ private final class TLSProxy {
         proxy = try ProxyProcess(arguments: ["--config", config], environment: environment)
     }
 
-    deinit {
-        proxy.terminate()
-        try? FileManager.default.removeItem(atPath: scratch)
-    }
+    deinit { proxy.terminate() }
 }
 
 @Suite("TLS: interception with the local CA, verified upstream TLS", .serialized)
@@ -167,9 +166,8 @@ struct TLSTests {
 
     @Test("the CA: key 0600 in a 0700 directory, created once and reused; `scopeproxy ca` prints it")
     func certificateAuthorityFiles() throws {
-        let scratch = NSTemporaryDirectory() + "scopeproxy-ca-" + UUID().uuidString
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let workspace = ScratchDirectory()
+        let scratch = workspace.path
         let config = scratch + "/c.yaml"
         try "tls: { ca_dir: \(scratch)/nested/ca }\n".write(toFile: config, atomically: true, encoding: .utf8)
         let first = try ProxyProcess.runToCompletion(["ca", "--config", config])
