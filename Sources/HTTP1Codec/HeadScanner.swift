@@ -42,6 +42,8 @@ public struct HeadScanner: Sendable {
                         if position > limits.maxHeadBytes { throw .headTooLarge }
                         continue
                     }
+                    // The blank line counts too: a head is at most maxHeadBytes, terminator included.
+                    if position > limits.maxHeadBytes { throw .headTooLarge }
                     return Boundary(start: headStart, end: position)
                 }
                 lineStart = position

@@ -99,11 +99,19 @@ public struct Limits: Sendable, Equatable {
     public var maxIdleUpstreamTotal: Int
     /// Interim (1xx) responses accepted before the final one.
     public var maxInformationalResponses: Int
+    /// Open client connections across all workers. At the limit the proxy stops accepting: new
+    /// connections wait in the kernel's listen backlog (then the client's SYN retries), never refused
+    /// with a reset, and are served as slots free up.
+    public var maxClientConnections: Int
+
+    public static let defaultMaxClientConnections = 10_000
 
     public init(
         bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 256,
-        maxIdleUpstreamTotal: Int = 1024, maxInformationalResponses: Int = 16
+        maxIdleUpstreamTotal: Int = 1024, maxInformationalResponses: Int = 16,
+        maxClientConnections: Int = Limits.defaultMaxClientConnections
     ) {
+        self.maxClientConnections = maxClientConnections
         self.bufferHighWatermark = bufferHighWatermark
         self.maxIdleUpstreamPerOrigin = maxIdleUpstreamPerOrigin
         self.maxIdleUpstreamTotal = maxIdleUpstreamTotal

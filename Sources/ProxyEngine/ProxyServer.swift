@@ -47,9 +47,18 @@ public final class ProxyServer: @unchecked Sendable {
         // up every descriptor, and a signal loop created later could not even get its epoll fd.
         guard let base = event_base_new() else { throw .eventBase }
         mainBase = base
+        let slots = ConnectionSlots(limit: configuration.limits.maxClientConnections)
+        let descriptors = raiseDescriptorLimit()
+        // Each client connection may hold an upstream descriptor too, plus listeners, DNS, logs.
+        if descriptors >= 0, descriptors < 2 * slots.limit + 64 {
+            Diagnostics.info("descriptor_limit", [
+                ("max_connections", String(slots.limit)), ("open_files_limit", String(descriptors)),
+                ("note", "busy connections need two descriptors each; past the limit accepting pauses (EMFILE)"),
+            ])
+        }
         var port = configuration.listen.port
         for index in 0..<max(1, configuration.threads) {
-            let worker = try Worker(index: index, configuration: configuration)
+            let worker = try Worker(index: index, configuration: configuration, slots: slots)
             port = try worker.listen(host: configuration.listen.host, port: port)
             workers.append(worker)
         }

@@ -39,12 +39,26 @@ final class Worker: @unchecked Sendable {
     private var resumeAcceptEvent: OpaquePointer!
     private var acceptPaused = false
     private var lastAcceptFailureLog: UInt64 = 0
+    private var lastLimitLog: UInt64 = 0
+    /// The process-wide connection budget (`limits.max_connections`).
+    let slots: ConnectionSlots
+    /// Accepted while every slot was taken: held unread (the client sees a connection that has not
+    /// answered yet) and started, in order, when slots free up. At most one per listener, because
+    /// accepting pauses as soon as one is parked.
+    private var parked: [ParkedConnection] = []
+
+    private struct ParkedConnection {
+        let fd: Int32
+        let peer: String
+        let route: (upstream: Origin, publicOrigin: Origin)?
+    }
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
     private let commands = Mutex<[Command]>([])
 
-    init(index: Int, configuration: EngineConfiguration) throws(EngineError) {
+    init(index: Int, configuration: EngineConfiguration, slots: ConnectionSlots) throws(EngineError) {
         self.index = index
+        self.slots = slots
         self.configuration = configuration
         guard let base = event_base_new() else { throw .eventBase }
         self.base = base
@@ -123,12 +137,32 @@ final class Worker: @unchecked Sendable {
             close(fd)
             return
         }
+        let peer = SocketAddress.describe(address)
+        guard slots.acquire() else {
+            // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
+            // in the kernel's backlog instead of being reset.
+            parked.append(ParkedConnection(fd: fd, peer: peer, route: route))
+            configuration.metrics.increment("scopeproxy_connection_limit_waits_total")
+            let now = monotonicMilliseconds()
+            if now - lastLimitLog >= 1000 {
+                lastLimitLog = now
+                Diagnostics.error("connection_limit_reached", [("max_connections", String(slots.limit))])
+            }
+            pauseAccepting()
+            return
+        }
+        startConnection(fd: fd, peer: peer, route: route)
+    }
+
+    /// The caller holds a slot for this connection.
+    private func startConnection(fd: Int32, peer: String, route: (upstream: Origin, publicOrigin: Origin)?) {
         _ = sp_set_nodelay(fd)
         guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             close(fd)
+            slots.release()
             return
         }
-        let connection = ClientConnection(worker: self, bev: bev, peer: SocketAddress.describe(address), route: route)
+        let connection = ClientConnection(worker: self, bev: bev, peer: peer, route: route)
         clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
@@ -143,22 +177,39 @@ final class Worker: @unchecked Sendable {
             lastAcceptFailureLog = now
             Diagnostics.error("accept_failed", [("errno", String(error)), ("open_connections", String(clients.count))])
         }
+        pauseAccepting()
+    }
+
+    /// Disables the listeners and checks again in 100 ms (slots may free up on other workers,
+    /// which do not tell this one).
+    private func pauseAccepting() {
         guard !acceptPaused, !isDraining else { return }
         acceptPaused = true
         for listener in listeners { evconnlistener_disable(listener) }
         sp_event_add_ms(resumeAcceptEvent, 100)
     }
 
+    /// Starts parked connections while slots allow; accepting resumes only once none is left.
     private func resumeAccepting() {
+        guard acceptPaused, !isDraining else { return }
+        while let next = parked.first, slots.acquire() {
+            parked.removeFirst()
+            startConnection(fd: next.fd, peer: next.peer, route: next.route)
+        }
+        guard parked.isEmpty else {
+            sp_event_add_ms(resumeAcceptEvent, 100)
+            return
+        }
         acceptPaused = false
-        guard !isDraining else { return }
         for listener in listeners { evconnlistener_enable(listener) }
     }
 
     func connectionClosed(_ connection: ClientConnection) {
-        clients[ObjectIdentifier(connection)] = nil
+        guard clients.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
         configuration.metrics.clientConnections.subtract(1, ordering: .relaxed)
+        slots.release()
         if isDraining && clients.isEmpty { finishDrain() }
+        if !parked.isEmpty { resumeAccepting() }
     }
 
     // MARK: Running and stopping
@@ -193,6 +244,8 @@ final class Worker: @unchecked Sendable {
         isDraining = true
         for listener in listeners { evconnlistener_free(listener) }
         listeners.removeAll()
+        for waiting in parked { close(waiting.fd) }
+        parked.removeAll()
         for connection in Array(clients.values) { connection.drain() }
         if clients.isEmpty {
             finishDrain()

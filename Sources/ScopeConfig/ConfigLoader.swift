@@ -62,7 +62,7 @@ struct Decoder {
         config.sourcePath = file
         let keys = try mapping(root, allowed: [
             "listen", "proxy_auth", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
-            "redirects", "tls", "timeouts", "log",
+            "redirects", "tls", "timeouts", "limits", "log",
         ], context: "the config")
         // Secrets first: scopes and proxy_auth refer to them.
         if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: nil) }
@@ -85,6 +85,7 @@ struct Decoder {
         if let node = keys["redirects"] { config.redirects = try redirects(node) }
         if let node = keys["tls"] { config.tls = try tls(node, defaults: config.tls) }
         if let node = keys["timeouts"] { config.timeouts = try timeouts(node) }
+        if let node = keys["limits"] { config.limits = try limits(node) }
         if let node = keys["log"] { config.log = try log(node) }
         return config
     }
@@ -296,6 +297,17 @@ struct Decoder {
         if let value = keys["upstream"] { settings.upstream = try duration(value) }
         if let value = keys["idle"] { settings.idle = try duration(value) }
         if let value = keys["client_header"] { settings.clientHeader = try duration(value) }
+        return settings
+    }
+
+    func limits(_ node: YAMLNode) throws(ConfigError) -> LimitSettings {
+        let keys = try mapping(node, allowed: ["max_connections"], context: "limits")
+        var settings = LimitSettings()
+        if let value = keys["max_connections"] {
+            let count = try int(value)
+            guard (1...1_000_000).contains(count) else { throw error(value, "max_connections must be between 1 and 1000000") }
+            settings.maxConnections = count
+        }
         return settings
     }
 

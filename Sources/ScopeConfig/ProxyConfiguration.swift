@@ -16,6 +16,7 @@ public struct ProxyConfiguration: Sendable {
     public var redirects: RedirectPolicy
     public var tls: TLSSettings
     public var timeouts: TimeoutSettings
+    public var limits = LimitSettings()
     public var log: LogSettings
 
     /// The embedded safe default of the contract: 127.0.0.1:8080, no scopes (every sensitive header
@@ -71,6 +72,14 @@ public struct TLSSettings: Sendable, Equatable {
         self.caDirectory = caDirectory
         self.upstreamCA = upstreamCA
     }
+}
+
+/// `limits:` (an extension of the contract's schema).
+public struct LimitSettings: Sendable, Equatable {
+    /// Open client connections; past it new ones wait in the listen backlog.
+    public var maxConnections = 10_000
+
+    public init() {}
 }
 
 /// Milliseconds; defaults are the contract's.

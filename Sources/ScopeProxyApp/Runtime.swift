@@ -40,6 +40,7 @@ public enum Runtime {
         engine.timeouts = Timeouts(connect: config.timeouts.connect, upstream: config.timeouts.upstream,
                                    idle: config.timeouts.idle, clientHeader: config.timeouts.clientHeader)
         engine.tunnel = config.tls.tunnel == .allow ? .allow : .deny
+        engine.limits.maxClientConnections = config.limits.maxConnections
         engine.scope = scope
         return engine
     }

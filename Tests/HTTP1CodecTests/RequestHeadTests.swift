@@ -100,6 +100,11 @@ struct RequestHeadTests {
             Issue.record("a head of exactly 64 KiB must parse")
             return
         }
+        // One byte more, where only the blank line crosses the limit (found by the hostile-client
+        // suite: the terminating CRLF used to escape the count, so 64 KiB + 2 passed).
+        let overByOne = "GET http://a/ HTTP/1.1\r\nHost: a\r\nX-Pad: " + String(repeating: "b", count: padding + 1) + "\r\n\r\n"
+        #expect(overByOne.utf8.count == 64 * 1024 + 1)
+        #expect(feedHead([bytes(overByOne)], kind: .request) == .failure(.headTooLarge))
     }
 
     @Test("a flood of empty lines counts against the head limit")

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-@Suite("Limits: running out of file descriptors", .serialized)
+@Suite("Limits: descriptors, connection count, idle connections", .serialized)
 struct LimitsTests {
     @Test("EMFILE pauses accepting instead of spinning, logs at most once a second, and the proxy serves again afterwards")
     func descriptorExhaustion() throws {
@@ -31,6 +31,77 @@ struct LimitsTests {
             }
         }
         #expect(served, "once descriptors are free again, the proxy serves; stderr: \(proxy.standardError.suffix(600))")
+        #expect(proxy.terminate() == 0)
+    }
+
+    @Test("limits.max_connections: connections past it wait unserved (not reset) and are served, in order, as slots free up")
+    func connectionLimit() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let scratch = ScratchDirectory()
+        let adminPort = try TestListener.freePort()
+        let config = scratch.write("limit.yaml", "admin: \"127.0.0.1:\(adminPort)\"\nlimits: { max_connections: 20 }\n")
+        let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
+        defer { proxy.terminate() }
+        let request = "GET \(origin.url)/limited HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n"
+        var holders: [TestSocket] = []
+        for _ in 0..<20 {
+            let socket = try TestSocket.connect(port: proxy.port)
+            try socket.send(request)
+            #expect(try HTTPReader(socket).readResponse()?.status == 200)
+            holders.append(socket)
+        }
+        // The 21st connects (it waits in the backlog or parked) but is not served while 20 are open.
+        let waiting = try TestSocket.connect(port: proxy.port)
+        try waiting.send(request)
+        waiting.setReceiveTimeout(milliseconds: 1_000)
+        #expect((try? waiting.receive()) == nil, "no answer while every slot is taken")
+        waiting.setReceiveTimeout(milliseconds: 10_000)
+        holders.removeFirst().close()
+        let served = try HTTPReader(waiting).readResponse()
+        #expect(served?.status == 200, "served once a slot is free")
+        let metrics = try #require(try adminGet(adminPort, "/metrics")).bodyText
+        #expect((metricValue(metrics, "scopeproxy_connection_limit_waits_total") ?? 0) >= 1)
+        #expect(metricValue(metrics, "scopeproxy_client_connections") == 20)
+        #expect(proxy.standardError.contains("connection_limit_reached"))
+        holders.forEach { $0.close() }
+        #expect(proxy.terminate() == 0)
+    }
+
+    @Test("10,000 idle client connections: held at a few KiB each, the proxy keeps serving, and all are released")
+    func tenThousandIdle() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let scratch = ScratchDirectory()
+        let adminPort = try TestListener.freePort()
+        let config = scratch.write("idle.yaml", "admin: \"127.0.0.1:\(adminPort)\"\ntimeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
+        let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
+        defer { proxy.terminate() }
+        #expect(try adminGet(adminPort, "/healthz")?.status == 200)
+        let before = proxy.residentKiB() ?? 0
+        var idle: [TestSocket] = []
+        idle.reserveCapacity(10_000)
+        for _ in 0..<10_000 { idle.append(try TestSocket.connect(port: proxy.port)) }
+        var open = 0.0
+        for _ in 0..<100 where open < 10_000 {
+            open = metricValue(try #require(try adminGet(adminPort, "/metrics")).bodyText, "scopeproxy_client_connections") ?? 0
+            if open < 10_000 { usleep(50_000) }
+        }
+        #expect(open >= 10_000, "every idle connection was accepted (\(open))")
+        let during = proxy.residentKiB() ?? 0
+        let socket = try TestSocket.connect(port: proxy.port)
+        try socket.send("GET \(origin.url)/busy HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
+        #expect(try HTTPReader(socket).readResponse()?.status == 200, "a new client is served next to 10,000 idle ones")
+        let perConnection = Double(during - before) / 10_000
+        print("10k idle: RSS \(before) KiB -> \(during) KiB, \(String(format: "%.1f", perConnection)) KiB per idle connection")
+        #expect(perConnection < 16, "an idle connection holds no large buffers (\(perConnection) KiB)")
+        idle.forEach { $0.close() }
+        socket.close()
+        for _ in 0..<100 where open > 0 {
+            open = metricValue(try #require(try adminGet(adminPort, "/metrics")).bodyText, "scopeproxy_client_connections") ?? -1
+            if open > 0 { usleep(50_000) }
+        }
+        #expect(open <= 1, "closed connections are released (\(open) left; the /metrics request itself may count)")
         #expect(proxy.terminate() == 0)
     }
 }

@@ -2,17 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-private func freePort() throws -> UInt16 {
-    let listener = try TestListener()
-    defer { listener.close() }
-    return listener.port
-}
-
-private func adminGet(_ port: UInt16, _ path: String) throws -> TestResponse? {
-    let socket = try TestSocket.connect(port: port)
-    try socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-    return try HTTPReader(socket).readResponse()
-}
+private func freePort() throws -> UInt16 { try TestListener.freePort() }
 
 @Suite("Access log: canaries everywhere a secret can hide, and none in the log, /metrics or stderr", .serialized)
 struct LogCanaryTests {

@@ -62,9 +62,14 @@ public final class ProxyProcess: @unchecked Sendable {
     public var standardError: String { stderrLock.withLock { stderrText } }
 
     /// Peak resident set size (VmHWM) in KiB, from /proc.
-    public func peakResidentKiB() -> Int? {
+    public func peakResidentKiB() -> Int? { statusField("VmHWM:") }
+
+    /// Current resident set size (VmRSS) in KiB, from /proc.
+    public func residentKiB() -> Int? { statusField("VmRSS:") }
+
+    private func statusField(_ name: String) -> Int? {
         guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8) else { return nil }
-        let line = status.components(separatedBy: "\n").first { $0.hasPrefix("VmHWM:") }
+        let line = status.components(separatedBy: "\n").first { $0.hasPrefix(name) }
         return line.flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true)[1]) }
     }
 

@@ -168,3 +168,27 @@ public final class TestListener: @unchecked Sendable {
         Glibc.close(fd)
     }
 }
+
+extension TestListener {
+    /// A port that was free a moment ago (bound, then released), for configs that need a fixed port.
+    public static func freePort() throws -> UInt16 {
+        let listener = try TestListener()
+        defer { listener.close() }
+        return listener.port
+    }
+}
+
+/// One GET on a fresh connection to an admin endpoint (/healthz, /metrics).
+public func adminGet(_ port: UInt16, _ path: String) throws -> TestResponse? {
+    let socket = try TestSocket.connect(port: port)
+    try socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    return try HTTPReader(socket).readResponse()
+}
+
+/// A gauge or counter's value from Prometheus text (`name value` lines without labels).
+public func metricValue(_ text: String, _ name: String) -> Double? {
+    for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
+        return Double(line.dropFirst(name.count + 1))
+    }
+    return nil
+}
