@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -28,6 +28,8 @@ packages-test: packages-build
 	$(call ensure_packages,$(TEST_PACKAGES))
 	@# python-requests is a real client in the tests; pip only when another python3 shadows Debian's
 	@python3 -c 'import requests' 2>/dev/null || python3 -m pip install -q requests
+	@# h11 is the second parser of the codec's differential test (test harness only)
+	@python3 -c 'import h11' 2>/dev/null || python3 -m pip install -q h11
 
 packages-bench: packages-build
 	$(call ensure_packages,$(BENCH_PACKAGES))

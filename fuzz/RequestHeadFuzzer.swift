@@ -1,14 +1,13 @@
-// libFuzzer target: the request-head scanner and parser, fed whole and split at a fuzzer-chosen point
+// Fuzz target (fuzz/FuzzMain.swift dispatches): the request-head scanner and parser, fed whole and split at a fuzzer-chosen point
 // (drivers from Tests/HTTP1CodecTests/SplitPointVerifier.swift, compiled in by fuzz/build.sh).
 // The property: no crash, no hang, and the same verdict however the bytes arrive.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+func fuzzRequestHead(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     let whole = feedHead([bytes], kind: .request)
     if size > 1 {
         let cut = Int(bytes[0]) % size
         let split = feedHead([Array(bytes[..<cut]), Array(bytes[cut...])], kind: .request)
-        precondition(split == whole, "split-point verdicts differ")
+        fuzzCheck(split == whole, "split-point verdicts differ")
     }
     if case .request(let head, _) = whole {
         _ = try? RequestTarget.parse(head.target, method: head.method)
@@ -18,5 +17,4 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             _ = Forwarding.upstreamRequest(from: head, origin: origin, pathAndQuery: "/", framing: .none)
         }
     }
-    return 0
 }

@@ -1,6 +1,5 @@
-// libFuzzer target: the response-head parser and response framing.
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+// Fuzz target (fuzz/FuzzMain.swift dispatches): the response-head parser and response framing.
+func fuzzResponseHead(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     var scanner = HeadScanner(limits: .response)
     bytes.withUnsafeBytes { buffer in
@@ -11,5 +10,4 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         _ = Forwarding.clientResponse(from: head, framing: .chunked, clientVersion: .http1_0, keepAlive: false)
         _ = head.serialized()
     }
-    return 0
 }

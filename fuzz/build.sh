@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets: each is the codec's sources plus one entry point, compiled with
-# -sanitize=fuzzer,address in one module (so internal API is reachable, as in the unit tests).
+# Builds .build/fuzz/scopeproxy-fuzz: the sources of the pure modules (codec, scope policy, config,
+# redaction) plus the five entry points, compiled as one module with -sanitize=fuzzer,address (so
+# internal API is reachable, as in the unit tests). Copies under .build/fuzz/src drop the
+# cross-module imports. Rebuilt only when a source is newer than the binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .build/fuzz
-# The unit tests' split-point drivers, shared rather than copied (one module here: no import needed).
-sed '/^@testable import/d' Tests/HTTP1CodecTests/SplitPointVerifier.swift > .build/fuzz/SplitPointVerifier.swift
-for target in RequestHead Chunked ResponseHead; do
-  swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name HTTP1Codec \
-    Sources/HTTP1Codec/*.swift .build/fuzz/SplitPointVerifier.swift "fuzz/${target}Fuzzer.swift" \
-    -o ".build/fuzz/${target}" 2>&1 | grep -v "Cannot export local symbol" || true
-  [ -x ".build/fuzz/${target}" ] || { echo "building the $target fuzzer failed"; exit 1; }
+out=.build/fuzz
+binary="$out/scopeproxy-fuzz"
+inputs=(Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift Sources/ScopeConfig/*.swift Sources/Redaction/*.swift
+        Tests/HTTP1CodecTests/SplitPointVerifier.swift fuzz/*.swift)
+if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
+  exit 0
+fi
+rm -rf "$out/src" && mkdir -p "$out/src"
+for file in "${inputs[@]}"; do
+  module=$(basename "$(dirname "$file")")
+  sed -E '/^(@testable )?import (HTTP1Codec|ScopePolicy|ScopeConfig|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
+echo "building the fuzz targets (sanitized, optimized; about a minute)"
+swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML \
+  "$out"/src/*.swift -o "$binary.new" 2>&1 | grep -E "error" || true
+[ -x "$binary.new" ] || { echo "building the fuzz targets failed"; exit 1; }
+mv "$binary.new" "$binary"

@@ -93,9 +93,10 @@ public enum HeadParser {
         guard (0x30...0x39).contains(major), dot == UInt8(ascii: "."), (0x30...0x39).contains(minor) else {
             throw .malformed("invalid HTTP version")
         }
-        let version = HTTPVersion(major: Int(major - 0x30), minor: Int(minor - 0x30))
-        guard version == .http1_1 || version == .http1_0 else { throw .unsupportedVersion }
-        return version
+        // RFC 9112 §2.3: a higher 1.x minor version is processed as the highest we support (1.1),
+        // and it is what we forward; another major version is 505.
+        guard major == UInt8(ascii: "1") else { throw .unsupportedVersion }
+        return minor == UInt8(ascii: "0") ? .http1_0 : .http1_1
     }
 
     // MARK: Fields

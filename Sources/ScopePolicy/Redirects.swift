@@ -59,12 +59,13 @@ extension RedirectPolicy {
             switch status {
             case 303:
                 return .follow(target, method: requestMethod == "HEAD" ? "HEAD" : "GET", replayBody: false)
-            case 301, 302 where requestMethod == "POST":
-                return .follow(target, method: "GET", replayBody: false)
-            case 307, 308:
+            case 301, 302:
+                // RFC 9110 §15.4.2-3: only POST may historically turn into GET; every other method
+                // is repeated as sent, body included (as 307/308).
+                if requestMethod == "POST" { return .follow(target, method: "GET", replayBody: false) }
                 return .follow(target, method: requestMethod, replayBody: true)
-            default:
-                return .follow(target, method: requestMethod, replayBody: false)
+            default:  // 307, 308
+                return .follow(target, method: requestMethod, replayBody: true)
             }
         }
     }

@@ -181,6 +181,9 @@ struct HostileClientTests {
         "GET http://[fe80::1%25eth0]/ HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n",
         "GET http://127.0.0.1%00.example/ HTTP/1.1\r\nHost: 127.0.0.1%00.example\r\n\r\n",
         "GET http://127.0.0.1:99999/ HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n",
+        "GET {url}/ HTTP/1.1\r\n\r\n",
+        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n",
+        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     ])
     func malformedBytes(_ template: String) throws {
         let origin = try FixtureOrigin()

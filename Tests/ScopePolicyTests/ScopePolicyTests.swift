@@ -184,6 +184,15 @@ struct RedirectTests {
             == .follow(target, method: "GET", replayBody: false))
         #expect(follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
             == .follow(target, method: "GET", replayBody: false))
+        // A 301/302 keeps any method but POST, with its body (a `case 301, 302 where` once applied
+        // the condition to 302 only, turning every 301 into a bodiless GET; the fuzz build's
+        // warnings showed it).
+        #expect(follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 0)
+            == .follow(target, method: "PUT", replayBody: true))
+        #expect(follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "DELETE", from: api, pathAndQuery: "/", hops: 0)
+            == .follow(target, method: "DELETE", replayBody: true))
+        #expect(follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
+            == .follow(target, method: "GET", replayBody: false))
         #expect(follow.decide(status: 307, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 1)
             == .follow(target, method: "PUT", replayBody: true))
         #expect(follow.decide(status: 308, location: "https://cdn.library.example/x", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 2)

@@ -1,0 +1,30 @@
+// One libFuzzer binary, five targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
+// drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of five.
+#if canImport(Glibc)
+import Glibc
+#endif
+
+private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
+    "RequestHead": fuzzRequestHead, "Chunked": fuzzChunked, "ResponseHead": fuzzResponseHead,
+    "Config": fuzzConfig, "Redactor": fuzzRedactor,
+]
+
+private let selected: (UnsafePointer<UInt8>, Int) -> Void = {
+    let name = getenv("SCOPEPROXY_FUZZ_TARGET").map { String(cString: $0) } ?? ""
+    guard let target = targets[name] else {
+        fatalError("set SCOPEPROXY_FUZZ_TARGET to one of \(targets.keys.sorted().joined(separator: ", "))")
+    }
+    return target
+}()
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    var empty: UInt8 = 0
+    withUnsafePointer(to: &empty) { fallback in selected(data ?? fallback, size) }
+    return 0
+}
+
+/// precondition() drops its message in -O builds; a finding must say what broke.
+func fuzzCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
+    if !condition { fatalError(message()) }
+}
