@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test build release bench demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
+.PHONY: run test build release bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -44,10 +44,12 @@ release: packages-build
 run: release
 	.build/release/scopeproxy run $(ARGS)
 
-## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests.
+## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
+## then the short fuzz pass (FUZZ_SECONDS each of the five fuzz targets; CI runs this).
 test: packages-test
 	$(SWIFT) build
 	$(SWIFT) test --no-parallel
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-20} fuzz/run.sh
 
 ## Side-by-side benchmark: direct nginx vs scopeproxy vs tinyproxy vs squid, then TLS interception
 ## next to plain HTTP (not part of `make test`).
@@ -55,11 +57,34 @@ bench: release packages-bench
 	bench/run.sh
 	python3 bench/tls_bench.py
 
+## 5 minutes of mixed and hostile load through the release binary, RSS sampled every 10 s, with a
+## verdict on the memory trend (SOAK_SECONDS, SOAK_SAMPLE). Not part of `make test`.
+soak: release packages-bench
+	bench/soak.sh
+
+## The engine tests under AddressSanitizer, then under ThreadSanitizer (separate build trees in
+## .build/asan and .build/tsan; each build takes a few minutes).
+sanitize: packages-test
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
+	SCOPEPROXY_SANITIZED=1 SCOPEPROXY_BINARY=$(CURDIR)/.build/asan/debug/scopeproxy SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 \
+	  $(SWIFT) test --sanitize=address --scratch-path .build/asan --skip-build --no-parallel
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
+	SCOPEPROXY_SANITIZED=1 SCOPEPROXY_BINARY=$(CURDIR)/.build/tsan/debug/scopeproxy SWIFT_BACKTRACE=enable=no TSAN_OPTIONS=halt_on_error=1 \
+	  $(SWIFT) test --sanitize=thread --scratch-path .build/tsan --skip-build --no-parallel --filter ProxyEngineTests
+
+## The proxy built with AddressSanitizer under a minute of the soak's mixed load; LeakSanitizer
+## reports any leak at exit (the run fails on a report).
+leak-check: packages-bench
+	$(SWIFT) build --sanitize=address --scratch-path .build/asan --product scopeproxy
+	SOAK_SECONDS=$${SOAK_SECONDS:-60} SOAK_SAMPLE=5 SCOPEPROXY_BINARY=.build/asan/debug/scopeproxy \
+	  ASAN_OPTIONS=detect_leaks=1 SWIFT_BACKTRACE=enable=no bench/soak.sh
+
 ## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
 demo: release
 	config/demo/run.sh
 
-## libFuzzer targets for the request head, chunked decoder and response head (FUZZ_SECONDS each, default 60).
+## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor
+## (FUZZ_SECONDS each, default 60).
 fuzz: packages-build
 	fuzz/run.sh
 

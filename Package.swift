@@ -20,15 +20,17 @@ let package = Package(
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec"]),
         .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML"]),
+        // A pthread-backed lock that ThreadSanitizer can see (Synchronization.Mutex it cannot, on Linux).
+        .target(name: "Locking"),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
-        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy"]),
+        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy", "Locking"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent"]),
+        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent", "Locking"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction"]),
+        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Locking"]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).

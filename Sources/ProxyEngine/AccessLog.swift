@@ -1,7 +1,7 @@
+import Locking
 import Dispatch
 import HTTP1Codec
 import Redaction
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -49,14 +49,14 @@ public final class AccessLog: Sendable {
     public let format: AccessLogFormat
     public let logBodies: Bool
     private let redactor: Redactor
-    private let tripwire: Mutex<Tripwire>
+    private let tripwire: Locked<Tripwire>
     private let metrics: Metrics
     private let output: AccessLogOutput
-    private let descriptor: Mutex<Int32>
+    private let descriptor: Locked<Int32>
     /// Whole lines waiting for the writer thread, and whether it has been woken for them. Under
     /// load many lines go out in one write(2); a line is never split, and an idle log writes each
     /// line as soon as it is complete.
-    private let backlog = Mutex<(bytes: [UInt8], lines: Int, flushRequested: Bool)>(([], 0, false))
+    private let backlog = Locked<(bytes: [UInt8], lines: Int, flushRequested: Bool)>(([], 0, false))
     private let wake = DispatchSemaphore(value: 0)
     private let written = DispatchSemaphore(value: 0)
     private let observer: (@Sendable (String) -> Void)?
@@ -67,11 +67,11 @@ public final class AccessLog: Sendable {
         self.format = format
         self.logBodies = logBodies
         redactor = Redactor(rules: rules)
-        tripwire = Mutex(Tripwire(secretValues: secretValues))
+        tripwire = Locked(Tripwire(secretValues: secretValues))
         self.metrics = metrics
         self.output = output
         self.observer = observer
-        descriptor = Mutex(Self.open(output))
+        descriptor = Locked(Self.open(output))
         if output != .discard {
             PosixThread(name: "scopeproxy-log") { [self] in writerLoop() }.detach()
         }

@@ -1,3 +1,4 @@
+import Locking
 import Synchronization
 
 /// Counters and gauges for /metrics (Prometheus text format). Labels are bounded sets chosen by the
@@ -9,7 +10,7 @@ public final class Metrics: Sendable {
         let labels: [String]  // "name=value" pairs, rendered when /metrics is read
     }
 
-    private let counters = Mutex<[Key: UInt64]>([:])
+    private let counters = Locked<[Key: UInt64]>([:])
     public let clientConnections = Atomic<Int>(0)
     public let upstreamConnections = Atomic<Int>(0)
 

@@ -1,6 +1,6 @@
+import Locking
 import HTTP1Codec
 import ScopePolicy
-import Synchronization
 
 /// Everything the data path needs from the scope layer, as one immutable value. A reload builds a
 /// new one and swaps it in whole: an exchange keeps the context it started with.
@@ -54,10 +54,10 @@ public final class ScopeContext: Sendable {
 
 /// The current context, read by every worker at the start of each exchange.
 public final class ScopeContextHolder: Sendable {
-    private let current: Mutex<ScopeContext>
+    private let current: Locked<ScopeContext>
 
     public init(_ context: ScopeContext = .stripEverything) {
-        current = Mutex(context)
+        current = Locked(context)
     }
 
     public var context: ScopeContext { current.withLock { $0 } }

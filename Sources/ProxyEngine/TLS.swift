@@ -1,5 +1,5 @@
+import Locking
 import CLibevent
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -144,7 +144,7 @@ final class LeafMinter: @unchecked Sendable {
     private let leafKey: OpaquePointer
     /// An X509 shared across worker threads: immutable once minted, freed only on eviction.
     private struct Certificate: @unchecked Sendable { let pointer: OpaquePointer }
-    private let cache = Mutex<[String: Certificate]>([:])
+    private let cache = Locked<[String: Certificate]>([:])
     private let capacity = 1024
 
     init(authority: CertificateAuthority) throws(TLSError) {

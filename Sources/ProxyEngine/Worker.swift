@@ -1,6 +1,6 @@
+import Locking
 import CLibevent
 import HTTP1Codec
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,7 +54,7 @@ final class Worker: @unchecked Sendable {
     }
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
-    private let commands = Mutex<[Command]>([])
+    private let commands = Locked<[Command]>([])
 
     init(index: Int, configuration: EngineConfiguration, slots: ConnectionSlots) throws(EngineError) {
         self.index = index

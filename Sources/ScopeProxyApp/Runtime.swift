@@ -1,9 +1,9 @@
+import Locking
 import ProxyEngine
 import Redaction
 import ScopeConfig
 import ScopePolicy
 import SecretStore
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -80,14 +80,14 @@ final class RunningProxy: Sendable {
 
     private let configPath: String?
     private let holder: ScopeContextHolder
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let engine: EngineConfiguration
 
     init(configPath: String?, config: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration) {
         self.configPath = configPath
         self.holder = holder
         self.engine = engine
-        state = Mutex(State(config: config, secrets: secrets))
+        state = Locked(State(config: config, secrets: secrets))
     }
 
     func rotateSecrets() {

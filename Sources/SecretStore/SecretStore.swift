@@ -1,6 +1,6 @@
+import Locking
 import ScopeConfig
 import ScopePolicy
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -29,7 +29,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
 
     private let sources: [String: SecretSource]
     private let storeDirectory: String
-    private let values = Mutex<[String: SecretValue]>([:])
+    private let values = Locked<[String: SecretValue]>([:])
     private var fileStates: [String: FileState] = [:]  // touched only by load/refresh (one caller)
 
     public init(sources: [String: SecretSource], storeDirectory: String) {

@@ -83,7 +83,10 @@ struct LargeBodyTests {
         #expect(downloadHash == uploadHash, "the origin sends the same block sequence the client uploaded")
 
         let peak = try #require(proxy.peakResidentKiB())
-        #expect(peak < Self.rssLimitKiB, "peak RSS \(peak) KiB")
+        // Under AddressSanitizer (make sanitize) freed memory sits in quarantine: RSS says nothing there.
+        if ProcessInfo.processInfo.environment["SCOPEPROXY_SANITIZED"] == nil {
+            #expect(peak < Self.rssLimitKiB, "peak RSS \(peak) KiB")
+        }
         print("large bodies: proxy peak RSS \(peak) KiB after 3 x \(Self.size >> 20) MiB")
         #expect(proxy.terminate() == 0, "SIGTERM exits 0")
     }

@@ -94,7 +94,9 @@ struct LimitsTests {
         #expect(try HTTPReader(socket).readResponse()?.status == 200, "a new client is served next to 10,000 idle ones")
         let perConnection = Double(during - before) / 10_000
         print("10k idle: RSS \(before) KiB -> \(during) KiB, \(String(format: "%.1f", perConnection)) KiB per idle connection")
-        #expect(perConnection < 16, "an idle connection holds no large buffers (\(perConnection) KiB)")
+        if ProcessInfo.processInfo.environment["SCOPEPROXY_SANITIZED"] == nil {
+            #expect(perConnection < 16, "an idle connection holds no large buffers (\(perConnection) KiB)")
+        }
         idle.forEach { $0.close() }
         socket.close()
         for _ in 0..<100 where open > 0 {
