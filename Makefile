@@ -62,11 +62,12 @@ bench: release packages-bench
 soak: release packages-bench
 	bench/soak.sh
 
-## The engine tests under AddressSanitizer, then under ThreadSanitizer (separate build trees in
-## .build/asan and .build/tsan; each build takes a few minutes).
+## Every test under AddressSanitizer (the spawned proxy binary too, with LeakSanitizer at its exit),
+## then the engine tests under ThreadSanitizer (separate build trees in .build/asan and .build/tsan).
 sanitize: packages-test
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
 	SCOPEPROXY_SANITIZED=1 SCOPEPROXY_BINARY=$(CURDIR)/.build/asan/debug/scopeproxy SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 \
+	  SCOPEPROXY_CHILD_ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
 	  $(SWIFT) test --sanitize=address --scratch-path .build/asan --skip-build --no-parallel
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
 	SCOPEPROXY_SANITIZED=1 SCOPEPROXY_BINARY=$(CURDIR)/.build/tsan/debug/scopeproxy SWIFT_BACKTRACE=enable=no TSAN_OPTIONS=halt_on_error=1 \
@@ -77,7 +78,7 @@ sanitize: packages-test
 leak-check: packages-bench
 	$(SWIFT) build --sanitize=address --scratch-path .build/asan --product scopeproxy
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} SOAK_SAMPLE=5 SCOPEPROXY_BINARY=.build/asan/debug/scopeproxy \
-	  ASAN_OPTIONS=detect_leaks=1 SWIFT_BACKTRACE=enable=no bench/soak.sh
+	  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 SWIFT_BACKTRACE=enable=no bench/soak.sh
 
 ## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
 demo: release

@@ -98,7 +98,7 @@ load close-64k 8 get.lua 64k 1
 load upload-64k 4 post.lua upload 0
 load redirect-follow 4 get.lua redirect 0
 python3 bench/soak_chaos.py --proxy "127.0.0.1:$PROXY_PORT" --origin "127.0.0.1:$NGINX_PORT" \
-  --seconds "$SECONDS_TOTAL" > "$WORK/chaos.txt" 2>&1 & PIDS+=($!)
+  --seconds "$SECONDS_TOTAL" > "$WORK/chaos.txt" 2>&1 & CHAOS_PID=$!; PIDS+=($CHAOS_PID)
 
 echo "soak: ${SECONDS_TOTAL}s of mixed load through $BINARY ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ))"
 printf "%8s %10s %6s %8s %12s\n" "t(s)" "RSS(KiB)" "fds" "clients" "requests"
@@ -116,6 +116,7 @@ while true; do
 done
 wait_loads() { for _ in $(seq 1 100); do pgrep -f "$WORK/.*\.lua" >/dev/null || return 0; sleep 0.2; done; }
 wait_loads
+wait "$CHAOS_PID" || echo "the hostile-client script failed: $(tail -3 "$WORK/chaos.txt")"
 sleep 1
 
 echo

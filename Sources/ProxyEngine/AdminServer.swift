@@ -39,6 +39,7 @@ final class AdminServer: @unchecked Sendable {
     func stop() {
         event_base_loopbreak(base)
         thread?.join()
+        thread = nil  // its closure holds self: keeping it would be a cycle (LeakSanitizer found it)
         evhttp_free(http)
         event_base_free(base)
     }

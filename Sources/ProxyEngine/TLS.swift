@@ -37,6 +37,11 @@ public final class CertificateAuthority: @unchecked Sendable {
     let key: OpaquePointer
     public let certificatePEM: String
     public static let certificateFile = "scopeproxy-ca.pem"
+
+    deinit {
+        X509_free(certificate)
+        EVP_PKEY_free(key)
+    }
     public static let keyFile = "scopeproxy-ca-key.pem"
 
     public static func loadOrCreate(directory: String) throws(TLSError) -> CertificateAuthority {
@@ -152,6 +157,14 @@ final class LeafMinter: @unchecked Sendable {
         leafKey = try generateP256Key()
     }
 
+    deinit {
+        cache.withLock { cache in
+            for entry in cache.values { X509_free(entry.pointer) }
+            cache.removeAll()
+        }
+        EVP_PKEY_free(leafKey)
+    }
+
     var key: OpaquePointer { leafKey }
 
     /// The certificate for `host` (a DNS name, or an IP literal without brackets), with a reference
@@ -213,6 +226,8 @@ public final class TLSContexts: @unchecked Sendable {
         sp_ssl_ctx_set_session_cache_off(server)
         SSL_CTX_set_default_verify_paths(client)
         if let upstreamCA, SSL_CTX_load_verify_locations(client, upstreamCA, nil) != 1 {
+            SSL_CTX_free(server)
+            SSL_CTX_free(client)
             throw TLSError(description: "cannot load upstream_ca \(upstreamCA)")
         }
         SSL_CTX_set_verify(client, SSL_VERIFY_PEER, nil)
@@ -222,6 +237,12 @@ public final class TLSContexts: @unchecked Sendable {
         self.client = client
         self.authority = authority
         minter = try authority.map { authority throws(TLSError) in try LeafMinter(authority: authority) }
+    }
+
+    // Sessions made from these contexts hold their own references (SSL_new up-refs the SSL_CTX).
+    deinit {
+        SSL_CTX_free(server)
+        SSL_CTX_free(client)
     }
 
     /// An SSL for an intercepted client connection to `host`.

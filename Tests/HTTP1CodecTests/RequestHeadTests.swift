@@ -23,6 +23,18 @@ struct RequestHeadTests {
         ])
     }
 
+    @Test("a higher HTTP/1.x minor version is processed (and forwarded) as HTTP/1.1 (RFC 9112 §2.3); 2.0 is 505")
+    func higherMinorVersion() {
+        // Found by the h11 differential check: HTTP/1.2 used to be refused with 505.
+        guard case .request(let head, _) = feedHead([bytes("GET http://a/ HTTP/1.2\r\nHost: a\r\n\r\n")], kind: .request) else {
+            Issue.record("HTTP/1.2 must parse")
+            return
+        }
+        #expect(head.version == .http1_1)
+        #expect(feedHead([bytes("GET http://a/ HTTP/2.0\r\nHost: a\r\n\r\n")], kind: .request) == .failure(.unsupportedVersion))
+        #expect(feedHead([bytes("HTTP/1.9 200 OK\r\n\r\n")], kind: .response).isResponse(version: .http1_1))
+    }
+
     @Test("bytes after the head are left for the body or the next request")
     func stopsAtHeadEnd() {
         let input = bytes("POST http://a/ HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET ")
@@ -176,5 +188,12 @@ struct ResponseHeadTests {
             Issue.record("should refuse \(text.debugDescription)")
             return
         }
+    }
+}
+
+extension HeadOutcome {
+    func isResponse(version: HTTPVersion) -> Bool {
+        if case .response(let head, _) = self { return head.version == version }
+        return false
     }
 }

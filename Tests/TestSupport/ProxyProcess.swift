@@ -8,6 +8,7 @@ public final class ProxyProcess: @unchecked Sendable {
     private let stderrPipe: Pipe
     private let stderrLock = NSLock()
     private var stderrText = ""
+    private let stderrClosed = DispatchSemaphore(value: 0)
 
     public static var binaryPath: String {
         if let path = ProcessInfo.processInfo.environment["SCOPEPROXY_BINARY"] { return path }
@@ -26,7 +27,11 @@ public final class ProxyProcess: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: Self.binaryPath)
             process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
         }
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        var childEnvironment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        // make sanitize: the test process runs without leak detection (the Swift runtime's own
+        // allocations would report), the proxy with it, checked when it exits (`terminate`).
+        if let options = childEnvironment["SCOPEPROXY_CHILD_ASAN_OPTIONS"] { childEnvironment["ASAN_OPTIONS"] = options }
+        process.environment = childEnvironment
         stderrPipe = Pipe()
         process.standardError = stderrPipe
         process.standardOutput = FileHandle.nullDevice
@@ -56,6 +61,7 @@ public final class ProxyProcess: @unchecked Sendable {
                 if data.isEmpty { break }
                 stderrLock.withLock { stderrText += String(decoding: data, as: UTF8.self) }
             }
+            stderrClosed.signal()
         }
     }
 
@@ -95,12 +101,21 @@ public final class ProxyProcess: @unchecked Sendable {
         return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
 
-    /// SIGTERM and wait; returns the exit status.
+    /// SIGTERM and wait; returns the exit status. A sanitizer report in the proxy's stderr (leaks
+    /// are reported at exit) stops the whole run: under `make sanitize` it is the finding.
     @discardableResult
     public func terminate() -> Int32 {
         if process.isRunning {
             process.terminate()
             process.waitUntilExit()
+        }
+        if ProcessInfo.processInfo.environment["SCOPEPROXY_SANITIZED"] != nil {
+            _ = stderrClosed.wait(timeout: .now() + 5)
+            let report = standardError
+            if let start = report.range(of: "ERROR: LeakSanitizer") ?? report.range(of: "ERROR: AddressSanitizer")
+                ?? report.range(of: "WARNING: ThreadSanitizer") {
+                fatalError("sanitizer report from the proxy (\(process.arguments ?? [])):\n" + String(report[start.lowerBound...].prefix(6000)))
+            }
         }
         return process.terminationStatus
     }
