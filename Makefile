@@ -78,7 +78,7 @@ sanitize: packages-test
 leak-check: packages-bench
 	$(SWIFT) build --sanitize=address --scratch-path .build/asan --product scopeproxy
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} SOAK_SAMPLE=5 SCOPEPROXY_BINARY=.build/asan/debug/scopeproxy \
-	  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 SWIFT_BACKTRACE=enable=no bench/soak.sh
+	  SCOPEPROXY_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 SWIFT_BACKTRACE=enable=no bench/soak.sh
 
 ## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
 demo: release
