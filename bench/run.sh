@@ -20,30 +20,14 @@ PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+source bench/lib.sh
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 peak_rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # --- origin: nginx, one worker, on core 1 ---
-mkdir -p "$WORK/www" "$WORK/nginx"
-head -c 1024 /dev/urandom > "$WORK/www/1k"
-head -c 65536 /dev/urandom > "$WORK/www/64k"
-head -c 1048576 /dev/urandom > "$WORK/www/1m"
 NGINX_PORT=$(free_port)
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
-}
-CONF
+write_nginx_origin "$WORK" "$NGINX_PORT"
 taskset -c 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
 wait_port "$NGINX_PORT"
 

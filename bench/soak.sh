@@ -21,35 +21,15 @@ PIDS=()
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 300); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; return 1; }
+source bench/lib.sh
 metric_sum() { curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v name="$1" '$1 == name || index($1, name "{") == 1 { sum += $2 } END { printf "%d", sum }'; }
 
 # --- origin: nginx with static files, an upload sink and a redirect ---
-mkdir -p "$WORK/www" "$WORK/nginx"
-head -c 1024 /dev/urandom > "$WORK/www/1k"
-head -c 65536 /dev/urandom > "$WORK/www/64k"
-head -c 65536 /dev/urandom > "$WORK/upload.bin"
 NGINX_PORT=$(free_port)
-cat > "$WORK/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log crit;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_max_body_size 1m;
-  client_body_temp_path $WORK/nginx;
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    root $WORK/www;
-    location /upload { client_body_buffer_size 128k; return 200 "stored\n"; }
-    location /redirect { return 302 http://127.0.0.1:$NGINX_PORT/1k; }
-  }
-}
-CONF
+write_nginx_origin "$WORK" "$NGINX_PORT" "client_max_body_size 1m;
+    location /upload { client_body_buffer_size 128k; return 200 \"stored\\n\"; }
+    location /redirect { return 302 http://127.0.0.1:$NGINX_PORT/1k; }"
+head -c 65536 /dev/urandom > "$WORK/upload.bin"
 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
 wait_port "$NGINX_PORT"
 

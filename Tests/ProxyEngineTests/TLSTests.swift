@@ -25,7 +25,7 @@ private final class TLSProxy {
     var url: String { "http://127.0.0.1:\(proxy.port)" }
 
     init(pki: TestPKI, scopes: String, intercept: String = "scoped", tunnel: String = "deny", redirects: String = "pass",
-         environment: [String: String]) throws {
+         extra: String = "", environment: [String: String]) throws {
         directory = ScratchDirectory()
         let scratch = directory.path
         let config = scratch + "/c.yaml"
@@ -34,6 +34,7 @@ private final class TLSProxy {
             scopes: \(scopes)
             redirects: { cross_origin: \(redirects) }
             tls: { intercept: \(intercept), tunnel: \(tunnel), ca_dir: \(scratch)/ca, upstream_ca: \(pki.caPath) }
+            \(extra)
             """.write(toFile: config, atomically: true, encoding: .utf8)
         proxy = try ProxyProcess(arguments: ["--config", config], environment: environment)
     }
@@ -73,6 +74,27 @@ struct TLSTests {
         process.waitUntilExit()
         #expect(printed == "200 Bearer \(token) None\n")
         #expect(origin.received.count == 2)
+    }
+
+    @Test("a client that stalls its TLS handshake inside an intercepted tunnel is closed after timeouts.client_header; others are served")
+    func stalledClientHandshake() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let tls = try TLSProxy(pki: pki, scopes: """
+            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, extra: "timeouts: { client_header: 500ms }", environment: ["TOKEN": "t0k3n-stall"])
+        let stalled = try TestSocket.connect(port: tls.proxy.port)
+        try stalled.send("CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n\r\n")
+        let reader = HTTPReader(stalled)
+        let head = String(decoding: try #require(try reader.readHeadBytes()), as: UTF8.self)
+        #expect(head.hasPrefix("HTTP/1.1 200 "))
+        // The first bytes of a ClientHello record, then nothing.
+        try stalled.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        #expect(stalled.peerClosed(), "the proxy hangs up on a handshake that never completes")
+        let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "https://localhost:\(origin.port)/after"])
+        #expect(status == 0)
+        #expect(body.contains("/after"))
     }
 
     @Test("Connection: close inside an intercepted tunnel: the whole response arrives before the close")

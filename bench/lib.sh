@@ -1,0 +1,36 @@
+# Shared by bench/run.sh and bench/soak.sh (sourced): loopback ports and the nginx origin.
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_port() {
+  for _ in $(seq 1 300); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "port $1 never opened" >&2
+  return 1
+}
+
+# write_nginx_origin DIR PORT [EXTRA_SERVER_DIRECTIVES]: a one-worker nginx config serving DIR/www
+# on 127.0.0.1:PORT, with files 1k, 64k and 1m; the caller starts it (pinned or not).
+write_nginx_origin() {
+  local dir=$1 port=$2 extra=${3:-}
+  mkdir -p "$dir/www" "$dir/nginx"
+  head -c 1024 /dev/urandom > "$dir/www/1k"
+  head -c 65536 /dev/urandom > "$dir/www/64k"
+  head -c 1048576 /dev/urandom > "$dir/www/1m"
+  cat > "$dir/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/nginx/nginx.pid;
+error_log $dir/nginx/error.log crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/nginx;
+  server {
+    listen 127.0.0.1:$port;
+    root $dir/www;
+    $extra
+  }
+}
+CONF
+}
