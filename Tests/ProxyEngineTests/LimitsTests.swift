@@ -2,6 +2,26 @@ import Foundation
 import Testing
 import TestSupport
 
+/// The binary on port 0 with an admin endpoint and `yaml` (the scratch directory lives as long as the proxy).
+private func proxyWithAdmin(_ yaml: String) throws -> (proxy: ProxyProcess, adminPort: UInt16, scratch: ScratchDirectory) {
+    let scratch = ScratchDirectory()
+    let adminPort = try TestListener.freePort()
+    let config = scratch.write("limits.yaml", "admin: \"127.0.0.1:\(adminPort)\"\n" + yaml)
+    let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
+    return (proxy, adminPort, scratch)
+}
+
+/// Polls /metrics (bounded, 5 s) until `name` satisfies `done`; returns the last value read.
+private func waitForMetric(_ adminPort: UInt16, _ name: String, until done: (Double) -> Bool) throws -> Double {
+    var value = -1.0
+    for _ in 0..<100 {
+        value = metricValue(try #require(try adminGet(adminPort, "/metrics")).bodyText, name) ?? -1
+        if done(value) { break }
+        usleep(50_000)
+    }
+    return value
+}
+
 @Suite("Limits: descriptors, connection count, idle connections", .serialized)
 struct LimitsTests {
     @Test("EMFILE pauses accepting instead of spinning, logs at most once a second, and the proxy serves again afterwards")
@@ -38,11 +58,8 @@ struct LimitsTests {
     func connectionLimit() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let scratch = ScratchDirectory()
-        let adminPort = try TestListener.freePort()
-        let config = scratch.write("limit.yaml", "admin: \"127.0.0.1:\(adminPort)\"\nlimits: { max_connections: 20 }\n")
-        let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
-        defer { proxy.terminate() }
+        let (proxy, adminPort, scratch) = try proxyWithAdmin("limits: { max_connections: 20 }\n")
+        defer { proxy.terminate(); _ = scratch }
         let request = "GET \(origin.url)/limited HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n"
         var holders: [TestSocket] = []
         for _ in 0..<20 {
@@ -72,21 +89,14 @@ struct LimitsTests {
     func tenThousandIdle() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let scratch = ScratchDirectory()
-        let adminPort = try TestListener.freePort()
-        let config = scratch.write("idle.yaml", "admin: \"127.0.0.1:\(adminPort)\"\ntimeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
-        let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
-        defer { proxy.terminate() }
+        let (proxy, adminPort, scratch) = try proxyWithAdmin("timeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
+        defer { proxy.terminate(); _ = scratch }
         #expect(try adminGet(adminPort, "/healthz")?.status == 200)
         let before = proxy.residentKiB() ?? 0
         var idle: [TestSocket] = []
         idle.reserveCapacity(10_000)
         for _ in 0..<10_000 { idle.append(try TestSocket.connect(port: proxy.port)) }
-        var open = 0.0
-        for _ in 0..<100 where open < 10_000 {
-            open = metricValue(try #require(try adminGet(adminPort, "/metrics")).bodyText, "scopeproxy_client_connections") ?? 0
-            if open < 10_000 { usleep(50_000) }
-        }
+        var open = try waitForMetric(adminPort, "scopeproxy_client_connections") { $0 >= 10_000 }
         #expect(open >= 10_000, "every idle connection was accepted (\(open))")
         let during = proxy.residentKiB() ?? 0
         let socket = try TestSocket.connect(port: proxy.port)
@@ -99,11 +109,8 @@ struct LimitsTests {
         }
         idle.forEach { $0.close() }
         socket.close()
-        for _ in 0..<100 where open > 0 {
-            open = metricValue(try #require(try adminGet(adminPort, "/metrics")).bodyText, "scopeproxy_client_connections") ?? -1
-            if open > 0 { usleep(50_000) }
-        }
-        #expect(open <= 1, "closed connections are released (\(open) left; the /metrics request itself may count)")
+        open = try waitForMetric(adminPort, "scopeproxy_client_connections") { $0 <= 1 }
+        #expect(open >= 0 && open <= 1, "closed connections are released (\(open) left; the /metrics request itself may count)")
         #expect(proxy.terminate() == 0)
     }
 }
