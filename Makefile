@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test build release bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
+.PHONY: run test hostile build release bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -56,6 +56,11 @@ test: packages-test
 bench: release packages-bench
 	bench/run.sh
 	python3 bench/tls_bench.py
+
+## Only the hostile-peer suites: clients, upstreams, limits (10 000 idle connections), smuggling vectors.
+hostile: packages-test
+	$(SWIFT) build
+	$(SWIFT) test --no-parallel --filter 'HostileClientTests|HostileUpstreamTests|LimitsTests|FailureEngineTests|DifferentialTests'
 
 ## 5 minutes of mixed and hostile load through the release binary, RSS sampled every 10 s, with a
 ## verdict on the memory trend (SOAK_SECONDS, SOAK_SAMPLE). Not part of `make test`.

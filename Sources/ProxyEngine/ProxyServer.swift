@@ -49,11 +49,12 @@ public final class ProxyServer: @unchecked Sendable {
         mainBase = base
         let slots = ConnectionSlots(limit: configuration.limits.maxClientConnections)
         let descriptors = raiseDescriptorLimit()
-        // Each client connection may hold an upstream descriptor too, plus listeners, DNS, logs.
-        if descriptors >= 0, descriptors < 2 * slots.limit + 64 {
+        // Said once at start when the descriptor limit, not max_connections, will bound the clients
+        // (a busy connection holds a second descriptor upstream; EMFILE then pauses accepting).
+        if descriptors >= 0, descriptors < slots.limit + 64 {
             Diagnostics.info("descriptor_limit", [
                 ("max_connections", String(slots.limit)), ("open_files_limit", String(descriptors)),
-                ("note", "busy connections need two descriptors each; past the limit accepting pauses (EMFILE)"),
+                ("note", "the descriptor limit is lower than max_connections; accepting pauses when it is reached"),
             ])
         }
         var port = configuration.listen.port

@@ -89,6 +89,12 @@ struct LimitsTests {
     func tenThousandIdle() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
+        // 10 000 client sockets here and as many in the proxy: both need the soft limit raised.
+        var files = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        files.rlim_cur = files.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+        try #require(files.rlim_max >= 10_500, "this test needs a hard descriptor limit of at least 10 500 (ulimit -Hn is \(files.rlim_max))")
         let (proxy, adminPort, scratch) = try proxyWithAdmin("timeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
         defer { proxy.terminate(); _ = scratch }
         #expect(try adminGet(adminPort, "/healthz")?.status == 200)
