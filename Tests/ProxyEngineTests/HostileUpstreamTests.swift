@@ -162,3 +162,54 @@ struct HostileUpstreamTests {
         #expect(response.bodyText.contains("connect_timeout"))
     }
 }
+
+@Suite("Hostile upstreams: hanging up or answering while the request body is still coming", .serialized)
+struct EarlyUpstreamTests {
+    static let bodySize = 4 << 20
+
+    static func upload(_ origin: FixtureOrigin) -> [UInt8] {
+        Array("POST \(origin.url)/upload HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Length: \(bodySize)\r\n\r\n".utf8)
+    }
+
+    @Test("an upstream that hangs up after the head, mid-upload: the client gets 502 or a closed connection, and the proxy serves the next")
+    func hangUpMidUpload() throws {
+        let origin = try FixtureOrigin { connection in
+            _ = try? connection.reader.readHeadBytes()
+            connection.socket.reset()
+        }
+        let healthy = try FixtureOrigin()
+        let proxy = try ProxyHarness()
+        defer { proxy.stop(); origin.stop(); healthy.stop() }
+        let socket = try proxy.connect()
+        let sent = DispatchSemaphore(value: 0)
+        let request = Self.upload(origin) + [UInt8](repeating: 0x62, count: Self.bodySize)
+        Thread.detachNewThread {
+            try? socket.send(request)  // fails once the proxy gives up on this connection
+            sent.signal()
+        }
+        let answer = String(decoding: socket.receiveUntilClose(), as: UTF8.self)
+        #expect(answer.isEmpty || answer.hasPrefix("HTTP/1.1 502 "), "\(answer.prefix(60))")
+        #expect(sent.wait(timeout: .now() + 10) == .success, "the sender is not left blocked")
+        #expect(try proxy.exchange("GET \(healthy.url)/next HTTP/1.1\r\nHost: \(healthy.authority)\r\n\r\n")?.status == 200)
+    }
+
+    @Test("an upstream that answers 413 before reading the upload: the client gets the 413, then the connection closes (its body is unread)")
+    func earlyResponse() throws {
+        let origin = try FixtureOrigin { connection in
+            _ = try? connection.reader.readHeadBytes()
+            connection.respond(status: 413, headers: [("Connection", "close")], body: "too large")
+            usleep(200_000)
+            connection.socket.close()
+        }
+        let proxy = try ProxyHarness()
+        defer { proxy.stop(); origin.stop() }
+        let socket = try proxy.connect()
+        let request = Self.upload(origin) + [UInt8](repeating: 0x62, count: Self.bodySize)
+        Thread.detachNewThread { try? socket.send(request) }
+        let reader = HTTPReader(socket)
+        let response = try #require(try reader.readResponse(), "the early answer is relayed")
+        #expect(response.status == 413)
+        #expect(response.bodyText == "too large")
+        #expect(reader.readUntilClose().isEmpty, "no second response: the unread body cannot be taken for a request")
+    }
+}
