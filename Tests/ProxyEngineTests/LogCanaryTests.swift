@@ -113,6 +113,35 @@ struct LogCanaryTests {
         #expect(error.header("x-request-id")?.count == 16, "error responses carry an id too")
     }
 
+    @Test("hostile bytes (obs-text, C1 controls, percent-encoded invalid UTF-8, refused heads) leave every log line valid UTF-8 JSON")
+    func hostileBytesKeepTheLogValid() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let directory = ScratchDirectory()
+        let config = directory.write("c.yaml", "log: { output: \(directory.path)/a.log, format: json }\n")
+        let proxy = try ProxyProcess(arguments: ["--config", config])
+        defer { proxy.terminate() }
+        let requests: [[UInt8]] = [
+            Array("GET \(origin.url)/caf%E9/%FF%FE?q=%C3%28&limit=%00 HTTP/1.1\r\nHost: \(origin.authority)\r\nUser-Agent: caf".utf8)
+                + [0xE9, 0x20, 0xFF, 0xFE, 0x80, 0x9F] + Array("\r\nAccept: \"quoted\\\" \\u0000\r\n\r\n".utf8),
+            Array("GET \(origin.url)/x HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Bad: a".utf8) + [0x01] + Array("b\r\n\r\n".utf8),
+            [0xFF, 0xFE, 0x00, 0x22, 0x5C] + Array("\r\n\r\n".utf8),
+        ]
+        for request in requests {
+            let socket = try TestSocket.connect(port: proxy.port)
+            try socket.send(request)
+            _ = try HTTPReader(socket).readResponse()
+        }
+        #expect(proxy.terminate() == 0)
+        let bytes = try #require(FileManager.default.contents(atPath: directory.path + "/a.log"))
+        let lines = bytes.split(separator: UInt8(ascii: "\n"))
+        #expect(lines.count == requests.count, "one line per exchange, refused ones included")
+        for line in lines {
+            #expect(String(validating: line, as: UTF8.self) != nil, "a log line is not valid UTF-8")
+            #expect((try? JSONSerialization.jsonObject(with: Data(line))) is [String: Any], "not one JSON object: \(String(decoding: line, as: UTF8.self))")
+        }
+    }
+
     @Test("CONNECT tunnels get one line at close with origin and byte counts; /healthz answers ok")
     func tunnelLineAndHealth() throws {
         let echo = try EchoServer()
