@@ -15,7 +15,7 @@ private final class TemporaryDirectory {
 
     func write(_ name: String, _ contents: String, mode: Int) -> String {
         let file = path + "/" + name
-        FileManager.default.createFile(atPath: file, contents: Data(contents.utf8))
+        precondition(FileManager.default.createFile(atPath: file, contents: Data(contents.utf8)), "cannot create \(file)")
         chmod(file, mode_t(mode))
         return file
     }

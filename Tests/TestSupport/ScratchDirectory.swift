@@ -15,7 +15,7 @@ public final class ScratchDirectory: @unchecked Sendable {
     public func write(_ name: String, _ text: String, mode: Int = 0o600) -> String {
         let file = path + "/" + name
         let temporary = file + ".tmp"
-        FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8))
+        precondition(FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8)), "cannot create \(temporary)")
         chmod(temporary, mode_t(mode))
         rename(temporary, file)
         return file

@@ -27,7 +27,7 @@ public final class TestPKI: @unchecked Sendable {
             [ anything ]
             commonName = supplied
             """.write(toFile: directory + "/ca.cnf", atomically: true, encoding: .utf8)
-        FileManager.default.createFile(atPath: directory + "/index.txt", contents: Data())
+        precondition(FileManager.default.createFile(atPath: directory + "/index.txt", contents: Data()), "cannot create index.txt")
         try "01\n".write(toFile: directory + "/serial", atomically: true, encoding: .utf8)
         try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "expired.key", "-out", "expired.csr", "-subj", "/CN=localhost"])
         try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(toFile: directory + "/expired.ext", atomically: true, encoding: .utf8)
@@ -71,7 +71,7 @@ public final class HTTPSOrigin: @unchecked Sendable {
     public init(certificate: (cert: String, key: String), redirectTo: String? = nil) throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         logPath = NSTemporaryDirectory() + "scopeproxy-https-origin-" + UUID().uuidString + ".log"
-        FileManager.default.createFile(atPath: logPath, contents: Data())
+        precondition(FileManager.default.createFile(atPath: logPath, contents: Data()), "cannot create \(logPath)")
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", root.appendingPathComponent("Fixtures/https_origin.py").path, certificate.cert, certificate.key, logPath]
