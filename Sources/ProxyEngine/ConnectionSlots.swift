@@ -27,8 +27,6 @@ final class ConnectionSlots: Sendable {
     func release() {
         open.subtract(1, ordering: .relaxed)
     }
-
-    var inUse: Int { open.load(ordering: .relaxed) }
 }
 
 /// Raises the soft descriptor limit to the hard one (each client connection may hold a second
