@@ -103,9 +103,11 @@ struct HostileClientTests {
         }
         usleep(1_000_000)
         let forwardedWhileStalled = origin.requests.count
+        print("pipelining flood: \(forwardedWhileStalled) of \(count) requests forwarded while the client read nothing")
         // 32 MiB of responses are owed; with the client not reading, the proxy holds at most its
-        // watermarks plus socket buffers, so only a small share of the requests may have gone upstream.
-        #expect(forwardedWhileStalled < 600, "backpressure: \(forwardedWhileStalled) of \(count) forwarded while the client read nothing")
+        // watermarks plus socket buffers (about 4.4 MiB, 274 requests, measured here; loopback buffers
+        // autotune, hence the margin), so only a small share of the requests may have gone upstream.
+        #expect(forwardedWhileStalled < 800, "backpressure: \(forwardedWhileStalled) of \(count) forwarded while the client read nothing")
         let reader = HTTPReader(socket)
         var inOrder = 0
         for index in 0..<count {
