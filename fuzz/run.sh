@@ -13,6 +13,8 @@ for pair in RequestHead:request Chunked:chunked ResponseHead:response Config:con
   target=${pair%%:*}; corpus=${pair##*:}
   work=$(mktemp -d)
   cp fuzz/corpus/"$corpus"/* "$work"/
+  # The config loader also starts from every config the tests and examples use (kept in one place).
+  [ "$target" != Config ] || cp Tests/ScopeConfigTests/Fixtures/*.yaml config/*.yaml "$work"/
   log=$(mktemp)
   status=0
   SCOPEPROXY_FUZZ_TARGET=$target SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=1 \
