@@ -1,4 +1,15 @@
-# Shared by bench/run.sh and bench/soak.sh (sourced): loopback ports and the nginx origin.
+# Shared by bench/run.sh and bench/soak.sh (sourced): a scratch workspace, loopback ports and the
+# nginx origin.
+
+# start_workspace NAME: $WORK is a fresh directory; processes added to PIDS are killed and the
+# directory removed when the script exits, however it exits.
+start_workspace() {
+  WORK=$(mktemp -d "/tmp/scopeproxy-$1.XXXXXX")
+  chmod 777 "$WORK"
+  PIDS=()
+  trap cleanup_workspace EXIT
+}
+cleanup_workspace() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -14,13 +14,8 @@ SIZES=${BENCH_SIZES:-"1k 64k 1m"}
 CONNECTIONS=${BENCH_CONNECTIONS:-32}
 UPLOAD_MIB=${BENCH_UPLOAD_MIB:-1024}
 BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
-WORK=$(mktemp -d /tmp/scopeproxy-bench.XXXXXX)
-chmod 777 "$WORK"
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
-trap cleanup EXIT
-
 source bench/lib.sh
+start_workspace bench
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 peak_rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))

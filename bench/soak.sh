@@ -15,13 +15,8 @@ cd "$(dirname "$0")/.."
 SECONDS_TOTAL=${SOAK_SECONDS:-300}
 SAMPLE=${SOAK_SAMPLE:-10}
 BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
-WORK=$(mktemp -d /tmp/scopeproxy-soak.XXXXXX)
-chmod 777 "$WORK"
-PIDS=()
-cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
-trap cleanup EXIT
-
 source bench/lib.sh
+start_workspace soak
 metric_sum() { curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v name="$1" '$1 == name || index($1, name "{") == 1 { sum += $2 } END { printf "%d", sum }'; }
 
 # --- origin: nginx with static files, an upload sink and a redirect ---
