@@ -27,8 +27,16 @@ struct ExchangeRecord {
     var error: String?
     /// CONNECT tunnels that are not intercepted: `tunnel` or `deny`.
     var tunnelDecision: String?
-    var requestBody: (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)?
-    var responseBody: (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)?
+    var requestBody: ObservedBody?
+    var responseBody: ObservedBody?
+
+    /// With `log.bodies`: the first bytes of a body, for its redacted summary.
+    struct ObservedBody {
+        var bytes: [UInt8]
+        var total: UInt64
+        var truncated: Bool
+        var contentType: String?
+    }
 }
 
 public enum AccessLogFormat: String, Sendable { case json, text }
@@ -125,7 +133,9 @@ public final class AccessLog: Sendable {
 
     func record(_ record: ExchangeRecord) {
         let line = self.format == .json ? json(record) : text(record)
-        let (scrubbed, hits) = tripwire.withLock { $0.scrub(line) }
+        // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
+        // workers finishing exchanges at once do not queue behind each other's scans.
+        let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
         if hits > 0 { metrics.increment("scopeproxy_log_tripwire_hits_total", by: UInt64(hits)) }
         observer?(scrubbed)
         guard output != .discard else { return }
@@ -185,15 +195,15 @@ public final class AccessLog: Sendable {
             }
             if let fields = record.requestFields { line.raw("req_headers", headers(fields)) }
             if let fields = record.responseFields { line.raw("resp_headers", headers(fields)) }
-            if logBodies, let body = record.requestBody {
-                line.string("req_body", redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
-            }
-            if logBodies, let body = record.responseBody {
-                line.string("resp_body", redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
-            }
+            if logBodies, let body = record.requestBody { line.string("req_body", summary(body)) }
+            if logBodies, let body = record.responseBody { line.string("resp_body", summary(body)) }
         }
         line.optionalString("error", record.error)
         return String(decoding: line.finish() + [0x0A], as: UTF8.self)
+    }
+
+    private func summary(_ body: ExchangeRecord.ObservedBody) -> String {
+        redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated)
     }
 
     private func headers(_ fields: HTTPFields) -> [UInt8] {
@@ -250,96 +260,6 @@ public final class AccessLog: Sendable {
         if quoted { bytes.append(UInt8(ascii: "\"")) }
         return String(decoding: bytes, as: UTF8.self)
     }
-}
-
-/// Builds one JSON object straight into bytes, escaping as it copies: no Foundation encoder and no
-/// intermediate strings on the per-request path.
-struct JSONLine {
-    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
-    private var first = true
-
-    init() {
-        bytes.reserveCapacity(1024)
-    }
-
-    private mutating func key(_ name: String) {
-        if !first { bytes.append(UInt8(ascii: ",")) }
-        first = false
-        appendQuoted(name)
-        bytes.append(UInt8(ascii: ":"))
-    }
-
-    mutating func appendQuoted(_ text: String) {
-        bytes.append(UInt8(ascii: "\""))
-        // Nearly every value needs no escaping: one bulk append.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
-            bytes += text.utf8
-            bytes.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case 0x0A: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case 0x0D: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case 0x09: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0..<0x20, 0x7F:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
-            default: bytes.append(byte)
-            }
-        }
-        bytes.append(UInt8(ascii: "\""))
-    }
-
-    mutating func string(_ name: String, _ value: String) {
-        key(name)
-        appendQuoted(value)
-    }
-
-    mutating func optionalString(_ name: String, _ value: String?) {
-        if let value { string(name, value) }
-    }
-
-    mutating func raw(_ name: String, _ json: String) {
-        key(name)
-        bytes += json.utf8
-    }
-
-    mutating func raw(_ name: String, _ json: [UInt8]) {
-        key(name)
-        bytes += json
-    }
-
-    mutating func number(_ name: String, _ value: UInt64) {
-        key(name)
-        JSONLine.appendDecimal(value, to: &bytes)
-    }
-
-    mutating func array(_ name: String, _ values: [String]) {
-        key(name)
-        bytes.append(UInt8(ascii: "["))
-        for (index, value) in values.enumerated() {
-            if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            appendQuoted(value)
-        }
-        bytes.append(UInt8(ascii: "]"))
-    }
-
-    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
-
-    static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
-        let text = String(value)  // a small string: no allocation
-        for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
-        bytes += text.utf8
-    }
-}
-
-func monotonicMicroseconds() -> UInt64 {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
 }
 
 /// Request ids: a client's well-formed X-Request-ID is kept; otherwise 16 hex characters from a

@@ -947,9 +947,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
         "dns_failure", "upstream_refused", "connect_timeout", "upstream_timeout", "upstream_closed", "bad_upstream_response", "response_cut",
     ]
 
-    private static func observedBody(_ pump: BodyPump, _ fields: HTTPFields) -> (bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?)? {
+    private static func observedBody(_ pump: BodyPump, _ fields: HTTPFields) -> ExchangeRecord.ObservedBody? {
         guard let observed = pump.observed, pump.bodyBytes > 0 else { return nil }
-        return (observed, pump.bodyBytes, pump.observedTruncated, fields.first("content-type"))
+        return ExchangeRecord.ObservedBody(bytes: observed, total: pump.bodyBytes, truncated: pump.observedTruncated,
+                                           contentType: fields.first("content-type"))
     }
 
     // MARK: Timers

@@ -67,6 +67,16 @@ func flushOutput(_ bev: OpaquePointer, tls: Bool = false) -> Bool {
     return false
 }
 
+/// Microseconds on the monotonic clock (exchange durations).
+func monotonicMicroseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+}
+
+/// Milliseconds on the monotonic clock (rate-limited diagnostics).
+func monotonicMilliseconds() -> UInt64 { monotonicMicroseconds() / 1000 }
+
 extension HTTPParseError {
     /// The codec throws only HTTPParseError; this recovers the type where Swift widens it.
     init(_ error: any Error) {
@@ -180,12 +190,12 @@ public enum Diagnostics {
     public static func info(_ event: String, _ fields: [(String, String)] = []) { write("info", event, fields) }
     public static func error(_ event: String, _ fields: [(String, String)] = []) { write("error", event, fields) }
 
-    static func log(_ event: String, _ fields: [(String, String)] = []) { info(event, fields) }
-
     private static func write(_ level: String, _ event: String, _ fields: [(String, String)]) {
-        var line = "{\"level\":\"\(level)\",\"event\":\"\(JSONText.escape(event))\""
-        for (key, value) in fields { line += ",\"\(key)\":\"\(JSONText.escape(value))\"" }
-        writeStandardError(line + "}\n")
+        var line = JSONLine()
+        line.string("level", level)
+        line.string("event", event)
+        for (key, value) in fields { line.string(key, value) }
+        writeAll(2, line.finish() + [0x0A])
     }
 }
 

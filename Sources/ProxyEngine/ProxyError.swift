@@ -141,13 +141,17 @@ enum ProxyError: Error, Equatable {
 
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
     func response(keepAlive: Bool, requestID: String) -> [UInt8] {
-        let body = "{\"error\":\"\(code)\",\"message\":\"\(JSONText.escape(message))\",\"id\":\"\(requestID)\"}\n"
+        var json = JSONLine()
+        json.string("error", code)
+        json.string("message", message)
+        json.string("id", requestID)
+        let body = json.finish() + [0x0A]
         var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\nX-Request-ID: \(requestID)\r\n"
-        head += "Content-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n"
+        head += "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n"
         head += "Cache-Control: no-store\r\n"
         if self == .proxyAuthenticationRequired { head += "Proxy-Authenticate: Basic realm=\"scopeproxy\"\r\n" }
         head += keepAlive ? "\r\n" : "Connection: close\r\n\r\n"
-        return Array(head.utf8) + Array(body.utf8)
+        return Array(head.utf8) + body
     }
 
     static func reasonPhrase(_ status: Int) -> String {
@@ -165,31 +169,5 @@ enum ProxyError: Error, Equatable {
         case 508: "Loop Detected"
         default: "Error"
         }
-    }
-}
-
-/// Minimal JSON string escaping (RFC 8259 §7), without Foundation.
-public enum JSONText {
-    public static func escape(_ text: String) -> String {
-        // Most values need no escaping at all: check the bytes once, return the string as it is.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
-            return text
-        }
-        var result = ""
-        result.reserveCapacity(text.utf8.count)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\r": result += "\\r"
-            case "\t": result += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                let hex = String(scalar.value, radix: 16)
-                result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result
     }
 }

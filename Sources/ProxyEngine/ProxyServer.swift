@@ -10,7 +10,7 @@ private let threadingConfigured: Bool = {
     event_set_log_callback { severity, message in
         // libevent's own warnings (e.g. an unreachable nameserver) as structured diagnostics.
         guard severity >= Int32(EVENT_LOG_WARN), let message else { return }
-        Diagnostics.log("libevent", [("message", String(cString: message))])
+        Diagnostics.info("libevent", [("message", String(cString: message))])
     }
     return evthread_use_pthreads() == 0
 }()
@@ -136,7 +136,7 @@ public final class ProxyServer: @unchecked Sendable {
         for signalNumber in [SIGTERM, SIGINT] {
             let event = event_new(base, signalNumber, sp_ev_signal() | sp_ev_persist(), { signalNumber, _, context in
                 let loop = Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue()
-                Diagnostics.log("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
+                Diagnostics.info("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
                 event_base_loopbreak(loop.base)
             }, context)!
             event_add(event, nil)

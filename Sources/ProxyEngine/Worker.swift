@@ -281,10 +281,3 @@ public enum EngineError: Error, CustomStringConvertible {
         }
     }
 }
-
-/// Milliseconds on the monotonic clock.
-func monotonicMilliseconds() -> UInt64 {
-    var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
-    return UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
-}

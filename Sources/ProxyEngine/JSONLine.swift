@@ -1,0 +1,84 @@
+/// Builds one JSON object straight into bytes, escaping as it copies (RFC 8259 §7): no Foundation
+/// encoder and no intermediate strings on the per-request path. The one JSON writer of the engine:
+/// access-log lines, error bodies and diagnostics.
+struct JSONLine {
+    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var first = true
+
+    init() {
+        bytes.reserveCapacity(1024)
+    }
+
+    private mutating func key(_ name: String) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        appendQuoted(name)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func appendQuoted(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        // Nearly every value needs no escaping: one bulk append.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
+            bytes += text.utf8
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case 0x0A: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case 0x0D: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case 0x09: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case 0..<0x20, 0x7F:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    mutating func string(_ name: String, _ value: String) {
+        key(name)
+        appendQuoted(value)
+    }
+
+    mutating func optionalString(_ name: String, _ value: String?) {
+        if let value { string(name, value) }
+    }
+
+    mutating func raw(_ name: String, _ json: String) {
+        key(name)
+        bytes += json.utf8
+    }
+
+    mutating func raw(_ name: String, _ json: [UInt8]) {
+        key(name)
+        bytes += json
+    }
+
+    mutating func number(_ name: String, _ value: UInt64) {
+        key(name)
+        JSONLine.appendDecimal(value, to: &bytes)
+    }
+
+    mutating func array(_ name: String, _ values: [String]) {
+        key(name)
+        bytes.append(UInt8(ascii: "["))
+        for (index, value) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            appendQuoted(value)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+
+    static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
+        let text = String(value)  // a small string: no allocation
+        for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
+        bytes += text.utf8
+    }
+}
