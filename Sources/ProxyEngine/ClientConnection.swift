@@ -70,13 +70,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
 
     func start() {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        timer = event_new(worker.base, -1, 0, { _, _, context in
-            let connection = Unmanaged<ClientConnection>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(connection) {
-                connection.timerFired()
-                connection.flushOutputs()
-            }
-        }, context)
+        timer = event_new(worker.base, -1, 0, timerCallback, context)
         bufferevent_setcb(bev, clientReadCallback, clientWriteCallback, clientEventCallback, context)
         configureBuffers(bev)
         // EV_WRITE (on by default) only while output is pending: see flushOutputs.
@@ -360,9 +354,8 @@ final class ClientConnection: UpstreamConnectorDelegate {
             if !exchange.responseStarted { arm(.responseHead, configuration.timeouts.upstream) }
         } else if clientReadClosed, EventBuffer.length(clientInput) == 0 {
             abort()  // the client went away mid-body
-        } else if exchange.requestPump.bodyBytes != before, !exchange.responseStarted {
-            arm(.stall, configuration.timeouts.idle)
-        } else if timerPurpose != .stall, !exchange.responseStarted {
+        } else if !exchange.responseStarted, exchange.requestPump.bodyBytes != before || timerPurpose != .stall {
+            // Progress restarts the stall timer; no progress leaves a running one alone.
             arm(.stall, configuration.timeouts.idle)
         }
     }
@@ -515,10 +508,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// The next hop of a chain the proxy follows: the 3xx is dropped (its connection is not reused),
     /// and the original request is scoped afresh for the new origin.
     private func followRedirect(_ exchange: Exchange, to target: RedirectTarget, method: String, body: [UInt8]) {
-        if let upstream = exchange.upstream {
-            exchange.upstream = nil
-            worker.pool.release(upstream)
-        }
+        dropUpstream(of: exchange)
         var chain = exchange.chain
         // A client credential stripped once stays stripped for the rest of the chain.
         chain.strippedByClientHeader.formUnion(exchange.decision.stripped.map { $0.lowercased() })
@@ -635,8 +625,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
             if exchange.upstreamReused, !exchange.retried, !exchange.receivedResponseBytes,
                exchange.requestPump.bodyBytes == 0 {
                 exchange.retried = true
-                worker.pool.release(exchange.upstream!)
-                exchange.upstream = nil
+                dropUpstream(of: exchange)
                 exchange.upstreamClosed = false
                 connectUpstream(exchange)
             } else if exchange.receivedResponseBytes {
@@ -759,8 +748,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         } else {
             let input = inputBuffer(upstream)
             EventBuffer.move(from: input, to: clientOutput, count: EventBuffer.length(input))
-            exchange.upstream = nil
-            worker.pool.release(upstream)
+            dropUpstream(of: exchange)
             closeAfterFlush()
         }
     }
@@ -793,12 +781,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     /// The exchange failed before or while its response head was read.
     private func failExchange(_ error: ProxyError, closeClient: Bool = false) {
         guard let exchange else { return }
-        exchange.connector?.cancel()
-        exchange.connector = nil
-        if let upstream = exchange.upstream {
-            exchange.upstream = nil
-            worker.pool.release(upstream)
-        }
+        dropUpstream(of: exchange)
         if exchange.responseStarted {
             cutResponse()
             return
@@ -815,14 +798,21 @@ final class ClientConnection: UpstreamConnectorDelegate {
             record?.bytesIn += exchange.requestPump.bodyBytes
             record?.bytesOut += exchange.responsePump.bodyBytes
             emitRecord { $0.error = "response_cut" }
-            exchange.connector?.cancel()
-            if let upstream = exchange.upstream {
-                exchange.upstream = nil
-                worker.pool.release(upstream)
-            }
+            dropUpstream(of: exchange)
             self.exchange = nil
         }
         closeAfterFlush()
+    }
+
+    /// Gives up the exchange's upstream: a connect in progress is cancelled, a connection is closed
+    /// (never pooled: only `finishExchange` knows when one is clean enough to reuse).
+    private func dropUpstream(of exchange: Exchange) {
+        exchange.connector?.cancel()
+        exchange.connector = nil
+        if let upstream = exchange.upstream {
+            exchange.upstream = nil
+            worker.pool.release(upstream)
+        }
     }
 
     // MARK: Output
@@ -898,9 +888,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         cancelTimer()
         event_free(timer)
         if let exchange {
-            exchange.connector?.cancel()
-            if let upstream = exchange.upstream { worker.pool.release(upstream) }
-            exchange.upstream = nil
+            dropUpstream(of: exchange)
             self.exchange = nil
         }
         bufferevent_free(bev)
@@ -965,7 +953,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
         event_del(timer)
     }
 
-    private func timerFired() {
+    fileprivate func timerFired() {
         let purpose = timerPurpose
         timerPurpose = .none
         switch purpose {
@@ -1037,4 +1025,8 @@ private func upstreamWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRa
 
 private func upstreamEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
     withConnection(context) { $0.upstreamEvent(events) }
+}
+
+private func timerCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    withConnection(context) { $0.timerFired() }
 }
