@@ -157,7 +157,7 @@ public enum Commands {
             fail(error.description)
             return 1
         }
-        let running = RunningProxy(configPath: options.configPath, config: config, secrets: secrets, holder: holder, engine: engine)
+        let running = RunningProxy(configPath: options.configPath, secrets: secrets, holder: holder, engine: engine)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         return 0
     }

@@ -73,25 +73,21 @@ public enum Runtime {
 /// A running proxy with its config: rotates file secrets every second and reloads on SIGHUP. A bad
 /// reload logs its error and keeps the old config serving; listen address and threads need a restart.
 final class RunningProxy: Sendable {
-    private struct State {
-        var config: ProxyConfiguration
-        var secrets: SecretStore
-    }
-
     private let configPath: String?
     private let holder: ScopeContextHolder
-    private let state: Locked<State>
+    /// The store the current config's secrets come from; a reload replaces it.
+    private let secrets: Locked<SecretStore>
     private let engine: EngineConfiguration
 
-    init(configPath: String?, config: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration) {
+    init(configPath: String?, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration) {
         self.configPath = configPath
         self.holder = holder
         self.engine = engine
-        state = Locked(State(config: config, secrets: secrets))
+        self.secrets = Locked(secrets)
     }
 
     func rotateSecrets() {
-        let secrets = state.withLock { $0.secrets }
+        let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
         if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue)) }
         for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
@@ -104,7 +100,7 @@ final class RunningProxy: Sendable {
             let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
             try secrets.load()
             holder.replace(with: Runtime.scopeContext(config, secrets: secrets))
-            state.withLock { $0 = State(config: config, secrets: secrets) }
+            self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue))
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count))])
