@@ -31,7 +31,7 @@ func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     _ = redactor.bodySummary(bodyPart, totalBytes: UInt64(bodyPart.count), contentType: "application/problem+json", truncated: false)
 
     // The tripwire finds the canary base64-encoded at any alignment inside other bytes.
-    let encoded = Tripwire.base64(Array(bytes[..<cut]) + Array(canary.utf8) + bodyPart.prefix(64))
+    let encoded = Base64.encode(Array(bytes[..<cut]) + Array(canary.utf8) + bodyPart.prefix(64))
     let scrubbed = tripwire.scrub("line " + encoded)
     fuzzCheck(scrubbed.hits >= 1, "tripwire missed a base64-embedded canary")
     fuzzCheck(tripwire.scrub(scrubbed.line).hits == 0, "scrub left a hit")

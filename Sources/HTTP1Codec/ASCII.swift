@@ -19,6 +19,15 @@ enum ASCII {
         }
     }
 
+    /// RFC 3986 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~".
+    @inline(__always)
+    static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: true
+        default: false
+        }
+    }
+
     /// field-vchar / SP / HTAB, with obs-text (0x80-0xFF) allowed as RFC 9110 permits.
     /// Everything else (NUL, CR, LF, other controls, DEL) is refused.
     @inline(__always)

@@ -17,6 +17,17 @@ public enum Base64 {
         return String(decoding: output, as: UTF8.self)
     }
 
+    /// base64url without padding (RFC 4648 §5), the form tokens and JWTs carry.
+    public static func encodeURLSafe(_ bytes: [UInt8]) -> String {
+        var output = Array(encode(bytes).utf8)
+        while output.last == UInt8(ascii: "=") { output.removeLast() }
+        for index in output.indices {
+            if output[index] == UInt8(ascii: "+") { output[index] = UInt8(ascii: "-") }
+            if output[index] == UInt8(ascii: "/") { output[index] = UInt8(ascii: "_") }
+        }
+        return String(decoding: output, as: UTF8.self)
+    }
+
     /// Decodes standard base64 (padding optional); nil on any other character.
     public static func decode(_ text: String) -> [UInt8]? {
         var values: [UInt8] = []
@@ -55,6 +66,21 @@ public enum PercentEncoding {
             }
         }
         return output
+    }
+
+    /// Every byte but RFC 3986 unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX`, uppercase.
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(bytes.count)
+        let hex = Array("0123456789ABCDEF".utf8)
+        for byte in bytes {
+            if ASCII.isUnreserved(byte) {
+                output.append(byte)
+            } else {
+                output += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            }
+        }
+        return String(decoding: output, as: UTF8.self)
     }
 
     private static func hexValue(_ byte: UInt8) -> UInt8? {

@@ -192,12 +192,7 @@ public enum RequestTarget: Equatable, Sendable {
 
     /// unreserved / pct-encoded / sub-delims / ":"
     private static func isUserinfoByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            true
-        default:
-            "-._~%!$&'()*+,;=:".utf8.contains(byte)
-        }
+        ASCII.isUnreserved(byte) || "%!$&'()*+,;=:".utf8.contains(byte)
     }
 
     @inline(__always)

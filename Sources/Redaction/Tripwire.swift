@@ -14,14 +14,13 @@ public struct Tripwire: Sendable {
         for value in secretValues where value.utf8.count >= 4 {
             let raw = Array(value.utf8)
             needles.insert(raw)
-            needles.insert(Array(Self.percentEncoded(raw).utf8))
-            let base64 = Self.base64(raw)
-            needles.insert(Array(base64.utf8))
-            needles.insert(Array(base64.replacingOccurrences("+", "-").replacingOccurrences("/", "_").trimmingTrailing("=").utf8))
+            needles.insert(Array(PercentEncoding.encode(raw).utf8))
+            needles.insert(Array(Base64.encode(raw).utf8))
+            needles.insert(Array(Base64.encodeURLSafe(raw).utf8))
             // Base64 of a value inside a longer plaintext shifts by position: the unpadded core of
             // each of the three alignments still appears.
             for shift in 1...2 {
-                let shifted = Self.base64([UInt8](repeating: 0, count: shift) + raw)
+                let shifted = Base64.encode([UInt8](repeating: 0, count: shift) + raw)
                 let core = String(shifted.dropFirst(4).dropLast(4))
                 if core.utf8.count >= 8 { needles.insert(Array(core.utf8)) }
             }
@@ -63,31 +62,5 @@ public struct Tripwire: Sendable {
                 return nil
             }
         }
-    }
-
-    static func percentEncoded(_ bytes: [UInt8]) -> String {
-        var output = ""
-        for byte in bytes {
-            if (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || "-._~".utf8.contains(byte) {
-                output.unicodeScalars.append(Unicode.Scalar(byte))
-            } else {
-                output += "%" + (byte < 16 ? "0" : "") + String(byte, radix: 16, uppercase: true)
-            }
-        }
-        return output
-    }
-
-    static func base64(_ bytes: [UInt8]) -> String { Base64.encode(bytes) }
-}
-
-extension String {
-    func replacingOccurrences(_ target: Character, _ replacement: Character) -> String {
-        String(map { $0 == target ? replacement : $0 })
-    }
-
-    func trimmingTrailing(_ character: Character) -> String {
-        var copy = self
-        while copy.last == character { copy.removeLast() }
-        return copy
     }
 }

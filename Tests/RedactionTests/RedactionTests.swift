@@ -1,3 +1,4 @@
+import Foundation
 import HTTP1Codec
 import Testing
 @testable import Redaction
@@ -67,9 +68,13 @@ struct RedactionTests {
     func tripwire() {
         let secret = "s3cr3t/value+with=odd?chars"
         let tripwire = Tripwire(secretValues: [secret])
-        let encodings = [secret, Tripwire.percentEncoded(Array(secret.utf8)), Tripwire.base64(Array(secret.utf8)),
-                         Tripwire.base64(Array(secret.utf8)).replacingOccurrences("+", "-").replacingOccurrences("/", "_").trimmingTrailing("="),
-                         Tripwire.base64(Array(("user:" + secret).utf8))]
+        // Encoded here with Foundation, not with the encoders the tripwire itself uses.
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        let base64 = Data(secret.utf8).base64EncodedString()
+        let base64URL = base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        let encodings = [secret, secret.addingPercentEncoding(withAllowedCharacters: unreserved)!, base64, base64URL,
+                         Data(("user:" + secret).utf8).base64EncodedString()]
         for encoded in encodings {
             let (line, hits) = tripwire.scrub("{\"x\":\"\(encoded)\"}")
             #expect(hits >= 1, "\(encoded)")
