@@ -5,7 +5,7 @@ extension Redactor {
     public static let summaryCap = 2048
 
     public func bodySummary(_ bytes: [UInt8], totalBytes: UInt64, contentType: String?, truncated: Bool) -> String {
-        let type = contentType.map { String($0.split(separator: ";")[0]).trimmingCharacters() } ?? "unknown"
+        let type = contentType.map(Self.mediaType) ?? "unknown"
         let isJSON = type == "application/json" || type.hasSuffix("+json")
         guard isJSON, !truncated, var parser = Optional(JSONParser(bytes)), let value = parser.parseDocument() else {
             return "<\(totalBytes) bytes \(type)>"
@@ -205,11 +205,12 @@ struct JSONParser {
     }
 }
 
-extension String {
-    func trimmingCharacters() -> String {
-        var slice = Substring(self)
-        while slice.first == " " || slice.first == "\t" { slice.removeFirst() }
-        while slice.last == " " || slice.last == "\t" { slice.removeLast() }
-        return String(slice).lowercased()
+extension Redactor {
+    /// `Application/JSON; charset=utf-8` -> `application/json`.
+    static func mediaType(_ contentType: String) -> String {
+        var type = contentType.split(separator: ";", omittingEmptySubsequences: false)[0]
+        while type.first == " " || type.first == "\t" { type.removeFirst() }
+        while type.last == " " || type.last == "\t" { type.removeLast() }
+        return type.lowercased()
     }
 }

@@ -58,6 +58,11 @@ struct RedactionTests {
         #expect(summary == #"{"id":7,"access_token":"<redacted>","status":"ok","user":{"email":"<redacted>","id":"u1"},"items":["<redacted>","<redacted>","<redacted>","...(5 items)"],":email":"<redacted>"}"#)
         #expect(redactor.bodySummary(Array("hello".utf8), totalBytes: 5, contentType: "text/plain", truncated: false) == "<5 bytes text/plain>")
         #expect(redactor.bodySummary(Array("{broken".utf8), totalBytes: 7, contentType: "application/json", truncated: false) == "<7 bytes application/json>")
+        // An empty or parameter-only Content-Type used to index an empty split and crash the log
+        // writer (found re-reading the code); now it is a media type like any other.
+        #expect(redactor.bodySummary(Array("x".utf8), totalBytes: 1, contentType: "", truncated: false) == "<1 bytes >")
+        #expect(redactor.bodySummary(Array("x".utf8), totalBytes: 1, contentType: ";charset=x", truncated: false) == "<1 bytes >")
+        #expect(redactor.bodySummary(Array("{}".utf8), totalBytes: 2, contentType: " Application/JSON ; q=1", truncated: false) == "{}")
         let big = Array(("[" + (0..<2000).map { _ in #"{"id":"0123456789"}"# }.joined(separator: ",") + "]").utf8)
         #expect(redactor.bodySummary(big, totalBytes: UInt64(big.count), contentType: "application/json", truncated: false).utf8.count <= 2048)
         let nested = Array(String(repeating: "[", count: 100).utf8)
