@@ -28,6 +28,8 @@ func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let summary = redactor.bodySummary(body, totalBytes: UInt64(body.count), contentType: "application/json", truncated: false)
     fuzzCheck(!summary.contains(canary), "JSON value leaked: \(summary)")
     fuzzCheck(summary.utf8.count <= Redactor.summaryCap + 64, "summary over its cap")
+    // Any Content-Type a peer sends (an empty one once crashed the summary).
+    _ = redactor.bodySummary(bodyPart, totalBytes: UInt64(bodyPart.count), contentType: String(urlPart.prefix(40)), truncated: false)
     _ = redactor.bodySummary(bodyPart, totalBytes: UInt64(bodyPart.count), contentType: "application/problem+json", truncated: false)
 
     // The tripwire finds the canary base64-encoded at any alignment inside other bytes.
