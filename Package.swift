@@ -15,28 +15,30 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
 
+        // POSIX helpers shared by the I/O layers: a pthread lock ThreadSanitizer can see
+        // (Synchronization.Mutex it cannot, on Linux), small-file reads, private directories.
+        .target(name: "PosixSupport"),
+
         // Pure core: no sockets, no libevent. Each is testable alone.
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec"]),
-        .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML"]),
-        // A pthread-backed lock that ThreadSanitizer can see (Synchronization.Mutex it cannot, on Linux).
-        .target(name: "Locking"),
+        .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
-        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy", "Locking"]),
+        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy", "PosixSupport"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent", "Locking"]),
+        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent", "PosixSupport"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Locking"]),
+        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "PosixSupport"]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
-        .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy"]),
+        .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ScopeConfig", "ScopePolicy", "HTTP1Codec"],

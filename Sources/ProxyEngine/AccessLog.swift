@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import Dispatch
 import HTTP1Codec
 import Redaction

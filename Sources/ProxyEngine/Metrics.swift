@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import Synchronization
 
 /// Counters and gauges for /metrics (Prometheus text format). Labels are bounded sets chosen by the

@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import HTTP1Codec
 import ScopePolicy
 

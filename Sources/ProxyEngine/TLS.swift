@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import CLibevent
 #if canImport(Glibc)
 import Glibc
@@ -96,12 +96,7 @@ public final class CertificateAuthority: @unchecked Sendable {
     }
 
     private static func makeDirectory(_ path: String) throws(TLSError) {
-        var current = ""
-        for component in path.split(separator: "/") {
-            current += "/" + component
-            if mkdir(current, 0o700) != 0 && errno != EEXIST { throw TLSError(description: "cannot create \(current)") }
-        }
-        chmod(path, 0o700)
+        if let problem = PrivateDirectory.create(path) { throw TLSError(description: problem) }
     }
 
     static func addExtension(_ certificate: OpaquePointer, _ nid: Int32, _ value: String) throws(TLSError) {

@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import CLibevent
 import HTTP1Codec
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
 import HTTP1Codec
+import PosixSupport
 import ScopePolicy
 #if canImport(Glibc)
 import Glibc
@@ -18,25 +19,6 @@ public enum ConfigLoader {
         let root = try YAMLDocument.parse(text, file: file)
         var decoder = Decoder(file: file, home: home)
         return try decoder.configuration(root)
-    }
-}
-
-/// Reads a file that is expected to be small (configs, secrets), refusing to slurp anything larger.
-public enum SmallFile {
-    public enum Failure: Error { case unreadable, tooLarge }
-
-    public static func read(_ path: String, limit: Int) -> Result<[UInt8], Failure> {
-        guard let handle = fopen(path, "rb") else { return .failure(.unreadable) }
-        defer { fclose(handle) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, handle)
-            if count <= 0 { break }
-            bytes += buffer[..<count]
-            if bytes.count > limit { return .failure(.tooLarge) }
-        }
-        return .success(bytes)
     }
 }
 

@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import ProxyEngine
 import Redaction
 import ScopeConfig

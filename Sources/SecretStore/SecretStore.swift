@@ -1,4 +1,4 @@
-import Locking
+import PosixSupport
 import ScopeConfig
 import ScopePolicy
 #if canImport(Glibc)
@@ -175,12 +175,7 @@ public struct LocalSecretDirectory: Sendable {
 
     /// Creates the directory (and parents) 0700, and tightens it if it exists.
     func ensureDirectory() throws(Failure) {
-        var current = ""
-        for component in path.split(separator: "/") {
-            current += "/" + component
-            if mkdir(current, 0o700) != 0 && errno != EEXIST { throw .io("cannot create \(current): \(String(cString: strerror(errno)))") }
-        }
-        chmod(path, 0o700)
+        if let problem = PrivateDirectory.create(path) { throw .io(problem) }
     }
 
     public func set(_ name: String, value: String) throws(Failure) {

@@ -1,4 +1,5 @@
 import Foundation
+import PosixSupport
 import ScopeConfig
 import ScopePolicy
 import Testing
@@ -128,5 +129,19 @@ struct SecretStoreTests {
         #expect(store.list() == ["cdn"])
         #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("../escape", value: "x") }
         #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("ok", value: "two\nlines") }
+    }
+
+    @Test("a relative store or CA directory is made under the working directory, 0700, parents included")
+    func relativePrivateDirectory() throws {
+        // The helper used to prefix every component with "/", turning `secrets/dir` into /secrets/dir.
+        let directory = TemporaryDirectory()
+        let previous = FileManager.default.currentDirectoryPath
+        defer { _ = FileManager.default.changeCurrentDirectoryPath(previous) }
+        #expect(FileManager.default.changeCurrentDirectoryPath(directory.path))
+        #expect(PrivateDirectory.create("nested/secrets") == nil)
+        var info = stat()
+        #expect(stat(directory.path + "/nested/secrets", &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o700)
+        #expect(access("/nested", F_OK) != 0, "nothing made at the root")
     }
 }
