@@ -101,3 +101,11 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
         return members
     }
 }
+
+extension HTTPField {
+    /// field-name = token (RFC 9110 §5.1): the rule the head parser applies, for names that come
+    /// from elsewhere (the config's header lists and injections).
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.allSatisfy(ASCII.isTokenChar)
+    }
+}

@@ -95,7 +95,7 @@ struct Decoder {
                 result[name] = .env(try nonEmptyString(fields["env"]!))
             case "store":
                 let storeName = try nonEmptyString(fields["store"]!)
-                guard storeName.utf8.allSatisfy(HeaderTemplate.isNameByte), !storeName.hasPrefix(".") else {
+                guard SecretSource.isValidStoreName(storeName) else {
                     throw error(fields["store"]!, "store names use letters, digits, '_', '.' and '-'")
                 }
                 result[name] = .store(storeName)
@@ -376,13 +376,7 @@ struct Decoder {
 
     func headerName(_ node: YAMLNode) throws(ConfigError) -> String {
         let name = try nonEmptyString(node)
-        let valid = name.utf8.allSatisfy { byte in
-            switch byte {
-            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
-            default: "!#$%&'*+-.^_`|~".utf8.contains(byte)
-            }
-        }
-        guard valid else { throw error(node, "'\(name)' is not a valid header name") }
+        guard HTTPField.isValidName(name) else { throw error(node, "'\(name)' is not a valid header name") }
         return name
     }
 

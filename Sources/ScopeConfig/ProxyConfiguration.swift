@@ -45,6 +45,12 @@ public enum SecretSource: Sendable, Equatable {
     /// Absolute path (relative paths were resolved against the config file's directory).
     case file(path: String, allowGroupRead: Bool)
     case store(String)
+
+    /// A name in the local store is a file name there: letters, digits, `_`, `.`, `-`, not
+    /// starting with a dot (no hidden files, no `..`). The config and `scopeproxy secret` agree.
+    public static func isValidStoreName(_ name: String) -> Bool {
+        !name.isEmpty && !name.hasPrefix(".") && name.utf8.allSatisfy(HeaderTemplate.isNameByte)
+    }
 }
 
 public struct Route: Sendable, Equatable {

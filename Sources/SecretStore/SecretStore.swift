@@ -169,17 +169,13 @@ public struct LocalSecretDirectory: Sendable {
         }
     }
 
-    static func validName(_ name: String) -> Bool {
-        !name.isEmpty && !name.hasPrefix(".") && name.utf8.allSatisfy(HeaderTemplate.isNameByte)
-    }
-
     /// Creates the directory (and parents) 0700, and tightens it if it exists.
     func ensureDirectory() throws(Failure) {
         if let problem = PrivateDirectory.create(path) { throw .io(problem) }
     }
 
     public func set(_ name: String, value: String) throws(Failure) {
-        guard Self.validName(name) else { throw .invalidName(name) }
+        guard SecretSource.isValidStoreName(name) else { throw .invalidName(name) }
         do { _ = try SecretStore.validate(name, value) } catch { throw .io(error.description) }
         try ensureDirectory()
         let temporary = "\(path)/.\(name).tmp.\(getpid())"
@@ -203,13 +199,13 @@ public struct LocalSecretDirectory: Sendable {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
             }
-            if Self.validName(name) { names.append(name) }
+            if SecretSource.isValidStoreName(name) { names.append(name) }
         }
         return names.sorted()
     }
 
     public func remove(_ name: String) throws(Failure) {
-        guard Self.validName(name) else { throw .invalidName(name) }
+        guard SecretSource.isValidStoreName(name) else { throw .invalidName(name) }
         guard unlink("\(path)/\(name)") == 0 else { throw .notFound(name) }
     }
 }
