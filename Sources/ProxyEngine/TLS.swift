@@ -19,6 +19,12 @@ func openSSLErrorText() -> String {
     return text.isEmpty ? "unknown OpenSSL error" : text
 }
 
+/// A host as `Origin.hostForLookup` gives it is an IP literal: IPv6 (has a colon) or IPv4 (the
+/// target parser admits only dotted-quad digits there). Certificates name IPs and names differently.
+func isIPLiteral(_ host: String) -> Bool {
+    host.contains(":") || host.allSatisfy { $0.isNumber || $0 == "." }
+}
+
 /// A fresh EC P-256 key.
 func generateP256Key() throws(TLSError) -> OpaquePointer {
     guard let context = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else { throw TLSError(description: "cannot create a key context") }
@@ -181,7 +187,7 @@ final class LeafMinter: @unchecked Sendable {
         let name = X509_get_subject_name(certificate)
         X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, String(host.prefix(64)), -1, -1, 0)
         X509_set_issuer_name(certificate, X509_get_subject_name(authority.certificate))
-        let isIP = host.contains(":") || host.allSatisfy { $0.isNumber || $0 == "." }
+        let isIP = isIPLiteral(host)
         try CertificateAuthority.addExtension(certificate, NID_subject_alt_name, (isIP ? "IP:" : "DNS:") + host)
         try CertificateAuthority.addExtension(certificate, NID_basic_constraints, "critical,CA:FALSE")
         try CertificateAuthority.addExtension(certificate, NID_ext_key_usage, "serverAuth")
@@ -256,7 +262,7 @@ public final class TLSContexts: @unchecked Sendable {
     /// An SSL for an upstream connection: SNI and hostname (or IP) verification.
     func clientSession(for host: String) -> OpaquePointer? {
         guard let ssl = SSL_new(client) else { return nil }
-        let isIP = host.contains(":") || host.allSatisfy { $0.isNumber || $0 == "." }
+        let isIP = isIPLiteral(host)
         if isIP {
             X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)
         } else {
