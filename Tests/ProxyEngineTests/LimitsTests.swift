@@ -2,13 +2,9 @@ import Foundation
 import Testing
 import TestSupport
 
-/// The binary on port 0 with an admin endpoint and `yaml` (the scratch directory lives as long as the proxy).
-private func proxyWithAdmin(_ yaml: String) throws -> (proxy: ProxyProcess, adminPort: UInt16, scratch: ScratchDirectory) {
-    let scratch = ScratchDirectory()
-    let adminPort = try TestListener.freePort()
-    let config = scratch.write("limits.yaml", "admin: \"127.0.0.1:\(adminPort)\"\n" + yaml)
-    let proxy = try ProxyProcess(arguments: ["--config", config, "--threads", "2", "--no-access-log"])
-    return (proxy, adminPort, scratch)
+/// The binary with an admin endpoint and `yaml`, two threads, no access log.
+private func proxyWithAdmin(_ yaml: String) throws -> ConfiguredProxy {
+    try ConfiguredProxy(arguments: ["--threads", "2", "--no-access-log"]) { _ in yaml }
 }
 
 /// Polls /metrics (bounded, 5 s) until `name` satisfies `done`; returns the last value read.
@@ -58,8 +54,9 @@ struct LimitsTests {
     func connectionLimit() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let (proxy, adminPort, scratch) = try proxyWithAdmin("limits: { max_connections: 20 }\n")
-        defer { proxy.terminate(); _ = scratch }
+        let configured = try proxyWithAdmin("limits: { max_connections: 20 }\n")
+        let (proxy, adminPort) = (configured.process, configured.adminPort)
+        defer { proxy.terminate() }
         let request = "GET \(origin.url)/limited HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n"
         var holders: [TestSocket] = []
         for _ in 0..<20 {
@@ -95,8 +92,9 @@ struct LimitsTests {
         files.rlim_cur = files.rlim_max
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
         try #require(files.rlim_max >= 10_500, "this test needs a hard descriptor limit of at least 10 500 (ulimit -Hn is \(files.rlim_max))")
-        let (proxy, adminPort, scratch) = try proxyWithAdmin("timeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
-        defer { proxy.terminate(); _ = scratch }
+        let configured = try proxyWithAdmin("timeouts: { idle: 5m, client_header: 5m }\nlimits: { max_connections: 10100 }\n")
+        let (proxy, adminPort) = (configured.process, configured.adminPort)
+        defer { proxy.terminate() }
         #expect(try adminGet(adminPort, "/healthz")?.status == 200)
         let before = proxy.residentKiB() ?? 0
         var idle: [TestSocket] = []

@@ -2,8 +2,6 @@ import Foundation
 import Testing
 import TestSupport
 
-private func freePort() throws -> UInt16 { try TestListener.freePort() }
-
 @Suite("Access log: canaries everywhere a secret can hide, and none in the log, /metrics or stderr", .serialized)
 struct LogCanaryTests {
     @Test("real exchanges through the binary leak no canary and still say what happened")
@@ -35,18 +33,12 @@ struct LogCanaryTests {
         }
         defer { [api, redirecting, broken].forEach { $0.stop() } }
 
-        let directory = ScratchDirectory()
-        let scratch = directory.path
-        let adminPort = try freePort()
-        let logPath = scratch + "/access.log"
-        let config = scratch + "/c.yaml"
-        try """
-            admin: "127.0.0.1:\(adminPort)"
+        let configured = try ConfiguredProxy(environment: ["INJECTED": injected]) { logPath in """
             secrets: { token: { env: INJECTED } }
             scopes: [{ name: api, origins: ["\(api.url)"], require_https: false, inject: { X-Service-Token: "${token}" } }]
             log: { output: \(logPath), bodies: true }
-            """.write(toFile: config, atomically: true, encoding: .utf8)
-        let proxy = try ProxyProcess(arguments: ["--config", config], environment: ["INJECTED": injected])
+            """ }
+        let (proxy, adminPort, logPath) = (configured.process, configured.adminPort, configured.logPath)
         defer { proxy.terminate() }
 
         let socket = try TestSocket.connect(port: proxy.port)
@@ -117,9 +109,8 @@ struct LogCanaryTests {
     func hostileBytesKeepTheLogValid() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let directory = ScratchDirectory()
-        let config = directory.write("c.yaml", "log: { output: \(directory.path)/a.log, format: json }\n")
-        let proxy = try ProxyProcess(arguments: ["--config", config])
+        let configured = try ConfiguredProxy { logPath in "log: { output: \(logPath), format: json }\n" }
+        let proxy = configured.process
         defer { proxy.terminate() }
         let requests: [[UInt8]] = [
             Array("GET \(origin.url)/caf%E9/%FF%FE?q=%C3%28&limit=%00 HTTP/1.1\r\nHost: \(origin.authority)\r\nUser-Agent: caf".utf8)
@@ -133,7 +124,7 @@ struct LogCanaryTests {
             _ = try HTTPReader(socket).readResponse()
         }
         #expect(proxy.terminate() == 0)
-        let bytes = try #require(FileManager.default.contents(atPath: directory.path + "/a.log"))
+        let bytes = try #require(FileManager.default.contents(atPath: configured.logPath))
         let lines = bytes.split(separator: UInt8(ascii: "\n"))
         #expect(lines.count == requests.count, "one line per exchange, refused ones included")
         for line in lines {
@@ -145,13 +136,8 @@ struct LogCanaryTests {
     @Test("CONNECT tunnels get one line at close with origin and byte counts; /healthz answers ok")
     func tunnelLineAndHealth() throws {
         let echo = try EchoServer()
-        let directory = ScratchDirectory()
-        let scratch = directory.path
-        let adminPort = try freePort()
-        let config = scratch + "/c.yaml"
-        try "admin: \"127.0.0.1:\(adminPort)\"\ntls: { tunnel: allow }\nlog: { output: \(scratch)/a.log, format: json }\n"
-            .write(toFile: config, atomically: true, encoding: .utf8)
-        let proxy = try ProxyProcess(arguments: ["--config", config])
+        let configured = try ConfiguredProxy { logPath in "tls: { tunnel: allow }\nlog: { output: \(logPath), format: json }\n" }
+        let (proxy, adminPort, config) = (configured.process, configured.adminPort, configured.configPath)
         defer { proxy.terminate() }
         #expect(try adminGet(adminPort, "/healthz")?.bodyText == "ok\n")
         #expect(try ProxyProcess.runToCompletion(["health", "--config", config]).status == 0)
@@ -163,7 +149,7 @@ struct LogCanaryTests {
         socket.shutdownWrite()
         _ = reader.readUntilClose()
         #expect(proxy.terminate() == 0)
-        let log = try String(contentsOfFile: scratch + "/a.log", encoding: .utf8)
+        let log = try String(contentsOfFile: configured.logPath, encoding: .utf8)
         #expect(log.contains(#""method":"CONNECT","url":"https://127.0.0.1:\#(echo.port)","status":200,"bytes_in":5,"bytes_out":5"#))
         #expect(log.contains(#""decision":"tunnel""#))
         #expect(!log.contains("req_headers"))
@@ -177,18 +163,12 @@ struct LogFormatTests {
     func textRotationMetrics() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let directory = ScratchDirectory()
-        let scratch = directory.path
-        let adminPort = try freePort()
-        let logPath = scratch + "/access.log"
-        let config = scratch + "/c.yaml"
-        try """
-            admin: "127.0.0.1:\(adminPort)"
+        let configured = try ConfiguredProxy(environment: ["TOKEN": "CANARY-text-token-5a"]) { logPath in """
             secrets: { token: { env: TOKEN } }
             scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
             log: { format: text, output: \(logPath) }
-            """.write(toFile: config, atomically: true, encoding: .utf8)
-        let proxy = try ProxyProcess(arguments: ["--config", config], environment: ["TOKEN": "CANARY-text-token-5a"])
+            """ }
+        let (proxy, adminPort, logPath) = (configured.process, configured.adminPort, configured.logPath)
         defer { proxy.terminate() }
         func get(_ path: String, id: String) throws {
             let socket = try TestSocket.connect(port: proxy.port)

@@ -122,3 +122,23 @@ public final class ProxyProcess: @unchecked Sendable {
 
     deinit { if process.isRunning { process.terminate() } }
 }
+
+/// The binary on a config written to a scratch directory, with an admin endpoint on a free port
+/// (prepended to `yaml`) and `logPath` ready for a `log: { output: ... }` line.
+public final class ConfiguredProxy: @unchecked Sendable {
+    public let scratch = ScratchDirectory()
+    public let adminPort: UInt16
+    public let configPath: String
+    public let process: ProxyProcess
+    public var logPath: String { scratch.path + "/access.log" }
+    public var port: UInt16 { process.port }
+
+    /// `yaml` gets the log path to use; the admin address comes first.
+    public init(arguments: [String] = [], environment: [String: String] = [:], yaml: (_ logPath: String) -> String) throws {
+        adminPort = try TestListener.freePort()
+        configPath = scratch.write("c.yaml", "admin: \"127.0.0.1:\(adminPort)\"\n" + yaml(scratch.path + "/access.log"))
+        process = try ProxyProcess(arguments: ["--config", configPath] + arguments, environment: environment)
+    }
+
+    public func metrics() throws -> String { try adminGet(adminPort, "/metrics")?.bodyText ?? "" }
+}
