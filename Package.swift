@@ -20,30 +20,36 @@ let package = Package(
         .target(name: "PosixSupport"),
 
         // Pure core: no sockets, no libevent. Each is testable alone.
+        // The one JSON writer (log lines, error bodies, diagnostics, redacted summaries).
+        .target(name: "JSONText"),
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec"]),
-        .target(name: "ScopeConfig", dependencies: ["ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
+        .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
-        .target(name: "SecretStore", dependencies: ["ScopeConfig", "ScopePolicy", "PosixSupport"]),
+        .target(name: "SecretStore", dependencies: ["ScopePolicy", "PosixSupport"]),
+
+        // The exchange core: request admission, hop planning, response direction and the connection
+        // state machine (events in, actions out), plus the settings and records they share.
+        .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["HTTP1Codec", "ScopePolicy", "Redaction", "CLibevent", "PosixSupport"]),
+        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "JSONText", "CLibevent", "COpenSSL", "PosixSupport"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "PosixSupport"]),
+        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "PosixSupport"]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
-        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyCore", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
-        .testTarget(name: "ScopeConfigTests", dependencies: ["ScopeConfig", "ScopePolicy", "HTTP1Codec"],
+        .testTarget(name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
                     resources: [.copy("Fixtures")]),
-        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "HTTP1Codec", "TestSupport"]),
+        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

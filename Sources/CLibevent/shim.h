@@ -9,10 +9,6 @@
 #include <arpa/inet.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <openssl/ssl.h>
-#include <openssl/err.h>
-#include <openssl/x509v3.h>
-#include <openssl/pem.h>
 #include <event2/event.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -44,24 +40,10 @@ static inline int sp_event_add_ms(struct event *ev, long ms) {
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     return event_add(ev, &tv);
 }
-// OpenSSL macros Swift cannot import (PLATFORM_NOTES.md).
-static inline long sp_ssl_set_tlsext_host_name(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
-static inline long sp_ssl_ctx_set_min_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
-static inline int sp_tls1_2_version(void) { return TLS1_2_VERSION; }
+// bufferevent_ssl.h only forward-declares OpenSSL's `struct ssl_st`: the SSL objects themselves
+// come from COpenSSL, which the engine imports beside this module.
 static inline int sp_bufferevent_ssl_connecting(void) { return BUFFEREVENT_SSL_CONNECTING; }
 static inline int sp_bufferevent_ssl_accepting(void) { return BUFFEREVENT_SSL_ACCEPTING; }
-static inline long sp_ssl_ctx_set_session_cache_off(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF); }
-
-/// ALPN: always choose http/1.1 (clients offering only h2 get no protocol and fall back to http/1.1).
-static inline int sp_alpn_select_http11(SSL *ssl, const unsigned char **out, unsigned char *outlen,
-                                         const unsigned char *in, unsigned int inlen, void *arg) {
-    static const unsigned char http11[] = { 8, 'h', 't', 't', 'p', '/', '1', '.', '1' };
-    (void)ssl; (void)arg;
-    if (SSL_select_next_proto((unsigned char **)out, outlen, http11, sizeof(http11), in, inlen) == OPENSSL_NPN_NEGOTIATED)
-        return SSL_TLSEXT_ERR_OK;
-    return SSL_TLSEXT_ERR_NOACK;
-}
-static inline void sp_ssl_ctx_select_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, sp_alpn_select_http11, NULL); }
 
 static inline void sp_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 #endif

@@ -13,6 +13,21 @@
 static inline long sp_ssl_set_tlsext_host_name(SSL *ssl, const char *name) {
     return SSL_set_tlsext_host_name(ssl, name);
 }
+static inline long sp_ssl_ctx_set_min_proto_version(SSL_CTX *ctx, int version) { return SSL_CTX_set_min_proto_version(ctx, version); }
+static inline int sp_tls1_2_version(void) { return TLS1_2_VERSION; }
+static inline long sp_ssl_ctx_set_session_cache_off(SSL_CTX *ctx) { return SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF); }
+
+/// ALPN: always choose http/1.1 (clients offering only h2 get no protocol and fall back to http/1.1).
+static inline int sp_alpn_select_http11(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                                         const unsigned char *in, unsigned int inlen, void *arg) {
+    static const unsigned char http11[] = { 8, 'h', 't', 't', 'p', '/', '1', '.', '1' };
+    (void)ssl; (void)arg;
+    if (SSL_select_next_proto((unsigned char **)out, outlen, http11, sizeof(http11), in, inlen) == OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_OK;
+    return SSL_TLSEXT_ERR_NOACK;
+}
+static inline void sp_ssl_ctx_select_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, sp_alpn_select_http11, NULL); }
+
 static inline long sp_bio_get_mem_data(BIO *bio, char **out) { return BIO_get_mem_data(bio, out); }
 static inline void sp_openssl_free(void *p) { OPENSSL_free(p); }
 #endif

@@ -1,65 +1,24 @@
 import PosixSupport
 import Dispatch
 import HTTP1Codec
+import JSONText
+import ProxyCore
 import Redaction
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// One exchange as the access log sees it: raw facts from the data path. Redaction happens when the
-/// line is formatted, in one place (`AccessLog.format`), so no caller can forget it.
-struct ExchangeRecord {
-    var id: String
-    var client: String
-    var method: String?
-    var origin: Origin?
-    var pathAndQuery: String?
-    var status: Int?
-    var bytesIn: UInt64 = 0
-    var bytesOut: UInt64 = 0
-    var startedAt: UInt64
-    var scopes: [String] = []
-    var injected: [String] = []
-    var stripped: [String] = []
-    var redirect: (location: String?, origin: Origin, decision: String)?
-    var requestFields: HTTPFields?
-    var responseFields: HTTPFields?
-    var error: String?
-    /// CONNECT tunnels that are not intercepted: `tunnel` or `deny`.
-    var tunnelDecision: String?
-    var requestBody: ObservedBody?
-    var responseBody: ObservedBody?
-
-    /// With `log.bodies`: the first bytes of a body, for its redacted summary.
-    struct ObservedBody {
-        var bytes: [UInt8]
-        var total: UInt64
-        var truncated: Bool
-        var contentType: String?
-    }
-}
-
-public enum AccessLogFormat: String, Sendable { case json, text }
-
-public enum AccessLogOutput: Sendable, Equatable {
-    case standardOutput
-    case standardError
-    case file(String)
-    /// Discard lines after formatting (benchmarks measure the formatting cost with this).
-    case discard
-}
 
 /// Formats, scrubs and writes access log lines. Formatting runs on the worker that finished the
 /// exchange; writing happens on one writer thread, a whole line per write(2), so lines never
 /// interleave and a slow consumer never blocks an event loop (past a bounded backlog lines are
 /// dropped and counted).
 public final class AccessLog: Sendable {
-    public let format: AccessLogFormat
+    public let format: LogFormat
     public let logBodies: Bool
     private let redactor: Redactor
     private let tripwire: Locked<Tripwire>
     private let metrics: Metrics
-    private let output: AccessLogOutput
+    private let output: LogOutput
     private let descriptor: Locked<Int32>
     /// Whole lines waiting for the writer thread, and whether it has been woken for them. Under
     /// load many lines go out in one write(2); a line is never split, and an idle log writes each
@@ -70,7 +29,7 @@ public final class AccessLog: Sendable {
     private let observer: (@Sendable (String) -> Void)?
     static let maxPending = 10_000
 
-    public init(format: AccessLogFormat, output: AccessLogOutput, rules: RedactionRules, logBodies: Bool,
+    public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
                 secretValues: [String], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
         self.format = format
         self.logBodies = logBodies
@@ -122,7 +81,7 @@ public final class AccessLog: Sendable {
         PosixThread(name: "scopeproxy-logrot") { sleep(1); close(old) }.detach()
     }
 
-    private static func open(_ output: AccessLogOutput) -> Int32 {
+    private static func open(_ output: LogOutput) -> Int32 {
         switch output {
         case .standardOutput: return 1
         case .standardError: return 2
@@ -165,7 +124,7 @@ public final class AccessLog: Sendable {
 
     private func url(_ record: ExchangeRecord) -> String? {
         guard let origin = record.origin else { return nil }
-        if record.tunnelDecision != nil { return origin.description }
+        if record.tunnel != nil { return origin.description }
         return origin.description + redactor.pathAndQuery(record.pathAndQuery ?? "/")
     }
 
@@ -180,8 +139,8 @@ public final class AccessLog: Sendable {
         line.number("bytes_in", record.bytesIn)
         line.number("bytes_out", record.bytesOut)
         line.raw("duration_ms", Self.milliseconds(since: record.startedAt))
-        if let decision = record.tunnelDecision {
-            line.string("decision", decision)
+        if let decision = record.tunnel {
+            line.string("decision", decision.rawValue)
         } else {
             if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
             line.array("injected", record.injected)
@@ -189,8 +148,8 @@ public final class AccessLog: Sendable {
             if let redirect = record.redirect {
                 var nested = JSONLine()
                 nested.optionalString("location", redirect.location.map(redactor.url))
-                nested.string("origin", redirect.origin.description)
-                nested.string("decision", redirect.decision)
+                if let origin = redirect.origin { nested.string("origin", origin.description) } else { nested.raw("origin", "null") }
+                nested.string("decision", redirect.decision.rawValue)
                 line.raw("redirect", nested.finish())
             }
             if let fields = record.requestFields { line.raw("req_headers", headers(fields)) }
@@ -198,7 +157,7 @@ public final class AccessLog: Sendable {
             if logBodies, let body = record.requestBody { line.string("req_body", summary(body)) }
             if logBodies, let body = record.responseBody { line.string("resp_body", summary(body)) }
         }
-        line.optionalString("error", record.error)
+        line.optionalString("error", record.failure?.code)
         return String(decoding: line.finish() + [0x0A], as: UTF8.self)
     }
 
@@ -215,15 +174,17 @@ public final class AccessLog: Sendable {
     private func text(_ record: ExchangeRecord) -> String {
         var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-", record.status.map(String.init) ?? "-",
                      Self.milliseconds(since: record.startedAt) + "ms"]
-        if let decision = record.tunnelDecision {
-            parts.append("decision=\(decision) in=\(record.bytesIn) out=\(record.bytesOut)")
+        if let decision = record.tunnel {
+            parts.append("decision=\(decision.rawValue) in=\(record.bytesIn) out=\(record.bytesOut)")
         } else {
             parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
             if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
             if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
-            if let redirect = record.redirect { parts.append("redirect=\(redirect.decision):\(redirect.origin)") }
+            if let redirect = record.redirect {
+                parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")
+            }
         }
-        if let error = record.error { parts.append("error=\(error)") }
+        if let failure = record.failure { parts.append("error=\(failure.code)") }
         parts.append("id=\(record.id)")
         return parts.joined(separator: " ") + "\n"
     }
@@ -259,36 +220,5 @@ public final class AccessLog: Sendable {
         put(Int32(now.tv_nsec / 1_000_000), 3, "Z")
         if quoted { bytes.append(UInt8(ascii: "\"")) }
         return String(decoding: bytes, as: UTF8.self)
-    }
-}
-
-/// Request ids: a client's well-formed X-Request-ID is kept; otherwise 16 hex characters from a
-/// per-thread generator seeded once from the system (no syscall per request).
-enum RequestID {
-    static func isWellFormed(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-        }
-    }
-}
-
-/// xorshift64*, one per worker.
-struct RequestIDGenerator {
-    private var state: UInt64
-
-    init() {
-        var seed: UInt64 = 0
-        while seed == 0 { seed = UInt64.random(in: 1...UInt64.max) }
-        state = seed
-    }
-
-    mutating func next() -> String {
-        state ^= state >> 12
-        state ^= state << 25
-        state ^= state >> 27
-        let value = state &* 2685821657736338717
-        let hex = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 }

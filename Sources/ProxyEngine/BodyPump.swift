@@ -1,5 +1,6 @@
 import CLibevent
 import HTTP1Codec
+import ProxyCore
 
 /// Moves one message body from a source evbuffer to a destination evbuffer: decodes the inbound
 /// framing, re-frames it for the outbound side, and stops when the destination holds
@@ -18,6 +19,11 @@ struct BodyPump {
     /// Re-frame as chunked (chunked in, chunked out); otherwise data passes as it is.
     private let reframeChunked: Bool
     private(set) var bodyBytes: UInt64 = 0
+    /// Bytes taken from the source: the body and its framing (chunk sizes, extensions, trailers).
+    private(set) var consumedBytes: UInt64 = 0
+    /// What the last `progress()` reported, so each report is a delta.
+    private var reportedBody: UInt64 = 0
+    private var reportedConsumed: UInt64 = 0
     /// A copy of the body as it passes, kept only while it stays under `captureLimit` (follow mode
     /// replays it on a 307/308); nil once it grew past the limit, or when not capturing.
     private(set) var captured: [UInt8]?
@@ -91,6 +97,7 @@ struct BodyPump {
                 observe(source, Int(min(remaining, UInt64(available))))
                 let moved = EventBuffer.move(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
                 bodyBytes += UInt64(moved)
+                consumedBytes += UInt64(moved)
                 let left = remaining - UInt64(moved)
                 mode = left == 0 ? .complete : .remaining(left)
 
@@ -98,12 +105,17 @@ struct BodyPump {
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
                 observe(source, available)
-                bodyBytes += UInt64(EventBuffer.move(from: source, to: destination, count: available))
+                let moved = UInt64(EventBuffer.move(from: source, to: destination, count: available))
+                bodyBytes += moved
+                consumedBytes += moved
 
             case .chunked:
                 guard let extent = EventBuffer.firstExtent(source) else { return false }
                 let (consumed, next) = try decoder.advance(extent)
-                if consumed > 0 { evbuffer_drain(source, consumed) }
+                if consumed > 0 {
+                    evbuffer_drain(source, consumed)
+                    consumedBytes += UInt64(consumed)
+                }
                 switch next {
                 case .needMore:
                     continue  // the extent was all framing; look at the next one, if any
@@ -118,6 +130,7 @@ struct BodyPump {
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkTrailer) }
                     decoder.didConsumeData(moved)
                     bodyBytes += UInt64(moved)
+                    consumedBytes += UInt64(moved)
                 case .done:
                     // Trailers were parsed and are dropped: a trailer is a place a credential could
                     // ride past the scope rules, and RFC 9110 §6.5.1 lets a proxy discard them.
@@ -127,5 +140,21 @@ struct BodyPump {
             }
         }
         return isComplete
+    }
+
+    /// What moved since the last report, as the state machine's event (which labels the observed
+    /// bytes with the message's Content-Type).
+    mutating func progress() -> BodyProgress {
+        let payload = bodyBytes - reportedBody
+        let consumed = consumedBytes - reportedConsumed
+        reportedBody = bodyBytes
+        reportedConsumed = consumedBytes
+        guard isComplete else { return .moved(payload: payload, consumed: consumed) }
+        var summary: ExchangeRecord.ObservedBody?
+        if let observed, bodyBytes > 0 {
+            summary = ExchangeRecord.ObservedBody(bytes: observed, total: bodyBytes, truncated: observedTruncated,
+                                                  contentType: nil)
+        }
+        return .complete(payload: payload, consumed: consumed, captured: captured, observed: summary)
     }
 }

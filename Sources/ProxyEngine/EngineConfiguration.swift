@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ProxyCore
 
 /// Everything the engine needs to run, already validated. The executable (and later the YAML
 /// config) builds one; the engine never reads files or the environment itself.
@@ -23,7 +24,7 @@ public struct EngineConfiguration: Sendable {
     public var tls: TLSContexts?
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
     /// listener go to its upstream, scoped as that origin.
-    public var routes: [RouteListener] = []
+    public var routes: [Route] = []
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
@@ -50,73 +51,6 @@ public struct EngineConfiguration: Sendable {
     }
 
     public static var defaultThreads: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
-}
-
-public struct RouteListener: Sendable, Equatable {
-    public var listen: ListenAddress
-    public var upstream: Origin
-
-    public init(listen: ListenAddress, upstream: Origin) {
-        self.listen = listen
-        self.upstream = upstream
-    }
-}
-
-/// The contract's `timeouts:` keys, in milliseconds.
-public struct Timeouts: Sendable, Equatable {
-    /// Upstream DNS + TCP (+ TLS) connect; exceeded -> 502.
-    public var connect: Int
-    /// Waiting for the upstream's response head once the request was sent; exceeded -> 504.
-    public var upstream: Int
-    /// Keep-alive idle on either side, and a stalled body in either direction.
-    public var idle: Int
-    /// A client's request head must arrive whole within this (slowloris).
-    public var clientHeader: Int
-
-    public init(connect: Int = 5_000, upstream: Int = 30_000, idle: Int = 60_000, clientHeader: Int = 10_000) {
-        self.connect = connect
-        self.upstream = upstream
-        self.idle = idle
-        self.clientHeader = clientHeader
-    }
-}
-
-public enum TunnelPolicy: String, Sendable {
-    case allow
-    case deny
-}
-
-/// Bounds that keep memory per connection fixed whatever the peers do.
-public struct Limits: Sendable, Equatable {
-    /// A request body kept for replay when the proxy follows a 307/308 (follow mode only).
-    public var maxReplayBody = 1024 * 1024
-    /// With `log.bodies`: how much of each body is kept to summarize (the summary itself is <= 2 KB).
-    public var maxObservedBody = 16 * 1024
-    /// Per direction: the most a bufferevent reads ahead, and the output level at which the proxy
-    /// stops moving more body bytes into it (backpressure).
-    public var bufferHighWatermark: Int
-    public var maxIdleUpstreamPerOrigin: Int
-    public var maxIdleUpstreamTotal: Int
-    /// Interim (1xx) responses accepted before the final one.
-    public var maxInformationalResponses: Int
-    /// Open client connections across all workers. At the limit the proxy stops accepting: new
-    /// connections wait in the kernel's listen backlog (then the client's SYN retries), never refused
-    /// with a reset, and are served as slots free up.
-    public var maxClientConnections: Int
-
-    public static let defaultMaxClientConnections = 10_000
-
-    public init(
-        bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 256,
-        maxIdleUpstreamTotal: Int = 1024, maxInformationalResponses: Int = 16,
-        maxClientConnections: Int = Limits.defaultMaxClientConnections
-    ) {
-        self.maxClientConnections = maxClientConnections
-        self.bufferHighWatermark = bufferHighWatermark
-        self.maxIdleUpstreamPerOrigin = maxIdleUpstreamPerOrigin
-        self.maxIdleUpstreamTotal = maxIdleUpstreamTotal
-        self.maxInformationalResponses = maxInformationalResponses
-    }
 }
 
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
 import CLibevent
+import JSONText
 import HTTP1Codec
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ProxyCore
 import CLibevent
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,6 @@
 import PosixSupport
 import CLibevent
+import COpenSSL
 #if canImport(Glibc)
 import Glibc
 #endif

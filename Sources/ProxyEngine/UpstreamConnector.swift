@@ -1,5 +1,7 @@
 import CLibevent
+import COpenSSL
 import HTTP1Codec
+import ProxyCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,6 +32,12 @@ final class UpstreamConnector {
         self.origin = origin
         self.worker = worker
         useTLS = tls
+    }
+
+    deinit {
+        // A lookup in flight retains the connector, so only a connect attempt can be left here; its
+        // callback context is this object, so it must go before the object does.
+        if let connecting { bufferevent_free(connecting) }
     }
 
     func start() {

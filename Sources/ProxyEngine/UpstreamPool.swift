@@ -1,5 +1,6 @@
 import CLibevent
 import HTTP1Codec
+import ProxyCore
 
 /// An idle upstream connection, known clean: its last response was read to the end and nothing
 /// arrived after it.

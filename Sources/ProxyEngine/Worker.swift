@@ -1,6 +1,7 @@
 import PosixSupport
 import CLibevent
 import HTTP1Codec
+import ProxyCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,12 +26,11 @@ final class Worker: @unchecked Sendable {
 
     final class ListenerContext {
         unowned let worker: Worker
-        /// The route's upstream and the address clients use for it (for Location rewriting); set
-        /// once the listener is bound (its port may have been 0).
-        var route: (upstream: Origin, publicOrigin: Origin)?
-        init(worker: Worker, route: (upstream: Origin, publicOrigin: Origin)?) {
+        /// The forward proxy, or a route (its upstream and the address clients use for it, for
+        /// Location rewriting; set once the listener is bound, as its port may have been 0).
+        var mode: ConnectionMode = .forwardProxy
+        init(worker: Worker) {
             self.worker = worker
-            self.route = route
         }
     }
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
@@ -50,7 +50,7 @@ final class Worker: @unchecked Sendable {
     private struct ParkedConnection {
         let fd: Int32
         let peer: String
-        let route: (upstream: Origin, publicOrigin: Origin)?
+        let mode: ConnectionMode
     }
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
@@ -102,7 +102,7 @@ final class Worker: @unchecked Sendable {
             throw .listen("listen host must be an IP address: \(host)")
         }
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
-        let listenerContext = ListenerContext(worker: self, route: nil)
+        let listenerContext = ListenerContext(worker: self)
         listenerContexts.append(listenerContext)
         let context = Unmanaged.passUnretained(listenerContext).toOpaque()
         let length = SocketAddress.length(of: address)
@@ -110,7 +110,7 @@ final class Worker: @unchecked Sendable {
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
                 evconnlistener_new_bind(base, { _, fd, address, _, context in
                     let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
-                    listener.worker.accept(fd: fd, address: address!, route: listener.route)
+                    listener.worker.accept(fd: fd, address: address!, mode: listener.mode)
                 }, context, flags, 1024, socketAddress, length)
             }
         }
@@ -123,7 +123,7 @@ final class Worker: @unchecked Sendable {
         }
         listeners.append(created)
         if let route, let publicHost = try? Host.parse(Substring(host.contains(":") ? "[\(host)]" : host)) {
-            listenerContext.route = (route, Origin(scheme: .http, host: publicHost, port: bound))
+            listenerContext.mode = .route(upstream: route, publicOrigin: Origin(scheme: .http, host: publicHost, port: bound))
         }
         evconnlistener_set_error_cb(created) { listener, context in
             let listenerContext = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
@@ -132,7 +132,7 @@ final class Worker: @unchecked Sendable {
         return bound
     }
 
-    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, route: (upstream: Origin, publicOrigin: Origin)?) {
+    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode) {
         guard !isDraining else {
             close(fd)
             return
@@ -141,7 +141,7 @@ final class Worker: @unchecked Sendable {
         guard slots.acquire() else {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.
-            parked.append(ParkedConnection(fd: fd, peer: peer, route: route))
+            parked.append(ParkedConnection(fd: fd, peer: peer, mode: mode))
             configuration.metrics.increment("scopeproxy_connection_limit_waits_total")
             let now = monotonicMilliseconds()
             if now - lastLimitLog >= 1000 {
@@ -151,18 +151,18 @@ final class Worker: @unchecked Sendable {
             pauseAccepting()
             return
         }
-        startConnection(fd: fd, peer: peer, route: route)
+        startConnection(fd: fd, peer: peer, mode: mode)
     }
 
     /// The caller holds a slot for this connection.
-    private func startConnection(fd: Int32, peer: String, route: (upstream: Origin, publicOrigin: Origin)?) {
+    private func startConnection(fd: Int32, peer: String, mode: ConnectionMode) {
         _ = sp_set_nodelay(fd)
         guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             close(fd)
             slots.release()
             return
         }
-        let connection = ClientConnection(worker: self, bev: bev, peer: peer, route: route)
+        let connection = ClientConnection(worker: self, bev: bev, peer: peer, mode: mode)
         clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
@@ -194,7 +194,7 @@ final class Worker: @unchecked Sendable {
         guard acceptPaused, !isDraining else { return }
         while let next = parked.first, slots.acquire() {
             parked.removeFirst()
-            startConnection(fd: next.fd, peer: next.peer, route: next.route)
+            startConnection(fd: next.fd, peer: next.peer, mode: next.mode)
         }
         guard parked.isEmpty else {
             sp_event_add_ms(resumeAcceptEvent, 100)

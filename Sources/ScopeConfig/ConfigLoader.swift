@@ -1,5 +1,6 @@
 import HTTP1Codec
 import PosixSupport
+import ProxyCore
 import ScopePolicy
 #if canImport(Glibc)
 import Glibc
@@ -262,7 +263,7 @@ struct Decoder {
             }
         }
         if let tunnelNode = keys["tunnel"] {
-            guard let tunnel = TLSSettings.Tunnel(rawValue: try string(tunnelNode)) else { throw error(tunnelNode, "tunnel must be allow or deny") }
+            guard let tunnel = TunnelPolicy(rawValue: try string(tunnelNode)) else { throw error(tunnelNode, "tunnel must be allow or deny") }
             settings.tunnel = tunnel
         }
         if let caNode = keys["ca_dir"] { settings.caDirectory = expand(try nonEmptyString(caNode), relativeTo: file) }
@@ -272,9 +273,9 @@ struct Decoder {
         return settings
     }
 
-    func timeouts(_ node: YAMLNode) throws(ConfigError) -> TimeoutSettings {
+    func timeouts(_ node: YAMLNode) throws(ConfigError) -> Timeouts {
         let keys = try mapping(node, allowed: ["connect", "upstream", "idle", "client_header"], context: "timeouts")
-        var settings = TimeoutSettings()
+        var settings = Timeouts()
         if let value = keys["connect"] { settings.connect = try duration(value) }
         if let value = keys["upstream"] { settings.upstream = try duration(value) }
         if let value = keys["idle"] { settings.idle = try duration(value) }
@@ -282,13 +283,13 @@ struct Decoder {
         return settings
     }
 
-    func limits(_ node: YAMLNode) throws(ConfigError) -> LimitSettings {
+    func limits(_ node: YAMLNode) throws(ConfigError) -> Limits {
         let keys = try mapping(node, allowed: ["max_connections"], context: "limits")
-        var settings = LimitSettings()
+        var settings = Limits()
         if let value = keys["max_connections"] {
             let count = try int(value)
             guard (1...1_000_000).contains(count) else { throw error(value, "max_connections must be between 1 and 1000000") }
-            settings.maxConnections = count
+            settings.maxClientConnections = count
         }
         return settings
     }
@@ -297,13 +298,13 @@ struct Decoder {
         let keys = try mapping(node, allowed: ["format", "output", "bodies", "safe_headers", "safe_query", "safe_json_keys"], context: "log")
         var settings = LogSettings()
         if let formatNode = keys["format"] {
-            guard let format = LogSettings.Format(rawValue: try string(formatNode)) else { throw error(formatNode, "format must be json or text") }
+            guard let format = LogFormat(rawValue: try string(formatNode)) else { throw error(formatNode, "format must be json or text") }
             settings.format = format
         }
         if let outputNode = keys["output"] {
             switch try nonEmptyString(outputNode) {
-            case "stdout": settings.output = .stdout
-            case "stderr": settings.output = .stderr
+            case "stdout": settings.output = .standardOutput
+            case "stderr": settings.output = .standardError
             case let path: settings.output = .file(expand(path, relativeTo: file))
             }
         }

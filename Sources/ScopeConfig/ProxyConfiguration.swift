@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ProxyCore
 import ScopePolicy
 
 /// A validated configuration: every value checked, every reference resolved. The executable maps it
@@ -15,8 +16,10 @@ public struct ProxyConfiguration: Sendable {
     public var routes: [Route]
     public var redirects: RedirectPolicy
     public var tls: TLSSettings
-    public var timeouts: TimeoutSettings
-    public var limits = LimitSettings()
+    public var timeouts: Timeouts
+    /// `limits:` (an extension of the contract's schema): `max_connections` sets
+    /// `maxClientConnections`; the other bounds are the engine's defaults.
+    public var limits = Limits()
     public var log: LogSettings
 
     /// The embedded safe default of the contract: 127.0.0.1:8080, no scopes (every sensitive header
@@ -26,7 +29,7 @@ public struct ProxyConfiguration: Sendable {
             sourcePath: nil, listen: HostPort(host: "127.0.0.1", port: 8080), proxyAuthSecret: nil, admin: nil,
             storeDirectory: home + "/.local/share/scopeproxy/secrets", secrets: [:], policy: .stripEverything,
             routes: [], redirects: RedirectPolicy(), tls: TLSSettings(caDirectory: home + "/.local/share/scopeproxy/ca"),
-            timeouts: TimeoutSettings(), log: LogSettings())
+            timeouts: Timeouts(), log: LogSettings())
     }
 
     /// `check`'s one-line summary.
@@ -40,24 +43,6 @@ public struct ProxyConfiguration: Sendable {
 /// The config's `HOST:PORT` values are the engine's listen addresses.
 public typealias HostPort = ListenAddress
 
-public enum SecretSource: Sendable, Equatable {
-    case env(String)
-    /// Absolute path (relative paths were resolved against the config file's directory).
-    case file(path: String, allowGroupRead: Bool)
-    case store(String)
-
-    /// A name in the local store is a file name there: letters, digits, `_`, `.`, `-`, not
-    /// starting with a dot (no hidden files, no `..`). The config and `scopeproxy secret` agree.
-    public static func isValidStoreName(_ name: String) -> Bool {
-        !name.isEmpty && !name.hasPrefix(".") && name.utf8.allSatisfy(HeaderTemplate.isNameByte)
-    }
-}
-
-public struct Route: Sendable, Equatable {
-    public var listen: HostPort
-    public var upstream: Origin
-}
-
 public struct TLSSettings: Sendable, Equatable {
     public enum Intercept: Sendable, Equatable {
         case hosts([String])
@@ -65,14 +50,12 @@ public struct TLSSettings: Sendable, Equatable {
         case scoped
     }
 
-    public enum Tunnel: String, Sendable { case allow, deny }
-
     public var intercept: Intercept = .hosts([])
-    public var tunnel: Tunnel = .deny
+    public var tunnel: TunnelPolicy = .deny
     public var caDirectory: String
     public var upstreamCA: String?
 
-    public init(intercept: Intercept = .hosts([]), tunnel: Tunnel = .deny, caDirectory: String, upstreamCA: String? = nil) {
+    public init(intercept: Intercept = .hosts([]), tunnel: TunnelPolicy = .deny, caDirectory: String, upstreamCA: String? = nil) {
         self.intercept = intercept
         self.tunnel = tunnel
         self.caDirectory = caDirectory
@@ -80,30 +63,9 @@ public struct TLSSettings: Sendable, Equatable {
     }
 }
 
-/// `limits:` (an extension of the contract's schema).
-public struct LimitSettings: Sendable, Equatable {
-    /// Open client connections; past it new ones wait in the listen backlog.
-    public var maxConnections = 10_000
-
-    public init() {}
-}
-
-/// Milliseconds; defaults are the contract's.
-public struct TimeoutSettings: Sendable, Equatable {
-    public var connect = 5_000
-    public var upstream = 30_000
-    public var idle = 60_000
-    public var clientHeader = 10_000
-
-    public init() {}
-}
-
 public struct LogSettings: Sendable, Equatable {
-    public enum Format: String, Sendable { case json, text }
-    public enum Output: Sendable, Equatable { case stdout, stderr, file(String) }
-
-    public var format: Format = .json
-    public var output: Output = .stdout
+    public var format: LogFormat = .json
+    public var output: LogOutput = .standardOutput
     public var bodies = false
     public var safeHeaders: [String] = []
     public var safeQuery: [String] = []

@@ -77,6 +77,10 @@ public struct ChainContext: Sendable, Equatable {
     public var strippedByClientHeader: Set<String> = []
     /// An https -> http hop happened on this chain.
     public var downgraded = false
+    /// False on a hop to another origin than the one the client addressed: the client's own
+    /// sensitive headers and userinfo were meant for that origin only, whatever a scope passes
+    /// elsewhere. Only what the proxy injects may travel there.
+    public var clientCredentialsAllowed = true
 
     public init() {}
 }
@@ -124,7 +128,7 @@ public struct ScopePolicy: Sendable {
         for field in fields {
             let name = field.name.lowercased()
             let sensitive = sensitiveHeaders.contains(name) || injectedNames.contains(name)
-            let allowed = passed.contains(name) && !chain.strippedByClientHeader.contains(name)
+            let allowed = chain.clientCredentialsAllowed && passed.contains(name) && !chain.strippedByClientHeader.contains(name)
             if sensitive && !allowed {
                 if !stripped.contains(where: { $0.lowercased() == name }) { stripped.append(field.name) }
                 continue
@@ -146,7 +150,8 @@ public struct ScopePolicy: Sendable {
         // An injected header replaced the client's: that is not a strip worth reporting.
         decision.stripped = stripped.filter { name in !decision.injected.contains { $0.lowercased() == name.lowercased() } }
 
-        let keepUserinfo = hasUserinfo && passed.contains("authorization") && !chain.strippedByClientHeader.contains("authorization")
+        let keepUserinfo = hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization")
+            && !chain.strippedByClientHeader.contains("authorization")
         decision.userinfoRemoved = hasUserinfo && !keepUserinfo
         return .success(ScopedRequest(fields: output, keepUserinfo: keepUserinfo, decision: decision))
     }

@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ProxyCore
 import ProxyEngine
 import ScopeConfig
 import SecretStore

@@ -1,4 +1,5 @@
 import PosixSupport
+import ProxyCore
 import ProxyEngine
 import Redaction
 import ScopeConfig
@@ -34,26 +35,19 @@ public enum Runtime {
                                            accessLog enabled: Bool = true) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
-        engine.routes = config.routes.map { RouteListener(listen: $0.listen, upstream: $0.upstream) }
+        engine.routes = config.routes
         if enabled { engine.accessLog = accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
         engine.listen = config.listen
-        engine.timeouts = Timeouts(connect: config.timeouts.connect, upstream: config.timeouts.upstream,
-                                   idle: config.timeouts.idle, clientHeader: config.timeouts.clientHeader)
-        engine.tunnel = config.tls.tunnel == .allow ? .allow : .deny
-        engine.limits.maxClientConnections = config.limits.maxConnections
+        engine.timeouts = config.timeouts
+        engine.tunnel = config.tls.tunnel
+        engine.limits = config.limits
         engine.scope = scope
         return engine
     }
 
     public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics,
                                  observer: (@Sendable (String) -> Void)? = nil) -> AccessLog {
-        let output: AccessLogOutput
-        switch settings.output {
-        case .stdout: output = .standardOutput
-        case .stderr: output = .standardError
-        case .file(let path): output = .file(path)
-        }
-        return AccessLog(format: settings.format == .json ? .json : .text, output: output,
+        AccessLog(format: settings.format, output: settings.output,
                          rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
                          logBodies: settings.bodies, secretValues: secrets.allValues.map(\.exposedValue), metrics: metrics, observer: observer)
     }

@@ -1,5 +1,4 @@
 import PosixSupport
-import ScopeConfig
 import ScopePolicy
 #if canImport(Glibc)
 import Glibc

@@ -240,9 +240,12 @@ struct HostileClientTests {
         #expect(decoy.acceptedConnections == 0)
         #expect(origin.requests.last?.header("authorization") == nil)
 
-        // A Host naming the decoy while the target names the origin is the classic confusion: 400.
-        let confused = try proxy.exchange("GET \(origin.url)/ HTTP/1.1\r\nHost: \(decoy.authority)\r\n\r\n")
-        #expect(confused?.status == 400)
+        // A Host naming the decoy while the target names the origin: the target wins (RFC 9112
+        // §3.2.2), the origin gets its own authority as Host, and the decoy gets nothing.
+        let confused = try proxy.exchange("GET \(origin.url)/confused HTTP/1.1\r\nHost: \(decoy.authority)\r\n\r\n")
+        #expect(confused?.status == 200)
+        #expect(origin.requests.last?.target == "/confused")
+        #expect(origin.requests.last?.headers("host") == [origin.authority])
         #expect(decoy.acceptedConnections == 0)
 
         // An IPv6 literal with nothing listening: a clean 502 naming the bracketed origin.

@@ -1,5 +1,6 @@
 import Foundation
 import HTTP1Codec
+import ProxyCore
 import ScopePolicy
 import Testing
 @testable import ScopeConfig
@@ -60,7 +61,7 @@ struct ConfigValidTests {
         #expect(config.tls.tunnel == .deny)
         #expect(config.tls.upstreamCA == nil)
         #expect(config.timeouts.connect == 5_000 && config.timeouts.upstream == 30_000 && config.timeouts.idle == 60_000 && config.timeouts.clientHeader == 10_000)
-        #expect(config.log.format == .json && config.log.output == .stdout && !config.log.bodies)
+        #expect(config.log.format == .json && config.log.output == .standardOutput && !config.log.bodies)
     }
 
     @Test("the worked example in config/ is valid")

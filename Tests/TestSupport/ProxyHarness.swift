@@ -1,5 +1,6 @@
 import HTTP1Codec
 import Foundation
+import ProxyCore
 import ProxyEngine
 import ScopeConfig
 import ScopePolicy

@@ -1,9 +1,10 @@
 import HTTP1Codec
+import JSONText
 
 /// Every way an exchange can fail before its response started, mapped to HTTP in one place.
 /// Messages are fixed text plus, at most, an origin: never a path, query, header or userinfo,
 /// because those may hold credentials.
-enum ProxyError: Error, Equatable {
+public enum ProxyError: Error, Equatable, Sendable {
     case malformedRequest(String)
     case notProxyRequest
     case hostMismatch
@@ -24,8 +25,9 @@ enum ProxyError: Error, Equatable {
     case proxyAuthenticationRequired
     /// A secret an injection needs has no value: the request is not sent (fail closed).
     case credentialUnavailable(scope: String, secret: String)
-    /// Block mode: a redirect to an origin that is not allowed. Names the origin only.
-    case redirectBlocked(Origin)
+    /// Block mode: a redirect to an origin that is not allowed. Names the origin only; nil when the
+    /// Location could not be read at all (blocked too: fail closed).
+    case redirectBlocked(Origin?)
     case redirectLoop
     /// Upstream certificate verification failed; nothing of the request was sent.
     case upstreamTLSVerification(Origin, String)
@@ -34,7 +36,7 @@ enum ProxyError: Error, Equatable {
     /// Inside an intercepted tunnel: a target for another origin than the tunnel's.
     case tunnelOriginMismatch
 
-    init(_ error: HTTPParseError) {
+    public init(_ error: HTTPParseError) {
         switch error {
         case .headTooLarge: self = .headTooLarge
         case .tooManyFields: self = .tooManyFields
@@ -45,7 +47,7 @@ enum ProxyError: Error, Equatable {
         }
     }
 
-    var status: Int {
+    public var status: Int {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
         case .tunnelDenied: 403
@@ -65,7 +67,7 @@ enum ProxyError: Error, Equatable {
     }
 
     /// A stable, machine-readable name for the error (JSON `error`, the log, metrics labels).
-    var code: String {
+    public var code: String {
         switch self {
         case .malformedRequest: "malformed_request"
         case .notProxyRequest: "not_a_proxy_request"
@@ -95,7 +97,7 @@ enum ProxyError: Error, Equatable {
         }
     }
 
-    var message: String {
+    public var message: String {
         switch self {
         case .malformedRequest(let reason): "malformed request: \(reason)"
         case .notProxyRequest:
@@ -117,7 +119,8 @@ enum ProxyError: Error, Equatable {
         case .badUpstreamResponse(let origin, let reason): "invalid response from \(origin): \(reason)"
         case .proxyAuthenticationRequired: "this proxy needs Proxy-Authorization (Basic any-user:password, or Bearer password)"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
-        case .redirectBlocked(let origin): "redirect to \(origin) blocked by the redirect policy"
+        case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
+        case .redirectBlocked(nil): "redirect blocked by the redirect policy: its Location cannot be read as an http(s) URL"
         case .redirectLoop: "too many redirects"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
@@ -128,7 +131,7 @@ enum ProxyError: Error, Equatable {
 
     /// Whether the client connection can carry another request after this answer. A malformed
     /// request leaves the byte stream in an unknown state: close it.
-    var allowsKeepAlive: Bool {
+    public var allowsKeepAlive: Bool {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
              .badUpstreamResponse, .notProxyRequest, .hostMismatch,
@@ -140,7 +143,7 @@ enum ProxyError: Error, Equatable {
     }
 
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
-    func response(keepAlive: Bool, requestID: String) -> [UInt8] {
+    public func response(keepAlive: Bool, requestID: String) -> [UInt8] {
         var json = JSONLine()
         json.string("error", code)
         json.string("message", message)
@@ -154,7 +157,7 @@ enum ProxyError: Error, Equatable {
         return Array(head.utf8) + body
     }
 
-    static func reasonPhrase(_ status: Int) -> String {
+    public static func reasonPhrase(_ status: Int) -> String {
         switch status {
         case 400: "Bad Request"
         case 403: "Forbidden"
@@ -168,6 +171,20 @@ enum ProxyError: Error, Equatable {
         case 505: "HTTP Version Not Supported"
         case 508: "Loop Detected"
         default: "Error"
+        }
+    }
+}
+
+extension HTTPParseError {
+    /// What was wrong with an upstream's response, for a 502's message (fixed text only).
+    public var responseProblem: String {
+        switch self {
+        case .headTooLarge: "response head too large"
+        case .tooManyFields: "too many response header fields"
+        case .targetTooLong: "target too long"
+        case .unsupportedVersion: "unsupported HTTP version"
+        case .unsupportedTransferCoding: "unsupported transfer coding"
+        case .malformed(let reason): reason
         }
     }
 }

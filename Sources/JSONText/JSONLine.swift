@@ -1,11 +1,11 @@
 /// Builds one JSON object straight into bytes, escaping as it copies (RFC 8259 §7): no Foundation
-/// encoder and no intermediate strings on the per-request path. The one JSON writer of the engine:
-/// access-log lines, error bodies and diagnostics.
-struct JSONLine {
-    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+/// encoder and no intermediate strings on the per-request path. The one JSON writer of the project:
+/// access-log lines, error bodies, diagnostics and redacted body summaries all escape through it.
+public struct JSONLine {
+    public private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
     private var first = true
 
-    init() {
+    public init() {
         bytes.reserveCapacity(1024)
     }
 
@@ -16,7 +16,12 @@ struct JSONLine {
         bytes.append(UInt8(ascii: ":"))
     }
 
-    mutating func appendQuoted(_ text: String) {
+    public mutating func appendQuoted(_ text: String) {
+        JSONLine.appendQuoted(text, to: &bytes)
+    }
+
+    /// A JSON string literal (quotes included) for `text`, appended to `bytes`.
+    public static func appendQuoted(_ text: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         // Nearly every value needs no escaping: one bulk append.
         if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
@@ -40,31 +45,31 @@ struct JSONLine {
         bytes.append(UInt8(ascii: "\""))
     }
 
-    mutating func string(_ name: String, _ value: String) {
+    public mutating func string(_ name: String, _ value: String) {
         key(name)
         appendQuoted(value)
     }
 
-    mutating func optionalString(_ name: String, _ value: String?) {
+    public mutating func optionalString(_ name: String, _ value: String?) {
         if let value { string(name, value) }
     }
 
-    mutating func raw(_ name: String, _ json: String) {
+    public mutating func raw(_ name: String, _ json: String) {
         key(name)
         bytes += json.utf8
     }
 
-    mutating func raw(_ name: String, _ json: [UInt8]) {
+    public mutating func raw(_ name: String, _ json: [UInt8]) {
         key(name)
         bytes += json
     }
 
-    mutating func number(_ name: String, _ value: UInt64) {
+    public mutating func number(_ name: String, _ value: UInt64) {
         key(name)
         JSONLine.appendDecimal(value, to: &bytes)
     }
 
-    mutating func array(_ name: String, _ values: [String]) {
+    public mutating func array(_ name: String, _ values: [String]) {
         key(name)
         bytes.append(UInt8(ascii: "["))
         for (index, value) in values.enumerated() {
@@ -74,11 +79,20 @@ struct JSONLine {
         bytes.append(UInt8(ascii: "]"))
     }
 
-    func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+    public func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
 
-    static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
+    public static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
         let text = String(value)  // a small string: no allocation
         for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
         bytes += text.utf8
+    }
+}
+
+extension JSONLine {
+    /// `text` as a JSON string literal, quotes included.
+    public static func quoted(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        appendQuoted(text, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -25,9 +25,14 @@ public final class ScopeContext: Sendable {
     /// The embedded default: no scope, every sensitive header stripped everywhere.
     public static let stripEverything = ScopeContext(policy: .stripEverything)
 
+    /// Who sent a request, from its Proxy-Authorization; nil: not recognised (407).
+    public func identify(proxyAuthorization: String?) -> ClientIdentity? {
+        acceptsProxyAuthorization(proxyAuthorization) ? .unnamed : nil
+    }
+
     /// Proxy-Authorization check: `Basic base64(any-user:secret)` or `Bearer secret`, compared in
     /// constant time. True when no proxy password is configured.
-    func acceptsProxyAuthorization(_ value: String?) -> Bool {
+    public func acceptsProxyAuthorization(_ value: String?) -> Bool {
         guard let proxyAuthSecret else { return true }
         guard let expected = secrets.value(of: proxyAuthSecret)?.exposedValue, let value else { return false }
         let presented: String

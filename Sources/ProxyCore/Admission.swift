@@ -1,0 +1,196 @@
+import HTTP1Codec
+
+/// Who a client is, as far as the scope rules care. Established once per request, or once per
+/// CONNECT and then inherited by every request inside the tunnel.
+public struct ClientIdentity: Sendable, Hashable {
+    /// The configured client's name; nil when the proxy does not tell clients apart.
+    public var name: String?
+
+    public init(name: String?) {
+        self.name = name
+    }
+
+    /// Every client, when no client identities are configured.
+    public static let unnamed = ClientIdentity(name: nil)
+}
+
+/// What a client connection is for; it decides which request targets make sense on it.
+public enum ConnectionMode: Sendable, Equatable {
+    /// The forward proxy: absolute-form targets and CONNECT.
+    case forwardProxy
+    /// A route's listener: origin-form requests for one upstream. `publicOrigin` is the address the
+    /// listener is bound to (its port is what a client's Host may name).
+    case route(upstream: Origin, publicOrigin: Origin)
+    /// Inside a CONNECT whose TLS the proxy terminated: origin-form requests for that one origin,
+    /// from the client the CONNECT identified.
+    case intercepted(Origin, client: ClientIdentity)
+
+    /// The one origin every request on this connection is for, if the connection fixes it.
+    var fixedOrigin: Origin? {
+        switch self {
+        case .forwardProxy: nil
+        case .route(let upstream, _): upstream
+        case .intercepted(let origin, _): origin
+        }
+    }
+}
+
+/// A request the proxy accepted for forwarding, as the client sent it.
+public struct ClientRequest: Sendable, Equatable {
+    public let head: RequestHead
+    /// The origin the client addressed: the only one its own credentials may ever reach.
+    public let origin: Origin
+    public let pathAndQuery: String
+    /// `user:password` from an absolute-form target (percent-encoded, as sent).
+    public let userinfo: String?
+    public let framing: BodyFraming
+    public let client: ClientIdentity
+
+    public init(head: RequestHead, origin: Origin, pathAndQuery: String, userinfo: String?, framing: BodyFraming,
+                client: ClientIdentity) {
+        self.head = head
+        self.origin = origin
+        self.pathAndQuery = pathAndQuery
+        self.userinfo = userinfo
+        self.framing = framing
+        self.client = client
+    }
+
+    /// `Connection: upgrade` without a body: becomes a tunnel after a 101.
+    public var isUpgrade: Bool { framing == .none && Forwarding.isUpgradeRequest(head) }
+}
+
+/// The admission decision for one request head.
+public enum Admission: Sendable, Equatable {
+    /// Answer with this error and close: nothing was forwarded, and the request's body (if any)
+    /// was not read, so the byte stream cannot carry another request.
+    case reject(ProxyError)
+    /// CONNECT to a host that is not intercepted, where tunnels are allowed: splice bytes.
+    case tunnel(Origin, client: ClientIdentity)
+    /// CONNECT to an intercepted host: terminate TLS with the local CA.
+    case intercept(Origin, client: ClientIdentity)
+    case forward(ClientRequest)
+}
+
+/// Request admission: proxy authentication, the target's form for this kind of connection, the
+/// Host rules of RFC 9112 §3.2, body framing, and the tunnel/intercept decision for CONNECT.
+public enum RequestAdmission {
+    public struct Policy: Sendable {
+        public var tunnel: TunnelPolicy
+        /// A local CA is loaded, so CONNECTs to intercepted hosts can be terminated.
+        public var canIntercept: Bool
+
+        public init(tunnel: TunnelPolicy, canIntercept: Bool) {
+            self.tunnel = tunnel
+            self.canIntercept = canIntercept
+        }
+    }
+
+    public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy) -> Admission {
+        let client: ClientIdentity
+        if case .intercepted(_, let established) = mode {
+            // Clients authenticate the CONNECT and never again inside the tunnel: it inherits.
+            client = established
+        } else {
+            guard let identified = scope.identify(proxyAuthorization: head.fields.first("proxy-authorization")) else {
+                return .reject(.proxyAuthenticationRequired)
+            }
+            client = identified
+        }
+
+        let target: RequestTarget
+        do {
+            target = try RequestTarget.parse(head.target, method: head.method)
+        } catch {
+            guard case .invalid(let reason) = error else { return .reject(.unsupportedTarget("invalid target")) }
+            return .reject(.unsupportedTarget(reason))
+        }
+
+        if head.method == "CONNECT" {
+            return admitConnect(head, target: target, mode: mode, scope: scope, policy: policy, client: client)
+        }
+
+        let origin: Origin
+        let pathAndQuery: String
+        var userinfo: String?
+        switch (target, mode.fixedOrigin) {
+        case (.origin(let path), let fixed?):
+            origin = fixed
+            pathAndQuery = path
+        case (.absolute(let targetOrigin, let path, let info), let fixed?):
+            guard targetOrigin == fixed else { return .reject(.tunnelOriginMismatch) }
+            origin = targetOrigin
+            pathAndQuery = path
+            userinfo = info
+        case (.absolute(let targetOrigin, let path, let info), nil):
+            origin = targetOrigin
+            pathAndQuery = path
+            userinfo = info
+        case (.origin, nil), (.asterisk, _):
+            return .reject(.notProxyRequest)
+        case (.authority, _):
+            return .reject(.malformedRequest("an authority-form target is for CONNECT only"))
+        }
+        if let problem = hostProblem(head, target: target, mode: mode) { return .reject(problem) }
+
+        let framing: BodyFraming
+        do {
+            framing = try BodyFraming.forRequest(head)
+        } catch {
+            return .reject(ProxyError(error))
+        }
+        return .forward(ClientRequest(head: head, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
+                                      framing: framing, client: client))
+    }
+
+    private static func admitConnect(
+        _ head: RequestHead, target: RequestTarget, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
+        client: ClientIdentity
+    ) -> Admission {
+        guard case .forwardProxy = mode else {
+            return .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel or on a route"))
+        }
+        guard case .authority(let host, let port) = target else {
+            return .reject(.unsupportedTarget("CONNECT needs host:port"))
+        }
+        // A CONNECT's Host field plays no part: the target alone names the tunnel (RFC 9110 §9.3.6).
+        do {
+            guard try BodyFraming.forRequest(head) == .none else { return .reject(.malformedRequest("CONNECT with a body")) }
+        } catch {
+            return .reject(ProxyError(error))
+        }
+        let origin = Origin(scheme: .https, host: host, port: port)
+        if policy.canIntercept, scope.interceptHosts.contains(origin.host) {
+            return .intercept(origin, client: client)
+        }
+        guard policy.tunnel == .allow else { return .reject(.tunnelDenied(origin)) }
+        return .tunnel(origin, client: client)
+    }
+
+    /// RFC 9112 §3.2: exactly one Host on HTTP/1.1, and a valid one. With an absolute-form target its
+    /// value plays no part (§3.2.2: the target's authority replaces it; Node's http.request sends the
+    /// proxy's own address there). Where the connection fixes the origin, a Host naming another one
+    /// is refused rather than silently sent elsewhere than the client believes.
+    static func hostProblem(_ head: RequestHead, target: RequestTarget, mode: ConnectionMode) -> ProxyError? {
+        let count = head.fields.count("host")
+        if count > 1 { return .malformedRequest("more than one Host header") }
+        guard let value = head.fields.first("host") else {
+            return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        }
+        guard let (host, port) = try? RequestTarget.parseAuthority(Substring(value)) else {
+            return .malformedRequest("invalid Host header")
+        }
+        guard case .origin = target else { return nil }
+        switch mode {
+        case .forwardProxy:
+            return nil
+        case .intercepted(let origin, _):
+            return Origin(scheme: origin.scheme, host: host, port: port) == origin ? nil : .hostMismatch
+        case .route(let upstream, let publicOrigin):
+            // A route's client reaches it by any name (localhost, a pod IP, a service name) but on
+            // the listener's port; naming the upstream itself is fine too.
+            if Origin(scheme: upstream.scheme, host: host, port: port) == upstream { return nil }
+            return (port ?? Scheme.http.defaultPort) == publicOrigin.port ? nil : .hostMismatch
+        }
+    }
+}

@@ -1,0 +1,696 @@
+import HTTP1Codec
+import ScopePolicy
+
+/// The life of one client connection as a sans-I/O state machine: events in, actions out. The
+/// engine reads bytes, parses heads with the codec and moves body bytes; every decision about what
+/// happens next is made here, so it can be tested with tables of events and no sockets.
+///
+///   awaitingHead ─ head ─▶ exchange (one hop at a time: connect → send → response head → relay)
+///        ▲                    │  │  └─ 3xx followed: the hop is released, a new hop starts
+///        └──── keep-alive ────┘  └─ CONNECT / 101 ─▶ tunnel
+///   any state ─ error, timeout, hang-up ─▶ closing ─ transport closed ─▶ closed
+///
+/// Invariants (checked by the state-machine fuzzer):
+/// - one request gets at most one final response;
+/// - nothing of a hop the machine released reaches the client: events of any hop but the current
+///   one are ignored, and the engine stops a hop's callbacks when it is released;
+/// - a client-sent credential goes only to the origin the client addressed;
+/// - every hop that was connected is released exactly once.
+public struct ConnectionMachine: Sendable {
+    public struct Settings: Sendable {
+        public var timeouts: Timeouts
+        public var limits: Limits
+        public var admission: RequestAdmission.Policy
+        /// `log.bodies`: keep the first bytes of bodies for the log's summaries.
+        public var logBodies: Bool
+
+        public init(timeouts: Timeouts = Timeouts(), limits: Limits = Limits(),
+                    admission: RequestAdmission.Policy = .init(tunnel: .deny, canIntercept: false), logBodies: Bool = false) {
+            self.timeouts = timeouts
+            self.limits = limits
+            self.admission = admission
+            self.logBodies = logBodies
+        }
+    }
+
+    /// Waiting for a request head.
+    public enum HeadWait: Sendable, Equatable {
+        /// A new connection (or a new TLS session inside a tunnel): `client_header` runs.
+        case fresh
+        /// Between keep-alive requests: `idle` runs.
+        case idle
+        /// Bytes of a head arrived: `client_header` runs.
+        case started
+    }
+
+    public enum State: Sendable {
+        case awaitingHead(HeadWait)
+        case exchange(Exchange)
+        case tunnel(Tunnel)
+        /// The answer is written; the transport flushes it and closes. Nothing more is read.
+        case closing
+        case closed
+    }
+
+    /// One request and the hop currently serving it.
+    public struct Exchange: Sendable {
+        let request: ClientRequest
+        /// The scope context the exchange started with (a reload does not change it mid-flight).
+        let scope: ScopeContext
+        var record: ExchangeRecord
+        var chain = RedirectChain()
+        var hop: Hop
+        var hopID: HopID
+        var connected = false
+        var reused = false
+        /// A stale pooled connection was retried once already.
+        var retried = false
+        var requestBody: BodyState
+        /// Body bytes taken from the client so far (payload only; framing in `requestConsumed`).
+        var requestPayload: UInt64 = 0
+        var requestConsumed: UInt64 = 0
+        /// The request body for a replay (follow mode), once complete.
+        var captured: [UInt8]?
+        var requestObserved: ExchangeRecord.ObservedBody?
+        var response: ResponseState = .awaiting(interims: 0)
+        var upstreamClosed = false
+
+        var isConnect: Bool { request.head.method == "CONNECT" }
+    }
+
+    public enum BodyState: Sendable, Equatable {
+        case streaming
+        case complete
+    }
+
+    public enum ResponseState: Sendable, Equatable {
+        case awaiting(interims: Int)
+        /// The final head went to the client; its body is being relayed.
+        case relaying(allowsReuse: Bool, delimitedByClose: Bool, keepAlive: Bool, payload: UInt64)
+    }
+
+    /// A spliced tunnel (CONNECT, or an upgrade after 101).
+    public struct Tunnel: Sendable {
+        let hopID: HopID
+        var record: ExchangeRecord
+        /// One side hung up and the engine is finishing it.
+        var finishing = false
+    }
+
+    public let settings: Settings
+    public private(set) var mode: ConnectionMode
+    public private(set) var state: State = .awaitingHead(.fresh)
+    private let peer: String
+    private var clientInputClosed = false
+    private var draining = false
+    private var lastHopID: UInt32 = 0
+    /// The timer as last armed (a firing of any other purpose is stale and ignored).
+    private var timer: TimerPurpose?
+    private var actions: [ConnectionAction] = []
+    /// Ids for requests that bring no well-formed X-Request-ID of their own.
+    private var ids: RequestIDGenerator
+
+    public init(settings: Settings, mode: ConnectionMode, peer: String, ids: RequestIDGenerator) {
+        self.settings = settings
+        self.mode = mode
+        self.peer = peer
+        self.ids = ids
+    }
+
+    /// The first actions of a new connection.
+    public mutating func start() -> [ConnectionAction] {
+        arm(.clientHead)
+        return take()
+    }
+
+    /// Whether the engine should parse a response head from this hop now. False once the hop's
+    /// final head was handled: its remaining bytes are never parsed for this client.
+    public func expectsResponseHead(from hop: HopID) -> Bool {
+        guard case .exchange(let exchange) = state, exchange.hopID == hop, exchange.connected,
+              case .awaiting = exchange.response else { return false }
+        return true
+    }
+
+    /// The hop whose bytes may currently move (body relay or splice), if any.
+    public var currentHop: HopID? {
+        switch state {
+        case .exchange(let exchange): exchange.hopID
+        case .tunnel(let tunnel): tunnel.hopID
+        default: nil
+        }
+    }
+
+    public var isAwaitingHead: Bool {
+        if case .awaitingHead = state { return true }
+        return false
+    }
+
+    // MARK: Events
+
+    public mutating func handle(_ event: ConnectionEvent) -> [ConnectionAction] {
+        switch event {
+        case .headStarted:
+            if case .awaitingHead(let wait) = state, wait != .started {
+                if wait == .idle { arm(.clientHead) }
+                state = .awaitingHead(.started)
+            }
+        case .requestHead(let head, let headBytes, let arrival):
+            if isAwaitingHead { admit(head, headBytes: headBytes, arrival) }
+        case .requestHeadInvalid(let error, let arrival):
+            if isAwaitingHead {
+                let record = ExchangeRecord(id: ids.next(), client: peer, method: nil, startedAt: arrival.now)
+                reject(ProxyError(error), record: record, consumedBody: false)
+            }
+        case .clientInputClosed(let buffered):
+            clientInputClosed = true
+            clientClosedInput(buffered: buffered)
+        case .clientFailed:
+            if case .closed = state { break }
+            closeNow()
+        case .upstreamConnected(let hop, let reused):
+            upstreamConnected(hop, reused: reused)
+        case .upstreamConnectFailed(let hop, let error):
+            if case .exchange(let exchange) = state, exchange.hopID == hop, !exchange.connected { fail(exchange, error) }
+        case .requestBody(let hop, let progress):
+            requestBody(hop, progress)
+        case .responseHead(let hop, let head):
+            if expectsResponseHead(from: hop), case .exchange(let exchange) = state { responseHead(head, exchange) }
+        case .responseHeadInvalid(let hop, let reason):
+            if expectsResponseHead(from: hop), case .exchange(let exchange) = state {
+                fail(exchange, .badUpstreamResponse(exchange.hop.origin, reason))
+            }
+        case .responseBody(let hop, let progress):
+            responseBody(hop, progress)
+        case .upstreamClosed(let hop, let sawResponseBytes):
+            upstreamClosed(hop, sawResponseBytes: sawResponseBytes)
+        case .tunnelBytes(let hop, let fromClient, let fromUpstream):
+            if case .tunnel(var tunnel) = state, tunnel.hopID == hop {
+                tunnel.record.bytesIn += fromClient
+                tunnel.record.bytesOut += fromUpstream
+                state = .tunnel(tunnel)
+                if fromClient + fromUpstream > 0 { arm(.stall) }
+            }
+        case .timerFired(let purpose):
+            if timer == purpose {
+                timer = nil
+                timerFired(purpose)
+            }
+        case .drain:
+            draining = true
+            if case .awaitingHead(let wait) = state, wait != .started { closeNow() }
+        case .connectionClosed:
+            connectionClosed()
+        }
+        return take()
+    }
+
+    // MARK: Request head → admission → first hop
+
+    private mutating func admit(_ head: RequestHead, headBytes: Int, _ arrival: Arrival) {
+        cancelTimer()
+        let clientID = head.fields.first("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
+        var record = ExchangeRecord(id: clientID ?? ids.next(), client: peer, method: head.method, startedAt: arrival.now)
+        record.bytesIn = UInt64(headBytes)
+        record.requestFields = head.fields
+        switch RequestAdmission.admit(head, mode: mode, scope: arrival.scope, policy: settings.admission) {
+        case .reject(let error):
+            // Nothing was forwarded and the body (if any) was not read: answer and close.
+            reject(error, record: record, consumedBody: false)
+        case .intercept(let origin, let client):
+            record.origin = origin
+            record.status = 200
+            record.tunnel = .intercept
+            emit(record)
+            actions.append(.writeToClient(Self.connectionEstablished))
+            actions.append(.startClientTLS(origin))
+            mode = .intercepted(origin, client: client)
+            state = .awaitingHead(.fresh)
+            arm(.clientHead)
+        case .tunnel(let origin, let client):
+            record.origin = origin
+            let request = ClientRequest(head: head, origin: origin, pathAndQuery: "", userinfo: nil, framing: .none, client: client)
+            let hop = Hop(target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), decision: ScopeDecision(),
+                          head: [], body: .none, isUpgrade: false)
+            start(Exchange(request: request, scope: arrival.scope, record: record, hop: hop, hopID: nextHopID(),
+                           requestBody: .complete), transport: .raw)
+        case .forward(let request):
+            record.origin = request.origin
+            record.pathAndQuery = request.pathAndQuery
+            let target = HopTarget(origin: request.origin, method: head.method, pathAndQuery: request.pathAndQuery)
+            let body: HopBody = request.framing == .none ? .none : .streamed(request.framing)
+            switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: arrival.scope, requestID: record.id) {
+            case .failure(let error):
+                reject(error, record: record, consumedBody: request.framing == .none)
+            case .success(let hop):
+                record.scopes = hop.decision.scopes
+                record.injected = hop.decision.injected
+                record.stripped = hop.decision.stripped
+                start(Exchange(request: request, scope: arrival.scope, record: record, hop: hop, hopID: nextHopID(),
+                               requestBody: request.framing == .none ? .complete : .streaming),
+                      transport: hop.origin.scheme == .https ? .tls : .plain)
+            }
+        }
+    }
+
+    private mutating func start(_ exchange: Exchange, transport: UpstreamTransport) {
+        state = .exchange(exchange)
+        arm(.connect)
+        actions.append(.connect(exchange.hopID, exchange.hop.origin, transport, reusePooled: transport != .raw && !exchange.retried))
+    }
+
+    private mutating func upstreamConnected(_ hop: HopID, reused: Bool) {
+        guard case .exchange(var exchange) = state, exchange.hopID == hop, !exchange.connected else { return }
+        exchange.connected = true
+        exchange.reused = reused
+        if exchange.isConnect {
+            var record = exchange.record
+            // A tunnel's line counts the bytes spliced each way, not the CONNECT exchange itself.
+            record.status = 200
+            record.tunnel = .tunnel
+            record.bytesIn = 0
+            state = .tunnel(Tunnel(hopID: hop, record: record))
+            actions.append(.writeToClient(Self.connectionEstablished))
+            actions.append(.splice(hop))
+            arm(.stall)
+            return
+        }
+        var bytes = exchange.hop.head
+        if case .replayed(let body) = exchange.hop.body { bytes += body }
+        actions.append(.sendToUpstream(hop, bytes))
+        state = .exchange(exchange)
+        if exchange.requestBody == .complete {
+            arm(.responseHead)
+        } else {
+            let capture = exchange.scope.redirects.mode == .follow ? settings.limits.maxReplayBody : nil
+            let observe = settings.logBodies ? settings.limits.maxObservedBody : nil
+            actions.append(.pumpRequestBody(hop, exchange.request.framing, capture: capture, observe: observe))
+            arm(.stall)
+        }
+    }
+
+    // MARK: Request body → upstream
+
+    private mutating func requestBody(_ hop: HopID, _ progress: BodyProgress) {
+        guard case .exchange(var exchange) = state, exchange.hopID == hop, exchange.requestBody == .streaming else { return }
+        switch progress {
+        case .moved(let payload, let consumed):
+            exchange.requestPayload += payload
+            exchange.requestConsumed += consumed
+            state = .exchange(exchange)
+            // Progress restarts the stall timer; no progress leaves a running one alone.
+            if payload > 0, case .awaiting = exchange.response { arm(.stall) }
+        case .complete(let payload, let consumed, let captured, let observed):
+            exchange.requestPayload += payload
+            exchange.requestConsumed += consumed
+            exchange.requestBody = .complete
+            exchange.captured = captured
+            exchange.requestObserved = observed.map { body in
+                var labelled = body
+                labelled.contentType = exchange.request.head.fields.first("content-type")
+                return labelled
+            }
+            state = .exchange(exchange)
+            if case .awaiting = exchange.response { arm(.responseHead) }
+        case .invalid, .cut:
+            // Part of the body may already be upstream: that request is cut, never completed.
+            fail(exchange, .malformedRequest("invalid chunked request body"), closeClient: true)
+        }
+    }
+
+    // MARK: Response head ← upstream
+
+    private mutating func responseHead(_ head: ResponseHead, _ exchange: Exchange) {
+        var exchange = exchange
+        guard case .awaiting(let interims) = exchange.response else { return }
+        if head.isInformational {
+            if head.status == 101 {
+                guard exchange.hop.isUpgrade else {
+                    fail(exchange, .badUpstreamResponse(exchange.hop.origin, "101 without an upgrade request"))
+                    return
+                }
+                let switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: exchange.request.head.version,
+                                                          keepAlive: true, switchingProtocols: true)
+                var record = exchange.record
+                record.status = 101
+                record.responseFields = switching.fields
+                record.bytesIn += exchange.requestPayload
+                state = .tunnel(Tunnel(hopID: exchange.hopID, record: record))
+                actions.append(.writeToClient(switching.serialized()))
+                actions.append(.splice(exchange.hopID))
+                arm(.stall)
+                return
+            }
+            guard interims < settings.limits.maxInformationalResponses else {
+                fail(exchange, .badUpstreamResponse(exchange.hop.origin, "too many interim responses"))
+                return
+            }
+            exchange.response = .awaiting(interims: interims + 1)
+            state = .exchange(exchange)
+            // 1xx must not go to an HTTP/1.0 client (RFC 9110 §15.2).
+            if exchange.request.head.version == .http1_1 {
+                let interim = Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true)
+                actions.append(.writeToClient(interim.serialized()))
+            }
+            return
+        }
+
+        let context = ResponseDirector.Context(
+            request: exchange.request, hop: exchange.hop, chain: exchange.chain, mode: mode, scope: exchange.scope,
+            requestComplete: exchange.requestBody == .complete,
+            replayableBody: exchange.request.framing == .none ? [] : exchange.captured ?? replayedBody(exchange.hop))
+        switch ResponseDirector.direct(head, context) {
+        case .relay(let head, let redirect):
+            exchange.record.redirect = redirect
+            relay(head, exchange)
+        case .refuse(let error, let redirect):
+            exchange.record.redirect = redirect
+            fail(exchange, error)  // the redirect's target receives nothing
+        case .follow(let target, let body, let redirect):
+            follow(exchange, response: head, to: target, body: body, redirect: redirect)
+        }
+    }
+
+    private func replayedBody(_ hop: Hop) -> [UInt8]? {
+        if case .replayed(let bytes) = hop.body { return bytes }
+        return nil
+    }
+
+    private mutating func relay(_ head: ResponseHead, _ exchange: Exchange) {
+        var exchange = exchange
+        let framing: BodyFraming
+        do {
+            framing = try BodyFraming.forResponse(head, requestMethod: exchange.hop.target.method)
+        } catch {
+            fail(exchange, .badUpstreamResponse(exchange.hop.origin, error.responseProblem))
+            return
+        }
+        let version = exchange.request.head.version
+        let clientFraming = Forwarding.clientFraming(upstream: framing, clientVersion: version)
+        let keepAlive = exchange.request.head.wantsKeepAlive && !draining && !clientInputClosed
+            && clientFraming != .untilClose && exchange.requestBody == .complete
+        var clientHead = Forwarding.clientResponse(from: head, framing: clientFraming, clientVersion: version, keepAlive: keepAlive)
+        clientHead.fields.set(name: "X-Request-ID", value: exchange.record.id)
+        let bytes = clientHead.serialized()
+        exchange.record.status = head.status
+        exchange.record.responseFields = clientHead.fields
+        exchange.record.bytesOut += UInt64(bytes.count)
+        exchange.response = .relaying(allowsReuse: head.allowsReuse, delimitedByClose: framing == .untilClose,
+                                      keepAlive: keepAlive, payload: 0)
+        state = .exchange(exchange)
+        actions.append(.writeToClient(bytes))
+        actions.append(.relayResponseBody(exchange.hopID, inbound: framing, outbound: clientFraming,
+                                          observe: settings.logBodies ? settings.limits.maxObservedBody : nil))
+        arm(.stall)
+    }
+
+    /// The next hop of a chain the proxy follows: the 3xx's connection is let go (never reused: its
+    /// body was not read), the hop gets its own log line, and the request is scoped afresh.
+    private mutating func follow(_ exchange: Exchange, response: ResponseHead, to target: HopTarget, body: HopBody,
+                                 redirect: RedirectRecord) {
+        var exchange = exchange
+        actions.append(.releaseUpstream(exchange.hopID, reuse: false))
+        var record = exchange.record
+        record.status = response.status
+        record.responseFields = response.fields
+        record.redirect = redirect
+        record.bytesIn += exchange.requestPayload
+        emit(record)
+
+        let chain = ResponseDirector.chain(after: exchange.chain, hop: exchange.hop, to: target, request: exchange.request)
+        var next = ExchangeRecord(id: record.id, client: peer, method: target.method, startedAt: record.startedAt)
+        next.origin = target.origin
+        next.pathAndQuery = target.pathAndQuery
+        next.requestFields = exchange.request.head.fields
+        switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id) {
+        case .failure(let error):
+            reject(error, record: next, consumedBody: true)
+        case .success(let hop):
+            next.scopes = hop.decision.scopes
+            next.injected = hop.decision.injected
+            next.stripped = hop.decision.stripped
+            exchange.record = next
+            exchange.chain = chain
+            exchange.hop = hop
+            exchange.hopID = nextHopID()
+            exchange.connected = false
+            exchange.reused = false
+            exchange.retried = false
+            exchange.requestPayload = 0
+            exchange.requestConsumed = 0
+            exchange.response = .awaiting(interims: 0)
+            exchange.upstreamClosed = false
+            start(exchange, transport: hop.origin.scheme == .https ? .tls : .plain)
+        }
+    }
+
+    // MARK: Response body → client
+
+    private mutating func responseBody(_ hop: HopID, _ progress: BodyProgress) {
+        guard case .exchange(var exchange) = state, exchange.hopID == hop,
+              case .relaying(let reuse, let byClose, let keepAlive, let payload) = exchange.response else { return }
+        switch progress {
+        case .moved(let moved, _):
+            exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload + moved)
+            state = .exchange(exchange)
+            if moved > 0 { arm(.stall) }
+        case .complete(let moved, _, _, let observed):
+            exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload + moved)
+            exchange.record.responseBody = observed.map { [contentType = exchange.record.responseFields?.first("content-type")] body in
+                var labelled = body
+                labelled.contentType = contentType
+                return labelled
+            }
+            finish(exchange)
+        case .invalid, .cut:
+            exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload)
+            cut(exchange)
+        }
+    }
+
+    /// The response went out whole: the upstream goes back to the pool when it is known clean, and
+    /// the connection waits for the next request (or closes).
+    private mutating func finish(_ exchange: Exchange) {
+        guard case .relaying(let allowsReuse, let byClose, let keepAlive, let payload) = exchange.response else { return }
+        cancelTimer()
+        // Reuse only a connection known clean: whole request sent, whole response read, and the
+        // origin did not ask to close (the engine also checks that nothing arrived after it).
+        let reuse = allowsReuse && exchange.requestBody == .complete && !byClose && !exchange.upstreamClosed
+        actions.append(.releaseUpstream(exchange.hopID, reuse: reuse))
+        var record = exchange.record
+        record.bytesIn += exchange.requestPayload
+        record.bytesOut += payload
+        record.requestBody = exchange.requestObserved
+        emit(record)
+        guard keepAlive, exchange.requestBody == .complete, !draining else {
+            closeAfterFlush()
+            return
+        }
+        awaitNextRequest()
+    }
+
+    private mutating func awaitNextRequest() {
+        state = .awaitingHead(.idle)
+        arm(.idle)
+        actions.append(.readNextRequest)  // a pipelined request, answered in order
+    }
+
+    // MARK: Upstream hang-ups
+
+    private mutating func upstreamClosed(_ hop: HopID, sawResponseBytes: Bool) {
+        switch state {
+        case .tunnel(var tunnel) where tunnel.hopID == hop && !tunnel.finishing:
+            tunnel.finishing = true
+            state = .tunnel(tunnel)
+            actions.append(.finishTunnel(hop, closedSide: .upstream))
+        case .exchange(var exchange) where exchange.hopID == hop && exchange.connected:
+            exchange.upstreamClosed = true
+            guard case .awaiting = exchange.response else {
+                state = .exchange(exchange)  // the engine finishes or cuts the body once it has drained
+                return
+            }
+            // A pooled connection the origin closed just as it was reused: retry once on a fresh one,
+            // but only when nothing of the response arrived and nothing of the body was taken.
+            if exchange.reused, !exchange.retried, !sawResponseBytes, exchange.requestConsumed == 0 {
+                actions.append(.releaseUpstream(exchange.hopID, reuse: false))
+                exchange.hopID = nextHopID()
+                exchange.connected = false
+                exchange.reused = false
+                exchange.retried = true
+                exchange.upstreamClosed = false
+                start(exchange, transport: exchange.hop.origin.scheme == .https ? .tls : .plain)
+            } else if sawResponseBytes {
+                fail(exchange, .badUpstreamResponse(exchange.hop.origin, "connection closed inside the response head"))
+            } else {
+                fail(exchange, .upstreamClosed(exchange.hop.origin))
+            }
+        default:
+            break
+        }
+    }
+
+    // MARK: Client hang-ups
+
+    private mutating func clientClosedInput(buffered: Int) {
+        switch state {
+        case .awaitingHead:
+            // Whatever is buffered is an incomplete head that will never complete.
+            closeAfterFlush()
+        case .exchange(let exchange):
+            // A client may half-close once its request is sent; the response still goes out. Gone
+            // mid-body with nothing left buffered, the request can never complete.
+            if exchange.requestBody == .streaming, buffered == 0 { closeNow() }
+        case .tunnel(var tunnel) where !tunnel.finishing:
+            tunnel.finishing = true
+            state = .tunnel(tunnel)
+            actions.append(.finishTunnel(tunnel.hopID, closedSide: .client))
+        case .tunnel, .closing, .closed:
+            break
+        }
+    }
+
+    // MARK: Timers
+
+    private mutating func timerFired(_ purpose: TimerPurpose) {
+        switch (purpose, state) {
+        case (.clientHead, .awaitingHead(.started)):
+            let record = ExchangeRecord(id: ids.next(), client: peer, method: nil, startedAt: 0)
+            reject(.requestHeadTimeout, record: record, consumedBody: false)
+        case (.clientHead, .awaitingHead), (.idle, .awaitingHead):
+            closeNow()
+        case (.connect, .exchange(let exchange)) where !exchange.connected:
+            fail(exchange, .connectTimeout(exchange.hop.origin))
+        case (.responseHead, .exchange(let exchange)):
+            fail(exchange, .responseTimeout(exchange.hop.origin))
+        case (.stall, .exchange(let exchange)):
+            // No progress in either direction for `idle`: a stuck peer.
+            if case .awaiting = exchange.response, exchange.requestBody == .complete {
+                fail(exchange, .responseTimeout(exchange.hop.origin))
+            } else {
+                cut(exchange)
+            }
+        case (.stall, .tunnel):
+            closeNow()
+        default:
+            break
+        }
+    }
+
+    // MARK: Failures and closing
+
+    /// The exchange failed: its hop is released; before the response started the client gets an
+    /// error, after it the response is cut.
+    private mutating func fail(_ exchange: Exchange, _ error: ProxyError, closeClient: Bool = false) {
+        actions.append(.releaseUpstream(exchange.hopID, reuse: false))
+        if case .relaying = exchange.response {
+            cut(exchange, releasing: false)
+            return
+        }
+        var record = exchange.record
+        record.bytesIn += exchange.requestPayload
+        let consumed = !closeClient && exchange.requestBody == .complete && exchange.request.head.wantsKeepAlive
+        state = .closing  // the hop is gone; reject decides what comes next
+        reject(error, record: record, consumedBody: consumed)
+    }
+
+    /// The response was already under way: close without completing it (a chunked body is left
+    /// unterminated), so the client can never mistake a truncated body for a whole one.
+    private mutating func cut(_ exchange: Exchange, releasing: Bool = true) {
+        if releasing { actions.append(.releaseUpstream(exchange.hopID, reuse: false)) }
+        var record = exchange.record
+        record.bytesIn += exchange.requestPayload
+        if case .relaying(_, _, _, let payload) = exchange.response { record.bytesOut += payload }
+        record.failure = .responseCut
+        emit(record)
+        closeAfterFlush()
+    }
+
+    /// Answers a request the proxy will not (or can no longer) forward. Keeps the connection only
+    /// when the request was read whole and the error leaves the byte stream in a known state.
+    private mutating func reject(_ error: ProxyError, record: ExchangeRecord, consumedBody: Bool) {
+        cancelTimer()
+        let keepAlive = consumedBody && error.allowsKeepAlive && !draining && !clientInputClosed
+        let response = error.response(keepAlive: keepAlive, requestID: record.id)
+        var record = record
+        record.status = error.status
+        record.failure = .proxy(error)
+        record.bytesOut += UInt64(response.count)
+        if case .tunnelDenied = error { record.tunnel = .deny }
+        actions.append(.writeToClient(response))
+        emit(record)
+        if keepAlive {
+            awaitNextRequest()
+        } else {
+            closeAfterFlush()
+        }
+    }
+
+    private mutating func closeAfterFlush() {
+        state = .closing
+        cancelTimer()
+        actions.append(.closeClient(.afterFlush))
+    }
+
+    /// What was in flight is reported when the transport confirms the close (`connectionClosed`).
+    private mutating func closeNow() {
+        if case .closed = state { return }
+        actions.append(.closeClient(.now))
+    }
+
+    /// The client connection is gone: release whatever hop is current and write the line of an
+    /// exchange that did not get to write its own.
+    private mutating func connectionClosed() {
+        cancelTimer()
+        switch state {
+        case .exchange(let exchange):
+            actions.append(.releaseUpstream(exchange.hopID, reuse: false))
+            var record = exchange.record
+            record.bytesIn += exchange.requestPayload
+            if case .relaying(_, _, _, let payload) = exchange.response { record.bytesOut += payload }
+            record.failure = .clientClosed
+            emit(record)
+        case .tunnel(let tunnel):
+            actions.append(.releaseUpstream(tunnel.hopID, reuse: false))
+            emit(tunnel.record)
+        case .awaitingHead, .closing, .closed:
+            break
+        }
+        state = .closed
+    }
+
+    // MARK: Helpers
+
+    private mutating func arm(_ purpose: TimerPurpose) {
+        timer = purpose
+        let timeouts = settings.timeouts
+        let milliseconds = switch purpose {
+        case .clientHead: timeouts.clientHeader
+        case .idle, .stall: timeouts.idle
+        case .connect: timeouts.connect
+        case .responseHead: timeouts.upstream
+        }
+        actions.append(.armTimer(purpose, milliseconds: milliseconds))
+    }
+
+    private mutating func cancelTimer() {
+        guard timer != nil else { return }
+        timer = nil
+        actions.append(.cancelTimer)
+    }
+
+    private mutating func emit(_ record: ExchangeRecord) {
+        actions.append(.emit(record))
+    }
+
+    private mutating func nextHopID() -> HopID {
+        lastHopID &+= 1
+        return HopID(lastHopID)
+    }
+
+    private mutating func take() -> [ConnectionAction] {
+        let taken = actions
+        actions = []
+        return taken
+    }
+
+    static let connectionEstablished = Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8)
+}

@@ -1,0 +1,162 @@
+import HTTP1Codec
+
+/// One exchange as the access log sees it: raw facts from the data path, built by the exchange
+/// state machine. Redaction happens when the line is formatted, in one place (`AccessLog`), so no
+/// caller can forget it.
+public struct ExchangeRecord: Sendable, Equatable {
+    public var id: String
+    /// The client's address (`127.0.0.1:5000`).
+    public var client: String
+    public var method: String?
+    public var origin: Origin?
+    public var pathAndQuery: String?
+    public var status: Int?
+    public var bytesIn: UInt64 = 0
+    public var bytesOut: UInt64 = 0
+    /// Monotonic microseconds when the request head was read.
+    public var startedAt: UInt64
+    public var scopes: [String] = []
+    public var injected: [String] = []
+    public var stripped: [String] = []
+    public var redirect: RedirectRecord?
+    public var requestFields: HTTPFields?
+    public var responseFields: HTTPFields?
+    public var failure: ExchangeFailure?
+    /// CONNECT requests: what became of the tunnel.
+    public var tunnel: TunnelDecision?
+    public var requestBody: ObservedBody?
+    public var responseBody: ObservedBody?
+
+    public init(id: String, client: String, method: String?, startedAt: UInt64) {
+        self.id = id
+        self.client = client
+        self.method = method
+        self.startedAt = startedAt
+    }
+
+    /// With `log.bodies`: the first bytes of a body, for its redacted summary.
+    public struct ObservedBody: Sendable, Equatable {
+        public var bytes: [UInt8]
+        public var total: UInt64
+        public var truncated: Bool
+        public var contentType: String?
+
+        public init(bytes: [UInt8], total: UInt64, truncated: Bool, contentType: String?) {
+            self.bytes = bytes
+            self.total = total
+            self.truncated = truncated
+            self.contentType = contentType
+        }
+    }
+}
+
+/// The log's `redirect` object: where a 3xx pointed and what the proxy did with it.
+public struct RedirectRecord: Sendable, Equatable {
+    /// The Location as sent (redacted when the line is formatted).
+    public var location: String?
+    /// The origin it resolves to; nil when it could not be read.
+    public var origin: Origin?
+    public var decision: RedirectDecision
+
+    public init(location: String?, origin: Origin?, decision: RedirectDecision) {
+        self.location = location
+        self.origin = origin
+        self.decision = decision
+    }
+}
+
+public enum RedirectDecision: String, Sendable, Equatable {
+    /// Returned to the client, which follows (or not) on its own.
+    case pass
+    /// Followed by the proxy, re-scoped for the new origin.
+    case follow
+    /// Refused with 502 `redirect_blocked`.
+    case block
+}
+
+public enum TunnelDecision: String, Sendable, Equatable {
+    /// Bytes spliced; the proxy sees nothing inside.
+    case tunnel
+    /// Refused by `tls.tunnel: deny`.
+    case deny
+    /// TLS terminated with the local CA; each request inside gets its own line.
+    case intercept
+}
+
+/// Why an exchange did not end with a complete response.
+public enum ExchangeFailure: Sendable, Equatable {
+    /// The proxy answered with an error of its own.
+    case proxy(ProxyError)
+    /// The response was under way when the upstream failed or stalled: the client connection was
+    /// closed without completing it.
+    case responseCut
+    /// The client went away before its exchange was finished.
+    case clientClosed
+
+    /// The log's `error` field and the metrics' `kind` label.
+    public var code: String {
+        switch self {
+        case .proxy(let error): error.code
+        case .responseCut: "response_cut"
+        case .clientClosed: "client_closed"
+        }
+    }
+
+    /// Failures caused by the upstream side (counted in `scopeproxy_upstream_errors_total`).
+    public var isUpstreamFailure: Bool {
+        switch self {
+        case .responseCut: true
+        case .clientClosed: false
+        case .proxy(let error):
+            switch error {
+            case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed, .badUpstreamResponse: true
+            default: false
+            }
+        }
+    }
+}
+
+/// Request ids: a client's well-formed X-Request-ID is kept; otherwise the proxy makes one.
+public enum RequestID {
+    /// At most 64 characters of `[A-Za-z0-9._-]`.
+    public static func isWellFormed(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
+    }
+}
+
+/// 16 hex characters from xorshift64*, one generator per worker, seeded once from the system (no
+/// syscall per request).
+public struct RequestIDGenerator: Sendable {
+    private var state: UInt64
+
+    public init() {
+        var seed: UInt64 = 0
+        while seed == 0 { seed = UInt64.random(in: 1...UInt64.max) }
+        state = seed
+    }
+
+    /// A fixed sequence (tests).
+    public init(seed: UInt64) {
+        state = seed == 0 ? 1 : seed
+    }
+
+    /// A generator of its own for one connection, without another system call.
+    public mutating func fork() -> RequestIDGenerator {
+        RequestIDGenerator(seed: nextValue())
+    }
+
+    public mutating func next() -> String {
+        let hex = String(nextValue(), radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    private mutating func nextValue() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 2685821657736338717
+    }
+}

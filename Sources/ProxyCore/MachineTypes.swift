@@ -1,0 +1,132 @@
+import HTTP1Codec
+
+// The vocabulary of the connection state machine: the events the engine reports and the actions it
+// carries out. Nothing here touches a socket.
+
+/// One upstream connection attempt of a connection's life. Every upstream event carries the hop it
+/// is about; the machine ignores events of any hop but the current one, so a hop it has let go of
+/// can never feed the client again.
+public struct HopID: Hashable, Sendable, CustomStringConvertible {
+    public let value: UInt32
+
+    public init(_ value: UInt32) {
+        self.value = value
+    }
+
+    public var description: String { "hop\(value)" }
+}
+
+public enum TimerPurpose: Sendable, Equatable {
+    /// A request head must arrive whole in time (slowloris).
+    case clientHead
+    /// Keep-alive between requests.
+    case idle
+    /// Upstream DNS + TCP (+ TLS).
+    case connect
+    /// The request is sent; its response head must arrive in time.
+    case responseHead
+    /// A body (either way) or a tunnel made no progress for `idle`.
+    case stall
+}
+
+/// How the engine reaches a hop's origin.
+public enum UpstreamTransport: Sendable, Equatable {
+    case plain
+    /// Verified TLS (https origins).
+    case tls
+    /// CONNECT tunnels: TCP only; the client's TLS passes through untouched.
+    case raw
+}
+
+public enum TunnelSide: Sendable, Equatable {
+    case client
+    case upstream
+}
+
+/// A change in a body being moved by the engine, as deltas since the last report.
+public enum BodyProgress: Sendable, Equatable {
+    /// `payload` body bytes went out; `consumed` bytes (payload and framing) were taken from the source.
+    case moved(payload: UInt64, consumed: UInt64)
+    /// The body ended. `captured`: the whole request body when it was kept for a replay (follow mode,
+    /// within the limit); `observed`: its first bytes for the log (`log.bodies`).
+    case complete(payload: UInt64, consumed: UInt64, captured: [UInt8]?, observed: ExchangeRecord.ObservedBody?)
+    /// Framing the codec refuses (a bad chunk size): the message cannot be completed.
+    case invalid
+    /// The source closed before the body ended.
+    case cut
+}
+
+/// What the engine knows when a request head arrives.
+public struct Arrival: Sendable {
+    /// Monotonic microseconds.
+    public var now: UInt64
+    /// The scope context in force (a reload swaps it; an exchange keeps the one it started with).
+    public var scope: ScopeContext
+
+    public init(now: UInt64, scope: ScopeContext) {
+        self.now = now
+        self.scope = scope
+    }
+}
+
+public enum ConnectionEvent: Sendable {
+    /// The first bytes of a request head arrived (the head-timeout starts to matter).
+    case headStarted
+    case requestHead(RequestHead, headBytes: Int, Arrival)
+    case requestHeadInvalid(HTTPParseError, Arrival)
+    /// The client half-closed (EOF). The engine has handed over every complete head and as much of
+    /// a body as it could; `bufferedBytes` were received but not taken yet (a body held back by
+    /// backpressure, or an incomplete head). The engine reports again when a body it holds runs out.
+    case clientInputClosed(bufferedBytes: Int)
+    /// The client connection failed (reset, TLS error): nothing more can be written to it.
+    case clientFailed
+    case upstreamConnected(HopID, reused: Bool)
+    case upstreamConnectFailed(HopID, ProxyError)
+    case requestBody(HopID, BodyProgress)
+    case responseHead(HopID, ResponseHead)
+    case responseHeadInvalid(HopID, reason: String)
+    case responseBody(HopID, BodyProgress)
+    /// The upstream hung up. `sawResponseBytes`: any byte of a response had arrived on it.
+    case upstreamClosed(HopID, sawResponseBytes: Bool)
+    case tunnelBytes(HopID, fromClient: UInt64, fromUpstream: UInt64)
+    case timerFired(TimerPurpose)
+    /// The worker stops: idle connections close now, busy ones after their exchange.
+    case drain
+    /// The client connection is gone (after a close the machine asked for, or any other way).
+    case connectionClosed
+}
+
+public enum ClientClose: Sendable, Equatable {
+    /// Write what is queued, then half-close and linger briefly before freeing.
+    case afterFlush
+    /// Free now (timeouts, aborts, client errors).
+    case now
+}
+
+public enum ConnectionAction: Sendable, Equatable {
+    case writeToClient([UInt8])
+    /// After `200 Connection Established` to an intercepted CONNECT: terminate the client's TLS.
+    case startClientTLS(Origin)
+    /// Parse a request head already buffered (pipelining), if any.
+    case readNextRequest
+    case closeClient(ClientClose)
+    /// Open (or, with `reusePooled`, take from the pool) a connection for the hop.
+    case connect(HopID, Origin, UpstreamTransport, reusePooled: Bool)
+    case sendToUpstream(HopID, [UInt8])
+    /// Stream the client's request body to the hop. `capture`: keep up to that many bytes for a
+    /// replay; `observe`: keep the first bytes for the log.
+    case pumpRequestBody(HopID, BodyFraming, capture: Int?, observe: Int?)
+    /// Stream the hop's response body to the client, decoded from `inbound` and re-framed as `outbound`.
+    case relayResponseBody(HopID, inbound: BodyFraming, outbound: BodyFraming, observe: Int?)
+    /// Move bytes both ways between the client and the hop (CONNECT, or an upgrade after 101).
+    case splice(HopID)
+    /// One side of a tunnel hung up: hand the other side what was sent, then close everything.
+    case finishTunnel(HopID, closedSide: TunnelSide)
+    /// Let go of the hop: with `reuse`, back to the pool (the engine still checks it is clean);
+    /// otherwise closed. Its callbacks stop at once either way.
+    case releaseUpstream(HopID, reuse: Bool)
+    case armTimer(TimerPurpose, milliseconds: Int)
+    case cancelTimer
+    /// One access-log line (and its metrics).
+    case emit(ExchangeRecord)
+}

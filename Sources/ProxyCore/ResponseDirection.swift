@@ -1,0 +1,106 @@
+import HTTP1Codec
+import ScopePolicy
+
+/// What becomes of a final (non-1xx) response head.
+public enum ResponseDirection: Sendable, Equatable {
+    /// Send it to the client, as rewritten (a route's Location), with the redirect decision to log.
+    case relay(ResponseHead, redirect: RedirectRecord?)
+    /// The proxy follows the redirect itself: a new hop, re-scoped for its origin.
+    case follow(HopTarget, body: HopBody, redirect: RedirectRecord)
+    /// Refused: the client gets this error instead (block mode, too many hops).
+    case refuse(ProxyError, redirect: RedirectRecord?)
+}
+
+/// Response direction for a final head: route Location rewriting, and the redirect policy with the
+/// rules that keep follow mode from being turned against the client.
+public enum ResponseDirector {
+    /// What the director needs to know about the exchange so far.
+    public struct Context: Sendable {
+        public var request: ClientRequest
+        public var hop: Hop
+        public var chain: RedirectChain
+        public var mode: ConnectionMode
+        public var scope: ScopeContext
+        /// The whole request body was read from the client.
+        public var requestComplete: Bool
+        /// The request body as it can be replayed: empty when there was none, nil when it was not
+        /// kept (too large, or not in follow mode).
+        public var replayableBody: [UInt8]?
+
+        public init(request: ClientRequest, hop: Hop, chain: RedirectChain, mode: ConnectionMode, scope: ScopeContext,
+                    requestComplete: Bool, replayableBody: [UInt8]?) {
+            self.request = request
+            self.hop = hop
+            self.chain = chain
+            self.mode = mode
+            self.scope = scope
+            self.requestComplete = requestComplete
+            self.replayableBody = replayableBody
+        }
+    }
+
+    public static func direct(_ head: ResponseHead, _ context: Context) -> ResponseDirection {
+        let hop = context.hop
+        let location = head.fields.first("location")
+        if case .route(let upstream, let publicOrigin) = context.mode, let location,
+           let target = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
+           target.origin == upstream {
+            // A route's client knows only the route: a Location pointing upstream is rewritten back
+            // to the address the client used (its Host, when it named one), or the listener's.
+            var rewritten = head
+            let authority = context.request.head.fields.first("host").flatMap { host in
+                (try? RequestTarget.parseAuthority(Substring(host))) != nil ? host : nil
+            } ?? publicOrigin.authority
+            rewritten.fields.set(name: "Location", value: "http://\(authority)\(target.pathAndQuery)")
+            return .relay(rewritten, redirect: nil)
+        }
+
+        let verdict = context.scope.redirects.decide(
+            status: head.status, location: location, requestMethod: hop.target.method, from: hop.origin,
+            pathAndQuery: hop.target.pathAndQuery, hops: context.chain.hops)
+        switch verdict {
+        case .notRedirect:
+            return .relay(head, redirect: nil)
+        case .pass(let target):
+            return .relay(head, redirect: RedirectRecord(location: location, origin: target.origin, decision: .pass))
+        case .block(let origin):
+            return .refuse(.redirectBlocked(origin), redirect: RedirectRecord(location: location, origin: origin, decision: .block))
+        case .tooManyHops:
+            return .refuse(.redirectLoop, redirect: nil)
+        case .follow(let target, let method, let replay):
+            let passed = RedirectRecord(location: location, origin: target.origin, decision: .pass)
+            // Follow only with the whole request in hand (its body, if replayed, kept in memory);
+            // otherwise the client gets the 3xx and follows it itself, scoped on its own.
+            guard context.requestComplete else { return .relay(head, redirect: passed) }
+            let body: [UInt8]
+            if replay {
+                guard let replayable = context.replayableBody else { return .relay(head, redirect: passed) }
+                body = replayable
+            } else {
+                body = []
+            }
+            // Finding 6 of the review (confused deputy): an origin no scope covers must not be able to
+            // make the proxy send an authenticated request on its behalf. Its redirect into an origin
+            // that gets credentials goes back to the client, whose follow-up is scoped on its own.
+            let issuerCovered = !context.scope.policy.covering(hop.origin).isEmpty
+            let targetCovered = !context.scope.policy.covering(target.origin).isEmpty
+            if targetCovered && !issuerCovered { return .relay(head, redirect: passed) }
+            return .follow(HopTarget(origin: target.origin, method: method, pathAndQuery: target.pathAndQuery),
+                           body: .replayed(body),
+                           redirect: RedirectRecord(location: location, origin: target.origin, decision: .follow))
+        }
+    }
+
+    /// The chain after following a redirect from `hop` to `target`.
+    public static func chain(after chain: RedirectChain, hop: Hop, to target: HopTarget, request: ClientRequest) -> RedirectChain {
+        var next = chain
+        next.hops += 1
+        // A client credential stripped once stays stripped for the rest of the chain.
+        next.context.strippedByClientHeader.formUnion(hop.decision.stripped.map { $0.lowercased() })
+        if hop.origin.scheme == .https && target.origin.scheme == .http { next.context.downgraded = true }
+        // Once the chain has left the origin the client addressed, coming back does not restore
+        // the client's credentials either.
+        if target.origin != request.origin { next.context.clientCredentialsAllowed = false }
+        return next
+    }
+}

@@ -1,0 +1,170 @@
+import CLibevent
+import HTTP1Codec
+import ProxyCore
+
+/// What an upstream leg reports to the connection that owns it.
+protocol UpstreamLegOwner: AnyObject {
+    func legConnected(_ leg: UpstreamLeg)
+    func legConnectFailed(_ leg: UpstreamLeg, _ error: ProxyError)
+    func legReadable(_ leg: UpstreamLeg)
+    func legWritable(_ leg: UpstreamLeg)
+    func legClosed(_ leg: UpstreamLeg)
+}
+
+/// The upstream side of one hop: its connector while connecting, then its bufferevent, and the body
+/// pumps and response-head scanner that belong to that connection. Created by the `connect` action
+/// and gone after `releaseUpstream`.
+///
+/// Lifetime rule (finding 2 of the review, a use-after-free): libevent holds a *retained* reference
+/// to the leg for as long as the leg's callbacks are installed, and `release` removes the callbacks
+/// before it gives that reference up, so no callback can ever reach a freed object.
+final class UpstreamLeg: UpstreamConnectorDelegate {
+    let hop: HopID
+    let origin: Origin
+    let transport: UpstreamTransport
+    private unowned let worker: Worker
+    private weak var owner: UpstreamLegOwner?
+    private var connector: UpstreamConnector?
+    private(set) var bev: OpaquePointer?
+    /// The context pointer libevent holds while callbacks are installed (a +1 on the leg).
+    private var callbackContext: Unmanaged<UpstreamLeg>?
+
+    var requestPump: BodyPump?
+    var responsePump: BodyPump?
+    var responseScanner = HeadScanner(limits: .response)
+    /// Any byte of a response (interim or final) arrived: a retry is no longer safe.
+    var sawResponseBytes = false
+    /// The origin hung up (its remaining input may still be relayed).
+    var closed = false
+    /// Bytes are spliced both ways (CONNECT, upgrade).
+    var splicing = false
+    /// The client hung up on a tunnel: close once this leg's output has drained.
+    var closingAfterDrain = false
+
+    var isTLS: Bool { transport == .tls }
+
+    init(hop: HopID, origin: Origin, transport: UpstreamTransport, worker: Worker, owner: UpstreamLegOwner) {
+        self.hop = hop
+        self.origin = origin
+        self.transport = transport
+        self.worker = worker
+        self.owner = owner
+    }
+
+    deinit {
+        // `release` runs first on every path; this is only a guard against a leaked connector.
+        connector?.cancel()
+    }
+
+    /// Takes an idle pooled connection (its pool callbacks are already removed).
+    func attach(pooled: OpaquePointer) {
+        install(pooled)
+    }
+
+    /// Resolves and connects; the owner hears `legConnected` or `legConnectFailed` (possibly before
+    /// this returns: IP literals and /etc/hosts names resolve inline).
+    func connect() {
+        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls)
+        connector.delegate = self
+        self.connector = connector
+        connector.start()
+    }
+
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool) {
+        worker.configuration.metrics.upstreamConnections.add(1, ordering: .relaxed)
+        guard self.connector === connector else {
+            worker.pool.release(bev)
+            return
+        }
+        self.connector = nil
+        install(bev)
+        owner?.legConnected(self)
+    }
+
+    func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
+        guard self.connector === connector else { return }
+        self.connector = nil
+        owner?.legConnectFailed(self, error)
+    }
+
+    private func install(_ upstream: OpaquePointer) {
+        bev = upstream
+        let context = Unmanaged.passRetained(self)
+        callbackContext = context
+        bufferevent_setcb(upstream, legReadCallback, legWriteCallback, legEventCallback, context.toOpaque())
+        let watermark = worker.configuration.limits.bufferHighWatermark
+        bufferevent_setwatermark(upstream, sp_ev_read(), 0, watermark)
+        bufferevent_setwatermark(upstream, sp_ev_write(), watermark / 2, 0)
+        bufferevent_set_max_single_read(upstream, 128 * 1024)
+        bufferevent_set_max_single_write(upstream, 128 * 1024)
+        if isTLS {
+            bufferevent_enable(upstream, sp_ev_read() | sp_ev_write())
+        } else {
+            // EV_WRITE only while output is pending: see flushOutput.
+            bufferevent_disable(upstream, sp_ev_write())
+            bufferevent_enable(upstream, sp_ev_read())
+        }
+    }
+
+    var input: OpaquePointer? { bev.map(inputBuffer) }
+    var output: OpaquePointer? { bev.map(outputBuffer) }
+
+    func write(_ bytes: [UInt8]) {
+        guard let output else { return }
+        EventBuffer.append(output, bytes)
+    }
+
+    func flush() {
+        guard let bev else { return }
+        flushOutput(bev, tls: isTLS)
+    }
+
+    /// Stops every callback, then hands the connection to the pool (`reuse`, when it is clean: nothing
+    /// unread after the response) or closes it. Idempotent.
+    func release(reuse: Bool) {
+        connector?.cancel()
+        connector = nil
+        requestPump = nil
+        responsePump = nil
+        if let upstream = bev {
+            bev = nil
+            if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0 {
+                worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream))  // replaces our callbacks
+            } else {
+                worker.pool.release(upstream)  // bufferevent_free clears the callbacks first
+            }
+        }
+        callbackContext?.release()
+        callbackContext = nil
+    }
+
+    fileprivate func readable() { owner?.legReadable(self) }
+    fileprivate func writable() {
+        if let bev, !isTLS, EventBuffer.length(outputBuffer(bev)) == 0 { bufferevent_disable(bev, sp_ev_write()) }
+        owner?.legWritable(self)
+    }
+    fileprivate func event(_ events: Int16) {
+        guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0, !closed else { return }
+        closed = true
+        owner?.legClosed(self)
+    }
+}
+
+// Trampolines: the context is the leg, retained while installed (see `release`).
+
+private func withLeg(_ context: UnsafeMutableRawPointer?, _ body: (UpstreamLeg) -> Void) {
+    let leg = Unmanaged<UpstreamLeg>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(leg) { body(leg) }
+}
+
+private func legReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    withLeg(context) { $0.readable() }
+}
+
+private func legWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
+    withLeg(context) { $0.writable() }
+}
+
+private func legEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {
+    withLeg(context) { $0.event(events) }
+}
