@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Helpers shared by the regression tests for the outside security review (SecurityFindings*.swift).
+/// They rely only on TestSupport's public helpers and on bytes on the wire, never on engine internals.
+enum Findings {
+    /// A unique credential stand-in. Letters only after the label: a digit run could make the log
+    /// redactor classify it as `:number` and hide a leak the test is looking for.
+    static func canary(_ label: String) -> String {
+        let letters = Array("abcdefghijklmnopqrstuvwxyz")
+        return "CANARY-\(label)-" + String((0..<12).map { _ in letters.randomElement()! })
+    }
+
+    /// Everything an origin received: raw heads and bodies, in order.
+    static func received(_ origin: FixtureOrigin) -> String {
+        origin.requests.map { $0.rawHeadText + String(decoding: $0.body, as: UTF8.self) }.joined()
+    }
+
+    /// The canaries among `all` that reached `origin` (anywhere in a head or body).
+    static func canaries(in origin: FixtureOrigin, among all: [String]) -> Set<String> {
+        let text = received(origin)
+        return Set(all.filter { text.contains($0) })
+    }
+
+    static func request(_ target: String, host: String?, _ headers: [(String, String)] = [], method: String = "GET",
+                        body: String? = nil) -> String {
+        var text = "\(method) \(target) HTTP/1.1\r\n"
+        if let host { text += "Host: \(host)\r\n" }
+        for (name, value) in headers { text += "\(name): \(value)\r\n" }
+        if let body { text += "Content-Length: \(body.utf8.count)\r\n" }
+        return text + "\r\n" + (body ?? "")
+    }
+
+    /// An origin that answers each request on a connection with `reply(request)` written in one
+    /// send, then keeps the connection open until the proxy hangs up.
+    static func scripted(host: String = "127.0.0.1", _ reply: @escaping @Sendable (TestRequest) -> [UInt8]) throws -> FixtureOrigin {
+        try FixtureOrigin(host: host) { connection in
+            while let request = connection.readRequest() {
+                connection.send(reply(request))
+            }
+        }
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return needle.isEmpty }
+        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
+            if haystack[start..<(start + needle.count)].elementsEqual(needle) { return true }
+        }
+        return false
+    }
+}
+
+/// A response read leniently: unlike `HTTPReader.readResponse` it never traps on a malformed
+/// head, because a desynchronized stream is exactly what some of these tests provoke.
+struct LenientResponse {
+    var status: Int?
+    var head: String
+    var body: [UInt8]
+
+    var bodyText: String { String(decoding: body, as: UTF8.self) }
+    /// Head and body as text, for "did this marker reach the client" checks.
+    var text: String { head + bodyText }
+
+    func header(_ name: String) -> String? {
+        for line in head.components(separatedBy: "\r\n").dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            if line[..<colon].lowercased() == name.lowercased() {
+                return line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+        }
+        return nil
+    }
+
+    /// Nil at EOF, on a timeout, or inside a head. A body is read by Content-Length (0 if absent).
+    static func read(_ reader: HTTPReader, requestMethod: String = "GET") -> LenientResponse? {
+        guard let headBytes = try? reader.readHeadBytes() else { return nil }
+        let head = String(decoding: headBytes, as: UTF8.self)
+        let startLine = head.prefix { $0 != "\r" }
+        let parts = startLine.split(separator: " ")
+        var response = LenientResponse(status: parts.count > 1 ? Int(parts[1]) : nil, head: head, body: [])
+        if requestMethod == "HEAD" || [204, 304].contains(response.status ?? 0) { return response }
+        let length = response.header("content-length").flatMap { Int($0) } ?? 0
+        response.body = (try? reader.readExactly(length)) ?? reader.takeBuffered()
+        return response
+    }
+}
