@@ -24,19 +24,36 @@ public struct Redactor: Sendable {
             Self.classify(segment) ?? String(segment)
         }.joined(separator: "/")
         if let query {
-            result += "?" + query.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
-                let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                let name = String(parts[0])
-                let shownName = Self.classify(parts[0]) ?? name
-                guard parts.count == 2 else { return shownName }
-                let decodedName = String(decoding: Self.percentDecoded(parts[0]), as: UTF8.self)
-                if rules.safeQuery.contains(decodedName) {
-                    return shownName + "=" + (Self.classify(parts[1]) ?? String(parts[1]))
+            result += "?"
+            // `;` separates pairs too (Tomcat, Python's old parse_qs, many frameworks): split only
+            // on `&`, `limit=20;api_key=SECRET` logged the key as part of the safe `limit` value.
+            // Each separator is kept as it was, so the log shows the query's real shape.
+            var pairStart = query.startIndex
+            var index = query.startIndex
+            while true {
+                if index == query.endIndex || query[index] == "&" || query[index] == ";" {
+                    result += redactedPair(query[pairStart..<index])
+                    guard index < query.endIndex else { break }
+                    result.append(query[index])
+                    pairStart = query.index(after: index)
                 }
-                return shownName + "=:redacted"
-            }.joined(separator: "&")
+                index = query.index(after: index)
+            }
         }
         return result
+    }
+
+    /// One `name=value` of a query: the name shown (classified if it looks like data), the value
+    /// only when the name is on the allowlist.
+    func redactedPair(_ pair: Substring) -> String {
+        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+        let shownName = Self.classify(parts[0]) ?? String(parts[0])
+        guard parts.count == 2 else { return shownName }
+        let decodedName = String(decoding: Self.percentDecoded(parts[0]), as: UTF8.self)
+        if rules.safeQuery.contains(decodedName) {
+            return shownName + "=" + (Self.classify(parts[1]) ?? String(parts[1]))
+        }
+        return shownName + "=:redacted"
     }
 
     /// An absolute or relative URL (a Location header): `https://cdn.x:443/:token?sig=:redacted`.

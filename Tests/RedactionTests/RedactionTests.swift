@@ -29,6 +29,35 @@ struct RedactionTests {
         #expect(redactor.pathAndQuery(input) == expected)
     }
 
+    @Test("`;` separates query pairs as `&` does: a key behind it is redacted even after a safe one")
+    func semicolonSeparatedQuery() {
+        // Letters only: a run of digits would be classified `:number` and hide the leak by luck.
+        let secret = "CANARY-semicolon-" + String((0..<8).map { _ in "ghjkmnpqrstvwxyz".randomElement()! })
+        let cases: [(String, String)] = [
+            ("/v1/books?limit=20;api_key=\(secret)", "/v1/books?limit=20;api_key=:redacted"),
+            ("/v1/books?page=2;token=\(secret)&sort=asc", "/v1/books?page=2;token=:redacted&sort=asc"),
+            ("/v1/books?api_key=\(secret);limit=5", "/v1/books?api_key=:redacted;limit=5"),
+            ("/v1/books?limit=1;;&", "/v1/books?limit=1;;&"),
+        ]
+        for (input, expected) in cases {
+            let logged = redactor.pathAndQuery(input)
+            #expect(logged == expected)
+            #expect(!logged.contains(secret))
+        }
+        let location = redactor.url("https://cdn.example/dl?format=zip;sig=\(secret)")
+        #expect(location == "https://cdn.example/dl?format=zip;sig=:redacted")
+        #expect(!location.contains(secret))
+    }
+
+    @Test("a form-encoded body is summarized by size and type only, whatever its separators")
+    func formBodies() {
+        let secret = "CANARY-form-\(UInt32.random(in: 0...UInt32.max))"
+        let body = Array("limit=20;password=\(secret)&page=1".utf8)
+        let summary = redactor.bodySummary(body, totalBytes: UInt64(body.count), contentType: "application/x-www-form-urlencoded", truncated: false)
+        #expect(summary == "<\(body.count) bytes application/x-www-form-urlencoded>")
+        #expect(!summary.contains(secret))
+    }
+
     @Test("absolute URLs (Location) lose userinfo and fragment")
     func urls() {
         #expect(redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
