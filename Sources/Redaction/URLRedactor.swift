@@ -20,9 +20,7 @@ public struct Redactor: Sendable {
             query = pathPart[pathPart.index(after: question)...]
             pathPart = pathPart[..<question]
         }
-        var result = pathPart.split(separator: "/", omittingEmptySubsequences: false).map { segment in
-            Self.classify(segment) ?? String(segment)
-        }.joined(separator: "/")
+        var result = pathPart.split(separator: "/", omittingEmptySubsequences: false).map(redactedSegment).joined(separator: "/")
         if let query {
             result += "?"
             // `;` separates pairs too (Tomcat, Python's old parse_qs, many frameworks): split only
@@ -39,6 +37,19 @@ public struct Redactor: Sendable {
                 }
                 index = query.index(after: index)
             }
+        }
+        return result
+    }
+
+    /// A path segment, classified by shape. Parameters after `;` (`/app;jsessionid=...`, how
+    /// Tomcat rewrites a session into the URL) are `name=value` pairs like a query's: classified as
+    /// a whole, a short session id next to a route word would have been kept.
+    func redactedSegment(_ segment: Substring) -> String {
+        guard let semicolon = segment.firstIndex(of: ";") else { return Self.classify(segment) ?? String(segment) }
+        let head = segment[..<semicolon]
+        var result = Self.classify(head) ?? String(head)
+        for parameter in segment[segment.index(after: semicolon)...].split(separator: ";", omittingEmptySubsequences: false) {
+            result += ";" + redactedPair(parameter)
         }
         return result
     }

@@ -49,6 +49,21 @@ struct RedactionTests {
         #expect(!location.contains(secret))
     }
 
+    @Test("path parameters after `;` (a URL-rewritten session id) are pairs too: values only for safe names")
+    func pathParameters() {
+        let session = "CANARY-jsession-" + String((0..<8).map { _ in "ghjkmnpqrstvwxyz".randomElement()! })
+        let cases: [(String, String)] = [
+            ("/shop;jsessionid=\(session)/cart", "/shop;jsessionid=:redacted/cart"),
+            ("/shop;version=2;sid=\(session)?limit=5", "/shop;version=2;sid=:redacted?limit=5"),
+            ("/users/alice%40example.com;x/orders", "/users/:email;x/orders"),
+        ]
+        for (input, expected) in cases {
+            let logged = redactor.pathAndQuery(input)
+            #expect(logged == expected)
+            #expect(!logged.contains(session))
+        }
+    }
+
     @Test("a form-encoded body is summarized by size and type only, whatever its separators")
     func formBodies() {
         let secret = "CANARY-form-\(UInt32.random(in: 0...UInt32.max))"
