@@ -6,7 +6,7 @@
 // - base64-encoded inside arbitrary surrounding bytes, for the tripwire.
 private let canary = "CANARYq7Zx2Lw9Tk4P"
 private let redactor = Redactor()
-private let tripwire = Tripwire(secretValues: [canary])
+private let tripwire = Tripwire(secrets: [Array(canary.utf8)])
 
 func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))

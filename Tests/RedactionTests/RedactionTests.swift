@@ -116,7 +116,7 @@ struct RedactionTests {
     @Test("the tripwire finds a secret raw, percent-encoded, base64 and base64url, and counts each hit")
     func tripwire() {
         let secret = "s3cr3t/value+with=odd?chars"
-        let tripwire = Tripwire(secretValues: [secret])
+        let tripwire = Tripwire(secrets: [Array(secret.utf8)])
         // Encoded here with Foundation, not with the encoders the tripwire itself uses.
         let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
         let base64 = Data(secret.utf8).base64EncodedString()
@@ -131,4 +131,28 @@ struct RedactionTests {
         }
         #expect(tripwire.scrub("{\"clean\":true}").hits == 0)
     }
+
+    @Test("the tripwire finds a non-ASCII secret as UTF-8 text, as a header value's Latin-1 scalars, and JSON-escaped")
+    func tripwireBytes() {
+        let raw: [UInt8] = Array("CANARY-trip-".utf8) + [0xC3, 0xA9, 0xE2, 0x82, 0xAC] + Array("\"q\\-\(UInt32.random(in: 0...UInt32.max))".utf8)
+        let tripwire = Tripwire(secrets: [raw])
+        let asText = String(decoding: raw, as: UTF8.self)
+        // A header value holds one scalar per wire byte; interpolated into a line, each byte >= 0x80
+        // becomes two UTF-8 bytes.
+        let asHeaderValue = HTTPField.value(wireBytes: raw)
+        let jsonEscaped = asHeaderValue.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        let percentLowercase = raw.map { byte -> String in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D
+                ? String(UnicodeScalar(byte)) : "%" + String(byte, radix: 16).leftPadded(to: 2)
+        }.joined()
+        for (label, form) in [("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("percent, lowercase", percentLowercase)] {
+            let (line, hits) = tripwire.scrub("x=\(form) y")
+            #expect(hits == 1, "\(label)")
+            #expect(line == "x=<tripwire> y", "\(label)")
+        }
+    }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }
