@@ -1,12 +1,13 @@
 // Fuzz target (fuzz/FuzzMain.swift dispatches): the log redactor and the tripwire. The input is split into a URL part and a
 // body part; a canary is planted where the rules say it must never show, and must not show:
 // - as the value of a query parameter that is not allowlisted, after whatever path/query precedes it,
-//   and as URL userinfo;
+//   behind `&` or `;` (a `;` lands in a query pair, a path parameter or the dropped fragment), and
+//   as URL userinfo;
 // - as a JSON string under a key that is not allowlisted, whatever JSON follows it;
 // - base64-encoded inside arbitrary surrounding bytes, for the tripwire.
 private let canary = "CANARYq7Zx2Lw9Tk4P"
 private let redactor = Redactor()
-private let tripwire = Tripwire(secretValues: [canary])
+private let tripwire = Tripwire(secrets: [Array(canary.utf8)])
 
 func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
@@ -20,6 +21,8 @@ func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let target = urlPart + "?&session=" + canary
     let path = redactor.pathAndQuery(target)
     fuzzCheck(!path.contains(canary), "query value leaked: \(path)")
+    let semicolon = redactor.pathAndQuery(urlPart + ";session=" + canary)
+    fuzzCheck(!semicolon.contains(canary), "value behind ';' leaked: \(semicolon)")
     let absolute = redactor.url("https://user:" + canary + "@api.example" + (urlPart.hasPrefix("/") ? urlPart : "/" + urlPart))
     fuzzCheck(!absolute.contains(canary), "userinfo leaked: \(absolute)")
 

@@ -109,3 +109,21 @@ extension HTTPField {
         !name.isEmpty && name.utf8.allSatisfy(ASCII.isTokenChar)
     }
 }
+
+extension HTTPField {
+    /// The value String that serializes to exactly `bytes`. Field values are kept as one Unicode
+    /// scalar per wire byte (ISO-8859-1), which is how the parser builds them and how the
+    /// serializer writes them back; a value made from bytes that did not come off the wire (a
+    /// secret read from a file) must be built the same way, or `é` read as UTF-8 (C3 A9) would
+    /// go out as E9, and anything above U+00FF as `?`.
+    public static func value<C: Collection>(wireBytes bytes: C) -> String where C.Element == UInt8 {
+        ASCII.latin1String(bytes)
+    }
+
+    /// The bytes the serializer writes for `value`: the inverse of `value(wireBytes:)`.
+    public static func wireBytes(of value: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        ASCII.appendLatin1(value, to: &bytes)
+        return bytes
+    }
+}

@@ -31,21 +31,24 @@ public final class ScopeContext: Sendable {
     }
 
     /// Proxy-Authorization check: `Basic base64(any-user:secret)` or `Bearer secret`, compared in
-    /// constant time. True when no proxy password is configured.
+    /// constant time. True when no proxy password is configured. Bytes are compared with bytes:
+    /// the secret's as read, Bearer's as they came off the wire (the header value holds one
+    /// scalar per byte), Basic's as base64-decoded; neither side is decoded as text, which
+    /// mangled any non-ASCII password.
     public func acceptsProxyAuthorization(_ value: String?) -> Bool {
         guard let proxyAuthSecret else { return true }
-        guard let expected = secrets.value(of: proxyAuthSecret)?.exposedValue, let value else { return false }
-        let presented: String
+        guard let expected = secrets.value(of: proxyAuthSecret)?.exposedBytes, let value else { return false }
+        let presented: [UInt8]
         if value.count > 7, value.prefix(7).lowercased() == "bearer " {
-            presented = String(value.dropFirst(7)).trimmingSpaces()
+            presented = HTTPField.wireBytes(of: String(value.dropFirst(7)).trimmingSpaces())
         } else if value.count > 6, value.prefix(6).lowercased() == "basic ",
                   let decoded = Base64.decode(String(value.dropFirst(6)).trimmingSpaces()),
                   let colon = decoded.firstIndex(of: UInt8(ascii: ":")) {
-            presented = String(decoding: decoded[(colon + 1)...], as: UTF8.self)
+            presented = Array(decoded[(colon + 1)...])
         } else {
             return false
         }
-        return Self.constantTimeEqual(Array(presented.utf8), Array(expected.utf8))
+        return Self.constantTimeEqual(presented, expected)
     }
 
     static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {

@@ -4,6 +4,7 @@ import HTTP1Codec
 import JSONText
 import ProxyCore
 import Redaction
+import ScopePolicy
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,11 +31,11 @@ public final class AccessLog: Sendable {
     static let maxPending = 10_000
 
     public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
-                secretValues: [String], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
+                secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
         self.format = format
         self.logBodies = logBodies
         redactor = Redactor(rules: rules)
-        tripwire = Locked(Tripwire(secretValues: secretValues))
+        tripwire = Locked(Tripwire(secrets: secretValues.map(\.exposedBytes)))
         self.metrics = metrics
         self.output = output
         self.observer = observer
@@ -63,8 +64,8 @@ public final class AccessLog: Sendable {
     }
 
     /// The secret values the tripwire looks for (after a reload or a rotation).
-    public func updateSecrets(_ values: [String]) {
-        let replacement = Tripwire(secretValues: values)
+    public func updateSecrets(_ values: [SecretValue]) {
+        let replacement = Tripwire(secrets: values.map(\.exposedBytes))
         tripwire.withLock { $0 = replacement }
     }
 

@@ -14,6 +14,8 @@ final class AdminServer: @unchecked Sendable {
     let draining = Atomic<Bool>(false)
     private(set) var port: UInt16 = 0
     private var thread: PosixThread?
+    /// Request line and header fields together; a probe or a Prometheus scrape sends well under 1 KiB.
+    static let maxHeadBytes = 8 * 1024
 
     init(address: ListenAddress, metrics: Metrics) throws(EngineError) {
         guard let base = event_base_new(), let http = evhttp_new(base) else { throw .eventBase }
@@ -27,6 +29,16 @@ final class AdminServer: @unchecked Sendable {
         }
         port = SocketAddress.boundPort(evhttp_bound_socket_get_fd(bound)) ?? address.port
         evhttp_set_allowed_methods(http, UInt16(EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_HEAD.rawValue))
+        // evhttp buffers a whole request before its callback (and before the method check above)
+        // runs, with no limit by default: a 150 MiB POST cost 150 MiB of RSS. Health checks and
+        // scrapers send a few hundred bytes of head and never a body. In libevent 2.1.12 a limit
+        // is a byte count (only a negative one means unlimited), so 0 means no body at all: a
+        // Content-Length > 0 or a chunk size > 0 fails the request as soon as the head is read,
+        // before any body byte is buffered, with 413 and `Connection: close`. Heads past the
+        // header limit (request line included) end in 400. Limits are copied to each connection
+        // when it is accepted, so they are set before the loop runs.
+        evhttp_set_max_headers_size(http, Self.maxHeadBytes)
+        evhttp_set_max_body_size(http, 0)
         evhttp_set_gencb(http, { request, context in
             Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
         }, Unmanaged.passUnretained(self).toOpaque())

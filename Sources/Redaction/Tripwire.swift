@@ -9,12 +9,20 @@ import HTTP1Codec
 public struct Tripwire: Sendable {
     private let needles: [[UInt8]]
 
-    public init(secretValues: [String]) {
+    /// `secrets`: each secret's exact bytes (`SecretValue.exposedBytes`).
+    public init(secrets: [[UInt8]]) {
         var needles: Set<[UInt8]> = []
-        for value in secretValues where value.utf8.count >= 4 {
-            let raw = Array(value.utf8)
-            needles.insert(raw)
-            needles.insert(Array(PercentEncoding.encode(raw).utf8))
+        for raw in secrets where raw.count >= 4 {
+            // How the bytes can look in a line (which is UTF-8): as themselves (text decoded as
+            // UTF-8, a JSON body), and as a header value puts them, one scalar per byte, so a
+            // non-ASCII byte is widened to two (`é` = C3 A9 becomes C3 83 C2 A9).
+            var forms = [raw, Array(HTTPField.value(wireBytes: raw).utf8)]
+            // The JSON writer escapes `"`, `\` and tab, which would split a needle.
+            forms += forms.map(Self.jsonEscaped)
+            for form in forms { needles.insert(form) }
+            let percent = Array(PercentEncoding.encode(raw).utf8)
+            needles.insert(percent)
+            needles.insert(Self.lowercasingHex(percent))  // %c3%a9 is as valid as %C3%A9
             needles.insert(Array(Base64.encode(raw).utf8))
             needles.insert(Array(Base64.encodeURLSafe(raw).utf8))
             // Base64 of a value inside a longer plaintext shifts by position: the unpadded core of
@@ -26,6 +34,33 @@ public struct Tripwire: Sendable {
             }
         }
         self.needles = needles.filter { !$0.isEmpty }.sorted { $0.count > $1.count }
+    }
+
+    static func jsonEscaped(_ bytes: [UInt8]) -> [UInt8] {
+        var output: [UInt8] = []
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): output += [UInt8(ascii: "\\"), byte]
+            case 0x09: output += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            default: output.append(byte)
+            }
+        }
+        return output
+    }
+
+    /// `%XX` escapes with lowercase hex digits; other bytes unchanged.
+    static func lowercasingHex(_ encoded: [UInt8]) -> [UInt8] {
+        var output = encoded
+        var index = 0
+        while index < output.count {
+            if output[index] == UInt8(ascii: "%"), index + 2 < output.count {
+                for digit in (index + 1)...(index + 2) where output[digit] >= 0x41 && output[digit] <= 0x46 { output[digit] |= 0x20 }
+                index += 3
+            } else {
+                index += 1
+            }
+        }
+        return output
     }
 
     /// The line with every hit replaced by `<tripwire>`, and how many hits there were.

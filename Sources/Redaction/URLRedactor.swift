@@ -20,23 +20,51 @@ public struct Redactor: Sendable {
             query = pathPart[pathPart.index(after: question)...]
             pathPart = pathPart[..<question]
         }
-        var result = pathPart.split(separator: "/", omittingEmptySubsequences: false).map { segment in
-            Self.classify(segment) ?? String(segment)
-        }.joined(separator: "/")
+        var result = pathPart.split(separator: "/", omittingEmptySubsequences: false).map(redactedSegment).joined(separator: "/")
         if let query {
-            result += "?" + query.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
-                let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-                let name = String(parts[0])
-                let shownName = Self.classify(parts[0]) ?? name
-                guard parts.count == 2 else { return shownName }
-                let decodedName = String(decoding: Self.percentDecoded(parts[0]), as: UTF8.self)
-                if rules.safeQuery.contains(decodedName) {
-                    return shownName + "=" + (Self.classify(parts[1]) ?? String(parts[1]))
+            result += "?"
+            // `;` separates pairs too (Tomcat, Python's old parse_qs, many frameworks): split only
+            // on `&`, `limit=20;api_key=SECRET` logged the key as part of the safe `limit` value.
+            // Each separator is kept as it was, so the log shows the query's real shape.
+            var pairStart = query.startIndex
+            var index = query.startIndex
+            while true {
+                if index == query.endIndex || query[index] == "&" || query[index] == ";" {
+                    result += redactedPair(query[pairStart..<index])
+                    guard index < query.endIndex else { break }
+                    result.append(query[index])
+                    pairStart = query.index(after: index)
                 }
-                return shownName + "=:redacted"
-            }.joined(separator: "&")
+                index = query.index(after: index)
+            }
         }
         return result
+    }
+
+    /// A path segment, classified by shape. Parameters after `;` (`/app;jsessionid=...`, how
+    /// Tomcat rewrites a session into the URL) are `name=value` pairs like a query's: classified as
+    /// a whole, a short session id next to a route word would have been kept.
+    func redactedSegment(_ segment: Substring) -> String {
+        guard let semicolon = segment.firstIndex(of: ";") else { return Self.classify(segment) ?? String(segment) }
+        let head = segment[..<semicolon]
+        var result = Self.classify(head) ?? String(head)
+        for parameter in segment[segment.index(after: semicolon)...].split(separator: ";", omittingEmptySubsequences: false) {
+            result += ";" + redactedPair(parameter)
+        }
+        return result
+    }
+
+    /// One `name=value` of a query: the name shown (classified if it looks like data), the value
+    /// only when the name is on the allowlist.
+    func redactedPair(_ pair: Substring) -> String {
+        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+        let shownName = Self.classify(parts[0]) ?? String(parts[0])
+        guard parts.count == 2 else { return shownName }
+        let decodedName = String(decoding: Self.percentDecoded(parts[0]), as: UTF8.self)
+        if rules.safeQuery.contains(decodedName) {
+            return shownName + "=" + (Self.classify(parts[1]) ?? String(parts[1]))
+        }
+        return shownName + "=:redacted"
     }
 
     /// An absolute or relative URL (a Location header): `https://cdn.x:443/:token?sig=:redacted`.

@@ -142,7 +142,7 @@ public struct ScopePolicy: Sendable {
                 case .failure(let missing):
                     return .failure(.secretUnavailable(scope: scope.name, secret: missing.name))
                 case .success(let value):
-                    output.set(name: injection.header, value: value.exposedValue)
+                    output.set(name: injection.header, value: value.exposedFieldValue)
                     decision.injected.append(injection.header)
                 }
             }

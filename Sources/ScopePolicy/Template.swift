@@ -69,18 +69,21 @@ public struct HeaderTemplate: Sendable, Equatable {
         parts.compactMap { if case .secret(let name) = $0 { name } else { nil } }
     }
 
-    /// The header value with current secrets filled in; nil names the first missing secret.
+    /// The header value's bytes with current secrets filled in (put it in a header with
+    /// `exposedFieldValue`); the failure names the first missing secret. Secrets go in as the
+    /// bytes they were read as; literal text as its UTF-8 (`parse` admits only ASCII, so that is
+    /// the text itself).
     public func render(_ secrets: any SecretLookup) -> Result<SecretValue, MissingSecret> {
-        var value = ""
+        var bytes: [UInt8] = []
         for part in parts {
             switch part {
-            case .literal(let text): value += text
+            case .literal(let text): bytes += text.utf8
             case .secret(let name):
                 guard let secret = secrets.value(of: name) else { return .failure(MissingSecret(name: name)) }
-                value += secret.exposedValue
+                bytes += secret.exposedBytes
             }
         }
-        return .success(SecretValue(value))
+        return .success(SecretValue(bytes: bytes))
     }
 }
 

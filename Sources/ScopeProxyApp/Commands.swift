@@ -240,8 +240,9 @@ public enum Commands {
                     bytes += buffer[..<count]
                     if bytes.count > 64 * 1024 { throw LocalSecretDirectory.Failure.io("the value is larger than 64 KiB") }
                 }
-                if bytes.last == 0x0A { bytes.removeLast() }
-                try store.set(words[1], value: String(decoding: bytes, as: UTF8.self))
+                if bytes.last == 0x0A { bytes.removeLast() }  // the one echo or a terminal adds
+                // The bytes as given: decoding them as UTF-8 would replace any that are not.
+                try store.set(words[1], bytes: bytes)
             default:
                 fail("usage: scopeproxy secret set NAME | list | rm NAME")
                 return 2

@@ -49,7 +49,7 @@ public enum Runtime {
                                  observer: (@Sendable (String) -> Void)? = nil) -> AccessLog {
         AccessLog(format: settings.format, output: settings.output,
                          rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
-                         logBodies: settings.bodies, secretValues: secrets.allValues.map(\.exposedValue), metrics: metrics, observer: observer)
+                         logBodies: settings.bodies, secretValues: secrets.allValues, metrics: metrics, observer: observer)
     }
 
     /// Loads a config file, or the embedded default when `path` is nil.
@@ -83,7 +83,7 @@ final class RunningProxy: Sendable {
     func rotateSecrets() {
         let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
-        if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue)) }
+        if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues) }
         for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
         for error in result.errors { Diagnostics.error("secret_unavailable", [("secret", error.name), ("reason", error.reason)]) }
     }
@@ -95,7 +95,7 @@ final class RunningProxy: Sendable {
             try secrets.load()
             holder.replace(with: Runtime.scopeContext(config, secrets: secrets))
             self.secrets.withLock { $0 = secrets }
-            engine.accessLog?.updateSecrets(secrets.allValues.map(\.exposedValue))
+            engine.accessLog?.updateSecrets(secrets.allValues)
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count))])
         } catch let error as ConfigError {

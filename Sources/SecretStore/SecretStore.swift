@@ -97,7 +97,10 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         switch source {
         case .env(let variable):
             guard let raw = getenv(variable) else { throw SecretError(name: name, reason: "environment variable \(variable) is not set") }
-            return (try Self.validate(name, String(cString: raw)), nil)
+            // The variable's bytes as they are: String(cString:) would replace non-UTF-8 bytes.
+            let length = strlen(raw)
+            let bytes = raw.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
+            return (try Self.validate(name, bytes), nil)
         case .file(let path, let allowGroupRead):
             return try Self.readFile(name, path: path, allowGroupRead: allowGroupRead)
         case .store(let storeName):
@@ -125,16 +128,24 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         case .failure(.unreadable): throw SecretError(name: name, reason: "cannot open \(path)")
         }
         if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
-        return (try validate(name, String(decoding: bytes, as: UTF8.self)), Self.fileState(path))
+        // The bytes as read: decoding them as UTF-8 here is what turned a non-UTF-8 byte into
+        // U+FFFD, and the Latin-1 serializer then wrote `é` as one byte.
+        return (try validate(name, bytes), Self.fileState(path))
     }
 
-    /// A value must fit in a header: no CR, LF or NUL (that would be header injection).
-    static func validate(_ name: String, _ value: String) throws(SecretError) -> SecretValue {
-        if value.isEmpty { throw SecretError(name: name, reason: "the value is empty") }
-        if value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
+    /// A value must be a valid header field value (RFC 9110 §5.5): no CR, LF or NUL (header
+    /// injection), and no other control byte (C0 but HTAB, and DEL) either. Bytes 0x80-0xFF
+    /// (obs-text, which is what UTF-8 text is on the wire) are fine. The error names the secret,
+    /// never a byte of it, not even which control byte or where.
+    static func validate(_ name: String, _ bytes: [UInt8]) throws(SecretError) -> SecretValue {
+        if bytes.isEmpty { throw SecretError(name: name, reason: "the value is empty") }
+        if bytes.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
             throw SecretError(name: name, reason: "the value contains CR, LF or NUL")
         }
-        return SecretValue(value)
+        if bytes.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
+            throw SecretError(name: name, reason: "the value contains a control character (a C0 control other than tab, or DEL), which a header cannot carry")
+        }
+        return SecretValue(bytes: bytes)
     }
 
     private static func fileState(_ path: String) -> FileState? {
@@ -173,14 +184,15 @@ public struct LocalSecretDirectory: Sendable {
         if let problem = PrivateDirectory.create(path) { throw .io(problem) }
     }
 
-    public func set(_ name: String, value: String) throws(Failure) {
+    /// Stores `bytes` exactly (the caller has removed a trailing newline if it wants to): the
+    /// store reads them back unchanged, so what is injected is what was given.
+    public func set(_ name: String, bytes: [UInt8]) throws(Failure) {
         guard SecretSource.isValidStoreName(name) else { throw .invalidName(name) }
-        do { _ = try SecretStore.validate(name, value) } catch { throw .io(error.description) }
+        do { _ = try SecretStore.validate(name, bytes) } catch { throw .io(error.description) }
         try ensureDirectory()
         let temporary = "\(path)/.\(name).tmp.\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        let bytes = Array(value.utf8)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         let synced = fsync(fd) == 0
         close(fd)

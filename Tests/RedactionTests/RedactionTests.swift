@@ -29,6 +29,50 @@ struct RedactionTests {
         #expect(redactor.pathAndQuery(input) == expected)
     }
 
+    @Test("`;` separates query pairs as `&` does: a key behind it is redacted even after a safe one")
+    func semicolonSeparatedQuery() {
+        // Letters only: a run of digits would be classified `:number` and hide the leak by luck.
+        let secret = "CANARY-semicolon-" + String((0..<8).map { _ in "ghjkmnpqrstvwxyz".randomElement()! })
+        let cases: [(String, String)] = [
+            ("/v1/books?limit=20;api_key=\(secret)", "/v1/books?limit=20;api_key=:redacted"),
+            ("/v1/books?page=2;token=\(secret)&sort=asc", "/v1/books?page=2;token=:redacted&sort=asc"),
+            ("/v1/books?api_key=\(secret);limit=5", "/v1/books?api_key=:redacted;limit=5"),
+            ("/v1/books?limit=1;;&", "/v1/books?limit=1;;&"),
+        ]
+        for (input, expected) in cases {
+            let logged = redactor.pathAndQuery(input)
+            #expect(logged == expected)
+            #expect(!logged.contains(secret))
+        }
+        let location = redactor.url("https://cdn.example/dl?format=zip;sig=\(secret)")
+        #expect(location == "https://cdn.example/dl?format=zip;sig=:redacted")
+        #expect(!location.contains(secret))
+    }
+
+    @Test("path parameters after `;` (a URL-rewritten session id) are pairs too: values only for safe names")
+    func pathParameters() {
+        let session = "CANARY-jsession-" + String((0..<8).map { _ in "ghjkmnpqrstvwxyz".randomElement()! })
+        let cases: [(String, String)] = [
+            ("/shop;jsessionid=\(session)/cart", "/shop;jsessionid=:redacted/cart"),
+            ("/shop;version=2;sid=\(session)?limit=5", "/shop;version=2;sid=:redacted?limit=5"),
+            ("/users/alice%40example.com;x/orders", "/users/:email;x/orders"),
+        ]
+        for (input, expected) in cases {
+            let logged = redactor.pathAndQuery(input)
+            #expect(logged == expected)
+            #expect(!logged.contains(session))
+        }
+    }
+
+    @Test("a form-encoded body is summarized by size and type only, whatever its separators")
+    func formBodies() {
+        let secret = "CANARY-form-\(UInt32.random(in: 0...UInt32.max))"
+        let body = Array("limit=20;password=\(secret)&page=1".utf8)
+        let summary = redactor.bodySummary(body, totalBytes: UInt64(body.count), contentType: "application/x-www-form-urlencoded", truncated: false)
+        #expect(summary == "<\(body.count) bytes application/x-www-form-urlencoded>")
+        #expect(!summary.contains(secret))
+    }
+
     @Test("absolute URLs (Location) lose userinfo and fragment")
     func urls() {
         #expect(redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
@@ -72,7 +116,7 @@ struct RedactionTests {
     @Test("the tripwire finds a secret raw, percent-encoded, base64 and base64url, and counts each hit")
     func tripwire() {
         let secret = "s3cr3t/value+with=odd?chars"
-        let tripwire = Tripwire(secretValues: [secret])
+        let tripwire = Tripwire(secrets: [Array(secret.utf8)])
         // Encoded here with Foundation, not with the encoders the tripwire itself uses.
         let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
         let base64 = Data(secret.utf8).base64EncodedString()
@@ -87,4 +131,28 @@ struct RedactionTests {
         }
         #expect(tripwire.scrub("{\"clean\":true}").hits == 0)
     }
+
+    @Test("the tripwire finds a non-ASCII secret as UTF-8 text, as a header value's Latin-1 scalars, and JSON-escaped")
+    func tripwireBytes() {
+        let raw: [UInt8] = Array("CANARY-trip-".utf8) + [0xC3, 0xA9, 0xE2, 0x82, 0xAC] + Array("\"q\\-\(UInt32.random(in: 0...UInt32.max))".utf8)
+        let tripwire = Tripwire(secrets: [raw])
+        let asText = String(decoding: raw, as: UTF8.self)
+        // A header value holds one scalar per wire byte; interpolated into a line, each byte >= 0x80
+        // becomes two UTF-8 bytes.
+        let asHeaderValue = HTTPField.value(wireBytes: raw)
+        let jsonEscaped = asHeaderValue.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        let percentLowercase = raw.map { byte -> String in
+            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D
+                ? String(UnicodeScalar(byte)) : "%" + String(byte, radix: 16).leftPadded(to: 2)
+        }.joined()
+        for (label, form) in [("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("percent, lowercase", percentLowercase)] {
+            let (line, hits) = tripwire.scrub("x=\(form) y")
+            #expect(hits == 1, "\(label)")
+            #expect(line == "x=<tripwire> y", "\(label)")
+        }
+    }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

@@ -39,7 +39,24 @@ struct SecretStoreTests {
         let file = directory.write("token", "CANARY-file-7a2c\n", mode: 0o600)
         let store = SecretStore(sources: ["token": .file(path: file, allowGroupRead: false)], storeDirectory: directory.path)
         try store.load()
-        #expect(store.value(of: "token")?.exposedValue == "CANARY-file-7a2c")
+        #expect(store.value(of: "token")?.exposedBytes == Array("CANARY-file-7a2c".utf8))
+    }
+
+    @Test("file and env values are the exact bytes read: UTF-8 and non-UTF-8 alike, one trailing newline removed")
+    func exactBytes() throws {
+        let directory = TemporaryDirectory()
+        let value: [UInt8] = Array("CANARY-utf8-".utf8) + [0xC3, 0xA9, 0xE2, 0x82, 0xAC, 0x2D, 0xE9, 0xFF, 0x09, 0x41]
+        let file = directory.path + "/bytes"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data(value + [0x0A]), attributes: [.posixPermissions: 0o600]))
+        setenv("SCOPEPROXY_TEST_BYTES", value.map { CChar(bitPattern: $0) } + [0], 1)
+        defer { unsetenv("SCOPEPROXY_TEST_BYTES") }
+        let store = SecretStore(sources: ["file": .file(path: file, allowGroupRead: false), "env": .env("SCOPEPROXY_TEST_BYTES")],
+                                storeDirectory: directory.path)
+        try store.load()
+        let fromFile = store.value(of: "file")?.exposedBytes == value
+        let fromEnvironment = store.value(of: "env")?.exposedBytes == value
+        #expect(fromFile)
+        #expect(fromEnvironment)
     }
 
     @Test("unsafe files are refused at load, naming the secret and never the value")
@@ -65,6 +82,27 @@ struct SecretStoreTests {
             #expect(error?.description.contains(canary) == false)
         }
         #expect(loadError(.file(path: group, allowGroupRead: true)) == nil, "group read is allowed when asked (fsGroup)")
+    }
+
+    @Test("control bytes other than HTAB are refused (file and env), naming the secret and never the value")
+    func controlBytes() {
+        let directory = TemporaryDirectory()
+        let canary = "CANARY-control-\(UInt32.random(in: 0...UInt32.max))"
+        // CR, LF and NUL inject headers; the rest (ESC, BEL, DEL...) are not field-value bytes either.
+        for control in ["\u{01}", "\u{07}", "\u{1B}", "\u{7F}", "\u{0B}"] {
+            let file = directory.write("control", canary + control + "x", mode: 0o600)
+            let error = loadError(.file(path: file, allowGroupRead: false))
+            #expect(error?.description.contains("secret 's'") == true, "\(control.unicodeScalars.first!.value)")
+            #expect(error?.description.contains("control") == true)
+            #expect(error?.description.contains(canary) == false)
+            setenv("SCOPEPROXY_TEST_CONTROL", canary + control, 1)
+            let fromEnvironment = loadError(.env("SCOPEPROXY_TEST_CONTROL"))
+            #expect(fromEnvironment?.description.contains("secret 's'") == true)
+            #expect(fromEnvironment?.description.contains(canary) == false)
+        }
+        unsetenv("SCOPEPROXY_TEST_CONTROL")
+        let tab = directory.write("tab", "CANARY-tab\tvalue", mode: 0o600)
+        #expect(loadError(.file(path: tab, allowGroupRead: false)) == nil, "HTAB is allowed inside a field value")
     }
 
     @Test("a file owned by another user (root excepted) is refused")
@@ -102,8 +140,8 @@ struct SecretStoreTests {
 
         let result = store.refresh()
         #expect(Set(result.changed) == ["token", "k8s"])
-        #expect(store.value(of: "token")?.exposedValue == "second")
-        #expect(store.value(of: "k8s")?.exposedValue == "k8s-second")
+        #expect(store.value(of: "token")?.exposedBytes == Array("second".utf8))
+        #expect(store.value(of: "k8s")?.exposedBytes == Array("k8s-second".utf8))
 
         chmod(file, 0o644)
         let unsafe = store.refresh()
@@ -115,8 +153,8 @@ struct SecretStoreTests {
     func localStore() throws {
         let directory = TemporaryDirectory()
         let store = LocalSecretDirectory(path: directory.path + "/nested/secrets")
-        try store.set("github", value: "CANARY-gh-31f0")
-        try store.set("cdn", value: "CANARY-cdn-0b2e")
+        try store.set("github", bytes: Array("CANARY-gh-31f0".utf8))
+        try store.set("cdn", bytes: Array("CANARY-cdn-0b2e".utf8))
         #expect(store.list() == ["cdn", "github"])
         let attributes = try FileManager.default.attributesOfItem(atPath: store.path + "/github")
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
@@ -124,11 +162,16 @@ struct SecretStoreTests {
         #expect((directoryAttributes[.posixPermissions] as? Int) == 0o700)
         let secrets = SecretStore(sources: ["gh": .store("github")], storeDirectory: store.path)
         try secrets.load()
-        #expect(secrets.value(of: "gh")?.exposedValue == "CANARY-gh-31f0")
+        #expect(secrets.value(of: "gh")?.exposedBytes == Array("CANARY-gh-31f0".utf8))
         try store.remove("github")
         #expect(store.list() == ["cdn"])
-        #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("../escape", value: "x") }
-        #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("ok", value: "two\nlines") }
+        #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("../escape", bytes: Array("x".utf8)) }
+        #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("ok", bytes: Array("two\nlines".utf8)) }
+        #expect(throws: LocalSecretDirectory.Failure.self) { try store.set("ok", bytes: [0x41, 0x1B, 0x42]) }
+        let nonASCII: [UInt8] = [0x43, 0xC3, 0xA9, 0xE9, 0xFF]
+        try store.set("raw", bytes: nonASCII)
+        let stored = try [UInt8](Data(contentsOf: URL(fileURLWithPath: store.path + "/raw")))
+        #expect(stored == nonASCII, "stored as given")
     }
 
     @Test("a relative store or CA directory is made under the working directory, 0700, parents included")
