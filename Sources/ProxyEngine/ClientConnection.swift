@@ -432,7 +432,7 @@ final class ClientConnection: UpstreamConnectorDelegate {
     private func handleFinalHead(_ head: ResponseHead, _ exchange: Exchange) {
         var head = head
         if let publicOrigin = routePublicOrigin, let location = head.fields.first("location"),
-           let target = RedirectPolicy.resolve(location, origin: exchange.origin, pathAndQuery: exchange.pathAndQuery),
+           case .target(let target) = RedirectPolicy.resolve(location, origin: exchange.origin, pathAndQuery: exchange.pathAndQuery),
            target.origin == exchange.origin {
             // A route's client knows only the route: a Location pointing upstream is rewritten back.
             let routeAuthority = exchange.request.fields.first("host").flatMap { host in
@@ -480,10 +480,10 @@ final class ClientConnection: UpstreamConnectorDelegate {
         case .notRedirect:
             return true
         case .pass(let target):
-            record?.redirect = (head.fields.first("location"), target.origin, "pass")
+            if let target { record?.redirect = (head.fields.first("location"), target.origin, "pass") }
             return true
         case .block(let target):
-            record?.redirect = (head.fields.first("location"), target, "block")
+            if let target { record?.redirect = (head.fields.first("location"), target, "block") }
             failExchange(.redirectBlocked(target))  // the target receives nothing
             return false
         case .tooManyHops:
