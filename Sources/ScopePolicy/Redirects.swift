@@ -96,8 +96,8 @@ extension RedirectPolicy {
     }
 
     /// Resolves a Location against the request URL the way the WHATWG URL Standard's basic URL
-    /// parser does (browsers, Node, curl's WHATWG mode): the proxy must never read a Location as
-    /// naming a different host than the client that follows it. Where the standard decodes
+    /// parser does (browsers, Node, Deno): the proxy must never read a Location as naming a
+    /// different host than the client that follows it. Where the standard decodes
     /// (percent-encoded hosts, IDNA) the proxy refuses instead (`.unparseable`).
     public static func resolve(_ location: String, origin: Origin, pathAndQuery: String) -> LocationResolution {
         guard case .url(let base) = WebURL.parse("\(origin.scheme.rawValue)://\(origin.authority)\(pathAndQuery)", base: nil) else {
