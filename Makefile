@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test hostile build release bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-bench clean
+.PHONY: run test hostile build release bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 packages-build:
 	$(call ensure_packages,$(BUILD_PACKAGES))
@@ -30,6 +30,11 @@ packages-test: packages-build
 	@python3 -c 'import requests' 2>/dev/null || python3 -m pip install -q requests
 	@# h11 is the second parser of the codec's differential test (test harness only)
 	@python3 -c 'import h11' 2>/dev/null || python3 -m pip install -q h11
+	@# Node's WHATWG URL parser is the reference of the Location differential test
+	@command -v node >/dev/null || $(MAKE) --no-print-directory packages-node
+
+packages-node:
+	$(call ensure_packages,nodejs)
 
 packages-bench: packages-build
 	$(call ensure_packages,$(BENCH_PACKAGES))

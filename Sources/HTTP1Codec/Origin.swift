@@ -16,12 +16,18 @@ public struct Origin: Hashable, Sendable, CustomStringConvertible {
     /// Lowercased, trailing dot removed; IPv6 literals keep their brackets (`[::1]`).
     public let host: String
     public let port: UInt16
+    /// Kept from the parse so `isLoopback` reads the parsed form, never the text.
+    private let hostKind: Host.Kind
 
     public init(scheme: Scheme, host: Host, port: UInt16?) {
         self.scheme = scheme
         self.host = host.normalized
         self.port = port ?? scheme.defaultPort
+        hostKind = host.kind
     }
+
+    /// Whether the host is this machine: see `Host.isLoopback`.
+    public var isLoopback: Bool { Host.isLoopback(normalized: host, kind: hostKind) }
 
     /// Always with the port: `https://api.x:443`. This is how origins appear in logs and errors.
     public var description: String { "\(scheme.rawValue)://\(host):\(port)" }
@@ -60,9 +66,10 @@ public struct Host: Hashable, Sendable {
     public let normalized: String
     public let kind: Kind
 
-    /// Accepts a DNS name (letters, digits, `-`, `_`, `.`), an IPv4 literal, or a bracketed IPv6
-    /// literal. Percent-encoding, other sub-delims, zone ids and IPvFuture are refused: nothing a
-    /// resolver and the scope rules could read differently.
+    /// Accepts a DNS name (letters, digits, `-`, `_`, `.`), a canonical dotted-quad IPv4 literal,
+    /// or a bracketed IPv6 literal. Percent-encoding, other sub-delims, zone ids, IPvFuture and
+    /// names ending in a number are refused: nothing a resolver, a browser and the scope rules
+    /// could read differently.
     public static func parse(_ text: Substring) throws(TargetParseError) -> Host {
         if text.utf8.contains(where: { $0 >= 0x80 }) {
             // An internationalized name (from config; never on the wire): each label to punycode.
@@ -93,15 +100,14 @@ public struct Host: Hashable, Sendable {
         }
         var name = bytes.map(ASCII.lowercased)
         if name.last == UInt8(ascii: ".") { name.removeLast() }
-        guard !name.isEmpty, name.count <= 253 else { throw .invalid("invalid host name") }
-        var onlyDigitsAndDots = true
+        // One trailing dot is the root (`a.example.` is `a.example`); a second is an empty label.
+        guard !name.isEmpty, name.last != UInt8(ascii: "."), name.count <= 253 else { throw .invalid("invalid host name") }
         var dots = 0
         var previous: UInt8 = 0
         for byte in name {
             switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"):
-                onlyDigitsAndDots = false
-            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"):
                 break
             case UInt8(ascii: "."):
                 guard previous != UInt8(ascii: "."), previous != 0 else { throw .invalid("invalid host name") }
@@ -112,11 +118,14 @@ public struct Host: Hashable, Sendable {
             previous = byte
         }
         let text = String(decoding: name, as: UTF8.self)
-        if onlyDigitsAndDots {
-            // All digits and dots: must be a dotted-quad IPv4 literal, not something a resolver
-            // would read as an integer address (`2130706433`, `127.1`).
-            var address = in_addr()
-            guard dots == 3, inet_pton(AF_INET, text, &address) == 1 else { throw .invalid("invalid IPv4 literal") }
+        // WHATWG URL "ends in a number" (host parser step 7): when the last label is all digits or
+        // `0x` + hex, a browser parses the whole host as IPv4 the way inet_aton does, so `0x7f.1`,
+        // `127.1`, `2130706433` and `1.2.3.0x4` are addresses there (127.0.0.1, 1.2.3.4) while a
+        // DNS-name reading would scope them as names. Only the canonical dotted quad reads the same
+        // to every parser; any other host ending in a number is refused.
+        let lastLabel = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).last ?? []
+        if Self.endsInNumber(lastLabel) {
+            guard dots == 3, Self.isCanonicalDottedQuad(name) else { throw .invalid("invalid IPv4 literal") }
             return Host(normalized: text, kind: .ipv4)
         }
         return Host(normalized: text, kind: .name)
@@ -125,6 +134,44 @@ public struct Host: Hashable, Sendable {
     private init(normalized: String, kind: Kind) {
         self.normalized = normalized
         self.kind = kind
+    }
+
+    /// All digits, or `0x`/`0X` followed by hex digits (none at all included: WHATWG's IPv4 number
+    /// parser reads a bare `0x` as zero).
+    static func endsInNumber(_ label: ArraySlice<UInt8>) -> Bool {
+        guard !label.isEmpty else { return false }
+        if label.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) { return true }
+        guard label.count >= 2, label[label.startIndex] == UInt8(ascii: "0"),
+              ASCII.lowercased(label[label.startIndex + 1]) == UInt8(ascii: "x") else { return false }
+        return label.dropFirst(2).allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (ASCII.lowercased(byte) >= 0x61 && ASCII.lowercased(byte) <= 0x66)
+        }
+    }
+
+    /// Four decimal octets 0-255 without leading zeros (`010` is octal 8 to inet_aton and WHATWG).
+    static func isCanonicalDottedQuad(_ name: [UInt8]) -> Bool {
+        let octets = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard octets.count == 4 else { return false }
+        return octets.allSatisfy { octet in
+            guard (1...3).contains(octet.count), octet.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return false }
+            if octet.count > 1 && octet.first == UInt8(ascii: "0") { return false }
+            return octet.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
+        }
+    }
+
+    /// This machine, judged on the parsed form: an IPv4 literal in 127.0.0.0/8 (RFC 1122
+    /// §3.2.1.3), the IPv6 loopback `[::1]` (RFC 4291 §2.5.3), or the name `localhost` (RFC 6761
+    /// §6.3). Never a text prefix: `127.evil.example` is a DNS name anyone can point anywhere.
+    /// IPv4-mapped forms (`[::ffff:127.0.0.1]`) and `*.localhost` names are not counted: for
+    /// the one thing this decides (clear-text credentials), not counting fails closed.
+    public var isLoopback: Bool { Self.isLoopback(normalized: normalized, kind: kind) }
+
+    static func isLoopback(normalized: String, kind: Kind) -> Bool {
+        switch kind {
+        case .ipv4: normalized.split(separator: ".").first == "127"
+        case .ipv6: normalized == "[::1]"
+        case .name: normalized == "localhost"
+        }
     }
 }
 

@@ -25,8 +25,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     case proxyAuthenticationRequired
     /// A secret an injection needs has no value: the request is not sent (fail closed).
     case credentialUnavailable(scope: String, secret: String)
-    /// Block mode: a redirect to an origin that is not allowed. Names the origin only; nil when the
-    /// Location could not be read at all (blocked too: fail closed).
+    /// Block mode: a redirect to an origin that is not allowed. Names the origin only; nil when
+    /// the Location names no http(s) origin the proxy can read.
     case redirectBlocked(Origin?)
     case redirectLoop
     /// Upstream certificate verification failed; nothing of the request was sent.
@@ -120,7 +120,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .proxyAuthenticationRequired: "this proxy needs Proxy-Authorization (Basic any-user:password, or Bearer password)"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
-        case .redirectBlocked(nil): "redirect blocked by the redirect policy: its Location cannot be read as an http(s) URL"
+        case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"

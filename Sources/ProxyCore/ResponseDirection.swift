@@ -43,7 +43,7 @@ public enum ResponseDirector {
         let hop = context.hop
         let location = head.fields.first("location")
         if case .route(let upstream, let publicOrigin) = context.mode, let location,
-           let target = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
+           case .target(let target) = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
            target.origin == upstream {
             // A route's client knows only the route: a Location pointing upstream is rewritten back
             // to the address the client used (its Host, when it named one), or the listener's.
@@ -62,7 +62,7 @@ public enum ResponseDirector {
         case .notRedirect:
             return .relay(head, redirect: nil)
         case .pass(let target):
-            return .relay(head, redirect: RedirectRecord(location: location, origin: target.origin, decision: .pass))
+            return .relay(head, redirect: RedirectRecord(location: location, origin: target?.origin, decision: .pass))
         case .block(let origin):
             return .refuse(.redirectBlocked(origin), redirect: RedirectRecord(location: location, origin: origin, decision: .block))
         case .tooManyHops:

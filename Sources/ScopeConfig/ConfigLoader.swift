@@ -176,7 +176,8 @@ struct Decoder {
                 do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
                 guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
                 if origin.scheme == .http {
-                    let loopback = Self.isLoopback(origin.host)
+                    // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
+                    let loopback = origin.isLoopback
                     if explicitHTTPS == true && !loopback {
                         throw self.error(originNode, "http origin \(origin) in scope '\(name)' with require_https: true")
                     }
@@ -196,10 +197,6 @@ struct Decoder {
                                 pass: Set(pass), methods: methods, paths: paths))
         }
         return scopes
-    }
-
-    static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host.hasPrefix("127.") || host == "[::1]"
     }
 
     func describe(_ error: HeaderTemplate.ParseError) -> String {

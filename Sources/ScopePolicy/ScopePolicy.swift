@@ -47,6 +47,9 @@ public struct ScopeDecision: Sendable, Equatable {
         case originInScope = "origin_in_scope"
         /// A followed redirect went from https to http: nothing sensitive may travel.
         case httpsDowngrade = "https_downgrade"
+        /// A TRACE request: the origin echoes it back (RFC 9110 §9.3.8), so nothing sensitive
+        /// is sent, not even what a scope passes, and nothing is injected.
+        case traceMethod = "trace_method"
     }
 
     public var scopes: [String] = []
@@ -88,12 +91,12 @@ public struct ChainContext: Sendable, Equatable {
 /// The credential scope rules of the contract, as a pure function of the request and the config.
 public struct ScopePolicy: Sendable {
     public let scopes: [Scope]
-    /// Lowercased: built-in plus configured.
+    /// Built-in plus configured, as `SensitiveHeaders.canonicalName` spells them.
     public let sensitiveHeaders: Set<String>
 
     public init(scopes: [Scope], extraSensitiveHeaders: [String] = []) {
         self.scopes = scopes
-        sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map { $0.lowercased() })
+        sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map(SensitiveHeaders.canonicalName))
     }
 
     /// The embedded safe default: no scope, so every sensitive header is stripped everywhere.
@@ -103,8 +106,9 @@ public struct ScopePolicy: Sendable {
         scopes.filter { $0.origins.contains(origin) }
     }
 
+    /// Case-insensitive, and `X_Api_Key` is `X-Api-Key` (see `SensitiveHeaders.canonicalName`).
     public func isSensitive(_ name: String) -> Bool {
-        sensitiveHeaders.contains(name.lowercased())
+        sensitiveHeaders.contains(SensitiveHeaders.canonicalName(name))
     }
 
     /// Applies the scope rules to one request (or one hop of a followed redirect chain).
@@ -115,28 +119,45 @@ public struct ScopePolicy: Sendable {
         var decision = ScopeDecision()
         let covering = chain.downgraded ? [] : covering(origin)
         decision.scopes = covering.map(\.name)
-        decision.reason = chain.downgraded ? .httpsDowngrade : (covering.isEmpty ? .originNotInScope : .originInScope)
+        // RFC 9110 §9.3.8: the origin reflects a TRACE request back in its response body, so any
+        // credential sent with it is handed to whatever reads the response (cross-site tracing).
+        // Methods are case-sensitive (§9.1), but servers that fold case would run `trace` too.
+        let isTrace = method.uppercased() == "TRACE"
+        decision.reason = chain.downgraded ? .httpsDowngrade
+            : isTrace ? .traceMethod
+            : covering.isEmpty ? .originNotInScope : .originInScope
 
         // Injected header names belong to the proxy: the client's value never passes under them.
         var injectedNames = Set<String>()
-        for scope in covering { for injection in scope.inject { injectedNames.insert(injection.header.lowercased()) } }
         var passed = Set<String>()
-        for scope in covering { passed.formUnion(scope.pass) }
+        var limitsMethods = false
+        for scope in covering {
+            for injection in scope.inject { injectedNames.insert(SensitiveHeaders.canonicalName(injection.header)) }
+            if !isTrace { passed.formUnion(scope.pass.map(SensitiveHeaders.canonicalName)) }
+            if scope.methods != nil { limitsMethods = true }
+        }
+        let strippedEarlier = Set(chain.strippedByClientHeader.map(SensitiveHeaders.canonicalName))
 
         var output = HTTPFields()
         var stripped: [String] = []
         for field in fields {
-            let name = field.name.lowercased()
+            let name = SensitiveHeaders.canonicalName(field.name)
             let sensitive = sensitiveHeaders.contains(name) || injectedNames.contains(name)
-            let allowed = chain.clientCredentialsAllowed && passed.contains(name) && !chain.strippedByClientHeader.contains(name)
-            if sensitive && !allowed {
-                if !stripped.contains(where: { $0.lowercased() == name }) { stripped.append(field.name) }
+            // An underscore spelling of a sensitive or injected name is never forwarded, even
+            // where the dashed name passes: CGI/WSGI read `X_Api_Key` as `X-Api-Key`, so it would
+            // arrive as a second value beside the proxy's (or reach a name the scope never passed).
+            let isAlias = field.name.utf8.contains(UInt8(ascii: "_"))
+            let allowed = !isAlias && chain.clientCredentialsAllowed && passed.contains(name) && !strippedEarlier.contains(name)
+            // `methods:` limits what a credential may do; a method-override header would undo it.
+            let overridesMethod = limitsMethods && SensitiveHeaders.methodOverride.contains(name)
+            if (sensitive && !allowed) || overridesMethod {
+                if !stripped.contains(where: { $0.lowercased() == field.name.lowercased() }) { stripped.append(field.name) }
                 continue
             }
             output.append(name: field.name, value: field.value)
         }
 
-        for scope in covering where injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) {
+        for scope in covering where !isTrace && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) {
             for injection in scope.inject {
                 switch injection.template.render(secrets) {
                 case .failure(let missing):
@@ -147,11 +168,12 @@ public struct ScopePolicy: Sendable {
                 }
             }
         }
-        // An injected header replaced the client's: that is not a strip worth reporting.
+        // An injected header replaced the client's: that is not a strip worth reporting. (An
+        // underscore alias of it is: it is spelled differently, and was removed, not replaced.)
         decision.stripped = stripped.filter { name in !decision.injected.contains { $0.lowercased() == name.lowercased() } }
 
-        let keepUserinfo = hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization")
-            && !chain.strippedByClientHeader.contains("authorization")
+        // Userinfo becomes an Authorization header: it follows the same rule, TRACE included.
+        let keepUserinfo = hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization") && !strippedEarlier.contains("authorization")
         decision.userinfoRemoved = hasUserinfo && !keepUserinfo
         return .success(ScopedRequest(fields: output, keepUserinfo: keepUserinfo, decision: decision))
     }
@@ -159,23 +181,69 @@ public struct ScopePolicy: Sendable {
     func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String) -> Bool {
         if scope.requireHTTPS && origin.scheme != .https { return false }
         if let methods = scope.methods, !methods.contains(method.uppercased()) { return false }
-        if let prefixes = scope.paths {
-            let path = Self.path(of: pathAndQuery)
-            // Dot segments and encoded dots/slashes could walk out of an allowed prefix on the
-            // origin's side (`/v1/../admin`): such paths never get credentials.
-            guard !Self.hasAmbiguousSegments(path), prefixes.contains(where: { path.hasPrefix($0) }) else { return false }
-        }
+        if let prefixes = scope.paths, !Self.isCovered(Self.path(of: pathAndQuery), byAnyOf: prefixes) { return false }
         return true
+    }
+
+    /// Whether `path` lies under one of `prefixes`, in whole segments: `/v1` and `/v1/` both
+    /// cover `/v1`, `/v1/` and `/v1/x`, never `/v1-admin` or `/v10`; `/` covers every path.
+    /// Segments are compared as the origin's router would see them (see `routedSegments`).
+    static func isCovered(_ path: String, byAnyOf prefixes: [String]) -> Bool {
+        guard let segments = routedSegments(path) else { return false }
+        return prefixes.contains { prefix in
+            guard var wanted = routedSegments(prefix) else { return false }
+            if wanted.last?.isEmpty == true { wanted.removeLast() }
+            return segments.starts(with: wanted)
+        }
+    }
+
+    /// A path's segments after what servers do before routing: `;parameters` removed (Tomcat,
+    /// Jetty and Spring drop them, so `/v1/..;/admin` is served as `/admin`) and percent-decoded
+    /// once (`/%76%31/x` is `/v1/x`). nil, meaning no credential, when a segment could still
+    /// move the path on the origin's side: `.` or `..` (also as `%2e`, or before a `;` that
+    /// decoding revealed), or one containing `/` or `\` (`..%2f`, `%5c`: separators to some
+    /// servers), NUL (C servers end the path there), `%` (encoded twice, decoded again by some),
+    /// or an invalid escape (servers disagree on it).
+    static func routedSegments(_ path: String) -> [[UInt8]]? {
+        let bytes = Array(path.utf8)
+        guard bytes.first == UInt8(ascii: "/") else { return nil }
+        var segments: [[UInt8]] = []
+        for raw in bytes.dropFirst().split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            guard let decoded = percentDecoded(raw.prefix { $0 != UInt8(ascii: ";") }) else { return nil }
+            let beforeParameters = decoded.prefix { $0 != UInt8(ascii: ";") }
+            if beforeParameters.elementsEqual(".".utf8) || beforeParameters.elementsEqual("..".utf8) { return nil }
+            if decoded.contains(where: { [UInt8(ascii: "/"), UInt8(ascii: "\\"), 0, UInt8(ascii: "%")].contains($0) }) { return nil }
+            segments.append(decoded)
+        }
+        return segments
+    }
+
+    static func percentDecoded(_ bytes: ArraySlice<UInt8>) -> [UInt8]? {
+        func hexValue(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var output: [UInt8] = []
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            if bytes[index] == UInt8(ascii: "%") {
+                guard index + 2 < bytes.endIndex, let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) else { return nil }
+                output.append(high << 4 | low)
+                index += 3
+            } else {
+                output.append(bytes[index])
+                index += 1
+            }
+        }
+        return output
     }
 
     static func path(of pathAndQuery: String) -> String {
         if let question = pathAndQuery.firstIndex(of: "?") { return String(pathAndQuery[..<question]) }
         return pathAndQuery
-    }
-
-    static func hasAmbiguousSegments(_ path: String) -> Bool {
-        let lower = path.lowercased()
-        if lower.contains("%2e") || lower.contains("%2f") || lower.contains("%5c") || lower.contains("\\") { return true }
-        return path.split(separator: "/", omittingEmptySubsequences: false).contains { $0 == "." || $0 == ".." }
     }
 }

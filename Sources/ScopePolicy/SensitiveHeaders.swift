@@ -8,4 +8,26 @@ public enum SensitiveHeaders {
         "x-csrf-token", "x-xsrf-token", "x-amz-security-token", "x-goog-api-key", "x-vault-token",
         "private-token", "x-auth", "x-client-secret", "x-functions-key", "ocp-apim-subscription-key",
     ]
+
+    /// Headers that make a framework run another method than the request line's (Rails/Rack,
+    /// Express method-override, Symfony, Laravel, ASP.NET, Google APIs). Where a scope limits
+    /// `methods:`, `POST` + `X-HTTP-Method-Override: DELETE` would carry a POST-only credential
+    /// into a DELETE; they are removed there.
+    public static let methodOverride: Set<String> = ["x-http-method-override", "x-method-override", "x-http-method"]
+
+    /// The name as the rules compare it: ASCII-lowercased (RFC 9110 §5.1: names are
+    /// case-insensitive) with `_` read as `-`. CGI and WSGI servers (and nginx/Apache in front of
+    /// them) turn both `X-Api-Key` and `X_Api_Key` into `HTTP_X_API_KEY`, so an underscore
+    /// spelling is the same header to the application.
+    public static func canonicalName(_ name: String) -> String {
+        var bytes = Array(name.utf8)
+        for index in bytes.indices {
+            switch bytes[index] {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): bytes[index] |= 0x20
+            case UInt8(ascii: "_"): bytes[index] = UInt8(ascii: "-")
+            default: break
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
 }

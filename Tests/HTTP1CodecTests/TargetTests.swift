@@ -65,6 +65,30 @@ struct TargetTests {
     func refused(_ target: String) {
         #expect(throws: TargetParseError.self, "\(target)") { try RequestTarget.parse(target, method: "GET") }
     }
+
+    // WHATWG "ends in a number": a browser reads these as IPv4 (inet_aton style), a DNS-name
+    // reading would not, so only the canonical dotted quad is accepted.
+    @Test("a host whose last label is a number must be a canonical dotted quad", arguments: [
+        ("0x7f.0.0.1", nil), ("0x7f.1", nil), ("127.1", nil), ("2130706433", nil), ("1.2.3.0x4", nil),
+        ("1.2.3.0X4", nil), ("a.0x", nil), ("example.123", nil), ("010.0.0.1", nil), ("1.2.3.04", nil),
+        ("1.2.3.256", nil), ("1.2.3.4.5", nil), ("1.2.3.4..", nil), ("a..", nil), ("0x7f", nil),
+        ("1.2.3.4", "1.2.3.4"), ("1.2.3.4.", "1.2.3.4"), ("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"),
+        ("0x7f.example", "0x7f.example"), ("a.0xg", "a.0xg"), ("123.example", "123.example"), ("a.1e5", "a.1e5"),
+    ] as [(String, String?)])
+    func endsInNumber(_ host: String, _ expected: String?) {
+        let parsed = try? Host.parse(Substring(host))
+        #expect(parsed?.normalized == expected, "\(host)")
+    }
+
+    @Test("loopback is judged on the parsed host, never a text prefix", arguments: [
+        ("http://127.0.0.1:8765", true), ("http://127.255.0.9", true), ("http://localhost:80", true),
+        ("http://LOCALHOST.", true), ("http://[::1]:8080", true), ("http://[0:0::1]", true),
+        ("http://127.evil.example", false), ("http://127.0.0.1.evil.example", false), ("http://localhost.evil.example", false),
+        ("http://128.0.0.1", false), ("http://[::2]", false), ("http://[::ffff:127.0.0.1]", false), ("http://a.localhost", false),
+    ])
+    func loopback(_ origin: String, _ expected: Bool) throws {
+        #expect(try Origin.parse(origin).isLoopback == expected, "\(origin)")
+    }
 }
 
 @Suite("Hop-by-hop removal and re-serialization")
