@@ -63,7 +63,12 @@ struct BodyPump {
         captured!.withUnsafeMutableBytes { _ = evbuffer_copyout(source, $0.baseAddress! + start, count) }
     }
 
-    init(inbound: BodyFraming, outbound: BodyFraming) {
+    /// `capture`: keep up to that many body bytes (for a replay); `observe`: keep the first bytes (log).
+    init(inbound: BodyFraming, outbound: BodyFraming, capture: Int? = nil, observe: Int? = nil) {
+        defer {
+            if let capture { startCapture(limit: capture) }
+            if let observe { startObserving(limit: observe) }
+        }
         switch inbound {
         case .none: mode = .complete
         case .contentLength(let length): mode = length == 0 ? .complete : .remaining(length)

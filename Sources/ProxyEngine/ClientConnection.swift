@@ -20,7 +20,7 @@ final class ClientConnection: UpstreamLegOwner {
     private var transport: ClientTransport!
     /// The current hop's upstream, if any (at most one at a time).
     private var leg: UpstreamLeg?
-    private var scanner = HeadScanner(limits: .request)
+    private var requestReader = HeadReader(limits: .request)
     private var timer: OpaquePointer!
     private var armedTimer: TimerPurpose?
     let peer: String
@@ -95,7 +95,7 @@ final class ClientConnection: UpstreamLegOwner {
             startClientTLS(origin)
         case .readNextRequest:
             readRequestHead()
-            if machine.isAwaitingHead, transport.inputClosed {
+            if !isClosed, machine.isAwaitingHead, transport.inputClosed {
                 deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
             }
         case .closeClient(.afterFlush):
@@ -108,16 +108,11 @@ final class ClientConnection: UpstreamLegOwner {
             if let leg, leg.hop == hop { leg.write(bytes) }
         case .pumpRequestBody(let hop, let framing, let capture, let observe):
             guard let leg, leg.hop == hop else { return }
-            var pump = BodyPump(inbound: framing, outbound: framing)
-            if let capture { pump.startCapture(limit: capture) }
-            if let observe { pump.startObserving(limit: observe) }
-            leg.requestPump = pump
+            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe)
             pumpRequestBody()
         case .relayResponseBody(let hop, let inbound, let outbound, let observe):
             guard let leg, leg.hop == hop else { return }
-            var pump = BodyPump(inbound: inbound, outbound: outbound)
-            if let observe { pump.startObserving(limit: observe) }
-            leg.responsePump = pump
+            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe)
             pumpResponseBody()
         case .splice(let hop):
             guard let leg, leg.hop == hop else { return }
@@ -141,19 +136,13 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Client bytes → request head
 
     private func readRequestHead() {
-        let input = transport.input
-        let available = EventBuffer.length(input)
-        guard available > 0 else { return }
-        if !scanner.hasStarted { deliver(.headStarted) }
-        let bytes = EventBuffer.contiguousPrefix(input, min(available, HeadLimits.request.maxHeadBytes + 2))
+        guard EventBuffer.length(transport.input) > 0 else { return }
+        if !requestReader.hasStarted { deliver(.headStarted) }
         do {
-            guard let boundary = try scanner.scan(bytes) else { return }
-            let head = try HeadParser.parseRequest(UnsafeRawBufferPointer(rebasing: bytes[boundary.start..<boundary.end]))
-            evbuffer_drain(input, boundary.end)
-            scanner = HeadScanner(limits: .request)
-            deliver(.requestHead(head, headBytes: boundary.end, arrival()))
+            guard let (head, bytes) = try requestReader.next(from: transport.input, HeadParser.parseRequest) else { return }
+            deliver(.requestHead(head, headBytes: bytes, arrival()))
         } catch {
-            deliver(.requestHeadInvalid(HTTPParseError(error), arrival()))
+            deliver(.requestHeadInvalid(error, arrival()))
         }
     }
 
@@ -232,82 +221,41 @@ final class ClientConnection: UpstreamLegOwner {
     /// it waiting; once the final head is handled (relayed, followed, blocked) the loop ends, and
     /// the hop's remaining bytes are never read as another response (finding 1 of the review).
     private func readResponseHeads(_ leg: UpstreamLeg) {
-        while leg === self.leg, machine.expectsResponseHead(from: leg.hop), let input = leg.input {
-            let available = EventBuffer.length(input)
-            guard available > 0 else { return }
+        while leg === self.leg, machine.expectsResponseHead(from: leg.hop), let input = leg.input, EventBuffer.length(input) > 0 {
             leg.sawResponseBytes = true
-            let bytes = EventBuffer.contiguousPrefix(input, min(available, HeadLimits.response.maxHeadBytes + 2))
-            let head: ResponseHead
             do {
-                guard let boundary = try leg.responseScanner.scan(bytes) else { return }
-                head = try HeadParser.parseResponse(UnsafeRawBufferPointer(rebasing: bytes[boundary.start..<boundary.end]))
-                evbuffer_drain(input, boundary.end)
-                leg.responseScanner = HeadScanner(limits: .response)
+                guard let (head, _) = try leg.responseReader.next(from: input, HeadParser.parseResponse) else { return }
+                deliver(.responseHead(leg.hop, head))
             } catch {
-                deliver(.responseHeadInvalid(leg.hop, reason: HTTPParseError(error).responseProblem))
+                deliver(.responseHeadInvalid(leg.hop, reason: error.responseProblem))
                 return
             }
-            deliver(.responseHead(leg.hop, head))
         }
     }
 
-    // MARK: Bodies
+    // MARK: Bodies and tunnels (the leg and the splice move bytes; the machine hears what moved)
 
-    /// Client → upstream, as far as backpressure allows.
     private func pumpRequestBody() {
-        guard let leg, var pump = leg.requestPump, !pump.isComplete, let output = leg.output else { return }
-        let result: Result<Bool, HTTPParseError>
-        do {
-            result = .success(try pump.pump(from: transport.input, to: output, highWatermark: highWatermark))
-        } catch {
-            result = .failure(error)
+        guard let leg else { return }
+        if let progress = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark) {
+            deliver(.requestBody(leg.hop, progress))
         }
-        leg.requestPump = pump
-        let progress: BodyProgress
-        switch result {
-        case .failure: progress = .invalid
-        case .success: progress = pump.progress()
-        }
-        if case .moved(0, 0) = progress {} else { deliver(.requestBody(leg.hop, progress)) }
-        if self.leg === leg, !pump.isComplete, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
+        if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
             deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
         }
     }
 
-    /// Upstream → client, as far as backpressure allows. An origin that hung up ends a
-    /// close-delimited body, and cuts any other, once what it sent before closing has gone out.
     private func pumpResponseBody() {
-        guard let leg, var pump = leg.responsePump, let input = leg.input else { return }
-        var progress: BodyProgress
-        do {
-            _ = try pump.pump(from: input, to: transport.output, highWatermark: highWatermark)
-            if !pump.isComplete, leg.closed, EventBuffer.length(input) == 0 {
-                pump.sourceClosed()
-            }
-            progress = pump.progress()
-            if !pump.isComplete, leg.closed, EventBuffer.length(input) == 0 { progress = .cut }
-        } catch {
-            progress = .invalid
-        }
-        leg.responsePump = pump
-        if case .moved(0, 0) = progress { return }
+        guard let leg, let progress = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark) else { return }
         deliver(.responseBody(leg.hop, progress))
     }
 
-    /// Both directions of a tunnel, each as far as the other side's output allows.
     private func pumpTunnel() {
-        guard let leg, leg.splicing, let upstreamInput = leg.input, let upstreamOutput = leg.output else { return }
-        let fromClient = move(from: transport.input, to: upstreamOutput)
-        let fromUpstream = move(from: upstreamInput, to: transport.output)
-        if fromClient + fromUpstream > 0 {
-            deliver(.tunnelBytes(leg.hop, fromClient: fromClient, fromUpstream: fromUpstream))
+        guard let leg, leg.splicing else { return }
+        let moved = TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
+        if moved.fromClient + moved.fromUpstream > 0 {
+            deliver(.tunnelBytes(leg.hop, fromClient: moved.fromClient, fromUpstream: moved.fromUpstream))
         }
-    }
-
-    private func move(from input: OpaquePointer, to output: OpaquePointer) -> UInt64 {
-        let room = highWatermark - EventBuffer.length(output)
-        guard room > 0 else { return 0 }
-        return UInt64(EventBuffer.move(from: input, to: output, count: min(room, EventBuffer.length(input))))
     }
 
     /// One side of a tunnel hung up: hand over what it sent, then close once the other side has it.
@@ -318,19 +266,19 @@ final class ClientConnection: UpstreamLegOwner {
         }
         switch closedSide {
         case .client:
-            let moved = EventBuffer.move(from: transport.input, to: upstreamOutput, count: EventBuffer.length(transport.input))
-            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: UInt64(moved), fromUpstream: 0)) }
-            // Give the upstream a moment to take the last bytes, bounded.
+            let moved = TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
+            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: moved, fromUpstream: 0)) }
             leg.flush()
             if EventBuffer.length(upstreamOutput) == 0 {
                 close()
             } else {
+                // Give the upstream a moment to take the last bytes, bounded.
                 leg.closingAfterDrain = true
                 transport.waitForUpstream(milliseconds: 2_000)
             }
         case .upstream:
-            let moved = EventBuffer.move(from: upstreamInput, to: transport.output, count: EventBuffer.length(upstreamInput))
-            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: 0, fromUpstream: UInt64(moved))) }
+            let moved = TunnelSplice.handOver(from: upstreamInput, to: transport.output)
+            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: 0, fromUpstream: moved)) }
             release(hop, reuse: false)
             transport.closeAfterFlush()
         }
@@ -350,7 +298,7 @@ final class ClientConnection: UpstreamLegOwner {
             deliver(.clientFailed)
             return
         }
-        scanner = HeadScanner(limits: .request)
+        requestReader = HeadReader(limits: .request)
     }
 
     // MARK: Client events
@@ -370,7 +318,7 @@ final class ClientConnection: UpstreamLegOwner {
 
     fileprivate func clientWritable() {
         transport.writable()
-        guard transport.closing == .open, let leg else { return }
+        guard !isClosed, transport.closing == .open, let leg else { return }
         if leg.splicing { pumpTunnel() } else { pumpResponseBody() }
     }
 
@@ -384,12 +332,14 @@ final class ClientConnection: UpstreamLegOwner {
             close()
             return
         }
-        // Hand over what was buffered before the EOF, then say what is left.
+        // Hand over what was buffered before the EOF, then say what is left (unless handing it over
+        // already ended the connection).
         if machine.isAwaitingHead {
             readRequestHead()
         } else if let leg, leg.requestPump != nil {
             pumpRequestBody()
         }
+        guard !isClosed else { return }
         deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
     }
 
@@ -442,25 +392,8 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Access log and metrics
 
     private func emit(_ record: ExchangeRecord) {
-        var updates: [(name: String, labels: [(String, String)], amount: UInt64)] = [
-            ("scopeproxy_requests_total", [("status_class", Self.statusClass(record.status)), ("scope", record.scopes.first ?? "none")], 1),
-            ("scopeproxy_bytes_in_total", [], record.bytesIn),
-            ("scopeproxy_bytes_out_total", [], record.bytesOut),
-        ]
-        for name in record.injected { updates.append(("scopeproxy_injected_total", [("header", name.lowercased())], 1)) }
-        for name in record.stripped { updates.append(("scopeproxy_stripped_total", [("header", name.lowercased())], 1)) }
-        if let redirect = record.redirect { updates.append(("scopeproxy_redirects_total", [("decision", redirect.decision.rawValue)], 1)) }
-        if let failure = record.failure, failure.isUpstreamFailure {
-            updates.append(("scopeproxy_upstream_errors_total", [("kind", failure.code)], 1))
-        }
-        configuration.metrics.increment(updates)
+        configuration.metrics.count(record)
         configuration.accessLog?.record(record)
-    }
-
-    private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"]
-
-    private static func statusClass(_ status: Int?) -> String {
-        status.map { statusClasses[min(max($0 / 100, 0), 5)] } ?? "none"
     }
 }
 

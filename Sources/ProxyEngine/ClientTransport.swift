@@ -42,8 +42,18 @@ final class ClientTransport {
         self.finished = finished
     }
 
-    var input: OpaquePointer { inputBuffer(bev) }
-    var output: OpaquePointer { outputBuffer(bev) }
+    /// Set by `free`: nothing may touch the bufferevent after it.
+    private(set) var isFreed = false
+
+    var input: OpaquePointer {
+        precondition(!isFreed, "client transport used after free")
+        return inputBuffer(bev)
+    }
+
+    var output: OpaquePointer {
+        precondition(!isFreed, "client transport used after free")
+        return outputBuffer(bev)
+    }
 
     func install(read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
                  timer: event_callback_fn, context: UnsafeMutableRawPointer) {
@@ -181,6 +191,8 @@ final class ClientTransport {
 
     /// Frees the bufferevent (which removes its callbacks) and the timer.
     func free() {
+        guard !isFreed else { return }
+        isFreed = true
         if let lingerTimer {
             event_free(lingerTimer)
             self.lingerTimer = nil

@@ -1,4 +1,5 @@
 import PosixSupport
+import ProxyCore
 import Synchronization
 
 /// Counters and gauges for /metrics (Prometheus text format). Labels are bounded sets chosen by the
@@ -27,6 +28,28 @@ public final class Metrics: Sendable {
                 counters[Key(name: update.name, labels: update.labels.flatMap { [$0.0, $0.1] }), default: 0] += update.amount
             }
         }
+    }
+
+    /// The counters one finished exchange (or hop, or tunnel) moves, under one lock.
+    func count(_ record: ExchangeRecord) {
+        var updates: [(name: String, labels: [(String, String)], amount: UInt64)] = [
+            ("scopeproxy_requests_total", [("status_class", Self.statusClass(record.status)), ("scope", record.scopes.first ?? "none")], 1),
+            ("scopeproxy_bytes_in_total", [], record.bytesIn),
+            ("scopeproxy_bytes_out_total", [], record.bytesOut),
+        ]
+        for name in record.injected { updates.append(("scopeproxy_injected_total", [("header", name.lowercased())], 1)) }
+        for name in record.stripped { updates.append(("scopeproxy_stripped_total", [("header", name.lowercased())], 1)) }
+        if let redirect = record.redirect { updates.append(("scopeproxy_redirects_total", [("decision", redirect.decision.rawValue)], 1)) }
+        if let failure = record.failure, failure.isUpstreamFailure {
+            updates.append(("scopeproxy_upstream_errors_total", [("kind", failure.code)], 1))
+        }
+        increment(updates)
+    }
+
+    private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"]
+
+    private static func statusClass(_ status: Int?) -> String {
+        status.map { statusClasses[min(max($0 / 100, 0), 5)] } ?? "none"
     }
 
     public func value(_ name: String, _ labels: [(String, String)] = []) -> UInt64 {

@@ -31,7 +31,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     var requestPump: BodyPump?
     var responsePump: BodyPump?
-    var responseScanner = HeadScanner(limits: .response)
+    var responseReader = HeadReader(limits: .response)
     /// Any byte of a response (interim or final) arrived: a retry is no longer safe.
     var sawResponseBytes = false
     /// The origin hung up (its remaining input may still be relayed).
@@ -136,6 +136,43 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
         callbackContext?.release()
         callbackContext = nil
+    }
+
+    // MARK: Bodies (the pumps move bytes; the machine hears what moved)
+
+    /// Client → upstream, as far as backpressure allows. nil: nothing to report.
+    func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int) -> BodyProgress? {
+        guard var pump = requestPump, !pump.isComplete, let output else { return nil }
+        defer { requestPump = pump }
+        do {
+            _ = try pump.pump(from: clientInput, to: output, highWatermark: highWatermark)
+        } catch {
+            return .invalid
+        }
+        let progress = pump.progress()
+        if case .moved(0, 0) = progress { return nil }
+        return progress
+    }
+
+    /// The request body still expects bytes from the client.
+    var awaitsRequestBytes: Bool { requestPump.map { !$0.isComplete } ?? false }
+
+    /// Upstream → client, as far as backpressure allows. An origin that hung up ends a
+    /// close-delimited body, and cuts any other, once what it sent before closing has gone out.
+    func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int) -> BodyProgress? {
+        guard var pump = responsePump, let input else { return nil }
+        defer { responsePump = pump }
+        do {
+            _ = try pump.pump(from: input, to: clientOutput, highWatermark: highWatermark)
+        } catch {
+            return .invalid
+        }
+        let drainedAfterClose = closed && EventBuffer.length(input) == 0
+        if drainedAfterClose, !pump.isComplete { pump.sourceClosed() }
+        let progress = pump.progress()
+        if drainedAfterClose, !pump.isComplete { return .cut }
+        if case .moved(0, 0) = progress { return nil }
+        return progress
     }
 
     fileprivate func readable() { owner?.legReadable(self) }
