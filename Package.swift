@@ -24,7 +24,7 @@ let package = Package(
         .target(name: "JSONText"),
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
-        .target(name: "Redaction", dependencies: ["HTTP1Codec"]),
+        .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText"]),
         .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
         .target(name: "SecretStore", dependencies: ["ScopePolicy", "PosixSupport"]),

@@ -60,6 +60,8 @@ public final class Metrics: Sendable {
         stride(from: 0, to: labels.count, by: 2).map { "\(labels[$0])=\"\(escapeLabel(labels[$0 + 1]))\"" }.joined(separator: ",")
     }
 
+    /// Prometheus text format 0.0.4 escapes exactly `\\`, `\"` and line feed in label values; JSON's
+    /// escaper would also turn a tab into `\t`, which that format does not define.
     static func escapeLabel(_ text: String) -> String {
         var result = ""
         for scalar in text.unicodeScalars {

@@ -1,3 +1,4 @@
+import JSONText
 /// A redacted summary of a JSON body: the structure stays, values only under safe keys, arrays cut
 /// to their first 3 elements plus a count, the whole capped at 2 KB. Anything that is not JSON is
 /// summarized as `<N bytes TYPE>`.
@@ -26,7 +27,7 @@ extension Redactor {
                 if index > 0 { output += "," }
                 // Keys are data too (an email used as a key): unknown-looking keys are classified.
                 let key = Self.classify(Substring(member.key)) ?? member.key
-                output += "\"" + escape(key) + "\":"
+                output += JSONLine.quoted(key) + ":"
                 render(member.value, safe: rules.safeJSONKeys.contains(member.key), into: &output)
             }
             output += "}"
@@ -39,7 +40,7 @@ extension Redactor {
             if items.count > 3 { output += ",\"...(\(items.count) items)\"" }
             output += "]"
         case .string(let text):
-            output += safe ? "\"" + escape(Self.classify(Substring(text)) ?? text) + "\"" : "\"\(Self.redacted)\""
+            output += safe ? JSONLine.quoted(Self.classify(Substring(text)) ?? text) : "\"\(Self.redacted)\""
         case .number(let text):
             output += safe ? text : "\"\(Self.redacted)\""
         case .bool(let flag):
@@ -47,19 +48,6 @@ extension Redactor {
         case .null:
             output += "null"
         }
-    }
-
-    private func escape(_ text: String) -> String {
-        var result = ""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case _ where scalar.value < 0x20: result += "?"
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result
     }
 }
 
