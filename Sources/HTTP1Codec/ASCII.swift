@@ -1,6 +1,7 @@
 // Byte classes from RFC 9110 §5.6.2 (tchar) and §5.5 (field values), as lookup tables so the
 // head parser never allocates to classify a byte.
 
+@usableFromInline
 enum ASCII {
     static let cr: UInt8 = 0x0D
     static let lf: UInt8 = 0x0A
@@ -73,6 +74,7 @@ enum ASCII {
     }
 
     /// Bytes -> String, one Unicode scalar per byte (ISO-8859-1), so obs-text round-trips unchanged.
+    @inlinable
     static func latin1String<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
         if bytes.allSatisfy({ $0 < 0x80 }) {
             return String(decoding: bytes, as: UTF8.self)

@@ -116,6 +116,7 @@ extension HTTPField {
     /// serializer writes them back; a value made from bytes that did not come off the wire (a
     /// secret read from a file) must be built the same way, or `é` read as UTF-8 (C3 A9) would
     /// go out as E9, and anything above U+00FF as `?`.
+    @inlinable
     public static func value<C: Collection>(wireBytes bytes: C) -> String where C.Element == UInt8 {
         ASCII.latin1String(bytes)
     }

@@ -123,7 +123,7 @@ public struct Host: Hashable, Sendable {
         // `127.1`, `2130706433` and `1.2.3.0x4` are addresses there (127.0.0.1, 1.2.3.4) while a
         // DNS-name reading would scope them as names. Only the canonical dotted quad reads the same
         // to every parser; any other host ending in a number is refused.
-        let lastLabel = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).last ?? []
+        let lastLabel = name[(name.lastIndex(of: UInt8(ascii: ".")).map { $0 + 1 } ?? 0)...]
         if Self.endsInNumber(lastLabel) {
             guard dots == 3, Self.isCanonicalDottedQuad(name) else { throw .invalid("invalid IPv4 literal") }
             return Host(normalized: text, kind: .ipv4)

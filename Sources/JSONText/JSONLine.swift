@@ -2,26 +2,27 @@
 /// encoder and no intermediate strings on the per-request path. The one JSON writer of the project:
 /// access-log lines, error bodies, diagnostics and redacted body summaries all escape through it.
 public struct JSONLine {
-    public private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
-    private var first = true
+    // Settable from inlinable code (cross-module callers inline the writer: it is on the per-request path).
+    public var bytes: [UInt8] = [UInt8(ascii: "{")]
+    @usableFromInline var first = true
 
-    public init() {
+    @inlinable public init() {
         bytes.reserveCapacity(1024)
     }
 
-    private mutating func key(_ name: String) {
+    @inlinable mutating func key(_ name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
         appendQuoted(name)
         bytes.append(UInt8(ascii: ":"))
     }
 
-    public mutating func appendQuoted(_ text: String) {
+    @inlinable public mutating func appendQuoted(_ text: String) {
         JSONLine.appendQuoted(text, to: &bytes)
     }
 
     /// A JSON string literal (quotes included) for `text`, appended to `bytes`.
-    public static func appendQuoted(_ text: String, to bytes: inout [UInt8]) {
+    @inlinable public static func appendQuoted(_ text: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         // Nearly every value needs no escaping: one bulk append.
         if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
@@ -45,31 +46,31 @@ public struct JSONLine {
         bytes.append(UInt8(ascii: "\""))
     }
 
-    public mutating func string(_ name: String, _ value: String) {
+    @inlinable public mutating func string(_ name: String, _ value: String) {
         key(name)
         appendQuoted(value)
     }
 
-    public mutating func optionalString(_ name: String, _ value: String?) {
+    @inlinable public mutating func optionalString(_ name: String, _ value: String?) {
         if let value { string(name, value) }
     }
 
-    public mutating func raw(_ name: String, _ json: String) {
+    @inlinable public mutating func raw(_ name: String, _ json: String) {
         key(name)
         bytes += json.utf8
     }
 
-    public mutating func raw(_ name: String, _ json: [UInt8]) {
+    @inlinable public mutating func raw(_ name: String, _ json: [UInt8]) {
         key(name)
         bytes += json
     }
 
-    public mutating func number(_ name: String, _ value: UInt64) {
+    @inlinable public mutating func number(_ name: String, _ value: UInt64) {
         key(name)
         JSONLine.appendDecimal(value, to: &bytes)
     }
 
-    public mutating func array(_ name: String, _ values: [String]) {
+    @inlinable public mutating func array(_ name: String, _ values: [String]) {
         key(name)
         bytes.append(UInt8(ascii: "["))
         for (index, value) in values.enumerated() {
@@ -79,9 +80,9 @@ public struct JSONLine {
         bytes.append(UInt8(ascii: "]"))
     }
 
-    public func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
+    @inlinable public func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
 
-    public static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
+    @inlinable public static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
         let text = String(value)  // a small string: no allocation
         for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
         bytes += text.utf8
@@ -90,7 +91,7 @@ public struct JSONLine {
 
 extension JSONLine {
     /// `text` as a JSON string literal, quotes included.
-    public static func quoted(_ text: String) -> String {
+    @inlinable public static func quoted(_ text: String) -> String {
         var bytes: [UInt8] = []
         appendQuoted(text, to: &bytes)
         return String(decoding: bytes, as: UTF8.self)

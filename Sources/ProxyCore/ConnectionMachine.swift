@@ -16,7 +16,7 @@ import ScopePolicy
 ///   one are ignored, and the engine stops a hop's callbacks when it is released;
 /// - a client-sent credential goes only to the origin the client addressed;
 /// - every hop that was connected is released exactly once.
-public struct ConnectionMachine: Sendable {
+public struct ConnectionMachine {
     public struct Settings: Sendable {
         public var timeouts: Timeouts
         public var limits: Limits
@@ -43,7 +43,7 @@ public struct ConnectionMachine: Sendable {
         case started
     }
 
-    public enum State: Sendable {
+    public enum State {
         case awaitingHead(HeadWait)
         case exchange(Exchange)
         case tunnel(Tunnel)
@@ -52,8 +52,10 @@ public struct ConnectionMachine: Sendable {
         case closed
     }
 
-    /// One request and the hop currently serving it.
-    public struct Exchange: Sendable {
+    /// One request and the hop currently serving it. A reference, owned by the machine alone (the
+    /// state holds the only one): it is updated in place on every event of the exchange, where a
+    /// value this size would be copied out of the state and back each time.
+    public final class Exchange {
         let request: ClientRequest
         /// The scope context the exchange started with (a reload does not change it mid-flight).
         let scope: ScopeContext
@@ -75,6 +77,15 @@ public struct ConnectionMachine: Sendable {
         var response: ResponseState = .awaiting(interims: 0)
         var upstreamClosed = false
 
+        init(request: ClientRequest, scope: ScopeContext, record: ExchangeRecord, hop: Hop, hopID: HopID, requestBody: BodyState) {
+            self.request = request
+            self.scope = scope
+            self.record = record
+            self.hop = hop
+            self.hopID = hopID
+            self.requestBody = requestBody
+        }
+
         var isConnect: Bool { request.head.method == "CONNECT" }
     }
 
@@ -90,7 +101,7 @@ public struct ConnectionMachine: Sendable {
     }
 
     /// A spliced tunnel (CONNECT, or an upgrade after 101).
-    public struct Tunnel: Sendable {
+    public struct Tunnel {
         let hopID: HopID
         var record: ExchangeRecord
         /// One side hung up and the engine is finishing it.
@@ -148,6 +159,19 @@ public struct ConnectionMachine: Sendable {
     // MARK: Events
 
     public mutating func handle(_ event: ConnectionEvent) -> [ConnectionAction] {
+        var taken: [ConnectionAction] = []
+        handle(event, into: &taken)
+        return taken
+    }
+
+    /// `handle`, appending the actions to `sink` (the engine reuses one buffer: no allocation per event).
+    public mutating func handle(_ event: ConnectionEvent, into sink: inout [ConnectionAction]) {
+        swap(&actions, &sink)
+        defer { swap(&actions, &sink) }
+        dispatch(event)
+    }
+
+    private mutating func dispatch(_ event: ConnectionEvent) {
         switch event {
         case .headStarted:
             if case .awaitingHead(let wait) = state, wait != .started {
@@ -201,7 +225,6 @@ public struct ConnectionMachine: Sendable {
         case .connectionClosed:
             connectionClosed()
         }
-        return take()
     }
 
     // MARK: Request head → admission → first hop
@@ -259,7 +282,7 @@ public struct ConnectionMachine: Sendable {
     }
 
     private mutating func upstreamConnected(_ hop: HopID, reused: Bool) {
-        guard case .exchange(var exchange) = state, exchange.hopID == hop, !exchange.connected else { return }
+        guard case .exchange(let exchange) = state, exchange.hopID == hop, !exchange.connected else { return }
         exchange.connected = true
         exchange.reused = reused
         if exchange.isConnect {
@@ -277,7 +300,6 @@ public struct ConnectionMachine: Sendable {
         var bytes = exchange.hop.head
         if case .replayed(let body) = exchange.hop.body { bytes += body }
         actions.append(.sendToUpstream(hop, bytes))
-        state = .exchange(exchange)
         if exchange.requestBody == .complete {
             arm(.responseHead)
         } else {
@@ -291,12 +313,11 @@ public struct ConnectionMachine: Sendable {
     // MARK: Request body → upstream
 
     private mutating func requestBody(_ hop: HopID, _ progress: BodyProgress) {
-        guard case .exchange(var exchange) = state, exchange.hopID == hop, exchange.requestBody == .streaming else { return }
+        guard case .exchange(let exchange) = state, exchange.hopID == hop, exchange.requestBody == .streaming else { return }
         switch progress {
         case .moved(let payload, let consumed):
             exchange.requestPayload += payload
             exchange.requestConsumed += consumed
-            state = .exchange(exchange)
             // Progress restarts the stall timer; no progress leaves a running one alone.
             if payload > 0, case .awaiting = exchange.response { arm(.stall) }
         case .complete(let payload, let consumed, let captured, let observed):
@@ -309,7 +330,6 @@ public struct ConnectionMachine: Sendable {
                 labelled.contentType = exchange.request.head.fields.first("content-type")
                 return labelled
             }
-            state = .exchange(exchange)
             if case .awaiting = exchange.response { arm(.responseHead) }
         case .invalid, .cut:
             // Part of the body may already be upstream: that request is cut, never completed.
@@ -320,8 +340,7 @@ public struct ConnectionMachine: Sendable {
     // MARK: Response head ← upstream
 
     private mutating func responseHead(_ head: ResponseHead, _ exchange: Exchange) {
-        var exchange = exchange
-        guard case .awaiting(let interims) = exchange.response else { return }
+                guard case .awaiting(let interims) = exchange.response else { return }
         if head.isInformational {
             if head.status == 101 {
                 guard exchange.hop.isUpgrade else {
@@ -345,7 +364,6 @@ public struct ConnectionMachine: Sendable {
                 return
             }
             exchange.response = .awaiting(interims: interims + 1)
-            state = .exchange(exchange)
             // 1xx must not go to an HTTP/1.0 client (RFC 9110 §15.2).
             if exchange.request.head.version == .http1_1 {
                 let interim = Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true)
@@ -376,8 +394,7 @@ public struct ConnectionMachine: Sendable {
     }
 
     private mutating func relay(_ head: ResponseHead, _ exchange: Exchange) {
-        var exchange = exchange
-        let framing: BodyFraming
+                let framing: BodyFraming
         do {
             framing = try BodyFraming.forResponse(head, requestMethod: exchange.hop.target.method)
         } catch {
@@ -396,7 +413,6 @@ public struct ConnectionMachine: Sendable {
         exchange.record.bytesOut += UInt64(bytes.count)
         exchange.response = .relaying(allowsReuse: head.allowsReuse, delimitedByClose: framing == .untilClose,
                                       keepAlive: keepAlive, payload: 0)
-        state = .exchange(exchange)
         actions.append(.writeToClient(bytes))
         actions.append(.relayResponseBody(exchange.hopID, inbound: framing, outbound: clientFraming,
                                           observe: settings.logBodies ? settings.limits.maxObservedBody : nil))
@@ -407,8 +423,7 @@ public struct ConnectionMachine: Sendable {
     /// body was not read), the hop gets its own log line, and the request is scoped afresh.
     private mutating func follow(_ exchange: Exchange, response: ResponseHead, to target: HopTarget, body: HopBody,
                                  redirect: RedirectRecord) {
-        var exchange = exchange
-        actions.append(.releaseUpstream(exchange.hopID, reuse: false))
+                actions.append(.releaseUpstream(exchange.hopID, reuse: false))
         var record = exchange.record
         record.status = response.status
         record.responseFields = response.fields
@@ -446,12 +461,11 @@ public struct ConnectionMachine: Sendable {
     // MARK: Response body → client
 
     private mutating func responseBody(_ hop: HopID, _ progress: BodyProgress) {
-        guard case .exchange(var exchange) = state, exchange.hopID == hop,
+        guard case .exchange(let exchange) = state, exchange.hopID == hop,
               case .relaying(let reuse, let byClose, let keepAlive, let payload) = exchange.response else { return }
         switch progress {
         case .moved(let moved, _):
             exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload + moved)
-            state = .exchange(exchange)
             if moved > 0 { arm(.stall) }
         case .complete(let moved, _, _, let observed):
             exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload + moved)
@@ -502,12 +516,10 @@ public struct ConnectionMachine: Sendable {
             tunnel.finishing = true
             state = .tunnel(tunnel)
             actions.append(.finishTunnel(hop, closedSide: .upstream))
-        case .exchange(var exchange) where exchange.hopID == hop && exchange.connected:
+        case .exchange(let exchange) where exchange.hopID == hop && exchange.connected:
             exchange.upstreamClosed = true
-            guard case .awaiting = exchange.response else {
-                state = .exchange(exchange)  // the engine finishes or cuts the body once it has drained
-                return
-            }
+            // A body being relayed: the engine finishes or cuts it once it has drained.
+            guard case .awaiting = exchange.response else { return }
             // A pooled connection the origin closed just as it was reused: retry once on a fresh one,
             // but only when nothing of the response arrived and nothing of the body was taken.
             if exchange.reused, !exchange.retried, !sawResponseBytes, exchange.requestConsumed == 0 {

@@ -127,6 +127,7 @@ public enum ConnectionAction: Sendable, Equatable {
     case releaseUpstream(HopID, reuse: Bool)
     case armTimer(TimerPurpose, milliseconds: Int)
     case cancelTimer
-    /// One access-log line (and its metrics).
-    case emit(ExchangeRecord)
+    /// One access-log line (and its metrics). Boxed: the record is far larger than every other
+    /// action, and would otherwise set the size of all of them.
+    indirect case emit(ExchangeRecord)
 }

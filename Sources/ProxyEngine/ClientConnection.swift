@@ -28,6 +28,8 @@ final class ClientConnection: UpstreamLegOwner {
     /// another (a connector may report success before `connect` returns).
     private var pending: [ConnectionEvent] = []
     private var dispatching = false
+    /// The machine's actions for the event being run (one buffer, reused).
+    private var actions: [ConnectionAction] = []
     private var isClosed = false
 
     private var configuration: EngineConfiguration { worker.configuration }
@@ -69,7 +71,9 @@ final class ClientConnection: UpstreamLegOwner {
 
     private func run(_ event: ConnectionEvent) {
         if isClosed, case .connectionClosed = event {} else if isClosed { return }
-        execute(machine.handle(event))
+        actions.removeAll(keepingCapacity: true)
+        machine.handle(event, into: &actions)
+        for action in actions { execute(action) }
     }
 
     private func execute(_ actions: [ConnectionAction]) {

@@ -17,8 +17,11 @@ public struct Scope: Sendable, Equatable {
     public let origins: Set<Origin>
     public let requireHTTPS: Bool
     public let inject: [Injection]
-    /// Lowercased header names the client may send to these origins.
+    /// Header names the client may send to these origins, as `SensitiveHeaders.canonicalName`
+    /// spells them.
     public let pass: Set<String>
+    /// The injected header names, canonical: the client's value never passes under them.
+    public let injectedNames: Set<String>
     /// Uppercase methods injection is limited to; nil means every method.
     public let methods: Set<String>?
     /// Path prefixes injection is limited to; nil means every path.
@@ -32,7 +35,8 @@ public struct Scope: Sendable, Equatable {
         self.origins = origins
         self.requireHTTPS = requireHTTPS
         self.inject = inject
-        self.pass = Set(pass.map { $0.lowercased() })
+        self.pass = Set(pass.map(SensitiveHeaders.canonicalName))
+        injectedNames = Set(inject.map { SensitiveHeaders.canonicalName($0.header) })
         self.methods = methods
         self.paths = paths
     }
@@ -132,11 +136,12 @@ public struct ScopePolicy: Sendable {
         var passed = Set<String>()
         var limitsMethods = false
         for scope in covering {
-            for injection in scope.inject { injectedNames.insert(SensitiveHeaders.canonicalName(injection.header)) }
-            if !isTrace { passed.formUnion(scope.pass.map(SensitiveHeaders.canonicalName)) }
+            injectedNames.formUnion(scope.injectedNames)
+            if !isTrace { passed.formUnion(scope.pass) }
             if scope.methods != nil { limitsMethods = true }
         }
-        let strippedEarlier = Set(chain.strippedByClientHeader.map(SensitiveHeaders.canonicalName))
+        let strippedEarlier = chain.strippedByClientHeader.isEmpty ? []
+            : Set(chain.strippedByClientHeader.map(SensitiveHeaders.canonicalName))
 
         var output = HTTPFields()
         var stripped: [String] = []

@@ -20,14 +20,22 @@ public enum SensitiveHeaders {
     /// them) turn both `X-Api-Key` and `X_Api_Key` into `HTTP_X_API_KEY`, so an underscore
     /// spelling is the same header to the application.
     public static func canonicalName(_ name: String) -> String {
-        var bytes = Array(name.utf8)
-        for index in bytes.indices {
-            switch bytes[index] {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"): bytes[index] |= 0x20
-            case UInt8(ascii: "_"): bytes[index] = UInt8(ascii: "-")
-            default: break
-            }
+        // Called for every field of every request: no intermediate array, and no new string at all
+        // when the name is already canonical.
+        guard name.utf8.contains(where: { ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z")) || $0 == UInt8(ascii: "_") }) else {
+            return name
         }
-        return String(decoding: bytes, as: UTF8.self)
+        return String(unsafeUninitializedCapacity: name.utf8.count) { buffer in
+            var index = 0
+            for byte in name.utf8 {
+                switch byte {
+                case UInt8(ascii: "A")...UInt8(ascii: "Z"): buffer[index] = byte | 0x20
+                case UInt8(ascii: "_"): buffer[index] = UInt8(ascii: "-")
+                default: buffer[index] = byte
+                }
+                index += 1
+            }
+            return index
+        }
     }
 }
