@@ -357,7 +357,9 @@ public struct ConnectionMachine: Sendable {
         let context = ResponseDirector.Context(
             request: exchange.request, hop: exchange.hop, chain: exchange.chain, mode: mode, scope: exchange.scope,
             requestComplete: exchange.requestBody == .complete,
-            replayableBody: exchange.request.framing == .none ? [] : exchange.captured ?? replayedBody(exchange.hop))
+            // A followed hop replays what it sent (a 303 made it a bodiless GET); the client's first
+            // hop, what the client sent.
+            replayableBody: replayedBody(exchange.hop) ?? (exchange.request.framing == .none ? [] : exchange.captured))
         switch ResponseDirector.direct(head, context) {
         case .relay(let head, let redirect):
             exchange.record.redirect = redirect
