@@ -48,6 +48,18 @@ struct LifecycleTests {
         #expect(p.emitted.count == 1)
     }
 
+    @Test("the upstream Host comes from the target, never from the client's Host; hop-by-hop fields stay behind")
+    func upstreamHead() {
+        var p = Playbook()
+        p.requested(["GET http://plain.example/p HTTP/1.1", "Host: 127.0.0.1:8080", "Proxy-Connection: keep-alive", "Keep-Alive: timeout=5",
+                     "TE: trailers", "Connection: X-Private", "X-Private: hop", "Accept: text/html"])
+        p.on(.upstreamConnected(hop(1), reused: true), [
+            .send(hop(1), startingWith: "GET /p HTTP/1.1\r\nHost: plain.example\r\nAccept: text/html\r\nX-Request-ID: ",
+                  excluding: ["127.0.0.1:8080", "Proxy-Connection", "Keep-Alive", "TE:", "Connection", "X-Private"]),
+            .arm(.responseHead),
+        ])
+    }
+
     struct KeepAliveRow: Sendable, CustomTestStringConvertible {
         let name: String
         let request: [String]
@@ -388,7 +400,15 @@ struct ConnectTests {
         p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Proxy-Authorization: Bearer let-me-in"),
              [.cancelTimer, .emit(.tunnel(.intercept)), .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
         p.on(p.head("GET / HTTP/1.1", "Host: a.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
-        p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", excluding: ["let-me-in"]), .arm(.responseHead)])
+        p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n"), .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")),
+             [.write(startingWith: "HTTP/1.1 200 OK\r\n"), .relay(hop(1), .contentLength(0), .contentLength(0)), .arm(.stall)])
+        p.on(.responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)),
+             [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
+        // A client that sends it again inside anyway: it never goes upstream.
+        p.on(p.head("GET /2 HTTP/1.1", "Host: a.example", "Proxy-Authorization: Bearer let-me-in"),
+             [.cancelTimer, .arm(.connect), .connect(hop(2), a, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "GET /2 HTTP/1.1\r\n", excluding: ["let-me-in", "Proxy-Authorization"]), .arm(.responseHead)])
     }
 
     @Test("a CONNECT without proxy authentication gets 407 and no tunnel")

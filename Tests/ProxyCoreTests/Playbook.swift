@@ -355,18 +355,32 @@ struct Playbook {
 
     private mutating func check(_ event: String, _ returned: [ConnectionAction], _ expected: [Expect], _ location: SourceLocation) {
         actions += returned
-        var problems: [String] = []
-        if returned.count != expected.count { problems.append("\(returned.count) actions, expected \(expected.count)") }
-        for index in 0..<min(returned.count, expected.count) {
-            if let why = expected[index].mismatch(returned[index], timeouts: settings.timeouts) {
-                problems.append("action \(index): \(why)")
-            }
-        }
+        let problems = Self.problems(returned, expected, timeouts: settings.timeouts)
         guard !problems.isEmpty else { return }
         let actual = returned.enumerated().map { "    \($0.offset): \(describe($0.element))" }.joined(separator: "\n")
         let wanted = expected.enumerated().map { "    \($0.offset): \($0.element)" }.joined(separator: "\n")
         Issue.record("after \(event):\n  \(problems.joined(separator: "\n  "))\n  returned:\n\(actual)\n  expected:\n\(wanted)",
                      sourceLocation: location)
+    }
+
+    /// What does not match, action by action; empty when `returned` is exactly what `expected` describes.
+    static func problems(_ returned: [ConnectionAction], _ expected: [Expect], timeouts: Timeouts) -> [String] {
+        var problems: [String] = []
+        if returned.count != expected.count { problems.append("\(returned.count) actions, expected \(expected.count)") }
+        for index in 0..<min(returned.count, expected.count) {
+            if let why = expected[index].mismatch(returned[index], timeouts: timeouts) {
+                problems.append("action \(index): \(why)")
+            }
+        }
+        return problems
+    }
+
+    /// Feeds `event` (nil: `start()`) and returns what does not match `expected`, recording no issue:
+    /// for the harness's own tests.
+    mutating func mismatches(_ event: ConnectionEvent?, _ expected: [Expect]) -> [String] {
+        let returned = event.map { machine.handle($0) } ?? machine.start()
+        actions += returned
+        return Self.problems(returned, expected, timeouts: settings.timeouts)
     }
 
     private func describeEvent(_ event: ConnectionEvent) -> String {

@@ -134,6 +134,30 @@ struct RedirectFindingTests {
         ])
     }
 
+    @Test("finding 3: userinfo in the target becomes Authorization for the origin it names, and for no other")
+    func userinfoStaysHome() {
+        var p = Playbook(Configs.follow)
+        p.requested(["GET https://me:secret-pw@a.example/ HTTP/1.1", "Host: a.example"], to: a)
+        let basic = "Authorization: Basic \(Base64.encode(Array("me:secret-pw".utf8)))"
+        p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", containing: [basic], excluding: ["secret-pw"]), .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 307 Temporary Redirect", "Location: https://b.example/")),
+             [.release(hop(1), reuse: false), .emit(.redirect(.follow)), .arm(.connect), .connect(hop(2), b, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "GET / HTTP/1.1\r\nHost: b.example\r\n", excluding: ["Authorization"]), .arm(.responseHead)])
+    }
+
+    @Test("a followed hop on a stale pooled connection is retried on a fresh one, with the body it replays")
+    func followedHopRetried() {
+        var p = Playbook(Configs.follow)
+        FollowBodyTests.posted(&p)
+        FollowBodyTests.followed(&p, "307 Temporary Redirect")
+        p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "POST /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
+        p.on(.upstreamClosed(hop(2), sawResponseBytes: false),
+             [.release(hop(2), reuse: false), .arm(.connect), .connect(hop(3), a, .tls, reusePooled: false)])
+        p.on(.upstreamConnected(hop(3), reused: false), [.send(hop(3), startingWith: "POST /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
+        for event in lateEvents(for: hop(1)) + lateEvents(for: hop(2)) { p.ignores(event) }
+        #expect(p.released == [hop(1), hop(2)])
+    }
+
     @Test("finding 6: an unscoped origin's redirect into a scoped origin goes back to the client; nothing is connected")
     func unscopedIssuerRelayed() {
         var p = Playbook(Configs.follow)
