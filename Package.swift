@@ -49,6 +49,8 @@ let package = Package(
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
                     resources: [.copy("Fixtures")]),
+        // The exchange core's state machine, driven by tables of events (no sockets).
+        .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig"]),
         .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

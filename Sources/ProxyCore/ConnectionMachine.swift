@@ -263,7 +263,7 @@ public struct ConnectionMachine {
             let body: HopBody = request.framing == .none ? .none : .streamed(request.framing)
             switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: arrival.scope, requestID: record.id) {
             case .failure(let error):
-                reject(error, record: record, consumedBody: request.framing == .none)
+                reject(error, record: record, consumedBody: request.framing == .none && head.wantsKeepAlive)
             case .success(let hop):
                 record.scopes = hop.decision.scopes
                 record.injected = hop.decision.injected
@@ -375,7 +375,9 @@ public struct ConnectionMachine {
         let context = ResponseDirector.Context(
             request: exchange.request, hop: exchange.hop, chain: exchange.chain, mode: mode, scope: exchange.scope,
             requestComplete: exchange.requestBody == .complete,
-            replayableBody: exchange.request.framing == .none ? [] : exchange.captured ?? replayedBody(exchange.hop))
+            // A followed hop replays what it sent (a 303 made it a bodiless GET); the client's first
+            // hop, what the client sent.
+            replayableBody: replayedBody(exchange.hop) ?? (exchange.request.framing == .none ? [] : exchange.captured))
         switch ResponseDirector.direct(head, context) {
         case .relay(let head, let redirect):
             exchange.record.redirect = redirect
@@ -438,7 +440,7 @@ public struct ConnectionMachine {
         next.requestFields = exchange.request.head.fields
         switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id) {
         case .failure(let error):
-            reject(error, record: next, consumedBody: true)
+            reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive)
         case .success(let hop):
             next.scopes = hop.decision.scopes
             next.injected = hop.decision.injected

@@ -1,0 +1,70 @@
+import HTTP1Codec
+import ProxyCore
+import ScopePolicy
+
+// Origins and configurations shared by the suites.
+
+/// http, in no scope.
+let plain = origin("http://plain.example")
+/// https, scope `a`: injects X-A-Key, passes Authorization and Cookie.
+let a = origin("https://a.example")
+/// https, scope `b`: injects X-B-Key, passes Authorization and Cookie.
+let b = origin("https://b.example")
+/// https, in no scope.
+let unscoped = origin("https://unscoped.example")
+
+/// What a client sends, planted so a leak shows.
+let clientAuthorization = "Authorization: Bearer CLIENT-AUTH-CANARY"
+let clientCookie = "Cookie: sid=CLIENT-COOKIE-CANARY"
+let aToken = "X-A-Key: A-INJECTED-7c1e"
+let bToken = "X-B-Key: B-INJECTED-42d9"
+
+let established = "HTTP/1.1 200 Connection Established\r\n\r\n"
+
+enum Configs {
+    static let scopes = """
+        secrets:
+          a_token: { env: A_TOKEN }
+          b_token: { env: B_TOKEN }
+          proxy_password: { env: PROXY_PASSWORD }
+          missing: { env: MISSING }
+        scopes:
+          - name: a
+            origins: ["https://a.example"]
+            inject: { X-A-Key: "${a_token}" }
+            pass: [Authorization, Cookie]
+          - name: b
+            origins: ["https://b.example"]
+            inject: { X-B-Key: "${b_token}" }
+            pass: [Authorization, Cookie]
+          - name: broken
+            origins: ["https://broken.example"]
+            inject: { X-Broken: "${missing}" }
+
+        """
+
+    static func redirects(_ mode: String, maxHops: Int = 3, allow: String = "[]") -> String {
+        """
+        redirects:
+          cross_origin: \(mode)
+          allow: \(allow)
+          max_hops: \(maxHops)
+
+        """
+    }
+
+    /// Both scopes, redirects passed to the client.
+    static let pass = Fixture(scopes + redirects("pass"))
+    /// Both scopes, redirects followed by the proxy (at most 3 hops).
+    static let follow = Fixture(scopes + redirects("follow"))
+    /// Follow mode with a single hop allowed.
+    static let followOneHop = Fixture(scopes + redirects("follow", maxHops: 1))
+    /// Both scopes, cross-origin redirects blocked unless to b.
+    static let block = Fixture(scopes + redirects("block", allow: "[\"https://b.example\"]"))
+    /// CONNECT tunnels allowed.
+    static let tunnelAllowed = Fixture(scopes + "tls: { tunnel: allow }\n")
+    /// CONNECT to a.example intercepted; other tunnels denied.
+    static let intercept = Fixture(scopes + "tls: { intercept: [\"a.example\"], tunnel: deny }\n")
+    /// Proxy authentication, and CONNECT to a.example intercepted.
+    static let proxyAuth = Fixture(scopes + "proxy_auth: { secret: proxy_password }\ntls: { intercept: [\"a.example\"] }\n")
+}
