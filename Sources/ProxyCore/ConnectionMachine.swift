@@ -263,7 +263,7 @@ public struct ConnectionMachine {
             let body: HopBody = request.framing == .none ? .none : .streamed(request.framing)
             switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: arrival.scope, requestID: record.id) {
             case .failure(let error):
-                reject(error, record: record, consumedBody: request.framing == .none && head.wantsKeepAlive)
+                reject(error, record: record, consumedBody: request.framing == .none && head.wantsKeepAlive, clientVersion: head.version)
             case .success(let hop):
                 record.scopes = hop.decision.scopes
                 record.injected = hop.decision.injected
@@ -440,7 +440,8 @@ public struct ConnectionMachine {
         next.requestFields = exchange.request.head.fields
         switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id) {
         case .failure(let error):
-            reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive)
+            reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive,
+                   clientVersion: exchange.request.head.version)
         case .success(let hop):
             next.scopes = hop.decision.scopes
             next.injected = hop.decision.injected
@@ -576,9 +577,11 @@ public struct ConnectionMachine {
         case (.responseHead, .exchange(let exchange)):
             fail(exchange, .responseTimeout(exchange.hop.origin))
         case (.stall, .exchange(let exchange)):
-            // No progress in either direction for `idle`: a stuck peer.
-            if case .awaiting = exchange.response, exchange.requestBody == .complete {
-                fail(exchange, .responseTimeout(exchange.hop.origin))
+            // No progress for `idle`. Before a response, that is the request body (once it is
+            // complete, the response-head timer runs instead): the client stalled; say so and close,
+            // as the request can never complete upstream. During a response: cut it.
+            if case .awaiting = exchange.response {
+                fail(exchange, .requestBodyTimeout, closeClient: true)
             } else {
                 cut(exchange)
             }
@@ -603,7 +606,7 @@ public struct ConnectionMachine {
         record.bytesIn += exchange.requestPayload
         let consumed = !closeClient && exchange.requestBody == .complete && exchange.request.head.wantsKeepAlive
         state = .closing  // the hop is gone; reject decides what comes next
-        reject(error, record: record, consumedBody: consumed)
+        reject(error, record: record, consumedBody: consumed, clientVersion: exchange.request.head.version)
     }
 
     /// The response was already under way: close without completing it (a chunked body is left
@@ -620,10 +623,11 @@ public struct ConnectionMachine {
 
     /// Answers a request the proxy will not (or can no longer) forward. Keeps the connection only
     /// when the request was read whole and the error leaves the byte stream in a known state.
-    private mutating func reject(_ error: ProxyError, record: ExchangeRecord, consumedBody: Bool) {
+    private mutating func reject(_ error: ProxyError, record: ExchangeRecord, consumedBody: Bool,
+                                 clientVersion: HTTPVersion = .http1_1) {
         cancelTimer()
         let keepAlive = consumedBody && error.allowsKeepAlive && !draining && !clientInputClosed
-        let response = error.response(keepAlive: keepAlive, requestID: record.id)
+        let response = error.response(keepAlive: keepAlive, requestID: record.id, clientVersion: clientVersion)
         var record = record
         record.status = error.status
         record.failure = .proxy(error)

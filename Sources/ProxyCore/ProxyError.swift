@@ -16,6 +16,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     case unsupportedVersion
     case tunnelDenied(Origin)
     case requestHeadTimeout
+    /// The request body stopped arriving for `timeouts.idle` before it was complete.
+    case requestBodyTimeout
     case dnsFailure(Origin)
     case upstreamRefused(Origin)
     case connectTimeout(Origin)
@@ -56,7 +58,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
-        case .requestHeadTimeout: 408
+        case .requestHeadTimeout, .requestBodyTimeout: 408
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
         case .unsupportedTransferCoding: 501
@@ -80,6 +82,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .unsupportedVersion: "http_version_not_supported"
         case .tunnelDenied: "tunnel_denied"
         case .requestHeadTimeout: "request_head_timeout"
+        case .requestBodyTimeout: "request_body_timeout"
         case .dnsFailure: "dns_failure"
         case .upstreamRefused: "upstream_refused"
         case .connectTimeout: "connect_timeout"
@@ -111,6 +114,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .unsupportedVersion: "only HTTP/1.0 and HTTP/1.1 are supported"
         case .tunnelDenied(let origin): "CONNECT tunnels are denied by configuration: \(origin)"
         case .requestHeadTimeout: "the request head did not arrive in time"
+        case .requestBodyTimeout: "the request body stopped arriving before it was complete"
         case .dnsFailure(let origin): "could not resolve \(origin)"
         case .upstreamRefused(let origin): "could not connect to \(origin)"
         case .connectTimeout(let origin): "connecting to \(origin) timed out"
@@ -143,7 +147,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     }
 
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
-    public func response(keepAlive: Bool, requestID: String) -> [UInt8] {
+    /// An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
+    public func response(keepAlive: Bool, requestID: String, clientVersion: HTTPVersion = .http1_1) -> [UInt8] {
         var json = JSONLine()
         json.string("error", code)
         json.string("message", message)
@@ -153,7 +158,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         head += "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n"
         head += "Cache-Control: no-store\r\n"
         if self == .proxyAuthenticationRequired { head += "Proxy-Authenticate: Basic realm=\"scopeproxy\"\r\n" }
-        head += keepAlive ? "\r\n" : "Connection: close\r\n\r\n"
+        head += !keepAlive ? "Connection: close\r\n\r\n" : clientVersion == .http1_0 ? "Connection: keep-alive\r\n\r\n" : "\r\n"
         return Array(head.utf8) + body
     }
 

@@ -44,6 +44,17 @@ struct FailureTests {
         ])
     }
 
+    @Test("an HTTP/1.0 keep-alive client is told the connection stays open after an error (RFC 9112 §9.3)")
+    func connectFailedHTTP10KeepAlive() {
+        var p = Playbook()
+        p.requested(["GET http://plain.example/ HTTP/1.0", "Host: plain.example", "Connection: keep-alive"])
+        p.on(.upstreamConnectFailed(hop(1), .upstreamRefused(plain)), [
+            .release(hop(1), reuse: false), .cancelTimer,
+            .write(startingWith: "HTTP/1.1 502 ", containing: ["Connection: keep-alive"]),
+            .emit(.status(502)), .arm(.idle), .readNextRequest,
+        ])
+    }
+
     @Test("a failed connect closes the connection when the client asked for Connection: close")
     func connectFailedClientClose() {
         var p = Playbook()
