@@ -33,18 +33,23 @@ public enum Forwarding {
         }
     }
 
-    /// `Connection: upgrade` with an `Upgrade` field, on HTTP/1.1 (RFC 9110 §7.8).
+    /// A WebSocket handshake (RFC 6455 §4.1): `Connection: upgrade` and `Upgrade: websocket`, on
+    /// HTTP/1.1. The only upgrade the proxy relays: after the origin's 101 the client's connection
+    /// becomes a pipe to that origin, which a WebSocket client expects. Any other protocol is not
+    /// relayed (its Upgrade is dropped as the hop-by-hop field it is): with `Upgrade: h2c`, curl
+    /// would take an origin's 101 as the *proxy* switching to HTTP/2 and send its next requests,
+    /// for other origins and with their credentials, down that pipe.
     public static func isUpgradeRequest(_ head: RequestHead) -> Bool {
-        head.version == .http1_1 && head.fields.contains("upgrade")
-            && head.fields.containsListToken("connection", "upgrade")
+        guard head.version == .http1_1, head.fields.containsListToken("connection", "upgrade") else { return false }
+        let protocols = head.fields.listMembers("upgrade")
+        return protocols.count == 1 && protocols[0] == "websocket"
     }
 
     /// The head sent upstream: origin-form target, Host from the target (never the client's),
     /// HTTP/1.1, hop-by-hop fields removed, framing rebuilt.
     public static func upstreamRequest(
-        from head: RequestHead, origin: Origin, pathAndQuery: String, framing: BodyFraming
+        from head: RequestHead, origin: Origin, pathAndQuery: String, framing: BodyFraming, upgrade: Bool = false
     ) -> RequestHead {
-        let upgrade = isUpgradeRequest(head)
         var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
         appendEndToEnd(head.fields, removing: alwaysRemovedFromRequests, to: &fields)
         switch framing {

@@ -197,8 +197,10 @@ public struct ConnectionMachine {
             if case .exchange(let exchange) = state, exchange.hopID == hop, !exchange.connected { fail(exchange, error) }
         case .requestBody(let hop, let progress):
             requestBody(hop, progress)
-        case .responseHead(let hop, let head):
-            if expectsResponseHead(from: hop), case .exchange(let exchange) = state { responseHead(head, exchange) }
+        case .responseHead(let hop, let head, let clientPipelined):
+            if expectsResponseHead(from: hop), case .exchange(let exchange) = state {
+                responseHead(head, exchange, clientPipelined: clientPipelined)
+            }
         case .responseHeadInvalid(let hop, let reason):
             if expectsResponseHead(from: hop), case .exchange(let exchange) = state {
                 fail(exchange, .badUpstreamResponse(exchange.hop.origin, reason))
@@ -339,12 +341,20 @@ public struct ConnectionMachine {
 
     // MARK: Response head ← upstream
 
-    private mutating func responseHead(_ head: ResponseHead, _ exchange: Exchange) {
+    private mutating func responseHead(_ head: ResponseHead, _ exchange: Exchange, clientPipelined: Bool) {
                 guard case .awaiting(let interims) = exchange.response else { return }
         if head.isInformational {
             if head.status == 101 {
                 guard exchange.hop.isUpgrade else {
                     fail(exchange, .badUpstreamResponse(exchange.hop.origin, "101 without an upgrade request"))
+                    return
+                }
+                // After a 101 every byte the client sends goes to this origin. Bytes it sent before
+                // seeing the 101 belong to requests it pipelined, meant for whatever origins they
+                // name: refuse rather than hand them (and their credentials) to this one.
+                guard !clientPipelined else {
+                    fail(exchange, .badUpstreamResponse(exchange.hop.origin, "101 on a connection with pipelined requests"),
+                         closeClient: true)
                     return
                 }
                 let switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: exchange.request.head.version,
@@ -524,8 +534,11 @@ public struct ConnectionMachine {
             // A body being relayed: the engine finishes or cuts it once it has drained.
             guard case .awaiting = exchange.response else { return }
             // A pooled connection the origin closed just as it was reused: retry once on a fresh one,
-            // but only when nothing of the response arrived and nothing of the body was taken.
-            if exchange.reused, !exchange.retried, !sawResponseBytes, exchange.requestConsumed == 0 {
+            // but only when nothing of the response arrived, nothing of the body was taken, and the
+            // method is idempotent: the origin may have run the request before closing, and a proxy
+            // must not repeat a POST or PATCH on its own (RFC 9110 §9.2.2).
+            if exchange.reused, !exchange.retried, !sawResponseBytes, exchange.requestConsumed == 0,
+               Self.idempotentMethods.contains(exchange.hop.target.method) {
                 actions.append(.releaseUpstream(exchange.hopID, reuse: false))
                 exchange.hopID = nextHopID()
                 exchange.connected = false
@@ -709,6 +722,9 @@ public struct ConnectionMachine {
         actions = []
         return taken
     }
+
+    /// RFC 9110 §9.2.2.
+    static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
     static let connectionEstablished = Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8)
 }

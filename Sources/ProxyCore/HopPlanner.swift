@@ -89,7 +89,7 @@ public enum HopPlanner {
                                    value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
         }
         let head = Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                              framing: body.framing)
+                                              framing: body.framing, upgrade: request.isUpgrade)
         return .success(Hop(target: target, decision: scoped.decision, head: head.serialized(), body: body,
                             isUpgrade: request.isUpgrade))
     }

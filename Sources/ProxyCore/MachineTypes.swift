@@ -83,7 +83,9 @@ public enum ConnectionEvent: Sendable {
     case upstreamConnected(HopID, reused: Bool)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)
-    case responseHead(HopID, ResponseHead)
+    /// `clientPipelined`: the client has sent bytes after its request that are still unread (a
+    /// pipelined request); it matters only for a 101, which would hand them to the origin.
+    case responseHead(HopID, ResponseHead, clientPipelined: Bool = false)
     case responseHeadInvalid(HopID, reason: String)
     case responseBody(HopID, BodyProgress)
     /// The upstream hung up. `sawResponseBytes`: any byte of a response had arrived on it.

@@ -28,7 +28,11 @@ public final class AccessLog: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let written = DispatchSemaphore(value: 0)
     private let observer: (@Sendable (String) -> Void)?
+    /// The backlog's bounds: lines and bytes. A line can carry up to a head's worth of safe header
+    /// values, so a count alone lets a stalled consumer (a pipe nobody reads) grow memory by
+    /// gigabytes; past either bound lines are dropped and counted.
     static let maxPending = 10_000
+    static let maxPendingBytes = 16 << 20
 
     public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
                 secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
@@ -100,7 +104,9 @@ public final class AccessLog: Sendable {
         observer?(scrubbed)
         guard output != .discard else { return }
         let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
-            guard state.lines < Self.maxPending else { return (false, false) }
+            guard state.lines < Self.maxPending, state.bytes.count + scrubbed.utf8.count <= Self.maxPendingBytes else {
+                return (false, false)
+            }
             let wasEmpty = state.lines == 0
             state.bytes.append(contentsOf: scrubbed.utf8)
             state.lines += 1

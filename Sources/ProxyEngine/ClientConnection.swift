@@ -229,7 +229,8 @@ final class ClientConnection: UpstreamLegOwner {
             leg.sawResponseBytes = true
             do {
                 guard let (head, _) = try leg.responseReader.next(from: input, HeadParser.parseResponse) else { return }
-                deliver(.responseHead(leg.hop, head))
+                let pipelined = !leg.awaitsRequestBytes && EventBuffer.length(transport.input) > 0
+                deliver(.responseHead(leg.hop, head, clientPipelined: pipelined))
             } catch {
                 deliver(.responseHeadInvalid(leg.hop, reason: error.responseProblem))
                 return

@@ -17,8 +17,10 @@ public struct Tripwire: Sendable {
             // UTF-8, a JSON body), and as a header value puts them, one scalar per byte, so a
             // non-ASCII byte is widened to two (`é` = C3 A9 becomes C3 83 C2 A9).
             var forms = [raw, Array(HTTPField.value(wireBytes: raw).utf8)]
-            // The JSON writer escapes `"`, `\` and tab, which would split a needle.
-            forms += forms.map(Self.jsonEscaped)
+            // The JSON writer escapes `"`, `\` and tab, which would split a needle; a value inside a
+            // body summary (a JSON string inside the line's JSON string) is escaped twice.
+            let escaped = forms.map(Self.jsonEscaped)
+            forms += escaped + escaped.map(Self.jsonEscaped)
             for form in forms { needles.insert(form) }
             let percent = Array(PercentEncoding.encode(raw).utf8)
             needles.insert(percent)

@@ -83,7 +83,13 @@ extension RedirectPolicy {
             if case .url(let absolute) = WebURL.parse(location, base: nil) {
                 readings.append(Origin(scheme: absolute.scheme, host: absolute.host, port: absolute.port))
             }
+            // RFC 3986 ends an authority only at `/`, `?` or `#`; WHATWG also at `\`. So
+            // `http://api\@evil/` is host `api` to a browser and host `evil` (after userinfo
+            // `api\`) to curl. That reading counts too, and one that cannot be read at all blocks.
+            let rfc3986 = Self.rfc3986Origin(location, base: origin)
+            if case .some(.some(let reading)) = rfc3986 { readings.append(reading) }
             for reading in readings where reading != origin && !allow.contains(reading) { return .block(reading) }
+            if case .some(.none) = rfc3986 { return .block(nil) }
             return .pass(target)
         }
         guard case .target(let target) = resolution else { return .pass(nil) }
@@ -100,6 +106,29 @@ extension RedirectPolicy {
         default:  // 307, 308
             return .follow(target, method: requestMethod, replayBody: true)
         }
+    }
+
+    /// The origin an RFC 3986 parser (curl's) reads from a Location's authority, if it has one:
+    /// nil when the Location has no authority (a path or query), `.some(nil)` when it has one that
+    /// does not parse as `host[:port]` after the last `@`.
+    static func rfc3986Origin(_ location: String, base: Origin) -> Origin?? {
+        var text = Substring(location.trimmingCharacters(asciiControlOrSpace: true))
+        var scheme = base.scheme
+        if let colon = text.firstIndex(of: ":"),
+           text[..<colon].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }),
+           text[text.index(after: colon)...].hasPrefix("//") {
+            switch text[..<colon].lowercased() {
+            case "http": scheme = .http
+            case "https": scheme = .https
+            default: return .some(nil)
+            }
+            text = text[text.index(after: colon)...]
+        }
+        guard text.hasPrefix("//") else { return nil }
+        let authority = text.dropFirst(2).prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        let hostAndPort = authority.lastIndex(of: "@").map { authority[authority.index(after: $0)...] } ?? authority
+        guard let (host, port) = try? RequestTarget.parseAuthority(Substring(hostAndPort)) else { return .some(nil) }
+        return .some(Origin(scheme: scheme, host: host, port: port))
     }
 
     /// Resolves a Location against the request URL the way the WHATWG URL Standard's basic URL
@@ -397,5 +426,17 @@ struct WebURL {
                 output.unicodeScalars.append(Unicode.Scalar(byte))
             }
         }
+    }
+}
+
+extension String {
+    /// Leading and trailing C0 controls and spaces removed (what every URL parser drops first).
+    func trimmingCharacters(asciiControlOrSpace: Bool) -> String {
+        let scalars = Array(unicodeScalars)
+        guard let start = scalars.firstIndex(where: { $0.value > 0x20 }),
+              let end = scalars.lastIndex(where: { $0.value > 0x20 }) else { return "" }
+        var result = String.UnicodeScalarView()
+        result.append(contentsOf: scalars[start...end])
+        return String(result)
     }
 }

@@ -123,10 +123,22 @@ struct ForwardingTests {
         let origin = try Origin.parse("http://a.example:8080")
         let request = head([("Host", "a.example:8080"), ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "k")])
         #expect(Forwarding.isUpgradeRequest(request))
-        let forwarded = Forwarding.upstreamRequest(from: request, origin: origin, pathAndQuery: "/x", framing: .none)
+        let forwarded = Forwarding.upstreamRequest(from: request, origin: origin, pathAndQuery: "/x", framing: .none, upgrade: true)
         #expect(forwarded.fields.first("upgrade") == "websocket")
         #expect(forwarded.fields.first("connection") == "upgrade")
         #expect(forwarded.fields.first("sec-websocket-key") == "k")
+    }
+
+    @Test("only a WebSocket handshake is an upgrade the proxy relays; h2c and other protocols go as plain requests",
+          arguments: [("websocket", true), ("WebSocket", true), ("h2c", false), ("websocket, h2c", false), ("TLS/1.2", false)])
+    func upgradeProtocols(_ protocols: String, _ relayed: Bool) throws {
+        let origin = try Origin.parse("http://a.example")
+        let request = head([("Host", "a.example"), ("Connection", "Upgrade, HTTP2-Settings"), ("Upgrade", protocols), ("HTTP2-Settings", "AAMAAABkAAQAoAAAAAIAAAAA")])
+        #expect(Forwarding.isUpgradeRequest(request) == relayed)
+        let forwarded = Forwarding.upstreamRequest(from: request, origin: origin, pathAndQuery: "/", framing: .none,
+                                                   upgrade: Forwarding.isUpgradeRequest(request))
+        #expect(forwarded.fields.contains("upgrade") == relayed)
+        #expect(!forwarded.fields.contains("http2-settings"), "hop-by-hop: listed in Connection")
     }
 
     @Test("chunked requests are re-framed as chunked")

@@ -232,14 +232,29 @@ struct FailureTests {
         #expect(p.connected == [hop(1)])
     }
 
-    @Test("a stale pooled connection is retried while the body is pumped but nothing of it was consumed yet")
+    @Test("a stale pooled connection is retried while the body is pumped but nothing of it was consumed yet (PUT: idempotent)")
     func retryBeforeBodyConsumed() {
         var p = Playbook()
-        p.pumping(length: 100, reused: true)
+        p.pumping(length: 100, reused: true, method: "PUT")
         p.on(.upstreamClosed(hop(1), sawResponseBytes: false), [.release(hop(1), reuse: false), .arm(.connect), .connect(hop(2), plain, .plain, reusePooled: false)])
         p.on(.upstreamConnected(hop(2), reused: false),
-             [.send(hop(2), startingWith: "POST /up HTTP/1.1\r\n"), .pump(hop(2), .contentLength(100), capture: nil, observe: nil), .arm(.stall)])
+             [.send(hop(2), startingWith: "PUT /up HTTP/1.1\r\n"), .pump(hop(2), .contentLength(100), capture: nil, observe: nil), .arm(.stall)])
         p.ignores(.requestBody(hop(1), .moved(payload: 4, consumed: 4)))
+    }
+
+    @Test("a POST or PATCH on a stale pooled connection is never repeated: the origin may have run it (RFC 9110 §9.2.2)",
+          arguments: ["POST", "PATCH"])
+    func noRetryOfNonIdempotent(_ method: String) {
+        var p = Playbook()
+        p.requested(["\(method) http://plain.example/charge HTTP/1.1", "Host: plain.example"])
+        p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "\(method) /charge HTTP/1.1\r\n"), .arm(.responseHead)])
+        p.on(.upstreamClosed(hop(1), sawResponseBytes: false), [
+            .release(hop(1), reuse: false), .cancelTimer,
+            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["upstream_closed"]),
+            .emit(.status(502), .failure(.proxy(.upstreamClosed(plain)))),
+            .arm(.idle), .readNextRequest,
+        ])
+        #expect(p.connected == [hop(1)])
     }
 
     @Test("a request body the codec refuses fails the exchange with 400 and closes")

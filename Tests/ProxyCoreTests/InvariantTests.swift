@@ -79,7 +79,7 @@ struct InvariantTests {
     /// The hop an upstream-side event is about.
     static func hopNamed(by event: ConnectionEvent) -> HopID? {
         switch event {
-        case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _),
+        case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
              .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _):
             id
         default:

@@ -386,7 +386,7 @@ struct Playbook {
     private func describeEvent(_ event: ConnectionEvent) -> String {
         switch event {
         case .requestHead(let head, _, _): "requestHead(\(head.method) \(head.target) \(head.version))"
-        case .responseHead(let hop, let head): "responseHead(\(hop), \(head.status))"
+        case .responseHead(let hop, let head, let pipelined): "responseHead(\(hop), \(head.status)\(pipelined ? ", pipelined" : ""))"
         default: "\(event)"
         }
     }
@@ -443,13 +443,14 @@ extension Playbook {
     }
 
     /// `requested` a POST with a Content-Length body to `plain`, connected: the body is being pumped.
-    mutating func pumping(length: UInt64 = 100, reused: Bool = true, sourceLocation: SourceLocation = #_sourceLocation) {
+    mutating func pumping(length: UInt64 = 100, reused: Bool = true, method: String = "POST",
+                          sourceLocation: SourceLocation = #_sourceLocation) {
         start([.arm(.clientHead)], sourceLocation: sourceLocation)
-        on(head("POST http://plain.example/up HTTP/1.1", "Host: plain.example", "Content-Length: \(length)"),
+        on(head("\(method) http://plain.example/up HTTP/1.1", "Host: plain.example", "Content-Length: \(length)"),
            [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)], sourceLocation: sourceLocation)
         let capture = fixture.scope.redirects.mode == .follow ? settings.limits.maxReplayBody : nil
         on(.upstreamConnected(hop(1), reused: reused),
-           [.send(hop(1), startingWith: "POST /up HTTP/1.1\r\n"), .pump(hop(1), .contentLength(length), capture: capture, observe: nil), .arm(.stall)],
+           [.send(hop(1), startingWith: "\(method) /up HTTP/1.1\r\n"), .pump(hop(1), .contentLength(length), capture: capture, observe: nil), .arm(.stall)],
            sourceLocation: sourceLocation)
     }
 }

@@ -145,15 +145,15 @@ struct RedirectFindingTests {
         p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "GET / HTTP/1.1\r\nHost: b.example\r\n", excluding: ["Authorization"]), .arm(.responseHead)])
     }
 
-    @Test("a followed hop on a stale pooled connection is retried on a fresh one, with the body it replays")
+    @Test("a followed hop on a stale pooled connection is retried on a fresh one, with the body it replays (PUT: idempotent)")
     func followedHopRetried() {
         var p = Playbook(Configs.follow)
-        FollowBodyTests.posted(&p)
+        FollowBodyTests.posted(&p, method: "PUT")
         FollowBodyTests.followed(&p, "307 Temporary Redirect")
-        p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "POST /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
+        p.on(.upstreamConnected(hop(2), reused: true), [.send(hop(2), startingWith: "PUT /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
         p.on(.upstreamClosed(hop(2), sawResponseBytes: false),
              [.release(hop(2), reuse: false), .arm(.connect), .connect(hop(3), a, .tls, reusePooled: false)])
-        p.on(.upstreamConnected(hop(3), reused: false), [.send(hop(3), startingWith: "POST /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
+        p.on(.upstreamConnected(hop(3), reused: false), [.send(hop(3), startingWith: "PUT /next HTTP/1.1\r\n", containing: ["\r\n\r\nhello"]), .arm(.responseHead)])
         for event in lateEvents(for: hop(1)) + lateEvents(for: hop(2)) { p.ignores(event) }
         #expect(p.released == [hop(1), hop(2)])
     }

@@ -141,11 +141,15 @@ struct RedactionTests {
         // becomes two UTF-8 bytes.
         let asHeaderValue = HTTPField.value(wireBytes: raw)
         let jsonEscaped = asHeaderValue.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        // A value echoed into a JSON body under a safe key lands in the line escaped twice: once
+        // in the body summary, once as the summary's own JSON string.
+        let escapedTwice = asText.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         let percentLowercase = raw.map { byte -> String in
             (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D
                 ? String(UnicodeScalar(byte)) : "%" + String(byte, radix: 16).leftPadded(to: 2)
         }.joined()
-        for (label, form) in [("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("percent, lowercase", percentLowercase)] {
+        for (label, form) in [("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("JSON-escaped twice", escapedTwice), ("percent, lowercase", percentLowercase)] {
             let (line, hits) = tripwire.scrub("x=\(form) y")
             #expect(hits == 1, "\(label)")
             #expect(line == "x=<tripwire> y", "\(label)")

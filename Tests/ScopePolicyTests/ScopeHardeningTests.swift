@@ -170,6 +170,10 @@ struct RedirectVerdictTests {
         // unsafe reading decides.
         (.block, 302, "https:/evil.example/x", .block(evil)),
         (.block, 302, "https:/api.example/x", .pass(target(api, "/api.example/x"))),
+        // WHATWG ends the authority at `\`, curl (RFC 3986) does not: host api.example to one,
+        // userinfo `api.example\` and host evil.example to the other.
+        (.block, 302, "https://api.example\\@evil.example/x", .block(evil)),
+        (.block, 302, "https://api.example/a\\@evil.example/x", .pass(target(api, "/a/@evil.example/x"))),
         (.block, 302, "/same", .pass(target(api, "/same"))),
         (.block, 302, "//cdn.example/x", .pass(target(cdn, "/x"))),
         (.block, 308, "https://cdn.example/a/../b", .pass(target(cdn, "/b"))),
