@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.build/fuzz
 binary="$out/scopeproxy-fuzz"
-inputs=(Sources/PosixSupport/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift Sources/ScopeConfig/*.swift Sources/Redaction/*.swift
+inputs=(Sources/PosixSupport/*.swift Sources/JSONText/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
+        Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/Redaction/*.swift
         Tests/HTTP1CodecTests/SplitPointVerifier.swift fuzz/*.swift)
 if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
   exit 0
@@ -16,7 +17,7 @@ fi
 rm -rf "$out/src" && mkdir -p "$out/src"
 for file in "${inputs[@]}"; do
   module=$(basename "$(dirname "$file")")
-  sed -E '/^(@testable )?import (PosixSupport|HTTP1Codec|ScopePolicy|ScopeConfig|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
+  sed -E '/^(@testable )?import (PosixSupport|JSONText|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
 swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML \
