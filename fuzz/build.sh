@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds .build/fuzz/scopeproxy-fuzz: the sources of the pure modules (codec, scope policy, config,
-# redaction; PosixSupport for the config loader's file reads) plus the five entry points, compiled as
+# Builds .build/fuzz/scopeproxy-fuzz: the sources of the pure modules (codec, scope policy, exchange
+# core, config, redaction; PosixSupport and JSONText under them) plus the six entry points, compiled as
 # one module with -sanitize=fuzzer,address (so internal API is reachable, as in the unit tests).
 # Copies under .build/fuzz/src drop the cross-module imports. Rebuilt only when a source is newer
 # than the binary.
