@@ -240,7 +240,7 @@ public struct ConnectionMachine: Sendable {
             let body: HopBody = request.framing == .none ? .none : .streamed(request.framing)
             switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: arrival.scope, requestID: record.id) {
             case .failure(let error):
-                reject(error, record: record, consumedBody: request.framing == .none)
+                reject(error, record: record, consumedBody: request.framing == .none && head.wantsKeepAlive)
             case .success(let hop):
                 record.scopes = hop.decision.scopes
                 record.injected = hop.decision.injected
@@ -423,7 +423,7 @@ public struct ConnectionMachine: Sendable {
         next.requestFields = exchange.request.head.fields
         switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id) {
         case .failure(let error):
-            reject(error, record: next, consumedBody: true)
+            reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive)
         case .success(let hop):
             next.scopes = hop.decision.scopes
             next.injected = hop.decision.injected
