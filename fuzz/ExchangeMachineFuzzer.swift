@@ -68,6 +68,7 @@ private let secretOrigins: [(value: [UInt8], origins: Set<Origin>)] = [
     (Array(apiSecret.utf8), [apiOrigin, localOrigin]),
     (Array(cdnSecret.utf8), [cdnOrigin]),
     (Array(proxySecret.utf8), []),
+    (Array(proxyBasic.dropFirst(6).utf8), []),  // the same, as Basic credentials
     (Array(wrongProxyPassword.utf8), []),
 ]
 
@@ -325,13 +326,13 @@ private struct Harness {
         default: break
         }
         if closed {
-            if !actions.isEmpty { fail("event after connectionClosed produced \(actions)") }
+            if !actions.isEmpty { fail("event after connectionClosed produced " + actions.map(describe).joined(separator: "; ")) }
             return
         }
         // Nothing of a hop the machine let go of (or never opened) may have any effect: its bytes
         // would reach the client, or its failure end another hop's exchange.
         if let about = hopOf(event), hops[about.value]?.released ?? true, !actions.isEmpty {
-            fail("an event of \(about) (\(hops[about.value] == nil ? "never connected" : "released")) produced \(actions)")
+            fail("an event of \(about) (\(hops[about.value] == nil ? "never connected" : "released")) produced " + actions.map(describe).joined(separator: "; "))
         }
         check(actions)
         if case .connectionClosed = event { closeChecks() }
@@ -394,13 +395,13 @@ private struct Harness {
             case .cancelTimer:
                 armed = nil
             case .emit(let record):
-                guard let unit = units.indices.last else { fail("record with no request: \(record)") }
+                guard let unit = units.indices.last else { fail("record with no request: " + describe(.emit(record))) }
                 if record.redirect?.decision == .follow {
                     units[unit].followRecords += 1
                     if units[unit].followRecords > 20 { fail("more followed hops than max_hops allows") }
                 } else {
                     units[unit].terminalRecords += 1
-                    if units[unit].terminalRecords > 1 { fail("second record for one request: \(record)") }
+                    if units[unit].terminalRecords > 1 { fail("second record for one request: " + describe(.emit(record))) }
                 }
                 checkRecord(record)
             case .readNextRequest:
@@ -694,21 +695,26 @@ extension String {
     }
 }
 
-private func printTrace(_ event: ConnectionEvent, _ actions: [ConnectionAction]) {
-    defer { fflush(stdout) }
-    print("> " + describe(event))
-    for action in actions {
-        switch action {
-        case .writeToClient(let bytes), .sendToUpstream(_, let bytes):
-            let text = String(decoding: bytes, as: UTF8.self).map { $0 == "\r\n" ? " | " : String($0) }.joined()
-            print("    " + (text.count > 300 ? String(text.prefix(300)) : text) + (action == .writeToClient(bytes) ? "  (to client)" : "  (upstream)"))
-        case .emit(let record):
-            print("    emit \(record.method ?? "-") \(record.origin.map { "\($0)" } ?? "-") status \(record.status.map { "\($0)" } ?? "-") "
-                  + "redirect \(record.redirect.map { "\($0.decision)" } ?? "-") failure \(record.failure.map { $0.code } ?? "-")")
-        default:
-            print("    " + "\(action)".replacingPrefix("ScopeproxyFuzz."))
-        }
+/// One line per action: messages as text (CRLF shown as ` | `), records by their main fields.
+private func describe(_ action: ConnectionAction) -> String {
+    switch action {
+    case .writeToClient(let bytes), .sendToUpstream(_, let bytes):
+        let text = String(decoding: bytes, as: UTF8.self).map { $0 == "\r\n" ? " | " : String($0) }.joined()
+        let shown = text.count > 300 ? String(text.prefix(300)) + "…" : text
+        if case .sendToUpstream(let hop, _) = action { return "sendToUpstream(\(hop)) " + shown }
+        return "writeToClient " + shown
+    case .emit(let record):
+        return "emit \(record.method ?? "-") \(record.origin.map { "\($0)" } ?? "-") status \(record.status.map { "\($0)" } ?? "-") "
+            + "redirect \(record.redirect.map { "\($0.decision)" } ?? "-") failure \(record.failure.map { $0.code } ?? "-")"
+    default:
+        return "\(action)".replacingPrefix("ScopeproxyFuzz.")
     }
+}
+
+private func printTrace(_ event: ConnectionEvent, _ actions: [ConnectionAction]) {
+    print("> " + describe(event))
+    for action in actions { print("    " + describe(action)) }
+    fflush(stdout)
 }
 
 private let proxyBasic = "Basic " + Base64.encode(Array("any:\(proxySecret)".utf8))
