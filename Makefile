@@ -50,7 +50,7 @@ run: release
 	.build/release/scopeproxy run $(ARGS)
 
 ## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
-## then the short fuzz pass (FUZZ_SECONDS each of the five fuzz targets; CI runs this).
+## then the short fuzz pass (FUZZ_SECONDS each of the six fuzz targets; CI runs this).
 test: packages-test
 	$(SWIFT) build
 	$(SWIFT) test --no-parallel
@@ -94,7 +94,8 @@ leak-check: packages-bench
 demo: release
 	config/demo/run.sh
 
-## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor
+## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
+## exchange state machine
 ## (FUZZ_SECONDS each, default 60).
 fuzz: packages-build
 	fuzz/run.sh

@@ -1,12 +1,12 @@
-// One libFuzzer binary, five targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
-// drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of five.
+// One libFuzzer binary, six targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
+// drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of six.
 #if canImport(Glibc)
 import Glibc
 #endif
 
 private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "RequestHead": fuzzRequestHead, "Chunked": fuzzChunked, "ResponseHead": fuzzResponseHead,
-    "Config": fuzzConfig, "Redactor": fuzzRedactor,
+    "Config": fuzzConfig, "Redactor": fuzzRedactor, "ExchangeMachine": fuzzExchangeMachine,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {
