@@ -20,13 +20,13 @@
 // `isAwaitingHead`, which the engine reads too.
 //
 // Input bytes: the first picks the configuration (bits 0-2) and, when it has a route, the route's
-// listener instead of the forward proxy (bit 3). Then each operation byte (mod 24) is an event,
+// listener instead of the forward proxy (bit 3). Then each operation byte (mod 25) is an event,
 // followed by its operands: 0 request head (kind, target, credentials, extras[, malformations]),
 // 1 invalid head, 2 headStarted, 3 upstreamConnected, 4 upstreamConnectFailed, 5 requestBody,
 // 6 responseHead (< 96: plain menu, else a 3xx and a Location from the next byte), 7 invalid
 // response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes, 11 timerFired (< 192: the armed
-// timer), 12 clientInputClosed, 13 clientFailed, 14 drain, 15 connectionClosed, 16-23 what the engine
-// would most likely report next. A hop operand < 192 is the current hop; otherwise a stale, future
+// timer), 12 clientInputClosed, 13 clientFailed, 14 drain, 15 connectionClosed, 16 collectedBody,
+// 17-24 what the engine would most likely report next. A hop operand < 192 is the current hop; otherwise a stale, future
 // or never used one. SCOPEPROXY_FUZZ_TRACE=1 prints each event with the actions it produced.
 
 /// SCOPEPROXY_FUZZ_TRACE=1: print every event and its actions (to read what an input decodes to).
@@ -350,7 +350,7 @@ private struct Harness {
              .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
-             .connectionClosed:
+             .connectionClosed, .collectedBody:
             nil
         }
     }
@@ -381,6 +381,8 @@ private struct Harness {
             case .sendToUpstream(let hop, let bytes):
                 let state = liveHop(hop, "sendToUpstream")
                 checkCredentials(bytes, to: state)
+            case .collectRequestBody:
+                if hops.contains(where: { !$0.value.released }) { fail("a body is read for scoping while a hop is live") }
             case .pumpRequestBody(let hop, _, _, _):
                 _ = liveHop(hop, "pumpRequestBody")
                 hops[hop.value]!.pumping = true
@@ -501,7 +503,7 @@ private struct Harness {
     }
 
     mutating func step(_ input: inout Input) {
-        let operation = input.byte() % 24
+        let operation = input.byte() % 25
         switch operation {
         case 0: requestHead(&input)
         case 1:
@@ -535,6 +537,7 @@ private struct Harness {
         case 13: deliver(.clientFailed)
         case 14: deliver(.drain)
         case 15: deliver(.connectionClosed)
+        case 16: deliver(.collectedBody(collected(&input)))
         default: automatic(&input)
         }
     }
@@ -572,10 +575,24 @@ private struct Harness {
             } else {
                 deliver(.connectionClosed)
             }
+        } else if machine.isCollectingBody {
+            deliver(.collectedBody(input.bool() ? .progressed : collected(&input)))
         } else if let armed, input.bool() {
             timer(armed)
         } else {
             deliver(.connectionClosed)
+        }
+    }
+
+    /// A body read before scoping: forms with and without a `_method` override, or trouble.
+    mutating func collected(_ input: inout Input) -> CollectedBody {
+        switch input.byte() % 6 {
+        case 0: .progressed
+        case 1: .complete(Array("name=x".utf8))
+        case 2: .complete(Array("name=x&_method=DELETE".utf8))
+        case 3: .complete([])
+        case 4: .tooLarge
+        default: .invalid
         }
     }
 
@@ -667,7 +684,9 @@ private struct Harness {
         }
         if extras & 8 != 0 { fields.append(name: "Expect", value: "100-continue") }
         if extras & 0x10 != 0 { fields.append(name: "X-HTTP-Method-Override", value: "DELETE") }
-        if extras & 0x20 != 0 { fields.append(name: "Content-Type", value: "application/json") }
+        if extras & 0x20 != 0 {
+            fields.append(name: "Content-Type", value: extras & 0x40 != 0 ? "application/x-www-form-urlencoded" : "application/json")
+        }
         if odd & 1 != 0 { fields.append(name: "Host", value: odd & 2 != 0 ? "a b" : "other.test") }
         if odd & 4 != 0 { fields.append(name: "Transfer-Encoding", value: "gzip") }
         if odd & 8 != 0 { fields.append(name: "Content-Length", value: "7") }

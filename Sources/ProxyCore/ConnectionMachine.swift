@@ -45,6 +45,8 @@ public struct ConnectionMachine {
 
     public enum State {
         case awaitingHead(HeadWait)
+        /// Reading a request body the scope decision depends on, before anything goes upstream.
+        case collecting(Collection)
         case exchange(Exchange)
         case tunnel(Tunnel)
         /// The answer is written; the transport flushes it and closes. Nothing more is read.
@@ -87,6 +89,19 @@ public struct ConnectionMachine {
         }
 
         var isConnect: Bool { request.head.method == "CONNECT" }
+    }
+
+    /// A request whose body is read before its hop is planned.
+    public final class Collection {
+        let request: ClientRequest
+        let scope: ScopeContext
+        let record: ExchangeRecord
+
+        init(request: ClientRequest, scope: ScopeContext, record: ExchangeRecord) {
+            self.request = request
+            self.scope = scope
+            self.record = record
+        }
     }
 
     public enum BodyState: Sendable, Equatable {
@@ -151,6 +166,12 @@ public struct ConnectionMachine {
         }
     }
 
+    /// A request body is being read before its hop is planned (`collectRequestBody`).
+    public var isCollectingBody: Bool {
+        if case .collecting = state { return true }
+        return false
+    }
+
     public var isAwaitingHead: Bool {
         if case .awaitingHead = state { return true }
         return false
@@ -197,6 +218,8 @@ public struct ConnectionMachine {
             if case .exchange(let exchange) = state, exchange.hopID == hop, !exchange.connected { fail(exchange, error) }
         case .requestBody(let hop, let progress):
             requestBody(hop, progress)
+        case .collectedBody(let progress):
+            collected(progress)
         case .responseHead(let hop, let head, let clientPipelined):
             if expectsResponseHead(from: hop), case .exchange(let exchange) = state {
                 responseHead(head, exchange, clientPipelined: clientPipelined)
@@ -261,19 +284,55 @@ public struct ConnectionMachine {
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery
-            let target = HopTarget(origin: request.origin, method: head.method, pathAndQuery: request.pathAndQuery)
-            let body: HopBody = request.framing == .none ? .none : .streamed(request.framing)
-            switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: arrival.scope, requestID: record.id) {
-            case .failure(let error):
-                reject(error, record: record, consumedBody: request.framing == .none && head.wantsKeepAlive, clientVersion: head.version)
-            case .success(let hop):
-                record.scopes = hop.decision.scopes
-                record.injected = hop.decision.injected
-                record.stripped = hop.decision.stripped
-                start(Exchange(request: request, scope: arrival.scope, record: record, hop: hop, hopID: nextHopID(),
-                               requestBody: request.framing == .none ? .complete : .streaming),
-                      transport: hop.origin.scheme == .https ? .tls : .plain)
+            if request.framing != .none,
+               arrival.scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
+                                                        contentType: head.fields.first("content-type")) {
+                // The scope decision depends on the body (a form's `_method`): read it first.
+                state = .collecting(Collection(request: request, scope: arrival.scope, record: record))
+                actions.append(.collectRequestBody(request.framing, limit: settings.limits.maxInspectedBody))
+                arm(.stall)
+                return
             }
+            plan(request, body: request.framing == .none ? .none : .streamed(request.framing), scope: arrival.scope, record: record)
+        }
+    }
+
+    /// The client's own hop: scoped, then started.
+    private mutating func plan(_ request: ClientRequest, body: HopBody, scope: ScopeContext, record: ExchangeRecord) {
+        var record = record
+        let target = HopTarget(origin: request.origin, method: request.head.method, pathAndQuery: request.pathAndQuery)
+        switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: scope, requestID: record.id) {
+        case .failure(let error):
+            let consumed = body.framing == .none || { if case .replayed = body { true } else { false } }()
+            reject(error, record: record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
+        case .success(let hop):
+            record.scopes = hop.decision.scopes
+            record.injected = hop.decision.injected
+            record.stripped = hop.decision.stripped
+            let exchange = Exchange(request: request, scope: scope, record: record, hop: hop, hopID: nextHopID(),
+                                    requestBody: { if case .streamed = body { .streaming } else { .complete } }())
+            if case .replayed(let bytes) = body {
+                exchange.captured = bytes
+                exchange.requestPayload = UInt64(bytes.count)
+            }
+            start(exchange, transport: hop.origin.scheme == .https ? .tls : .plain)
+        }
+    }
+
+    /// Progress of a body read before its hop is planned.
+    private mutating func collected(_ progress: CollectedBody) {
+        guard case .collecting(let collection) = state else { return }
+        switch progress {
+        case .progressed:
+            arm(.stall)
+        case .complete(let bytes):
+            cancelTimer()
+            plan(collection.request, body: .replayed(bytes), scope: collection.scope, record: collection.record)
+        case .tooLarge:
+            // Fail closed: a body the proxy cannot inspect cannot be shown to stay within the scope.
+            reject(.bodyTooLargeToInspect(limit: settings.limits.maxInspectedBody), record: collection.record, consumedBody: false)
+        case .invalid:
+            reject(.malformedRequest("invalid chunked request body"), record: collection.record, consumedBody: false)
         }
     }
 
@@ -563,6 +622,8 @@ public struct ConnectionMachine {
         case .awaitingHead:
             // Whatever is buffered is an incomplete head that will never complete.
             closeAfterFlush()
+        case .collecting:
+            if buffered == 0 { closeNow() }
         case .exchange(let exchange):
             // A client may half-close once its request is sent; the response still goes out. Gone
             // mid-body with nothing left buffered, the request can never complete.
@@ -600,6 +661,8 @@ public struct ConnectionMachine {
             }
         case (.stall, .tunnel):
             closeNow()
+        case (.stall, .collecting(let collection)):
+            reject(.requestBodyTimeout, record: collection.record, consumedBody: false)
         default:
             break
         }
@@ -682,6 +745,10 @@ public struct ConnectionMachine {
         case .tunnel(let tunnel):
             actions.append(.releaseUpstream(tunnel.hopID, reuse: false))
             emit(tunnel.record)
+        case .collecting(let collection):
+            var record = collection.record
+            record.failure = .clientClosed
+            emit(record)
         case .awaitingHead, .closing, .closed:
             break
         }

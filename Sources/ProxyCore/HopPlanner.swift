@@ -65,9 +65,13 @@ public enum HopPlanner {
         // Finding 3 of the review: a client's credentials were meant for the origin it addressed.
         if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
         let scoped: ScopedRequest
+        var replayed: [UInt8]?
+        if case .replayed(let bytes) = body { replayed = bytes }
+        let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
+                                             contentType: request.head.fields.first("content-type"))
         switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                   fields: request.head.fields, hasUserinfo: request.userinfo != nil,
-                                  secrets: scope.secrets, chain: chainContext) {
+                                  secrets: scope.secrets, chain: chainContext, methodOverride: override) {
         case .failure(.secretUnavailable(let scopeName, let secret)):
             return .failure(.credentialUnavailable(scope: scopeName, secret: secret))
         case .success(let result):

@@ -69,6 +69,17 @@ public struct Arrival: Sendable {
     }
 }
 
+/// A request body being read whole before its hop is planned (`collectRequestBody`).
+public enum CollectedBody: Sendable, Equatable {
+    /// More bytes arrived.
+    case progressed
+    case complete([UInt8])
+    /// Larger than the limit: the engine stopped reading.
+    case tooLarge
+    /// Framing the codec refuses.
+    case invalid
+}
+
 public enum ConnectionEvent: Sendable {
     /// The first bytes of a request head arrived (the head-timeout starts to matter).
     case headStarted
@@ -83,6 +94,7 @@ public enum ConnectionEvent: Sendable {
     case upstreamConnected(HopID, reused: Bool)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)
+    case collectedBody(CollectedBody)
     /// `clientPipelined`: the client has sent bytes after its request that are still unread (a
     /// pipelined request); it matters only for a 101, which would hand them to the origin.
     case responseHead(HopID, ResponseHead, clientPipelined: Bool = false)
@@ -115,6 +127,9 @@ public enum ConnectionAction: Sendable, Equatable {
     /// Open (or, with `reusePooled`, take from the pool) a connection for the hop.
     case connect(HopID, Origin, UpstreamTransport, reusePooled: Bool)
     case sendToUpstream(HopID, [UInt8])
+    /// Read the client's request body whole (at most `limit` bytes) before any hop exists: the
+    /// scope decision depends on it. Progress comes back as `collectedBody`.
+    case collectRequestBody(BodyFraming, limit: Int)
     /// Stream the client's request body to the hop. `capture`: keep up to that many bytes for a
     /// replay; `observe`: keep the first bytes for the log.
     case pumpRequestBody(HopID, BodyFraming, capture: Int?, observe: Int?)

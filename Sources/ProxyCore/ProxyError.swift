@@ -18,6 +18,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     case requestHeadTimeout
     /// The request body stopped arriving for `timeouts.idle` before it was complete.
     case requestBodyTimeout
+    /// A body the scope decision depends on is larger than the proxy reads to decide.
+    case bodyTooLargeToInspect(limit: Int)
     case dnsFailure(Origin)
     case upstreamRefused(Origin)
     case connectTimeout(Origin)
@@ -59,6 +61,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
         case .requestHeadTimeout, .requestBodyTimeout: 408
+        case .bodyTooLargeToInspect: 413
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
         case .unsupportedTransferCoding: 501
@@ -83,6 +86,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelDenied: "tunnel_denied"
         case .requestHeadTimeout: "request_head_timeout"
         case .requestBodyTimeout: "request_body_timeout"
+        case .bodyTooLargeToInspect: "body_too_large_to_inspect"
         case .dnsFailure: "dns_failure"
         case .upstreamRefused: "upstream_refused"
         case .connectTimeout: "connect_timeout"
@@ -115,6 +119,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelDenied(let origin): "CONNECT tunnels are denied by configuration: \(origin)"
         case .requestHeadTimeout: "the request head did not arrive in time"
         case .requestBodyTimeout: "the request body stopped arriving before it was complete"
+        case .bodyTooLargeToInspect(let limit):
+            "a form body to a scope that limits methods is read to check for _method; this one is larger than \(limit / 1024) KiB"
         case .dnsFailure(let origin): "could not resolve \(origin)"
         case .upstreamRefused(let origin): "could not connect to \(origin)"
         case .connectTimeout(let origin): "connecting to \(origin) timed out"
@@ -168,6 +174,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case 403: "Forbidden"
         case 407: "Proxy Authentication Required"
         case 408: "Request Timeout"
+        case 413: "Content Too Large"
         case 414: "URI Too Long"
         case 431: "Request Header Fields Too Large"
         case 501: "Not Implemented"

@@ -20,6 +20,8 @@ final class ClientConnection: UpstreamLegOwner {
     private var transport: ClientTransport!
     /// The current hop's upstream, if any (at most one at a time).
     private var leg: UpstreamLeg?
+    /// A request body being read whole before its hop is planned.
+    private var collector: BodyCollector?
     private var requestReader = HeadReader(limits: .request)
     private var timer: OpaquePointer!
     private var armedTimer: TimerPurpose?
@@ -110,6 +112,9 @@ final class ClientConnection: UpstreamLegOwner {
             connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
         case .sendToUpstream(let hop, let bytes):
             if let leg, leg.hop == hop { leg.write(bytes) }
+        case .collectRequestBody(let framing, let limit):
+            collector = BodyCollector(framing: framing, limit: limit)
+            collectRequestBody()
         case .pumpRequestBody(let hop, let framing, let capture, let observe):
             guard let leg, leg.hop == hop else { return }
             leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe)
@@ -240,6 +245,12 @@ final class ClientConnection: UpstreamLegOwner {
 
     // MARK: Bodies and tunnels (the leg and the splice move bytes; the machine hears what moved)
 
+    private func collectRequestBody() {
+        guard let collector, let progress = collector.collect(from: transport.input, highWatermark: highWatermark) else { return }
+        if case .progressed = progress {} else { self.collector = nil }
+        deliver(.collectedBody(progress))
+    }
+
     private func pumpRequestBody() {
         guard let leg else { return }
         if let progress = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark) {
@@ -313,6 +324,8 @@ final class ClientConnection: UpstreamLegOwner {
             transport.discardInput()
         } else if machine.isAwaitingHead {
             readRequestHead()
+        } else if collector != nil {
+            collectRequestBody()
         } else if let leg, leg.splicing {
             pumpTunnel()
         } else {
@@ -341,6 +354,8 @@ final class ClientConnection: UpstreamLegOwner {
         // already ended the connection).
         if machine.isAwaitingHead {
             readRequestHead()
+        } else if collector != nil {
+            collectRequestBody()
         } else if let leg, leg.requestPump != nil {
             pumpRequestBody()
         }
@@ -384,6 +399,7 @@ final class ClientConnection: UpstreamLegOwner {
     private func close() {
         guard !isClosed else { return }
         isClosed = true
+        collector = nil
         event_free(timer)
         transport.free()
         deliver(.connectionClosed)

@@ -116,9 +116,11 @@ public struct ScopePolicy: Sendable {
     }
 
     /// Applies the scope rules to one request (or one hop of a followed redirect chain).
+    /// `methodOverride`: what the request's `_method` parameter asks the origin to run instead
+    /// (see `MethodOverride.detect`); a scope that limits `methods:` must allow that method too.
     public func apply(
         method: String, origin: Origin, pathAndQuery: String, fields: HTTPFields, hasUserinfo: Bool,
-        secrets: any SecretLookup, chain: ChainContext = ChainContext()
+        secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none
     ) -> Result<ScopedRequest, ScopeError> {
         var decision = ScopeDecision()
         let covering = chain.downgraded ? [] : covering(origin)
@@ -162,7 +164,8 @@ public struct ScopePolicy: Sendable {
             output.append(name: field.name, value: field.value)
         }
 
-        for scope in covering where !isTrace && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) {
+        for scope in covering where !isTrace && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery,
+                                                                  override: methodOverride) {
             for injection in scope.inject {
                 switch injection.template.render(secrets) {
                 case .failure(let missing):
@@ -183,11 +186,32 @@ public struct ScopePolicy: Sendable {
         return .success(ScopedRequest(fields: output, keepUserinfo: keepUserinfo, decision: decision))
     }
 
-    func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String) -> Bool {
+    func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
+                          override: MethodOverride = .none) -> Bool {
         if scope.requireHTTPS && origin.scheme != .https { return false }
-        if let methods = scope.methods, !methods.contains(method.uppercased()) { return false }
+        if let methods = scope.methods {
+            guard methods.contains(method.uppercased()) else { return false }
+            // Laravel, Symfony and Rails run the `_method` a form or query names: POST with
+            // `_method=DELETE` is a DELETE to them, and must not ride a POST-only credential.
+            switch override {
+            case .none: break
+            case .method(let overridden): if !methods.contains(overridden.uppercased()) { return false }
+            case .unreadable: return false
+            }
+        }
         if let prefixes = scope.paths, !Self.isCovered(Self.path(of: pathAndQuery), byAnyOf: prefixes) { return false }
         return true
+    }
+
+    /// Whether the body must be read before the request can be scoped: a covering scope limits
+    /// `methods:` and would inject into this request, and the body is a form, which may carry a
+    /// `_method` override (`MethodOverride.detect`).
+    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?) -> Bool {
+        guard MethodOverride.isForm(contentType) else { return false }
+        return covering(origin).contains { scope in
+            scope.methods != nil && !scope.inject.isEmpty
+                && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery)
+        }
     }
 
     /// Whether `path` lies under one of `prefixes`, in whole segments: `/v1` and `/v1/` both

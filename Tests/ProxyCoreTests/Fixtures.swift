@@ -68,3 +68,18 @@ enum Configs {
     /// Proxy authentication, and CONNECT to a.example intercepted.
     static let proxyAuth = Fixture(scopes + "proxy_auth: { secret: proxy_password }\ntls: { intercept: [\"a.example\"] }\n")
 }
+
+extension Configs {
+    /// Scope `m` on https://m.example: injects X-M-Key for GET and POST only.
+    static let methodsLimited = Fixture("""
+        secrets: { m_token: { env: M_TOKEN } }
+        scopes:
+          - name: m
+            origins: ["https://m.example"]
+            inject: { X-M-Key: "${m_token}" }
+            methods: [GET, POST]
+
+        """)
+}
+
+let limited = origin("https://m.example")

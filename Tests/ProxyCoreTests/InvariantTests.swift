@@ -98,6 +98,9 @@ struct InvariantTests {
         switch machine.state {
         case .awaitingHead:
             return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
+        case .collecting:
+            return pick([.collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),
+                         .collectedBody(.tooLarge), .collectedBody(.invalid), .timerFired(.stall), .clientInputClosed(bufferedBytes: 0)])
         case .tunnel:
             guard let id = machine.currentHop else { return .connectionClosed }
             return pick([.tunnelBytes(id, fromClient: 5, fromUpstream: 7), .tunnelBytes(id, fromClient: 0, fromUpstream: 3),

@@ -82,7 +82,7 @@ struct Fixture: Sendable {
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
     static let secretValues = [
-        "a_token": "A-INJECTED-7c1e", "b_token": "B-INJECTED-42d9", "proxy_password": "let-me-in",
+        "a_token": "A-INJECTED-7c1e", "b_token": "B-INJECTED-42d9", "proxy_password": "let-me-in", "m_token": "M-INJECTED-9b3f",
     ]
 
     /// No scope: every sensitive header stripped everywhere.
