@@ -41,6 +41,13 @@ enum ASCII {
         (byte >= 0x41 && byte <= 0x5A) ? byte | 0x20 : byte
     }
 
+    /// A field name ASCII-lowercased (names are tokens: no Unicode case mapping needed), without a
+    /// new string when it already is.
+    static func lowercasedName(_ name: String) -> String {
+        guard name.utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) else { return name }
+        return String(decoding: name.utf8.map(lowercased), as: UTF8.self)
+    }
+
     /// Case-insensitive ASCII equality without allocating; `lowercase` must already be lowercase.
     @inline(__always)
     static func equalsIgnoringCase(_ value: String, lowercase: String) -> Bool {

@@ -74,17 +74,19 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
 
     /// Replaces every field of that name with one field (placed where the first one was, or appended).
     public mutating func set(name: String, value: String) {
-        let lowercase = name.lowercased()
-        if let index = storage.firstIndex(where: { $0.hasName(lowercase) }) {
-            storage[index].value = value
-            var seen = false
-            storage.removeAll { field in
-                guard field.hasName(lowercase) else { return false }
-                defer { seen = true }
-                return seen
-            }
-        } else {
+        let lowercase = ASCII.lowercasedName(name)
+        guard let index = storage.firstIndex(where: { $0.hasName(lowercase) }) else {
             storage.append(HTTPField(name: name, value: value))
+            return
+        }
+        storage[index].value = value
+        // Only when there are more (rare): removing walks and rewrites the whole list.
+        guard storage[(index + 1)...].contains(where: { $0.hasName(lowercase) }) else { return }
+        var seen = false
+        storage.removeAll { field in
+            guard field.hasName(lowercase) else { return false }
+            defer { seen = true }
+            return seen
         }
     }
 

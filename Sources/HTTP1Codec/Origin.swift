@@ -35,6 +35,12 @@ public struct Origin: Hashable, Sendable, CustomStringConvertible {
     /// The Host header value for this origin: the port only when it is not the default.
     public var authority: String { port == scheme.defaultPort ? host : "\(host):\(port)" }
 
+    /// Whether `text` is exactly this origin's `authority`, ASCII case aside (the Host a client
+    /// usually sends): true means it needs no parse of its own.
+    public func isSpelled(byAuthority text: String) -> Bool {
+        ASCII.equalsIgnoringCase(text, lowercase: authority)
+    }
+
     /// The host as a resolver wants it (no brackets around IPv6).
     public var hostForLookup: String {
         host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host

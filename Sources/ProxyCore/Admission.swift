@@ -177,6 +177,8 @@ public enum RequestAdmission {
         guard let value = head.fields.first("host") else {
             return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
         }
+        // The usual case, a Host that spells the target's authority, needs no second parse.
+        if case .absolute(let origin, _, _) = target, origin.isSpelled(byAuthority: value) { return nil }
         guard let (host, port) = try? RequestTarget.parseAuthority(Substring(value)) else {
             return .malformedRequest("invalid Host header")
         }
