@@ -45,7 +45,15 @@ enum ASCII {
     /// new string when it already is.
     static func lowercasedName(_ name: String) -> String {
         guard name.utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) else { return name }
-        return String(decoding: name.utf8.map(lowercased), as: UTF8.self)
+        // Written in place: no intermediate array (names of up to 15 bytes stay off the heap).
+        return String(unsafeUninitializedCapacity: name.utf8.count) { buffer in
+            var index = 0
+            for byte in name.utf8 {
+                buffer[index] = lowercased(byte)
+                index += 1
+            }
+            return index
+        }
     }
 
     /// Case-insensitive ASCII equality without allocating; `lowercase` must already be lowercase.

@@ -8,6 +8,9 @@ public struct HTTPField: Sendable, Equatable {
         self.value = value
     }
 
+    /// The name ASCII-lowercased (names are tokens), without a new string when it already is.
+    public var lowercasedName: String { ASCII.lowercasedName(name) }
+
     /// Case-insensitive name match; `lowercaseName` must be lowercase.
     @inline(__always)
     public func hasName(_ lowercaseName: String) -> Bool {

@@ -10,11 +10,31 @@ public struct JSONLine {
         bytes.reserveCapacity(1024)
     }
 
-    @inlinable mutating func key(_ name: String) {
+    /// `"name":`, after a comma when needed; the value is the caller's to append to `bytes`.
+    @inlinable public mutating func key(_ name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
         appendQuoted(name)
         bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// `"name":{`: members follow (`string`, `number`, ...) until `endObject`. One level deep.
+    @inlinable public mutating func beginObject(_ name: String) {
+        key(name)
+        bytes.append(UInt8(ascii: "{"))
+        first = true
+    }
+
+    @inlinable public mutating func endObject() {
+        bytes.append(UInt8(ascii: "}"))
+        first = false
+    }
+
+    /// The object closed, and a line feed after it: one log line, no copy.
+    @inlinable public mutating func finishLine() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        bytes.append(0x0A)
+        return bytes
     }
 
     @inlinable public mutating func appendQuoted(_ text: String) {

@@ -96,19 +96,19 @@ public final class AccessLog: Sendable {
     }
 
     func record(_ record: ExchangeRecord) {
-        let line = self.format == .json ? json(record) : text(record)
+        let line = self.format == .json ? json(record) : Array(text(record).utf8)
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
         let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
         if hits > 0 { metrics.increment("scopeproxy_log_tripwire_hits_total", by: UInt64(hits)) }
-        observer?(scrubbed)
+        observer?(String(decoding: scrubbed, as: UTF8.self))
         guard output != .discard else { return }
         let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
-            guard state.lines < Self.maxPending, state.bytes.count + scrubbed.utf8.count <= Self.maxPendingBytes else {
+            guard state.lines < Self.maxPending, state.bytes.count + scrubbed.count <= Self.maxPendingBytes else {
                 return (false, false)
             }
             let wasEmpty = state.lines == 0
-            state.bytes.append(contentsOf: scrubbed.utf8)
+            state.bytes.append(contentsOf: scrubbed)
             state.lines += 1
             return (true, wasEmpty)
         }
@@ -135,9 +135,11 @@ public final class AccessLog: Sendable {
         return origin.description + redactor.pathAndQuery(record.pathAndQuery ?? "/")
     }
 
-    private func json(_ record: ExchangeRecord) -> String {
+    /// One line, built as bytes: no intermediate strings for the parts the proxy writes itself.
+    private func json(_ record: ExchangeRecord) -> [UInt8] {
         var line = JSONLine()
-        line.raw("ts", Self.timestamp(quoted: true))
+        line.key("ts")
+        Self.appendTimestamp(to: &line.bytes, quoted: true)
         line.string("id", record.id)
         line.string("client", record.client)
         line.optionalString("method", record.method)
@@ -145,7 +147,8 @@ public final class AccessLog: Sendable {
         if let status = record.status { line.number("status", UInt64(status)) } else { line.raw("status", "null") }
         line.number("bytes_in", record.bytesIn)
         line.number("bytes_out", record.bytesOut)
-        line.raw("duration_ms", Self.milliseconds(since: record.startedAt))
+        line.key("duration_ms")
+        Self.appendMilliseconds(since: record.startedAt, to: &line.bytes)
         if let decision = record.tunnel {
             line.string("decision", decision.rawValue)
         } else {
@@ -153,29 +156,29 @@ public final class AccessLog: Sendable {
             line.array("injected", record.injected)
             line.array("stripped", record.stripped)
             if let redirect = record.redirect {
-                var nested = JSONLine()
-                nested.optionalString("location", redirect.location.map(redactor.url))
-                if let origin = redirect.origin { nested.string("origin", origin.description) } else { nested.raw("origin", "null") }
-                nested.string("decision", redirect.decision.rawValue)
-                line.raw("redirect", nested.finish())
+                line.beginObject("redirect")
+                line.optionalString("location", redirect.location.map(redactor.url))
+                if let origin = redirect.origin { line.string("origin", origin.description) } else { line.raw("origin", "null") }
+                line.string("decision", redirect.decision.rawValue)
+                line.endObject()
             }
-            if let fields = record.requestFields { line.raw("req_headers", headers(fields)) }
-            if let fields = record.responseFields { line.raw("resp_headers", headers(fields)) }
+            if let fields = record.requestFields { headers(fields, as: "req_headers", into: &line) }
+            if let fields = record.responseFields { headers(fields, as: "resp_headers", into: &line) }
             if logBodies, let body = record.requestBody { line.string("req_body", summary(body)) }
             if logBodies, let body = record.responseBody { line.string("resp_body", summary(body)) }
         }
         line.optionalString("error", record.failure?.code)
-        return String(decoding: line.finish() + [0x0A], as: UTF8.self)
+        return line.finishLine()
     }
 
     private func summary(_ body: ExchangeRecord.ObservedBody) -> String {
         redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated)
     }
 
-    private func headers(_ fields: HTTPFields) -> [UInt8] {
-        var object = JSONLine()
-        for (name, value) in redactor.headers(fields) { object.string(name, value) }
-        return object.finish()
+    private func headers(_ fields: HTTPFields, as name: String, into line: inout JSONLine) {
+        line.beginObject(name)
+        redactor.forEachHeader(fields) { name, value in line.string(name, value) }
+        line.endObject()
     }
 
     private func text(_ record: ExchangeRecord) -> String {
@@ -197,35 +200,44 @@ public final class AccessLog: Sendable {
     }
 
     static func milliseconds(since start: UInt64) -> String {
-        let elapsed = monotonicMicroseconds() - start
         var bytes: [UInt8] = []
+        appendMilliseconds(since: start, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// `12.345`: milliseconds with three decimals.
+    static func appendMilliseconds(since start: UInt64, to bytes: inout [UInt8]) {
+        let elapsed = monotonicMicroseconds() - start
         JSONLine.appendDecimal(elapsed / 1000, to: &bytes)
         bytes.append(UInt8(ascii: "."))
         JSONLine.appendDecimal(elapsed % 1000, minimumDigits: 3, to: &bytes)
+    }
+
+    static func timestamp(quoted: Bool = false) -> String {
+        var bytes: [UInt8] = []
+        appendTimestamp(to: &bytes, quoted: quoted)
         return String(decoding: bytes, as: UTF8.self)
     }
 
     /// RFC 3339 UTC with milliseconds, without Foundation.
-    static func timestamp(quoted: Bool = false) -> String {
+    static func appendTimestamp(to bytes: inout [UInt8], quoted: Bool) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         var seconds = now.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        var bytes: [UInt8] = quoted ? [UInt8(ascii: "\"")] : []
-        bytes.reserveCapacity(26)
-        func put(_ value: Int32, _ digits: Int, _ separator: Character?) {
-            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
-            if let separator { bytes.append(UInt8(ascii: separator.unicodeScalars.first!)) }
-        }
-        put(parts.tm_year + 1900, 4, "-")
-        put(parts.tm_mon + 1, 2, "-")
-        put(parts.tm_mday, 2, "T")
-        put(parts.tm_hour, 2, ":")
-        put(parts.tm_min, 2, ":")
-        put(parts.tm_sec, 2, ".")
-        put(Int32(now.tv_nsec / 1_000_000), 3, "Z")
         if quoted { bytes.append(UInt8(ascii: "\"")) }
-        return String(decoding: bytes, as: UTF8.self)
+        func put(_ value: Int32, _ digits: Int, _ separator: UInt8?) {
+            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
+            if let separator { bytes.append(separator) }
+        }
+        put(parts.tm_year + 1900, 4, UInt8(ascii: "-"))
+        put(parts.tm_mon + 1, 2, UInt8(ascii: "-"))
+        put(parts.tm_mday, 2, UInt8(ascii: "T"))
+        put(parts.tm_hour, 2, UInt8(ascii: ":"))
+        put(parts.tm_min, 2, UInt8(ascii: ":"))
+        put(parts.tm_sec, 2, UInt8(ascii: "."))
+        put(Int32(now.tv_nsec / 1_000_000), 3, UInt8(ascii: "Z"))
+        if quoted { bytes.append(UInt8(ascii: "\"")) }
     }
 }

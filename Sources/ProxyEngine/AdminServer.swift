@@ -23,9 +23,10 @@ final class AdminServer: @unchecked Sendable {
         self.http = http
         self.metrics = metrics
         guard let bound = evhttp_bind_socket_with_handle(http, address.host, address.port) else {
+            let reason = String(cString: strerror(errno))  // before the frees below can change errno
             evhttp_free(http)
             event_base_free(base)
-            throw .listen("cannot listen on admin address \(address)")
+            throw .listen("cannot listen on admin address \(address): \(reason)")
         }
         port = SocketAddress.boundPort(evhttp_bound_socket_get_fd(bound)) ?? address.port
         evhttp_set_allowed_methods(http, UInt16(EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_HEAD.rawValue))

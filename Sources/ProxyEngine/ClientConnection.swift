@@ -33,6 +33,12 @@ final class ClientConnection: UpstreamLegOwner {
     /// The machine's actions for the event being run (one buffer, reused).
     private var actions: [ConnectionAction] = []
     private var isClosed = false
+    /// Bulk progress (body bytes, tunnel bytes) goes to the machine at most this often: it only
+    /// restarts the stall timer and counts bytes, and a report per 4 KiB read cost more than the
+    /// read. Bytes are never lost: the next report carries them.
+    private let progressInterval: UInt64
+    private var lastProgressReport: UInt64 = 0
+    private var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
 
     private var configuration: EngineConfiguration { worker.configuration }
     private var highWatermark: Int { configuration.limits.bufferHighWatermark }
@@ -45,6 +51,7 @@ final class ClientConnection: UpstreamLegOwner {
             admission: .init(tunnel: worker.configuration.tunnel, canIntercept: worker.configuration.tls?.minter != nil),
             logBodies: worker.configuration.accessLog?.logBodies == true)
         machine = ConnectionMachine(settings: settings, mode: mode, peer: peer, ids: worker.requestIDs.fork())
+        progressInterval = UInt64(min(100, max(1, worker.configuration.timeouts.idle / 4))) * 1000
         transport = ClientTransport(bev: bev, base: worker.base, idleMilliseconds: worker.configuration.timeouts.idle,
                                     highWatermark: worker.configuration.limits.bufferHighWatermark,
                                     finished: { [unowned self] in close() })
@@ -71,8 +78,9 @@ final class ClientConnection: UpstreamLegOwner {
         dispatching = false
     }
 
+    /// After a close the machine still hears what was queued (its records stay whole); `execute`
+    /// then carries out only bookkeeping.
     private func run(_ event: ConnectionEvent) {
-        if isClosed, case .connectionClosed = event {} else if isClosed { return }
         actions.removeAll(keepingCapacity: true)
         machine.handle(event, into: &actions)
         for action in actions { execute(action) }
@@ -245,6 +253,25 @@ final class ClientConnection: UpstreamLegOwner {
 
     // MARK: Bodies and tunnels (the leg and the splice move bytes; the machine hears what moved)
 
+    /// Bytes moved since the last (throttled) report, so the records of a connection that ends
+    /// now count every byte.
+    private func reportPendingProgress() {
+        guard let leg else { return }
+        if leg.requestPump?.isComplete == false, let progress = leg.requestProgress() { deliver(.requestBody(leg.hop, progress)) }
+        if leg.responsePump?.isComplete == false, let progress = leg.responseProgress() { deliver(.responseBody(leg.hop, progress)) }
+        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0 {
+            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
+            unreportedTunnelBytes = (0, 0)
+        }
+    }
+
+    private func progressDue() -> Bool {
+        let now = monotonicMicroseconds()
+        guard now - lastProgressReport >= progressInterval else { return false }
+        lastProgressReport = now
+        return true
+    }
+
     private func collectRequestBody() {
         guard let collector, let progress = collector.collect(from: transport.input, highWatermark: highWatermark) else { return }
         if case .progressed = progress {} else { self.collector = nil }
@@ -253,7 +280,7 @@ final class ClientConnection: UpstreamLegOwner {
 
     private func pumpRequestBody() {
         guard let leg else { return }
-        if let progress = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark) {
+        if let progress = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue()) {
             deliver(.requestBody(leg.hop, progress))
         }
         if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
@@ -262,15 +289,19 @@ final class ClientConnection: UpstreamLegOwner {
     }
 
     private func pumpResponseBody() {
-        guard let leg, let progress = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark) else { return }
+        guard let leg, let progress = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark,
+                                                           reportProgress: progressDue()) else { return }
         deliver(.responseBody(leg.hop, progress))
     }
 
     private func pumpTunnel() {
         guard let leg, leg.splicing else { return }
         let moved = TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
-        if moved.fromClient + moved.fromUpstream > 0 {
-            deliver(.tunnelBytes(leg.hop, fromClient: moved.fromClient, fromUpstream: moved.fromUpstream))
+        unreportedTunnelBytes.fromClient += moved.fromClient
+        unreportedTunnelBytes.fromUpstream += moved.fromUpstream
+        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0, progressDue() {
+            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
+            unreportedTunnelBytes = (0, 0)
         }
     }
 
@@ -280,10 +311,12 @@ final class ClientConnection: UpstreamLegOwner {
             close()
             return
         }
+        let pending = unreportedTunnelBytes
+        unreportedTunnelBytes = (0, 0)
         switch closedSide {
         case .client:
             let moved = TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
-            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: moved, fromUpstream: 0)) }
+            deliver(.tunnelBytes(hop, fromClient: pending.fromClient + moved, fromUpstream: pending.fromUpstream))
             leg.flush()
             if EventBuffer.length(upstreamOutput) == 0 {
                 close()
@@ -294,7 +327,7 @@ final class ClientConnection: UpstreamLegOwner {
             }
         case .upstream:
             let moved = TunnelSplice.handOver(from: upstreamInput, to: transport.output)
-            if moved > 0 { deliver(.tunnelBytes(hop, fromClient: 0, fromUpstream: moved)) }
+            deliver(.tunnelBytes(hop, fromClient: pending.fromClient, fromUpstream: pending.fromUpstream + moved))
             release(hop, reuse: false)
             transport.closeAfterFlush()
         }
@@ -398,6 +431,7 @@ final class ClientConnection: UpstreamLegOwner {
     /// line of an exchange that was still in flight.
     private func close() {
         guard !isClosed else { return }
+        reportPendingProgress()
         isClosed = true
         collector = nil
         event_free(timer)

@@ -21,39 +21,64 @@ public final class Metrics: Sendable {
         counters.withLock { $0[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] }), default: 0] += amount }
     }
 
-    /// Several increments under one lock (the per-exchange path).
-    public func increment(_ updates: [(name: String, labels: [(String, String)], amount: UInt64)]) {
-        counters.withLock { counters in
-            for update in updates where update.amount > 0 {
-                counters[Key(name: update.name, labels: update.labels.flatMap { [$0.0, $0.1] }), default: 0] += update.amount
-            }
+    /// What every finished exchange moves, kept in a form that costs one small hash per exchange
+    /// (its scope) instead of one per counter; turned into ordinary series when /metrics is read.
+    private struct ExchangeCounters {
+        struct RequestKey: Hashable {
+            var statusClass: Int
+            var scope: String
         }
+        var requests: [RequestKey: UInt64] = [:]
+        var bytesIn: UInt64 = 0
+        var bytesOut: UInt64 = 0
+        /// Header names as the records carry them (lowercased when rendered).
+        var injected: [String: UInt64] = [:]
+        var stripped: [String: UInt64] = [:]
+        var redirects: [RedirectDecision: UInt64] = [:]
+        var upstreamErrors: [String: UInt64] = [:]
     }
+
+    private let exchanges = Locked(ExchangeCounters())
 
     /// The counters one finished exchange (or hop, or tunnel) moves, under one lock.
     func count(_ record: ExchangeRecord) {
-        var updates: [(name: String, labels: [(String, String)], amount: UInt64)] = [
-            ("scopeproxy_requests_total", [("status_class", Self.statusClass(record.status)), ("scope", record.scopes.first ?? "none")], 1),
-            ("scopeproxy_bytes_in_total", [], record.bytesIn),
-            ("scopeproxy_bytes_out_total", [], record.bytesOut),
-        ]
-        for name in record.injected { updates.append(("scopeproxy_injected_total", [("header", name.lowercased())], 1)) }
-        for name in record.stripped { updates.append(("scopeproxy_stripped_total", [("header", name.lowercased())], 1)) }
-        if let redirect = record.redirect { updates.append(("scopeproxy_redirects_total", [("decision", redirect.decision.rawValue)], 1)) }
-        if let failure = record.failure, failure.isUpstreamFailure {
-            updates.append(("scopeproxy_upstream_errors_total", [("kind", failure.code)], 1))
+        let statusClass = record.status.map { min(max($0 / 100, 0), 5) } ?? 6
+        let upstreamError = record.failure.flatMap { $0.isUpstreamFailure ? $0.code : nil }
+        exchanges.withLock { counters in
+            counters.requests[.init(statusClass: statusClass, scope: record.scopes.first ?? "none"), default: 0] += 1
+            counters.bytesIn += record.bytesIn
+            counters.bytesOut += record.bytesOut
+            for name in record.injected { counters.injected[name, default: 0] += 1 }
+            for name in record.stripped { counters.stripped[name, default: 0] += 1 }
+            if let redirect = record.redirect { counters.redirects[redirect.decision, default: 0] += 1 }
+            if let upstreamError { counters.upstreamErrors[upstreamError, default: 0] += 1 }
         }
-        increment(updates)
     }
 
-    private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"]
+    private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx", "none"]
 
-    private static func statusClass(_ status: Int?) -> String {
-        status.map { statusClasses[min(max($0 / 100, 0), 5)] } ?? "none"
+    /// Every counter as (key, value): the generic ones and the per-exchange ones.
+    private func snapshot() -> [Key: UInt64] {
+        var result = counters.withLock { $0 }
+        let exchange = exchanges.withLock { $0 }
+        func add(_ name: String, _ labels: [String], _ amount: UInt64) {
+            guard amount > 0 else { return }
+            result[Key(name: name, labels: labels), default: 0] += amount
+        }
+        for (key, count) in exchange.requests {
+            add("scopeproxy_requests_total", ["status_class", Self.statusClasses[key.statusClass], "scope", key.scope], count)
+        }
+        add("scopeproxy_bytes_in_total", [], exchange.bytesIn)
+        add("scopeproxy_bytes_out_total", [], exchange.bytesOut)
+        for (name, count) in exchange.injected { add("scopeproxy_injected_total", ["header", name.lowercased()], count) }
+        for (name, count) in exchange.stripped { add("scopeproxy_stripped_total", ["header", name.lowercased()], count) }
+        for (decision, count) in exchange.redirects { add("scopeproxy_redirects_total", ["decision", decision.rawValue], count) }
+        for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
+        return result
     }
 
     public func value(_ name: String, _ labels: [(String, String)] = []) -> UInt64 {
-        counters.withLock { $0[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] })] ?? 0 }
+        snapshot()[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] })] ?? 0
     }
 
     private static func render(_ labels: [String]) -> String {
@@ -95,7 +120,7 @@ public final class Metrics: Sendable {
 
     /// Prometheus text exposition format 0.0.4.
     public func render() -> String {
-        let snapshot = counters.withLock { $0 }
+        let snapshot = snapshot()
         var output = ""
         for name in Set(snapshot.keys.map(\.name)).union(Self.help.keys).sorted() {
             let (type, help) = Self.help[name] ?? ("counter", name)

@@ -140,18 +140,31 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     // MARK: Bodies (the pumps move bytes; the machine hears what moved)
 
-    /// Client → upstream, as far as backpressure allows. nil: nothing to report.
-    func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int) -> BodyProgress? {
-        guard var pump = requestPump, !pump.isComplete, let output else { return nil }
-        defer { requestPump = pump }
+    /// Client → upstream, as far as backpressure allows. nil: nothing to report. With
+    /// `reportProgress` false a body that is not finished reports nothing yet (its bytes are
+    /// counted in the next report): the engine reports bulk progress a few times a second, not
+    /// for every read.
+    func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> BodyProgress? {
+        // The pump is mutated where it is stored: a copy would copy the body it captures, every time.
+        guard requestPump?.isComplete == false, let output else { return nil }
         do {
-            _ = try pump.pump(from: clientInput, to: output, highWatermark: highWatermark)
+            _ = try requestPump!.pump(from: clientInput, to: output, highWatermark: highWatermark)
         } catch {
             return .invalid
         }
-        let progress = pump.progress()
+        guard reportProgress || requestPump!.isComplete else { return nil }
+        let progress = requestPump!.progress()
         if case .moved(0, 0) = progress { return nil }
         return progress
+    }
+
+    /// What moved since the last report, if anything (a connection that ends reports the rest).
+    func requestProgress() -> BodyProgress? { unreported(&requestPump) }
+    func responseProgress() -> BodyProgress? { unreported(&responsePump) }
+
+    private func unreported(_ pump: inout BodyPump?) -> BodyProgress? {
+        guard pump != nil, case .moved(let payload, let consumed) = pump!.progress(), payload + consumed > 0 else { return nil }
+        return .moved(payload: payload, consumed: consumed)
     }
 
     /// The request body still expects bytes from the client.
@@ -159,18 +172,18 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     /// Upstream → client, as far as backpressure allows. An origin that hung up ends a
     /// close-delimited body, and cuts any other, once what it sent before closing has gone out.
-    func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int) -> BodyProgress? {
-        guard var pump = responsePump, let input else { return nil }
-        defer { responsePump = pump }
+    func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> BodyProgress? {
+        guard responsePump != nil, let input else { return nil }
         do {
-            _ = try pump.pump(from: input, to: clientOutput, highWatermark: highWatermark)
+            _ = try responsePump!.pump(from: input, to: clientOutput, highWatermark: highWatermark)
         } catch {
             return .invalid
         }
         let drainedAfterClose = closed && EventBuffer.length(input) == 0
-        if drainedAfterClose, !pump.isComplete { pump.sourceClosed() }
-        let progress = pump.progress()
-        if drainedAfterClose, !pump.isComplete { return .cut }
+        if drainedAfterClose, !responsePump!.isComplete { responsePump!.sourceClosed() }
+        if drainedAfterClose, !responsePump!.isComplete { return .cut }
+        guard reportProgress || responsePump!.isComplete else { return nil }
+        let progress = responsePump!.progress()
         if case .moved(0, 0) = progress { return nil }
         return progress
     }

@@ -5,8 +5,18 @@ extension Redactor {
     /// redactor, everything else (Set-Cookie always) `<redacted>`. Repeated names are joined.
     public func headers(_ fields: HTTPFields) -> [(name: String, value: String)] {
         var result: [(name: String, value: String)] = []
+        forEachHeader(fields) { name, value in result.append((name, value)) }
+        return result
+    }
+
+    /// `headers`, one pair at a time, without building the list (the access log's per-request path).
+    public func forEachHeader(_ fields: HTTPFields, _ body: (_ name: String, _ value: String) -> Void) {
+        var names: [String] = []
+        var values: [String] = []
+        names.reserveCapacity(fields.count)
+        values.reserveCapacity(fields.count)
         for field in fields {
-            let name = field.name.lowercased()
+            let name = field.lowercasedName
             let value: String
             if name == "location" || name == "content-location" {
                 value = url(field.value)
@@ -15,12 +25,13 @@ extension Redactor {
             } else {
                 value = Self.redacted
             }
-            if let index = result.firstIndex(where: { $0.name == name }) {
-                if result[index].value != value { result[index].value += ", " + value }
+            if let index = names.firstIndex(of: name) {
+                if values[index] != value { values[index] += ", " + value }
             } else {
-                result.append((name, value))
+                names.append(name)
+                values.append(value)
             }
         }
-        return result
+        for index in names.indices { body(names[index], values[index]) }
     }
 }

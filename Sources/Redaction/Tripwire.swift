@@ -67,37 +67,45 @@ public struct Tripwire: Sendable {
 
     /// The line with every hit replaced by `<tripwire>`, and how many hits there were.
     public func scrub(_ line: String) -> (line: String, hits: Int) {
+        let (bytes, hits) = scrub(Array(line.utf8))
+        return hits == 0 ? (line, 0) : (String(decoding: bytes, as: UTF8.self), hits)
+    }
+
+    /// The log line as bytes: every needle found is replaced by `<tripwire>` (the line is only
+    /// copied when something is found, which should be never).
+    public func scrub(_ line: [UInt8]) -> (line: [UInt8], hits: Int) {
         guard !needles.isEmpty else { return (line, 0) }
-        var text = line
+        var bytes = line
         var hits = 0
         for needle in needles {
-            while let range = Self.find(needle, in: text) {
-                var bytes = Array(text.utf8)
-                bytes.replaceSubrange(range, with: Array("<tripwire>".utf8))
-                text = String(decoding: bytes, as: UTF8.self)
+            while let range = Self.find(needle, in: bytes) {
+                bytes.replaceSubrange(range, with: Self.marker)
                 hits += 1
             }
         }
-        return (text, hits)
+        return (bytes, hits)
     }
 
-    /// memmem over the string's contiguous UTF-8: no copy on the (normal) path where nothing is found.
-    static func find(_ needle: [UInt8], in text: String) -> Range<Int>? {
-        var text = text
-        return text.withUTF8 { haystack -> Range<Int>? in
-            needle.withUnsafeBytes { pattern -> Range<Int>? in
-                guard let base = haystack.baseAddress, let first = pattern.first, haystack.count >= pattern.count else { return nil }
-                var offset = 0
-                let last = haystack.count - pattern.count
-                while offset <= last {
-                    // memchr finds candidates for the first byte; memcmp confirms the rest.
-                    guard let hit = memchr(base + offset, Int32(first), last - offset + 1) else { return nil }
-                    let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
-                    if memcmp(base + position, pattern.baseAddress!, pattern.count) == 0 { return position..<(position + pattern.count) }
-                    offset = position + 1
-                }
-                return nil
+    static let marker = Array("<tripwire>".utf8)
+
+    static func find(_ needle: [UInt8], in bytes: [UInt8]) -> Range<Int>? {
+        bytes.withUnsafeBufferPointer { find(needle, in: $0) }
+    }
+
+    /// memchr + memcmp over contiguous bytes: no copy on the (normal) path where nothing is found.
+    static func find(_ needle: [UInt8], in haystack: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        needle.withUnsafeBytes { pattern -> Range<Int>? in
+            guard let base = haystack.baseAddress, let first = pattern.first, haystack.count >= pattern.count else { return nil }
+            var offset = 0
+            let last = haystack.count - pattern.count
+            while offset <= last {
+                // memchr finds candidates for the first byte; memcmp confirms the rest.
+                guard let hit = memchr(base + offset, Int32(first), last - offset + 1) else { return nil }
+                let position = UnsafeRawPointer(hit) - UnsafeRawPointer(base)
+                if memcmp(base + position, pattern.baseAddress!, pattern.count) == 0 { return position..<(position + pattern.count) }
+                offset = position + 1
             }
+            return nil
         }
     }
 }

@@ -134,10 +134,24 @@ public final class ConfiguredProxy: @unchecked Sendable {
     public var port: UInt16 { process.port }
 
     /// `yaml` gets the log path to use; the admin address comes first.
+    /// The admin port has to be written into the config before the proxy binds it, so another
+    /// process can take it in between (a free-port race): then the proxy says so and exits, and a
+    /// fresh port is tried (at most three times).
     public init(arguments: [String] = [], environment: [String: String] = [:], yaml: (_ logPath: String) -> String) throws {
-        adminPort = try TestListener.freePort()
-        configPath = scratch.write("c.yaml", "admin: \"127.0.0.1:\(adminPort)\"\n" + yaml(scratch.path + "/access.log"))
-        process = try ProxyProcess(arguments: ["--config", configPath] + arguments, environment: environment)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let port = try TestListener.freePort()
+            let path = scratch.write("c.yaml", "admin: \"127.0.0.1:\(port)\"\n" + yaml(scratch.path + "/access.log"))
+            do {
+                process = try ProxyProcess(arguments: ["--config", path] + arguments, environment: environment)
+                adminPort = port
+                configPath = path
+                return
+            } catch let error as TestSocketError where attempt < 3 && error.description.contains("cannot listen on admin address") {
+                continue
+            }
+        }
     }
 
     public func metrics() throws -> String { try adminGet(adminPort, "/metrics")?.bodyText ?? "" }
