@@ -104,7 +104,7 @@ public struct Host: Hashable, Sendable {
             let canonical = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             return Host(normalized: "[\(canonical)]", kind: .ipv6)
         }
-        var name = bytes.map(ASCII.lowercased)
+        var name = bytes.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) ? bytes.map(ASCII.lowercased) : Array(bytes)
         if name.last == UInt8(ascii: ".") { name.removeLast() }
         // One trailing dot is the root (`a.example.` is `a.example`); a second is an empty label.
         guard !name.isEmpty, name.last != UInt8(ascii: "."), name.count <= 253 else { throw .invalid("invalid host name") }

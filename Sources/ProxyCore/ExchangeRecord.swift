@@ -149,8 +149,15 @@ public struct RequestIDGenerator: Sendable {
     }
 
     public mutating func next() -> String {
-        let hex = String(nextValue(), radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex
+        let value = nextValue()
+        // 16 hex digits written in place: a small string, no allocation.
+        return String(unsafeUninitializedCapacity: 16) { buffer in
+            for index in 0..<16 {
+                let digit = UInt8((value >> (60 - 4 * UInt64(index))) & 0xF)
+                buffer[index] = digit < 10 ? 0x30 + digit : 0x57 + digit
+            }
+            return 16
+        }
     }
 
     private mutating func nextValue() -> UInt64 {
