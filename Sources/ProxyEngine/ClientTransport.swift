@@ -29,7 +29,10 @@ final class ClientTransport {
     private let base: OpaquePointer
     private let idleMilliseconds: Int
     private let highWatermark: Int
+    /// Made on first use: most connections close on the client's initiative and never need it.
     private var lingerTimer: OpaquePointer?
+    private var lingerCallback: event_callback_fn?
+    private var callbackContext: UnsafeMutableRawPointer?
     private var tlsDrainChecks = 0
     /// Called once the transport decided it is done (the owner then frees everything).
     private let finished: () -> Void
@@ -62,7 +65,8 @@ final class ClientTransport {
         // EV_WRITE (on by default) only while output is pending: see flushOutput.
         bufferevent_disable(bev, sp_ev_write())
         bufferevent_enable(bev, sp_ev_read())
-        lingerTimer = event_new(base, -1, 0, timer, context)
+        lingerCallback = timer
+        callbackContext = context
     }
 
     private func configure(_ bufferevent: OpaquePointer) {
@@ -186,6 +190,7 @@ final class ClientTransport {
     }
 
     private func arm(_ milliseconds: Int) {
+        if lingerTimer == nil, let lingerCallback { lingerTimer = event_new(base, -1, 0, lingerCallback, callbackContext) }
         if let lingerTimer { sp_event_add_ms(lingerTimer, milliseconds) }
     }
 
