@@ -16,7 +16,7 @@ private let threadingConfigured: Bool = {
     return evthread_use_pthreads() == 0
 }()
 
-/// The running proxy: N workers, each an event loop on its own thread, sharing one port.
+/// The running proxy: N workers, each an event loop on its own thread, sharing one listening socket.
 public final class ProxyServer: @unchecked Sendable {
     public let configuration: EngineConfiguration
     private var workers: [Worker] = []
@@ -58,18 +58,19 @@ public final class ProxyServer: @unchecked Sendable {
                 ("note", "the descriptor limit is lower than max_connections; accepting pauses when it is reached"),
             ])
         }
-        var port = configuration.listen.port
+        // Every address is bound once, before any worker watches it: a taken address fails here,
+        // whole, and nothing listens half-configured.
+        var sockets = [try ListeningSocket.bind(configuration.listen)]
+        defer { for socket in sockets { socket.close() } }  // the workers hold duplicates
+        for route in configuration.routes { sockets.append(try ListeningSocket.bind(route.listen)) }
         for index in 0..<max(1, configuration.threads) {
             let worker = try Worker(index: index, configuration: configuration, slots: slots)
-            port = try worker.listen(host: configuration.listen.host, port: port)
+            try worker.listen(on: sockets[0])
+            for (route, socket) in zip(configuration.routes, sockets.dropFirst()) { try worker.listen(on: socket, route: route.upstream) }
             workers.append(worker)
         }
-        address = ListenAddress(host: configuration.listen.host, port: port)
-        for route in configuration.routes {
-            var routePort = route.listen.port
-            for worker in workers { routePort = try worker.listen(host: route.listen.host, port: routePort, route: route.upstream) }
-            routeAddresses.append(ListenAddress(host: route.listen.host, port: routePort))
-        }
+        address = sockets[0].address
+        routeAddresses = sockets.dropFirst().map(\.address)
         if let adminAddress = configuration.admin {
             let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
             server.start()

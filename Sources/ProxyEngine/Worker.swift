@@ -6,7 +6,7 @@ import ProxyCore
 import Glibc
 #endif
 
-/// One event-loop thread: its own event_base, resolver, listener (SO_REUSEPORT on the shared port),
+/// One event-loop thread: its own event_base, resolver, listeners (on the process's shared sockets),
 /// upstream pool and client connections. Everything here is touched only on that thread, except
 /// `post`, which is how other threads ask it to do something.
 final class Worker: @unchecked Sendable {
@@ -95,41 +95,31 @@ final class Worker: @unchecked Sendable {
 
     // MARK: Listening
 
-    /// Binds one of this worker's listeners; returns the bound port (the first worker may bind port 0).
+    /// Watches a listening socket (shared by every worker of the process) in this worker's loop.
     /// `route`: a route's upstream; the listener then serves origin-form requests for it.
-    func listen(host: String, port: UInt16, route: Origin? = nil) throws(EngineError) -> UInt16 {
-        guard var address = SocketAddress.numeric(host == "localhost" ? "127.0.0.1" : host, port: port) else {
-            throw .listen("listen host must be an IP address: \(host)")
-        }
-        let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_REUSEABLE_PORT | LEV_OPT_CLOSE_ON_EXEC)
+    func listen(on socket: ListeningSocket, route: Origin? = nil) throws(EngineError) {
+        let fd = try socket.duplicate()
+        let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
         let listenerContext = ListenerContext(worker: self)
-        listenerContexts.append(listenerContext)
         let context = Unmanaged.passUnretained(listenerContext).toOpaque()
-        let length = SocketAddress.length(of: address)
-        let created = withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                evconnlistener_new_bind(base, { _, fd, address, _, context in
-                    let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
-                    listener.worker.accept(fd: fd, address: address!, mode: listener.mode)
-                }, context, flags, 1024, socketAddress, length)
-            }
+        // backlog -1: the socket is listening already.
+        guard let created = evconnlistener_new(base, { _, fd, address, _, context in
+            let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
+            listener.worker.accept(fd: fd, address: address!, mode: listener.mode)
+        }, context, flags, -1, fd) else {
+            close(fd)
+            throw .listen("cannot watch the listening socket of \(socket.address)")
         }
-        guard let created else {
-            throw .listen("cannot listen on \(ListenAddress(host: host, port: port)): \(String(cString: strerror(errno)))")
-        }
-        guard let bound = SocketAddress.boundPort(evconnlistener_get_fd(created)) else {
-            evconnlistener_free(created)
-            throw .listen("cannot read the bound port")
-        }
+        listenerContexts.append(listenerContext)
         listeners.append(created)
+        let host = socket.address.host
         if let route, let publicHost = try? Host.parse(Substring(host.contains(":") ? "[\(host)]" : host)) {
-            listenerContext.mode = .route(upstream: route, publicOrigin: Origin(scheme: .http, host: publicHost, port: bound))
+            listenerContext.mode = .route(upstream: route, publicOrigin: Origin(scheme: .http, host: publicHost, port: socket.address.port))
         }
         evconnlistener_set_error_cb(created) { listener, context in
             let listenerContext = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
             listenerContext.worker.acceptFailed(sp_socket_error())
         }
-        return bound
     }
 
     private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode) {
