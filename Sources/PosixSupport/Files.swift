@@ -4,10 +4,35 @@ import Glibc
 
 /// Reads a file that is expected to be small (configs, secrets), refusing to slurp anything larger.
 public enum SmallFile {
-    public enum Failure: Error { case unreadable, tooLarge }
+    public enum Failure: Error, Equatable {
+        case missing
+        /// A directory (`fopen` would "open" one and read it as empty: a config of nothing).
+        case isDirectory
+        case notARegularFile
+        /// Why, in the system's words (`Permission denied`).
+        case unreadable(String)
+        case tooLarge
+
+        /// For an error message about `path`.
+        public func describe(_ path: String) -> String {
+            switch self {
+            case .missing: "\(path) does not exist"
+            case .isDirectory: "\(path) is a directory, not a file"
+            case .notARegularFile: "\(path) is not a regular file"
+            case .unreadable(let reason): "cannot read \(path): \(reason)"
+            case .tooLarge: "\(path) is too large"
+            }
+        }
+    }
 
     public static func read(_ path: String, limit: Int) -> Result<[UInt8], Failure> {
-        guard let handle = fopen(path, "rb") else { return .failure(.unreadable) }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return .failure(errno == ENOENT || errno == ENOTDIR ? .missing : .unreadable(String(cString: strerror(errno))))
+        }
+        if info.st_mode & S_IFMT == S_IFDIR { return .failure(.isDirectory) }
+        guard info.st_mode & S_IFMT == S_IFREG else { return .failure(.notARegularFile) }
+        guard let handle = fopen(path, "rb") else { return .failure(.unreadable(String(cString: strerror(errno)))) }
         defer { fclose(handle) }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)

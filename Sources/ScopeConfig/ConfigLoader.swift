@@ -10,8 +10,12 @@ import Glibc
 /// names its position: `FILE:LINE:COLUMN: message`.
 public enum ConfigLoader {
     public static func load(path: String, home: String) throws(ConfigError) -> ProxyConfiguration {
-        guard case .success(let bytes) = SmallFile.read(path, limit: 4 << 20) else {
-            throw ConfigError(file: path, mark: Mark(line: 1, column: 1), message: "cannot read the config file")
+        let bytes: [UInt8]
+        switch SmallFile.read(path, limit: 4 << 20) {
+        case .success(let read): bytes = read
+        case .failure(let failure):
+            throw ConfigError(file: path, mark: Mark(line: 1, column: 1), message: "the config file " + failure.describe(path)
+                              + (failure == .tooLarge ? " (the limit is 4 MiB)" : ""))
         }
         return try parse(String(decoding: bytes, as: UTF8.self), file: path, home: home)
     }
@@ -150,6 +154,9 @@ struct Decoder {
                     for secret in template.secretNames where !secretNames.contains(secret) {
                         throw self.error(templateNode, "'${\(secret)}' names no secret in 'secrets'\(suggestion(secret, secretNames))")
                     }
+                    if let mistaken = template.mistakenReference(among: secretNames) {
+                        throw self.error(templateNode, "'\(mistaken)' is a secret, but this template would send its name literally: did you mean '${\(mistaken)}'?")
+                    }
                     injections.append(.init(header: header, template: template))
                 }
             }
@@ -178,8 +185,9 @@ struct Decoder {
                 if origin.scheme == .http {
                     // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
                     let loopback = origin.isLoopback
-                    if explicitHTTPS == true && !loopback {
-                        throw self.error(originNode, "http origin \(origin) in scope '\(name)' with require_https: true")
+                    if explicitHTTPS == true {
+                        throw self.error(originNode, "http origin \(origin) in scope '\(name)' with require_https: true"
+                                         + (loopback ? " (a loopback origin needs no require_https setting: remove it)" : ""))
                     }
                     if givesCredentials && !loopback && explicitHTTPS != false {
                         throw self.error(originNode, "http origin \(origin) would get credentials in clear text: set require_https: false on scope '\(name)' if that is really meant")
@@ -297,6 +305,7 @@ struct Decoder {
         if let formatNode = keys["format"] {
             guard let format = LogFormat(rawValue: try string(formatNode)) else { throw error(formatNode, "format must be json or text") }
             settings.format = format
+            settings.formatIsExplicit = true
         }
         if let outputNode = keys["output"] {
             switch try nonEmptyString(outputNode) {

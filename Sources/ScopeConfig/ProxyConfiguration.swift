@@ -65,6 +65,9 @@ public struct TLSSettings: Sendable, Equatable {
 
 public struct LogSettings: Sendable, Equatable {
     public var format: LogFormat = .json
+    /// `log.format` was written in the file. When it was not, a terminal on stdout gets the
+    /// readable text format instead of JSON (the command line decides; the file's word wins).
+    public var formatIsExplicit = false
     public var output: LogOutput = .standardOutput
     public var bodies = false
     public var safeHeaders: [String] = []

@@ -52,13 +52,15 @@ enum YAMLDocument {
         let bytes = Array(text.utf8)
         return try bytes.withUnsafeBufferPointer { buffer throws(ConfigError) -> YAMLNode in
             yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
-            var builder = Builder(file: file)
+            var builder = Builder(file: file, lines: text.split(separator: "\n", omittingEmptySubsequences: false))
             return try builder.run(&parser)
         }
     }
 
     private struct Builder {
         let file: String
+        /// The text's lines, to say in plain words what libyaml's messages mean there.
+        let lines: [Substring]
         // Open containers: the node's mark and its children so far.
         enum Open {
             case mapping(Mark, [(key: YAMLNode, value: YAMLNode)], pendingKey: YAMLNode?)
@@ -72,6 +74,25 @@ enum YAMLDocument {
             ConfigError(file: file, mark: mark, message: message)
         }
 
+        /// libyaml's messages name the parser's state, not the mistake: the usual mistakes, said plainly.
+        func hint(_ problem: String, at mark: Mark) -> String {
+            let line = mark.line - 1 < lines.count && mark.line >= 1 ? lines[mark.line - 1] : ""
+            let character = line.unicodeScalars.dropFirst(max(0, mark.column - 1)).first
+            if problem.contains("cannot start any token"), character == "\t" || line.hasPrefix("\t") {
+                return " (a tab: YAML indents with spaces only; replace the tab with spaces)"
+            }
+            if problem.contains("did not find expected key") || problem.contains("did not find expected '-' indicator") {
+                return " (this line's indentation does not match the lines above it: YAML nests by indentation, so align it with the keys it belongs with)"
+            }
+            if problem.contains("mapping values are not allowed") {
+                return " (a second ':' on this line: put a space after each key's colon, and quote values that contain ': ')"
+            }
+            if problem.contains("did not find expected node content") || problem.contains("could not find expected ':'") {
+                return " (a key needs ': ' after it, and an unfinished [list] or {map} needs its closing bracket)"
+            }
+            return ""
+        }
+
         static func mark(_ mark: yaml_mark_t) -> Mark { Mark(line: Int(mark.line) + 1, column: Int(mark.column) + 1) }
 
         mutating func run(_ parser: inout yaml_parser_t) throws(ConfigError) -> YAMLNode {
@@ -79,7 +100,8 @@ enum YAMLDocument {
                 var event = yaml_event_t()
                 guard yaml_parser_parse(&parser, &event) == 1 else {
                     let problem = parser.problem.map { String(cString: $0) } ?? "invalid YAML"
-                    throw error(Self.mark(parser.problem_mark), "YAML syntax error: \(problem)")
+                    let mark = Self.mark(parser.problem_mark)
+                    throw error(mark, "YAML syntax error: \(problem)" + hint(problem, at: mark))
                 }
                 defer { yaml_event_delete(&event) }
                 let mark = Self.mark(event.start_mark)

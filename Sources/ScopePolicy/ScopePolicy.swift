@@ -188,7 +188,9 @@ public struct ScopePolicy: Sendable {
 
     func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
                           override: MethodOverride = .none) -> Bool {
-        if scope.requireHTTPS && origin.scheme != .https { return false }
+        // Loopback http (127/8, ::1, localhost) never leaves the host: it gets credentials without
+        // `require_https: false` (a `require_https: true` scope listing an http origin is a config error).
+        if scope.requireHTTPS && origin.scheme != .https && !origin.isLoopback { return false }
         if let methods = scope.methods {
             guard methods.contains(method.uppercased()) else { return false }
             // Laravel, Symfony and Rails run the `_method` a form or query names: POST with

@@ -65,6 +65,31 @@ public struct HeaderTemplate: Sendable, Equatable {
         }
     }
 
+    /// The first of `names` that the literal text mentions in a form other than `${name}` (`$name`,
+    /// `{{name}}`, `{name}`: shell, Mustache and format habits), which would be sent as it is.
+    public func mistakenReference(among names: Set<String>) -> String? {
+        for part in parts {
+            guard case .literal(let text) = part else { continue }
+            let bytes = Array(text.utf8)
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                guard byte == UInt8(ascii: "$") || byte == UInt8(ascii: "{") else {
+                    index += 1
+                    continue
+                }
+                var start = index + 1
+                while start < bytes.count, bytes[start] == UInt8(ascii: "{") || bytes[start] == UInt8(ascii: " ") { start += 1 }
+                var end = start
+                while end < bytes.count, Self.isNameByte(bytes[end]) { end += 1 }
+                let name = String(decoding: bytes[start..<end], as: UTF8.self)
+                if end > start, names.contains(name) { return name }
+                index = max(end, index + 1)
+            }
+        }
+        return nil
+    }
+
     public var secretNames: [String] {
         parts.compactMap { if case .secret(let name) = $0 { name } else { nil } }
     }

@@ -125,7 +125,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         switch SmallFile.read(path, limit: 64 * 1024) {
         case .success(let read): bytes = read
         case .failure(.tooLarge): throw SecretError(name: name, reason: "\(path) is larger than 64 KiB")
-        case .failure(.unreadable): throw SecretError(name: name, reason: "cannot open \(path)")
+        case .failure(let failure): throw SecretError(name: name, reason: failure.describe(path))
         }
         if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
         // The bytes as read: decoding them as UTF-8 here is what turned a non-UTF-8 byte into

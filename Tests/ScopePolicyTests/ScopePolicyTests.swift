@@ -70,9 +70,14 @@ struct ScopePolicyTests {
         }
     }
 
-    @Test("require_https: an http origin of a https-only scope gets nothing injected")
+    @Test("require_https: a non-loopback http origin of a https-only scope gets nothing; a loopback one gets its credentials")
     func requireHTTPS() {
-        let result = apply("http://127.0.0.1:8765/v1/books", [])
+        // Loopback traffic never leaves the host: 127/8, ::1 and localhost need no require_https: false.
+        #expect(apply("http://127.0.0.1:8765/v1/books", []).decision.injected == ["Authorization", "X-API-Key"])
+        let internalOrigin = origin("http://api.internal")
+        let strict = ScopePolicy(scopes: [Scope(name: "internal", origins: [internalOrigin], inject: library.inject)])
+        let result = try! strict.apply(method: "GET", origin: internalOrigin, pathAndQuery: "/v1/books",
+                                       fields: HTTPFields(), hasUserinfo: false, secrets: secrets).get()
         #expect(result.decision.injected.isEmpty)
         let relaxed = ScopePolicy(scopes: [Scope(name: "dev", origins: [origin("http://127.0.0.1:8765")], requireHTTPS: false,
                                                  inject: library.inject)])
