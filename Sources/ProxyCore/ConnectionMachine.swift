@@ -268,6 +268,8 @@ public struct ConnectionMachine {
             record.origin = origin
             record.status = 200
             record.tunnel = .intercept
+            // Counted under the scopes whose origin the tunnel is for (the requests inside are too).
+            record.scopes = arrival.scope.policy.covering(origin).map(\.name)
             emit(record)
             actions.append(.writeToClient(Self.connectionEstablished))
             actions.append(.startClientTLS(origin))
@@ -306,9 +308,7 @@ public struct ConnectionMachine {
             let consumed = body.framing == .none || { if case .replayed = body { true } else { false } }()
             reject(error, record: record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
         case .success(let hop):
-            record.scopes = hop.decision.scopes
-            record.injected = hop.decision.injected
-            record.stripped = hop.decision.stripped
+            record.note(hop.decision)
             let exchange = Exchange(request: request, scope: scope, record: record, hop: hop, hopID: nextHopID(),
                                     requestBody: { if case .streamed = body { .streaming } else { .complete } }())
             if case .replayed(let bytes) = body {
@@ -512,9 +512,7 @@ public struct ConnectionMachine {
             reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive,
                    clientVersion: exchange.request.head.version)
         case .success(let hop):
-            next.scopes = hop.decision.scopes
-            next.injected = hop.decision.injected
-            next.stripped = hop.decision.stripped
+            next.note(hop.decision)
             exchange.record = next
             exchange.chain = chain
             exchange.hop = hop
@@ -680,6 +678,8 @@ public struct ConnectionMachine {
         }
         var record = exchange.record
         record.bytesIn += exchange.requestPayload
+        // The request never left (the connection failed): nothing was injected anywhere.
+        if !exchange.connected { record.injected = [] }
         let consumed = !closeClient && exchange.requestBody == .complete && exchange.request.head.wantsKeepAlive
         state = .closing  // the hop is gone; reject decides what comes next
         reject(error, record: record, consumedBody: consumed, clientVersion: exchange.request.head.version)

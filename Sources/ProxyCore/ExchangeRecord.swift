@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ScopePolicy
 
 /// One exchange as the access log sees it: raw facts from the data path, built by the exchange
 /// state machine. Redaction happens when the line is formatted, in one place (`AccessLog`), so no
@@ -18,6 +19,8 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var scopes: [String] = []
     public var injected: [String] = []
     public var stripped: [String] = []
+    /// Covering scopes that injected nothing here, and why (the log's `reason`).
+    public var skipped: [SkippedInjection] = []
     public var redirect: RedirectRecord?
     public var requestFields: HTTPFields?
     public var responseFields: HTTPFields?
@@ -32,6 +35,14 @@ public struct ExchangeRecord: Sendable, Equatable {
         self.client = client
         self.method = method
         self.startedAt = startedAt
+    }
+
+    /// What the scope rules did to the request this record describes.
+    public mutating func note(_ decision: ScopeDecision) {
+        scopes = decision.scopes
+        injected = decision.injected
+        stripped = decision.stripped
+        skipped = decision.skipped
     }
 
     /// With `log.bodies`: the first bytes of a body, for its redacted summary.

@@ -155,6 +155,7 @@ public final class AccessLog: Sendable {
             if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
             line.array("injected", record.injected)
             line.array("stripped", record.stripped)
+            if !record.skipped.isEmpty { line.string("reason", record.skipped.map(\.description).joined(separator: "; ")) }
             if let redirect = record.redirect {
                 line.beginObject("redirect")
                 line.optionalString("location", redirect.location.map(redactor.url))
@@ -190,6 +191,7 @@ public final class AccessLog: Sendable {
             parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
             if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
             if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
+            if !record.skipped.isEmpty { parts.append("reason=\(record.skipped.map { "\($0.scope):\($0.why.rawValue)" }.joined(separator: ","))") }
             if let redirect = record.redirect {
                 parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")
             }

@@ -16,7 +16,7 @@ public struct RedactionRules: Sendable, Equatable {
         "accept", "accept-encoding", "accept-language", "accept-ranges", "age", "cache-control", "connection",
         "content-encoding", "content-language", "content-length", "content-range", "content-type", "date", "etag",
         "expires", "host", "if-match", "if-modified-since", "if-none-match", "keep-alive", "last-modified", "pragma",
-        "range", "retry-after", "server", "transfer-encoding", "user-agent", "vary", "via", "x-request-id",
+        "range", "retry-after", "server", "transfer-encoding", "user-agent", "vary", "via", "x-request-id", "proxy-connection",
         "x-content-type-options", "x-frame-options", "strict-transport-security", "access-control-allow-origin",
         "access-control-allow-methods", "access-control-allow-headers", "access-control-max-age",
     ]

@@ -61,8 +61,40 @@ public struct ScopeDecision: Sendable, Equatable {
     public var stripped: [String] = []
     public var userinfoRemoved = false
     public var reason: Reason = .originNotInScope
+    /// Scopes that cover the origin and would inject, but did not here, and why: a user who sees
+    /// no credential arrive finds the rule in the log instead of guessing.
+    public var skipped: [SkippedInjection] = []
 
     public init() {}
+}
+
+/// Why a covering scope injected nothing into a request.
+public enum InjectionSkip: String, Sendable, Equatable, CaseIterable {
+    /// A non-loopback http origin of a scope without `require_https: false`.
+    case httpOrigin = "http_origin_needs_require_https_false"
+    /// The method is not in the scope's `methods`.
+    case method = "method_not_in_methods"
+    /// A `_method` parameter names a method the scope's `methods` does not allow.
+    case methodOverride = "method_override_not_in_methods"
+    /// The path is not under the scope's `paths` (or has dot segments, which never count).
+    case path = "path_not_in_paths"
+    /// TRACE never carries credentials (RFC 9110 §9.3.8).
+    case trace = "trace_never_carries_credentials"
+    /// A followed redirect went from https to http.
+    case httpsDowngrade = "https_downgrade"
+}
+
+public struct SkippedInjection: Sendable, Equatable, CustomStringConvertible {
+    public let scope: String
+    public let why: InjectionSkip
+
+    public init(scope: String, why: InjectionSkip) {
+        self.scope = scope
+        self.why = why
+    }
+
+    /// `library: path_not_in_paths`
+    public var description: String { "\(scope): \(why.rawValue)" }
 }
 
 /// Why a request cannot be scoped. Fail closed: the request is not sent.
@@ -123,6 +155,9 @@ public struct ScopePolicy: Sendable {
         secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none
     ) -> Result<ScopedRequest, ScopeError> {
         var decision = ScopeDecision()
+        if chain.downgraded {
+            decision.skipped = covering(origin).filter { !$0.inject.isEmpty }.map { SkippedInjection(scope: $0.name, why: .httpsDowngrade) }
+        }
         let covering = chain.downgraded ? [] : covering(origin)
         decision.scopes = covering.map(\.name)
         // RFC 9110 §9.3.8: the origin reflects a TRACE request back in its response body, so any
@@ -164,8 +199,13 @@ public struct ScopePolicy: Sendable {
             output.append(name: field.name, value: field.value)
         }
 
-        for scope in covering where !isTrace && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery,
-                                                                  override: methodOverride) {
+        for scope in covering where !scope.inject.isEmpty {
+            let skip = isTrace ? .trace : injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery,
+                                                         override: methodOverride)
+            if let skip {
+                decision.skipped.append(SkippedInjection(scope: scope.name, why: skip))
+                continue
+            }
             for injection in scope.inject {
                 switch injection.template.render(secrets) {
                 case .failure(let missing):
@@ -188,21 +228,27 @@ public struct ScopePolicy: Sendable {
 
     func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
                           override: MethodOverride = .none) -> Bool {
+        injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery, override: override) == nil
+    }
+
+    /// Why `scope` injects nothing into this request; nil when it injects.
+    public func injectionSkip(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
+                              override: MethodOverride = .none) -> InjectionSkip? {
         // Loopback http (127/8, ::1, localhost) never leaves the host: it gets credentials without
         // `require_https: false` (a `require_https: true` scope listing an http origin is a config error).
-        if scope.requireHTTPS && origin.scheme != .https && !origin.isLoopback { return false }
+        if scope.requireHTTPS && origin.scheme != .https && !origin.isLoopback { return .httpOrigin }
         if let methods = scope.methods {
-            guard methods.contains(method.uppercased()) else { return false }
+            guard methods.contains(method.uppercased()) else { return .method }
             // Laravel, Symfony and Rails run the `_method` a form or query names: POST with
             // `_method=DELETE` is a DELETE to them, and must not ride a POST-only credential.
             switch override {
             case .none: break
-            case .method(let overridden): if !methods.contains(overridden.uppercased()) { return false }
-            case .unreadable: return false
+            case .method(let overridden): if !methods.contains(overridden.uppercased()) { return .methodOverride }
+            case .unreadable: return .methodOverride
             }
         }
-        if let prefixes = scope.paths, !Self.isCovered(Self.path(of: pathAndQuery), byAnyOf: prefixes) { return false }
-        return true
+        if let prefixes = scope.paths, !Self.isCovered(Self.path(of: pathAndQuery), byAnyOf: prefixes) { return .path }
+        return nil
     }
 
     /// Whether the body must be read before the request can be scoped: a covering scope limits

@@ -267,3 +267,28 @@ struct CredentialUnavailableTests {
         #expect(p.connected == [hop(1)])
     }
 }
+
+@Suite("Records: what the log and metrics are told")
+struct RecordDetailTests {
+    @Test("an intercepted CONNECT is counted under the scopes of its origin, not as no scope")
+    func interceptScope() {
+        var p = Playbook(Configs.intercept)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [
+            .cancelTimer, .emit(.status(200)), .writeExactly(established), .startClientTLS(a), .arm(.clientHead),
+        ])
+        #expect(p.emitted.first?.scopes == ["a"])
+    }
+
+    @Test("a request whose connection failed lists nothing as injected: nothing left the proxy")
+    func nothingInjectedWhenNeverSent() {
+        var p = Playbook(Configs.pass)
+        p.requested(["GET https://a.example/ HTTP/1.1", "Host: a.example"], to: a)
+        p.on(.upstreamConnectFailed(hop(1), .upstreamTLSVerification(a, "self-signed certificate")), [
+            .release(hop(1), reuse: false), .cancelTimer, .write(startingWith: "HTTP/1.1 502 "), .emit(.status(502)),
+            .arm(.idle), .readNextRequest,
+        ])
+        #expect(p.emitted.first?.injected == [])
+        #expect(p.emitted.first?.scopes == ["a"])
+    }
+}

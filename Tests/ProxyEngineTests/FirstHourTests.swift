@@ -19,3 +19,32 @@ struct FirstHourTests {
         #expect(origin.requests.first?.header("authorization") == "Bearer \(token)")
     }
 }
+
+@Suite("First hour: the log says why nothing was injected", .serialized)
+struct InjectionReasonTests {
+    @Test("a covering scope that injects nothing names its rule in the log's reason; a request that got its credential has none")
+    func reasonInLog() throws {
+        let origin = try FixtureOrigin(host: "127.0.0.1")
+        defer { origin.stop() }
+        let token = Findings.canary("token")
+        let configured = try ConfiguredProxy(environment: ["T": token]) { logPath in """
+            secrets: { token: { env: T } }
+            scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" }, methods: [GET], paths: ["/v1"] }]
+            log: { output: \(logPath) }
+            """ }
+        let proxy = configured.process
+        for (method, path) in [("GET", "/v1/ok"), ("GET", "/admin"), ("DELETE", "/v1/x"), ("TRACE", "/v1/x")] {
+            let socket = try TestSocket.connect(port: proxy.port)
+            try socket.send("\(method) \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: close\r\n\r\n")
+            _ = try HTTPReader(socket).readResponse(requestMethod: method)
+        }
+        #expect(proxy.terminate() == 0)
+        let lines = try String(contentsOfFile: configured.logPath, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(lines.count == 4)
+        #expect(lines.count == 4 && !lines[0].contains("\"reason\""))
+        #expect(lines.count == 4 && lines[1].contains(#""reason":"api: path_not_in_paths""#))
+        #expect(lines.count == 4 && lines[2].contains(#""reason":"api: method_not_in_methods""#))
+        #expect(lines.count == 4 && lines[3].contains(#""reason":"api: trace_never_carries_credentials""#))
+        #expect(!lines.joined().contains(token))
+    }
+}

@@ -73,6 +73,14 @@ struct RedactionTests {
         #expect(!summary.contains(secret))
     }
 
+    @Test("Proxy-Connection is shown (keep-alive or close: it never carries a credential); Proxy-Authorization is not")
+    func proxyConnection() {
+        let shown = redactor.headers(HTTPFields([HTTPField(name: "Proxy-Connection", value: "keep-alive"),
+                                                 HTTPField(name: "Proxy-Authorization", value: "Basic c2VjcmV0")]))
+        #expect(shown.first { $0.name == "proxy-connection" }?.value == "keep-alive")
+        #expect(shown.first { $0.name == "proxy-authorization" }?.value == Redactor.redacted)
+    }
+
     @Test("absolute URLs (Location) lose userinfo and fragment")
     func urls() {
         #expect(redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
