@@ -51,6 +51,7 @@ let package = Package(
                     resources: [.copy("Fixtures")]),
         // The exchange core's state machine, driven by tables of events (no sockets).
         .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig"]),
+        .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

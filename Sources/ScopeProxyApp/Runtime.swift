@@ -11,7 +11,7 @@ import Glibc
 
 /// Turns a validated configuration and its loaded secrets into what the engine runs on.
 public enum Runtime {
-    public static func scopeContext(_ config: ProxyConfiguration, secrets: SecretStore) -> ScopeContext {
+    public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup) -> ScopeContext {
         ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
                      interceptHosts: interceptHosts(config))
     }

@@ -1,0 +1,235 @@
+import HTTP1Codec
+import ProxyCore
+import ScopeConfig
+import ScopePolicy
+import SecretStore
+
+/// `scopeproxy explain`: what the proxy would do with one request, without sending it. It runs the
+/// same admission, hop planning and redirect direction the engine runs, with the secrets' names in
+/// place of their values, and says which rule decided each header.
+public enum Explanation {
+    public struct Request: Sendable {
+        public var method: String
+        public var headers: [(name: String, value: String)]
+        public var url: String
+        /// A Location a 3xx from this origin might carry: what would the redirect get?
+        public var location: String?
+
+        public init(method: String, headers: [(name: String, value: String)], url: String, location: String? = nil) {
+            self.method = method
+            self.headers = headers
+            self.url = url
+            self.location = location
+        }
+    }
+
+    /// The report, and the exit status (0: explained; 2: the request itself is not one the proxy
+    /// would take, said why).
+    public static func render(_ config: ProxyConfiguration, _ request: Request) -> (text: String, status: Int32) {
+        var out = Report()
+        let method = request.method.uppercased()
+        let target: RequestTarget
+        do {
+            target = try RequestTarget.parse(request.url, method: method)
+        } catch {
+            guard case .invalid(let reason) = error else { return ("cannot explain: invalid URL\n", 2) }
+            return ("cannot explain \(request.url): \(reason) (give an absolute http:// or https:// URL)\n", 2)
+        }
+        guard case .absolute(let origin, let pathAndQuery, _) = target else {
+            return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
+        }
+        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets())
+        out.line("request", "\(method) \(request.url)")
+        out.line("origin", origin.description)
+        let covering = scope.policy.covering(origin)
+        out.line("scopes", covering.isEmpty
+                 ? "none covers this origin: every sensitive header is stripped, nothing is injected"
+                 : covering.map { scope in "\(scope.name) (origins \(scope.origins.map { $0.description }.sorted().joined(separator: ", ")))" }.joined(separator: "; "))
+
+        var mode = ConnectionMode.forwardProxy
+        if origin.scheme == .https {
+            // Clients send https:// requests as CONNECT plus TLS: the rules apply only inside a
+            // tunnel the proxy terminates.
+            if scope.interceptHosts.contains(origin.host) {
+                out.line("https", "CONNECT \(origin.authority) is intercepted (tls.intercept): the rules below apply inside the tunnel")
+                mode = .intercepted(origin, client: .unnamed)
+            } else if config.tls.tunnel == .allow {
+                out.line("https", "CONNECT \(origin.authority) would be tunnelled, not intercepted: the proxy sees nothing inside, "
+                         + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
+            } else {
+                out.line("https", "CONNECT \(origin.authority) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                         + "Add \(origin.host) to tls.intercept for the rules below to apply.")
+            }
+        }
+
+        var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
+        for (name, value) in request.headers { fields.append(name: name, value: value) }
+        let head = RequestHead(method: method, target: mode == .forwardProxy ? request.url : pathAndQuery, version: .http1_1, fields: fields)
+        let policy = RequestAdmission.Policy(tunnel: config.tls.tunnel, canIntercept: true)
+        guard case .forward(let client) = RequestAdmission.admit(head, mode: mode, scope: scope, policy: policy) else {
+            if case .reject(let error) = RequestAdmission.admit(head, mode: mode, scope: scope, policy: policy) {
+                out.line("answer", "\(error.status) \(error.code): \(error.message)")
+            }
+            return (out.text, 0)
+        }
+        let hopTarget = HopTarget(origin: origin, method: method, pathAndQuery: client.pathAndQuery)
+        let hop: Hop
+        switch HopPlanner.plan(client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>") {
+        case .failure(let error):
+            out.line("answer", "\(error.status) \(error.code): \(error.message)")
+            return (out.text, 0)
+        case .success(let planned):
+            hop = planned
+        }
+        describe(hop, client: client, covering: covering, config: config, into: &out)
+        if let location = request.location {
+            explainRedirect(to: location, from: hop, client: client, mode: mode, scope: scope, config: config, into: &out)
+        } else {
+            out.line("redirects", redirectSummary(config.redirects))
+        }
+        return (out.text, 0)
+    }
+
+    // MARK: One hop
+
+    private static func describe(_ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration,
+                                 into out: inout Report) {
+        let decision = hop.decision
+        if decision.injected.isEmpty {
+            out.line("injected", "nothing")
+        }
+        for scope in covering {
+            for injection in scope.inject where decision.injected.contains(injection.header) {
+                out.line("injected", "\(injection.header): \(templateText(injection.template))   (scope \(scope.name))")
+                for secret in injection.template.secretNames {
+                    if let problem = secretProblem(secret, config: config) {
+                        out.line("", "secret '\(secret)': \(problem); run would answer 502 credential_unavailable")
+                    }
+                }
+            }
+        }
+        for skip in decision.skipped {
+            out.line("not injected", "scope \(skip.scope): \(skipReason(skip.why))")
+        }
+        let injectedNames = Set(decision.injected.map { $0.lowercased() })
+        let stripped = Set(decision.stripped.map { $0.lowercased() })
+        for (index, field) in client.head.fields.enumerated() where index > 0 {  // the first is the Host the report added
+            let name = field.name.lowercased()
+            let verdict: String
+            if injectedNames.contains(SensitiveHeaders.canonicalName(name)) {
+                verdict = "replaced: the proxy injects \(field.name) here"
+            } else if stripped.contains(name) {
+                verdict = "stripped: " + stripReason(field.name, decision: decision, covering: covering, client: client, hop: hop)
+            } else if config.policy.isSensitive(field.name) {
+                verdict = "passed: a covering scope lists it in pass"
+            } else {
+                verdict = "sent as it is"
+            }
+            out.line("header", "\(field.name): \(verdict)")
+        }
+        if let userinfo = client.userinfo, !userinfo.isEmpty {
+            out.line("userinfo", decision.userinfoRemoved
+                     ? "removed (no covering scope passes authorization)"
+                     : "sent as Authorization: Basic (a covering scope passes authorization)")
+        }
+        out.line("upstream", "the head the origin would receive (secrets shown by name):")
+        for line in String(decoding: hop.head, as: UTF8.self).split(separator: "\r\n") { out.line("", "  " + line) }
+    }
+
+    private static func stripReason(_ name: String, decision: ScopeDecision, covering: [Scope], client: ClientRequest, hop: Hop) -> String {
+        if name.contains("_") { return "an underscore spelling of a sensitive name (CGI/WSGI read _ as -), never forwarded" }
+        if SensitiveHeaders.methodOverride.contains(name.lowercased()) { return "a method override, where a scope limits methods" }
+        if decision.reason == .traceMethod { return "TRACE never carries credentials" }
+        if decision.reason == .httpsDowngrade { return "an https -> http hop carries no credential" }
+        if covering.isEmpty { return "sensitive, and no scope covers this origin" }
+        return "sensitive, and no covering scope lists it in pass"
+    }
+
+    private static func skipReason(_ why: InjectionSkip) -> String {
+        switch why {
+        case .httpOrigin: "an http:// origin that is not loopback; set require_https: false on the scope if clear text is really meant"
+        case .method: "the method is not in the scope's methods"
+        case .methodOverride: "a _method parameter names a method the scope's methods do not allow"
+        case .path: "the path is not under the scope's paths (or has . or .. segments)"
+        case .trace: "TRACE never carries credentials (the origin would echo them back)"
+        case .httpsDowngrade: "an https -> http redirect hop carries no credential"
+        }
+    }
+
+    // MARK: Redirects
+
+    private static func redirectSummary(_ redirects: RedirectPolicy) -> String {
+        switch redirects.mode {
+        case .pass: "pass: a 3xx goes back to the client, whose follow-up is scoped on its own origin (try --location URL)"
+        case .follow: "follow: the proxy follows up to \(redirects.maxHops) hops, re-scoping each (try --location URL)"
+        case .block: "block: a redirect to another origin than this one or redirects.allow is a 502 (try --location URL)"
+        }
+    }
+
+    private static func explainRedirect(to location: String, from hop: Hop, client: ClientRequest, mode: ConnectionMode,
+                                        scope: ScopeContext, config: ProxyConfiguration, into out: inout Report) {
+        let response = ResponseHead(version: .http1_1, status: 302, reason: "Found",
+                                    fields: HTTPFields([HTTPField(name: "Location", value: location)]))
+        let context = ResponseDirector.Context(request: client, hop: hop, chain: RedirectChain(), mode: mode, scope: scope,
+                                               requestComplete: true, replayableBody: [])
+        switch ResponseDirector.direct(response, context) {
+        case .relay(_, let redirect):
+            let target = redirect?.origin.map(\.description) ?? "an origin the proxy cannot read"
+            out.line("redirect", "a 302 to \(location): returned to the client (\(config.redirects.mode.rawValue) mode; target \(target)); "
+                     + "the client's follow-up is scoped on its own")
+        case .refuse(let error, _):
+            out.line("redirect", "a 302 to \(location): \(error.status) \(error.code): \(error.message)")
+        case .follow(let target, let body, _):
+            out.line("redirect", "a 302 to \(location): followed by the proxy to \(target.origin)")
+            let chain = ResponseDirector.chain(after: RedirectChain(), hop: hop, to: target, request: client)
+            if case .success(let next) = HopPlanner.plan(client, to: target, body: body, chain: chain, scope: scope, requestID: "<request id>") {
+                out.line("", "the next hop gets injected: \(next.decision.injected.isEmpty ? "nothing" : next.decision.injected.joined(separator: ", ")); "
+                         + "stripped: \(next.decision.stripped.isEmpty ? "nothing" : next.decision.stripped.joined(separator: ", "))"
+                         + (target.origin != client.origin ? " (the client's own credentials never go to another origin)" : ""))
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    private static func templateText(_ template: HeaderTemplate) -> String {
+        template.parts.map { part in
+            switch part {
+            case .literal(let text): text
+            case .secret(let name): "${\(name)}"
+            }
+        }.joined()
+    }
+
+    /// Why `run` would find no value for the secret, or nil (never the value itself).
+    private static func secretProblem(_ name: String, config: ProxyConfiguration) -> String? {
+        guard let source = config.secrets[name] else { return "not defined" }
+        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory)
+        do {
+            try store.load()
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
+    /// Secret values for the report: each secret's own reference, so the head shows where it goes.
+    private struct PreviewSecrets: SecretLookup {
+        func value(of name: String) -> SecretValue? { SecretValue("${\(name)}") }
+    }
+
+    private struct Report {
+        var text = ""
+
+        mutating func line(_ label: String, _ value: String) {
+            let padded = label.isEmpty ? String(repeating: " ", count: 14) : label.padding(14)
+            text += padded + value + "\n"
+        }
+    }
+}
+
+extension String {
+    fileprivate func padding(_ width: Int) -> String {
+        count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+    }
+}

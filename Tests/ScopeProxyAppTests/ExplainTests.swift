@@ -1,0 +1,84 @@
+import Foundation
+import HTTP1Codec
+import ScopeConfig
+import ScopeProxyApp
+import Testing
+
+private func config(_ yaml: String) throws -> ProxyConfiguration {
+    try ConfigLoader.parse(yaml, file: "explain.yaml", home: "/home/tester")
+}
+
+private let library = """
+    secrets: { library_token: { env: EXPLAIN_LIBRARY_TOKEN_UNSET }, key: { env: PATH } }
+    scopes:
+      - name: library
+        origins: ["https://api.library.example", "http://127.0.0.1:8765"]
+        inject: { Authorization: "Bearer ${library_token}" }
+        pass: [Cookie]
+        methods: [GET]
+        paths: ["/v1"]
+    tls: { intercept: ["api.library.example"] }
+    redirects: { cross_origin: follow }
+    """
+
+@Suite("explain: what the proxy would do with a request, without sending it")
+struct ExplainTests {
+    @Test("an intercepted https request: origin, scope, the injection with the secret's name, each header's rule, the upstream head")
+    func intercepted() throws {
+        let (text, status) = Explanation.render(try config(library), .init(
+            method: "GET", headers: [("Cookie", "sid=1"), ("X-API-Key", "k"), ("X_Auth_Token", "t"), ("Accept", "*/*")],
+            url: "https://API.library.example/v1/books"))
+        #expect(status == 0)
+        #expect(text.contains("origin        https://api.library.example:443"))
+        #expect(text.contains("scopes        library"))
+        #expect(text.contains("is intercepted (tls.intercept)"))
+        #expect(text.contains("injected      Authorization: Bearer ${library_token}   (scope library)"))
+        #expect(text.contains("secret 'library_token': environment variable EXPLAIN_LIBRARY_TOKEN_UNSET is not set"))
+        #expect(text.contains("Cookie: passed"))
+        #expect(text.contains("X-API-Key: stripped: sensitive, and no covering scope lists it in pass"))
+        #expect(text.contains("X_Auth_Token: stripped: an underscore spelling"))
+        #expect(text.contains("Accept: sent as it is"))
+        #expect(text.contains("  Authorization: Bearer ${library_token}"), "the upstream head shows where the secret goes, by name")
+    }
+
+    @Test("why nothing is injected: path, method, TRACE, a tunnel that is not intercepted")
+    func notInjected() throws {
+        let loaded = try config(library)
+        #expect(Explanation.render(loaded, .init(method: "GET", headers: [], url: "https://api.library.example/admin")).text
+            .contains("not injected  scope library: the path is not under the scope's paths"))
+        #expect(Explanation.render(loaded, .init(method: "DELETE", headers: [], url: "https://api.library.example/v1/x")).text
+            .contains("not injected  scope library: the method is not in the scope's methods"))
+        #expect(Explanation.render(loaded, .init(method: "TRACE", headers: [], url: "http://127.0.0.1:8765/v1/x")).text
+            .contains("TRACE never carries credentials"))
+        let tunnelled = try config("scopes: [{ name: s, origins: [\"https://api.example\"], pass: [Cookie] }]\ntls: { tunnel: allow }")
+        #expect(Explanation.render(tunnelled, .init(method: "GET", headers: [], url: "https://api.example/")).text
+            .contains("would be tunnelled, not intercepted: the proxy sees nothing inside"))
+    }
+
+    @Test("a redirect to another origin: followed, and the client's own credentials do not go there")
+    func redirect() throws {
+        let loaded = try config(library.replacingOccurrences(of: "\ntls:", with: "\n  - { name: cdn, origins: [\"https://cdn.library.example\"] }\ntls:"))
+        let text = Explanation.render(loaded, .init(method: "GET", headers: [("Cookie", "sid=1")], url: "https://api.library.example/v1/x",
+                                                    location: "https://cdn.library.example/a")).text
+        #expect(text.contains("scopes        library"))
+        #expect(text.contains("followed by the proxy to https://cdn.library.example:443"))
+        #expect(text.contains("the client's own credentials never go to another origin"))
+        let blocked = try config("redirects: { cross_origin: block }")
+        #expect(Explanation.render(blocked, .init(method: "GET", headers: [], url: "http://a.example/", location: "http://evil.example/")).text
+            .contains("502 redirect_blocked"))
+    }
+
+    @Test("a URL the proxy would not take is an error with the reason, exit 2")
+    func badURL() throws {
+        let (text, status) = Explanation.render(try config(""), .init(method: "GET", headers: [], url: "ftp://x/"))
+        #expect(status == 2)
+        #expect(text.contains("unsupported scheme"))
+    }
+
+    @Test("no secret value ever appears: only names")
+    func noValues() throws {
+        let loaded = try config(library)
+        let text = Explanation.render(loaded, .init(method: "GET", headers: [], url: "https://api.library.example/v1/x")).text
+        #expect(!text.contains("/usr/bin"), "the env secret 'key' (PATH) is never read into the report")
+    }
+}
