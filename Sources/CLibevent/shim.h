@@ -25,6 +25,7 @@ static inline short sp_ev_write(void) { return EV_WRITE; }
 static inline short sp_ev_persist(void) { return EV_PERSIST; }
 static inline short sp_ev_signal(void) { return EV_SIGNAL; }
 static inline short sp_bev_event_eof(void) { return BEV_EVENT_EOF; }
+static inline short sp_bev_event_reading(void) { return BEV_EVENT_READING; }
 static inline short sp_bev_event_error(void) { return BEV_EVENT_ERROR; }
 static inline short sp_bev_event_timeout(void) { return BEV_EVENT_TIMEOUT; }
 static inline short sp_bev_event_connected(void) { return BEV_EVENT_CONNECTED; }

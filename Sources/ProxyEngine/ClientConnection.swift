@@ -408,11 +408,35 @@ final class ClientConnection: UpstreamLegOwner {
 
     /// Runs at the end of every callback: writes pending output on both sides directly, so one
     /// turn of the loop produces at most one writev per socket.
+    ///
+    /// A direct write can also drain an output that a pump was waiting on: EV_WRITE goes off once an
+    /// output is empty, so the write callback that would resume that pump never comes. When a flush
+    /// takes an output from above the low watermark to below it, the pump feeding it runs again
+    /// here (a few rounds at most; the next callback carries on).
     fileprivate func flushOutputs() {
-        guard !isClosed else { return }
-        leg?.flush()
-        transport.flush()
-        transport.didFlush()
+        let lowWatermark = highWatermark / 2
+        for _ in 0..<4 {
+            guard !isClosed else { return }
+            var pumped = false
+            if let leg, let output = leg.output {
+                let wasBacked = EventBuffer.length(output) >= lowWatermark
+                leg.flush()
+                if wasBacked, EventBuffer.length(output) < lowWatermark, leg.splicing || leg.awaitsRequestBytes {
+                    if leg.splicing { pumpTunnel() } else { pumpRequestBody() }
+                    pumped = true
+                }
+            }
+            guard !isClosed else { return }
+            let clientWasBacked = EventBuffer.length(transport.output) >= lowWatermark
+            transport.flush()
+            if clientWasBacked, EventBuffer.length(transport.output) < lowWatermark, let leg, leg.splicing || leg.responsePump != nil {
+                if leg.splicing { pumpTunnel() } else { pumpResponseBody() }
+                pumped = true
+            }
+            guard !isClosed else { return }
+            transport.didFlush()
+            if !pumped { return }
+        }
     }
 
     // MARK: Closing

@@ -34,6 +34,8 @@ final class ClientTransport {
     private var lingerCallback: event_callback_fn?
     private var callbackContext: UnsafeMutableRawPointer?
     private var tlsDrainChecks = 0
+    /// Reads the plain socket (nil once TLS is on: OpenSSL reads through the bufferevent).
+    private var reader: SocketReader?
     /// Called once the transport decided it is done (the owner then frees everything).
     private let finished: () -> Void
 
@@ -62,9 +64,10 @@ final class ClientTransport {
                  timer: event_callback_fn, context: UnsafeMutableRawPointer) {
         bufferevent_setcb(bev, read, write, event, context)
         configure(bev)
-        // EV_WRITE (on by default) only while output is pending: see flushOutput.
+        // EV_WRITE (on by default) only while output is pending: see flushOutput. Reading is the
+        // SocketReader's (large reads), until a TLS filter takes over.
         bufferevent_disable(bev, sp_ev_write())
-        bufferevent_enable(bev, sp_ev_read())
+        reader = SocketReader(base: base, bev: bev, highWatermark: highWatermark, read: read, event: event, context: context)
         lingerCallback = timer
         callbackContext = context
     }
@@ -92,6 +95,8 @@ final class ClientTransport {
     /// plain bufferevent stays underneath and is freed with the filter.
     func startTLS(_ ssl: OpaquePointer, read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
                   context: UnsafeMutableRawPointer) -> Bool {
+        reader?.stop()
+        reader = nil
         bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
         guard let filter = bufferevent_openssl_filter_new(
             base, bev, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
@@ -198,6 +203,8 @@ final class ClientTransport {
     func free() {
         guard !isFreed else { return }
         isFreed = true
+        reader?.stop()
+        reader = nil
         if let lingerTimer {
             event_free(lingerTimer)
             self.lingerTimer = nil

@@ -28,6 +28,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     private(set) var bev: OpaquePointer?
     /// The context pointer libevent holds while callbacks are installed (a +1 on the leg).
     private var callbackContext: Unmanaged<UpstreamLeg>?
+    /// Reads a plain upstream in large chunks (TLS upstreams read through OpenSSL).
+    private var reader: SocketReader?
 
     var requestPump: BodyPump?
     var responsePump: BodyPump?
@@ -100,9 +102,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         if isTLS {
             bufferevent_enable(upstream, sp_ev_read() | sp_ev_write())
         } else {
-            // EV_WRITE only while output is pending: see flushOutput.
+            // EV_WRITE only while output is pending: see flushOutput. Reading is the SocketReader's.
             bufferevent_disable(upstream, sp_ev_write())
-            bufferevent_enable(upstream, sp_ev_read())
+            reader = SocketReader(base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
+                                  event: legEventCallback, context: context.toOpaque())
         }
     }
 
@@ -126,6 +129,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         connector = nil
         requestPump = nil
         responsePump = nil
+        reader?.stop()  // before the pool reads this connection with the bufferevent again
+        reader = nil
         if let upstream = bev {
             bev = nil
             if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0 {
