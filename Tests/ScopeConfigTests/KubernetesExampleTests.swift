@@ -68,4 +68,59 @@ struct KubernetesExampleTests {
         #expect(env["SSL_CERT_FILE"] == config.tls.caDirectory + "/scopeproxy-ca.pem")
         #expect(volumes["scopeproxy-ca"]?["emptyDir"] != nil)
     }
+
+    @Test("images a locally loaded build can satisfy: imagePullPolicy IfNotPresent or Never on every container")
+    func pullPolicy() throws {
+        let pod = try #require(try load("deployment.yaml")["spec"]?["template"]?["spec"])
+        let containers = (pod["initContainers"]?.items ?? []) + (pod["containers"]?.items ?? [])
+        #expect(containers.count == 2)
+        for container in containers {
+            // Without it, an image tagged :latest is pulled Always, and a `kind load` image is never used.
+            #expect(["IfNotPresent", "Never"].contains(container["imagePullPolicy"]?.text ?? ""), "\(container["name"]?.text ?? "?")")
+        }
+    }
+
+    @Test("the Secret exists, is the one mounted, and has a key for every file secret of the config")
+    func secret() throws {
+        let secret = try load("secret.yaml")
+        let deployment = try load("deployment.yaml")
+        let configMap = try load("scopeproxy-config.yaml")
+        #expect(secret["apiVersion"]?.text == "v1")
+        #expect(secret["kind"]?.text == "Secret")
+        let pod = try #require(deployment["spec"]?["template"]?["spec"])
+        let volume = try #require(pod["volumes"]?.items.first { $0["name"]?.text == "library-secrets" })
+        #expect(volume["secret"]?["secretName"]?.text == secret["metadata"]?["name"]?.text)
+        let keys: [String]
+        if case .mapping(let pairs) = (secret["stringData"] ?? secret["data"])?.value {
+            keys = pairs.compactMap(\.key.text)
+        } else {
+            keys = []
+        }
+        let sidecar = try #require(pod["initContainers"]?[0])
+        let mountPath = try #require(sidecar["volumeMounts"]?.items.first { $0["name"]?.text == "library-secrets" }?["mountPath"]?.text)
+        let config = try ConfigLoader.parse(try #require(configMap["data"]?["config.yaml"]?.text), file: "config.yaml", home: "/nonexistent")
+        #expect(!config.secrets.isEmpty)
+        for (name, source) in config.secrets {
+            guard case .file(let path, _) = source else { continue }
+            #expect(path.hasPrefix(mountPath + "/"), "\(name)")
+            #expect(keys.contains(String(path.dropFirst(mountPath.count + 1))), "the Secret has a key for \(name)'s file")
+        }
+    }
+
+    @Test("Prometheus can scrape the sidecar: admin on the pod's addresses, its port declared and annotated")
+    func metricsScrape() throws {
+        let deployment = try load("deployment.yaml")
+        let configMap = try load("scopeproxy-config.yaml")
+        let config = try ConfigLoader.parse(try #require(configMap["data"]?["config.yaml"]?.text), file: "config.yaml", home: "/nonexistent")
+        let admin = try #require(config.admin)
+        // Loopback would answer `scopeproxy health` inside the pod but never a scraper on the pod IP.
+        #expect(["0.0.0.0", "::"].contains(admin.host), "admin listens beyond loopback")
+        #expect(config.listen.host == "127.0.0.1", "the proxy port itself stays loopback-only")
+        let annotations = try #require(deployment["spec"]?["template"]?["metadata"]?["annotations"])
+        #expect(annotations["prometheus.io/scrape"]?.text == "true")
+        #expect(annotations["prometheus.io/port"]?.text == String(admin.port))
+        #expect(annotations["prometheus.io/path"]?.text == "/metrics")
+        let sidecar = try #require(deployment["spec"]?["template"]?["spec"]?["initContainers"]?[0])
+        #expect(sidecar["ports"]?.items.contains { $0["containerPort"]?.text == String(admin.port) } == true)
+    }
 }
