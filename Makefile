@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -30,6 +30,8 @@ packages-test: packages-build
 	@python3 -c 'import requests' 2>/dev/null || python3 -m pip install -q requests
 	@# h11 is the second parser of the codec's differential test (test harness only)
 	@python3 -c 'import h11' 2>/dev/null || python3 -m pip install -q h11
+	@# httpx is a real client in the recipe tests (HTTP_PROXY / SSL_CERT_FILE)
+	@python3 -c 'import httpx' 2>/dev/null || python3 -m pip install -q httpx
 	@# Node's WHATWG URL parser is the reference of the Location differential test
 	@command -v node >/dev/null || $(MAKE) --no-print-directory packages-node
 
