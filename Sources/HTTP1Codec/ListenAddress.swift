@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A socket address to listen on (or to reach the admin endpoint at): `HOST:PORT`. One type for the
 /// config (`listen`, `admin`, `routes`) and the engine.
 public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
@@ -18,6 +22,16 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { return nil }
         return ListenAddress(host: host, port: port)
+    }
+
+    /// Why this host cannot be listened on, or nil. Listening needs an address, not a name: a name
+    /// would be resolved once at start and could bind somewhere unexpected (a public interface), so
+    /// only IP literals are taken, plus `localhost`, which is always 127.0.0.1.
+    public var hostProblem: String? {
+        if host == "localhost" { return nil }
+        var v4 = in_addr(), v6 = in6_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1 { return nil }
+        return "'\(host)' is not an IP address: listen on an address such as 127.0.0.1, 0.0.0.0 or [::1] (or localhost)"
     }
 
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }

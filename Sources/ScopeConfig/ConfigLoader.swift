@@ -52,7 +52,7 @@ struct Decoder {
             "redirects", "tls", "timeouts", "limits", "log",
         ], context: "the config")
         // Secrets first: scopes and proxy_auth refer to them.
-        if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: nil) }
+        if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: file) }
         if let node = keys["secrets"] { config.secrets = try secrets(node) }
         if let node = keys["listen"] { config.listen = try hostPort(node) }
         if let node = keys["admin"], !node.isNull { config.admin = try hostPort(node) }
@@ -390,6 +390,7 @@ struct Decoder {
     func hostPort(_ node: YAMLNode) throws(ConfigError) -> HostPort {
         let text = try string(node)
         guard let address = ListenAddress.parse(text) else { throw error(node, "expected HOST:PORT, got '\(text)'") }
+        if let problem = address.hostProblem { throw error(node, problem) }
         return address
     }
 

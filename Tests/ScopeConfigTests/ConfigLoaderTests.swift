@@ -81,6 +81,26 @@ struct ConfigValidTests {
         #expect(config.redirects.mode == .pass)
     }
 
+    @Test("relative paths are read next to the config file, whatever the working directory: secrets, store_dir, ca_dir, upstream_ca, log output")
+    func relativePaths() throws {
+        let yaml = """
+        store_dir: store
+        secrets: { k: { file: keys/k } }
+        tls: { ca_dir: ca, upstream_ca: roots.pem }
+        log: { output: logs/access.log }
+        """
+        let config = try ConfigLoader.parse(yaml, file: "/etc/scopeproxy/scopeproxy.yaml", home: home)
+        #expect(config.storeDirectory == "/etc/scopeproxy/store")
+        #expect(config.secrets["k"] == .file(path: "/etc/scopeproxy/keys/k", allowGroupRead: false))
+        #expect(config.tls.caDirectory == "/etc/scopeproxy/ca")
+        #expect(config.tls.upstreamCA == "/etc/scopeproxy/roots.pem")
+        #expect(config.log.output == .file("/etc/scopeproxy/logs/access.log"))
+        let home = try ConfigLoader.parse("store_dir: ~/s\nlisten: localhost:0\nadmin: '[::1]:9090'", file: "/etc/x.yaml", home: "/home/t")
+        #expect(home.storeDirectory == "/home/t/s")
+        #expect(home.listen == HostPort(host: "localhost", port: 0))
+        #expect(home.admin == HostPort(host: "::1", port: 9090))
+    }
+
     @Test("durations and the did-you-mean distance")
     func helpers() throws {
         let config = try ConfigLoader.parse("timeouts: { connect: 250ms, upstream: 2s, idle: 1m, client_header: 1h }", file: "t.yaml", home: home)
