@@ -34,8 +34,14 @@ public final class AccessLog: Sendable {
     static let maxPending = 10_000
     static let maxPendingBytes = 16 << 20
 
+    /// Opens the output now: a file that cannot be opened (a missing directory, no permission) is an
+    /// error at start, never a proxy that runs and loses every line.
     public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
-                secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
+                secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) {
+        let fd = Self.open(output)
+        if case .file(let path) = output, fd < 0 {
+            throw .logOutput("cannot open the access log \(path): \(String(cString: strerror(errno)))")
+        }
         self.format = format
         self.logBodies = logBodies
         redactor = Redactor(rules: rules)
@@ -43,7 +49,7 @@ public final class AccessLog: Sendable {
         self.metrics = metrics
         self.output = output
         self.observer = observer
-        descriptor = Locked(Self.open(output))
+        descriptor = Locked(fd)
         if output != .discard {
             PosixThread(name: "scopeproxy-log") { [self] in writerLoop() }.detach()
         }
@@ -61,7 +67,7 @@ public final class AccessLog: Sendable {
             }
             if !bytes.isEmpty {
                 let fd = descriptor.withLock { $0 }
-                writeAll(fd, bytes)
+                if let failure = writeReportingError(fd, bytes) { writeFailed(failure) }
             }
             if flush { written.signal() }
         }
@@ -73,10 +79,45 @@ public final class AccessLog: Sendable {
         tripwire.withLock { $0 = replacement }
     }
 
-    /// SIGHUP: reopen a file output (log rotation).
+    /// A failed write (disk full, a closed pipe) loses those lines: they are counted, and said on
+    /// stderr at most once a minute so a full disk does not also flood the terminal.
+    private func writeFailed(_ errorNumber: Int32) {
+        metrics.increment("scopeproxy_log_write_errors_total")
+        let now = time(nil)
+        guard now - lastWriteErrorReport >= 60 else { return }
+        lastWriteErrorReport = now
+        Diagnostics.error("log_write_failed", [("error", String(cString: strerror(errorNumber))),
+                                               ("hint", "lines are lost until writes succeed; see scopeproxy_log_write_errors_total")])
+    }
+
+    /// Touched by the writer thread only.
+    nonisolated(unsafe) private var lastWriteErrorReport: time_t = 0
+
+    /// Says why `output` could not be written, without creating or changing anything (`check`).
+    public static func outputProblem(_ output: LogOutput) -> String? {
+        guard case .file(let path) = output else { return nil }
+        if access(path, F_OK) == 0 {
+            var status = stat()
+            if stat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFDIR { return "the access log \(path) is a directory" }
+            return access(path, W_OK) == 0 ? nil : "cannot write the access log \(path): \(String(cString: strerror(errno)))"
+        }
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        if access(directory.isEmpty ? "/" : directory, W_OK | X_OK) != 0 {
+            return "cannot create the access log \(path): \(directory.isEmpty ? "/" : directory): \(String(cString: strerror(errno)))"
+        }
+        return nil
+    }
+
+    /// SIGHUP: reopen a file output (log rotation). When the new file cannot be opened the old
+    /// descriptor stays in use (lines keep going somewhere) and the failure is said.
     public func reopen() {
-        guard case .file = output else { return }
+        guard case .file(let path) = output else { return }
         let fresh = Self.open(output)
+        guard fresh >= 0 else {
+            Diagnostics.error("log_reopen_failed", [("path", path), ("error", String(cString: strerror(errno))),
+                                                    ("hint", "still writing to the previously opened file")])
+            return
+        }
         let old = descriptor.withLock { current in
             defer { current = fresh }
             return current

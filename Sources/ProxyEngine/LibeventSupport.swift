@@ -208,14 +208,18 @@ public func writeStandardOutput(_ text: String) { writeAll(1, text) }
 /// write(2) until everything is out (retrying EINTR and short writes).
 public func writeAll(_ fd: Int32, _ text: String) { writeAll(fd, Array(text.utf8)) }
 
-public func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-    var bytes = bytes
-    bytes.withUnsafeMutableBytes { raw in
+public func writeAll(_ fd: Int32, _ bytes: [UInt8]) { _ = writeReportingError(fd, bytes) }
+
+/// write(2) until everything is out; the errno of a write that failed, or nil.
+public func writeReportingError(_ fd: Int32, _ bytes: [UInt8]) -> Int32? {
+    bytes.withUnsafeBytes { raw -> Int32? in
         var offset = 0
         while offset < raw.count {
             let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
-            if written <= 0 { if errno == EINTR { continue } else { return } }
+            if written < 0 && errno == EINTR { continue }
+            if written <= 0 { return written < 0 ? errno : EIO }
             offset += written
         }
+        return nil
     }
 }

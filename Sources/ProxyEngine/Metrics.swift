@@ -102,7 +102,7 @@ public final class Metrics: Sendable {
 
     private static let unlabelled: Set<String> = [
         "scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
-        "scopeproxy_log_lines_dropped_total",
+        "scopeproxy_log_lines_dropped_total", "scopeproxy_log_write_errors_total",
     ]
 
     private static let help: [String: (String, String)] = [
@@ -116,6 +116,7 @@ public final class Metrics: Sendable {
         "scopeproxy_reloads_total": ("counter", "Config reloads by result."),
         "scopeproxy_log_tripwire_hits_total": ("counter", "Secret values found and scrubbed from log lines (should stay 0)."),
         "scopeproxy_log_lines_dropped_total": ("counter", "Access log lines dropped because the writer fell behind."),
+        "scopeproxy_log_write_errors_total": ("counter", "Access log writes that failed (disk full, closed pipe); their lines are lost."),
     ]
 
     /// Prometheus text exposition format 0.0.4.

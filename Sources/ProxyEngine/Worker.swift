@@ -263,11 +263,13 @@ final class Worker: @unchecked Sendable {
 public enum EngineError: Error, CustomStringConvertible {
     case eventBase
     case listen(String)
+    case logOutput(String)
 
     public var description: String {
         switch self {
         case .eventBase: "cannot create a libevent event base"
         case .listen(let message): message
+        case .logOutput(let message): message
         }
     }
 }

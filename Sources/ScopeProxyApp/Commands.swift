@@ -124,6 +124,7 @@ public enum Commands {
         }
         guard let config = loadOrReport(path) else { return 2 }
         writeStandardOutput(config.summary + "\n")
+        if let problem = AccessLog.outputProblem(config.log.output) { writeStandardOutput("problem: \(problem)\n") }
         return 0
     }
 
@@ -139,11 +140,15 @@ public enum Commands {
             return 1
         }
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
-        var engine = Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: options.accessLog)
+        var engine = EngineConfiguration()
         do {
+            engine = try Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: options.accessLog)
             engine.tls = try Runtime.tlsContexts(config)
-        } catch {
+        } catch let error as CustomStringConvertible {
             fail(error.description)
+            return 1
+        } catch {
+            fail("unexpected error: \(error)")
             return 1
         }
         if let listen = options.listen { engine.listen = listen }

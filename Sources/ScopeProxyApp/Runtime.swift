@@ -32,11 +32,11 @@ public enum Runtime {
     }
 
     public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
-                                           accessLog enabled: Bool = true) -> EngineConfiguration {
+                                           accessLog enabled: Bool = true) throws(EngineError) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
         engine.routes = config.routes
-        if enabled { engine.accessLog = accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
+        if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
         engine.listen = config.listen
         engine.timeouts = config.timeouts
         engine.tunnel = config.tls.tunnel
@@ -46,8 +46,8 @@ public enum Runtime {
     }
 
     public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics,
-                                 observer: (@Sendable (String) -> Void)? = nil) -> AccessLog {
-        AccessLog(format: settings.format, output: settings.output,
+                                 observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) -> AccessLog {
+        try AccessLog(format: settings.format, output: settings.output,
                          rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
                          logBodies: settings.bodies, secretValues: secrets.allValues, metrics: metrics, observer: observer)
     }

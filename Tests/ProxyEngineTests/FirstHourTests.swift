@@ -48,3 +48,30 @@ struct InjectionReasonTests {
         #expect(!lines.joined().contains(token))
     }
 }
+
+@Suite("First hour: an access log that cannot be written is said, never silently lost", .serialized)
+struct UnwritableLogTests {
+    @Test("a log output in a missing directory: check names the problem, run refuses to start and says why")
+    func missingDirectory() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", "listen: 127.0.0.1:0\nlog: { output: no-such-dir/access.log }\n")
+        let check = try ProxyProcess.runToCompletion(["check", "--config", config])
+        #expect(check.status == 0)
+        #expect(check.stdout.contains("problem: cannot create the access log \(scratch.path)/no-such-dir/access.log"))
+        let run = try ProxyProcess.runToCompletion(["run", "--config", config])
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("cannot open the access log \(scratch.path)/no-such-dir/access.log: No such file or directory"))
+        #expect(!run.stderr.contains("listening on"))
+    }
+
+    @Test("a log output that is a directory is named by check and refused by run")
+    func directory() throws {
+        let scratch = ScratchDirectory()
+        try FileManager.default.createDirectory(atPath: scratch.path + "/logs", withIntermediateDirectories: true)
+        let config = scratch.write("c.yaml", "listen: 127.0.0.1:0\nlog: { output: logs }\n")
+        let check = try ProxyProcess.runToCompletion(["check", "--config", config])
+        #expect(check.stdout.contains("problem: the access log \(scratch.path)/logs is a directory"))
+        let run = try ProxyProcess.runToCompletion(["run", "--config", config])
+        #expect(run.status == 1 && run.stderr.contains("cannot open the access log"))
+    }
+}
