@@ -21,12 +21,12 @@
 //
 // Input bytes: the first picks the configuration (bits 0-2) and, when it has a route, the route's
 // listener instead of the forward proxy (bit 3). Then each operation byte (mod 25) is an event,
-// followed by its operands: 0 request head (kind, target, credentials, extras[, malformations]),
+// followed by its operands (mod 27): 0 request head (kind, target, credentials, extras[, malformations]),
 // 1 invalid head, 2 headStarted, 3 upstreamConnected, 4 upstreamConnectFailed, 5 requestBody,
 // 6 responseHead (< 96: plain menu, else a 3xx and a Location from the next byte), 7 invalid
 // response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes, 11 timerFired (< 192: the armed
 // timer), 12 clientInputClosed, 13 clientFailed, 14 drain, 15 connectionClosed, 16 collectedBody,
-// 17-24 what the engine would most likely report next. A hop operand < 192 is the current hop; otherwise a stale, future
+// 17-24 what the engine would most likely report next, 25 clientTLSEstablished, 26 clientTLSFailed. A hop operand < 192 is the current hop; otherwise a stale, future
 // or never used one. SCOPEPROXY_FUZZ_TRACE=1 prints each event with the actions it produced.
 
 /// SCOPEPROXY_FUZZ_TRACE=1: print every event and its actions (to read what an input decodes to).
@@ -350,7 +350,7 @@ private struct Harness {
              .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
-             .connectionClosed, .collectedBody:
+             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed:
             nil
         }
     }
@@ -503,7 +503,7 @@ private struct Harness {
     }
 
     mutating func step(_ input: inout Input) {
-        let operation = input.byte() % 25
+        let operation = input.byte() % 27
         switch operation {
         case 0: requestHead(&input)
         case 1:
@@ -538,6 +538,8 @@ private struct Harness {
         case 14: deliver(.drain)
         case 15: deliver(.connectionClosed)
         case 16: deliver(.collectedBody(collected(&input)))
+        case 25: deliver(.clientTLSEstablished)
+        case 26: deliver(.clientTLSFailed(InterceptionFailure.allCases[input.pick(InterceptionFailure.allCases.count)]))
         default: automatic(&input)
         }
     }
@@ -552,6 +554,8 @@ private struct Harness {
     mutating func automatic(_ input: inout Input) {
         if closed {
             deliver(.drain)
+        } else if machine.isHandshaking {
+            deliver(input.byte() < 224 ? .clientTLSEstablished : .clientTLSFailed(.clientRejectedCertificate))
         } else if machine.isAwaitingHead {
             requestHead(&input)
         } else if let current = machine.currentHop, let state = hops[current.value] {

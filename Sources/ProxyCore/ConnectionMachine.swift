@@ -45,6 +45,10 @@ public struct ConnectionMachine {
 
     public enum State {
         case awaitingHead(HeadWait)
+        /// After `200 Connection Established` to an intercepted CONNECT: the client's TLS handshake
+        /// is under way. The CONNECT's line waits for its outcome, so a client that refuses the
+        /// local CA's certificate shows in the log as such, not as a tunnel that went quiet.
+        case handshaking(ExchangeRecord)
         /// Reading a request body the scope decision depends on, before anything goes upstream.
         case collecting(Collection)
         case exchange(Exchange)
@@ -172,6 +176,12 @@ public struct ConnectionMachine {
         return false
     }
 
+    /// The client's TLS handshake inside an intercepted CONNECT is under way.
+    public var isHandshaking: Bool {
+        if case .handshaking = state { return true }
+        return false
+    }
+
     public var isAwaitingHead: Bool {
         if case .awaitingHead = state { return true }
         return false
@@ -210,8 +220,21 @@ public struct ConnectionMachine {
             clientInputClosed = true
             clientClosedInput(buffered: buffered)
         case .clientFailed:
+            if case .handshaking(let record) = state { interceptionFailed(record, .tlsError); break }
             if case .closed = state { break }
             closeNow()
+        case .clientTLSEstablished:
+            if case .handshaking(let record) = state {
+                emit(record)
+                if draining {
+                    closeAfterFlush()
+                } else {
+                    state = .awaitingHead(.fresh)
+                    arm(.clientHead)
+                }
+            }
+        case .clientTLSFailed(let why):
+            if case .handshaking(let record) = state { interceptionFailed(record, why) }
         case .upstreamConnected(let hop, let reused):
             upstreamConnected(hop, reused: reused)
         case .upstreamConnectFailed(let hop, let error):
@@ -270,11 +293,12 @@ public struct ConnectionMachine {
             record.tunnel = .intercept
             // Counted under the scopes whose origin the tunnel is for (the requests inside are too).
             record.scopes = arrival.scope.policy.covering(origin).map(\.name)
-            emit(record)
+            record.bytesOut = UInt64(Self.connectionEstablished.count)
             actions.append(.writeToClient(Self.connectionEstablished))
             actions.append(.startClientTLS(origin))
             mode = .intercepted(origin, client: client)
-            state = .awaitingHead(.fresh)
+            // The handshake runs under `client_header`, as the head it precedes would.
+            state = .handshaking(record)
             arm(.clientHead)
         case .tunnel(let origin, let client):
             record.origin = origin
@@ -617,6 +641,8 @@ public struct ConnectionMachine {
 
     private mutating func clientClosedInput(buffered: Int) {
         switch state {
+        case .handshaking(let record):
+            interceptionFailed(record, .closedDuringHandshake)
         case .awaitingHead:
             // Whatever is buffered is an incomplete head that will never complete.
             closeAfterFlush()
@@ -644,6 +670,8 @@ public struct ConnectionMachine {
             reject(.requestHeadTimeout, record: record, consumedBody: false)
         case (.clientHead, .awaitingHead), (.idle, .awaitingHead):
             closeNow()
+        case (.clientHead, .handshaking(let record)):
+            interceptionFailed(record, .handshakeTimeout)
         case (.connect, .exchange(let exchange)) where !exchange.connected:
             fail(exchange, .connectTimeout(exchange.hop.origin))
         case (.responseHead, .exchange(let exchange)):
@@ -667,6 +695,18 @@ public struct ConnectionMachine {
     }
 
     // MARK: Failures and closing
+
+    /// The intercepted CONNECT's client never got to a request: its line says why, and the
+    /// connection closes (the 200 is long gone; there is nothing else to answer).
+    private mutating func interceptionFailed(_ record: ExchangeRecord, _ why: InterceptionFailure) {
+        guard case .intercepted(let origin, _) = mode else { return }
+        var record = record
+        record.failure = .proxy(.interceptionFailed(origin, why))
+        emit(record)
+        cancelTimer()
+        state = .closing
+        closeNow()
+    }
 
     /// The exchange failed: its hop is released; before the response started the client gets an
     /// error, after it the response is cut.
@@ -748,6 +788,9 @@ public struct ConnectionMachine {
         case .collecting(let collection):
             var record = collection.record
             record.failure = .clientClosed
+            emit(record)
+        case .handshaking(var record):
+            if case .intercepted(let origin, _) = mode { record.failure = .proxy(.interceptionFailed(origin, .closedDuringHandshake)) }
             emit(record)
         case .awaitingHead, .closing, .closed:
             break

@@ -113,6 +113,13 @@ public enum ExchangeFailure: Sendable, Equatable {
         }
     }
 
+    /// The detail the log's `reason` field carries next to `error`, when the code alone does not
+    /// tell the user what to do.
+    public var reason: String? {
+        if case .proxy(.interceptionFailed(_, let why)) = self { return why.rawValue }
+        return nil
+    }
+
     /// Failures caused by the upstream side (counted in `scopeproxy_upstream_errors_total`).
     public var isUpstreamFailure: Bool {
         switch self {

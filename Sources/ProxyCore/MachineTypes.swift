@@ -91,6 +91,10 @@ public enum ConnectionEvent: Sendable {
     case clientInputClosed(bufferedBytes: Int)
     /// The client connection failed (reset, TLS error): nothing more can be written to it.
     case clientFailed
+    /// The client's TLS handshake inside an intercepted CONNECT completed.
+    case clientTLSEstablished
+    /// ... or failed, and why (the engine reads the TLS alert or error).
+    case clientTLSFailed(InterceptionFailure)
     case upstreamConnected(HopID, reused: Bool)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)

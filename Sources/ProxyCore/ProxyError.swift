@@ -36,7 +36,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// Upstream certificate verification failed; nothing of the request was sent.
     case upstreamTLSVerification(Origin, String)
     case upstreamTLSHandshake(Origin)
-    case interceptionFailed(Origin)
+    /// The client's TLS handshake inside an intercepted CONNECT did not complete (after the 200:
+    /// nothing is answered, the line in the log says why).
+    case interceptionFailed(Origin, InterceptionFailure)
     /// Inside an intercepted tunnel: a target for another origin than the tunnel's.
     case tunnelOriginMismatch
 
@@ -134,7 +136,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .redirectLoop: "too many redirects"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
-        case .interceptionFailed(let origin): "cannot intercept TLS for \(origin)"
+        case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
         }
     }
@@ -197,6 +199,40 @@ extension HTTPParseError {
         case .unsupportedVersion: "unsupported HTTP version"
         case .unsupportedTransferCoding: "unsupported transfer coding"
         case .malformed(let reason): reason
+        }
+    }
+}
+
+/// Why the client's side of an intercepted CONNECT never got to send a request. The first is the
+/// first-hour trap: a client that does not trust the local CA.
+public enum InterceptionFailure: String, Sendable, Equatable, CaseIterable {
+    /// The client refused the certificate the local CA minted (TLS alert unknown_ca,
+    /// bad_certificate or certificate_unknown).
+    case clientRejectedCertificate = "client_rejected_certificate"
+    /// The client spoke plain HTTP inside the tunnel.
+    case notTLS = "not_tls"
+    /// No protocol version or cipher both sides support.
+    case noCommonProtocol = "no_common_protocol"
+    /// The client closed during the handshake without saying why (often also a trust failure).
+    case closedDuringHandshake = "closed_during_handshake"
+    /// The handshake did not complete within `client_header`.
+    case handshakeTimeout = "handshake_timeout"
+    /// The proxy could not make the certificate for the host (the local CA is unusable).
+    case certificateUnavailable = "certificate_unavailable"
+    /// Any other TLS failure.
+    case tlsError = "tls_error"
+
+    public var hint: String {
+        switch self {
+        case .clientRejectedCertificate:
+            "the client does not trust the scopeproxy CA: give it the certificate `scopeproxy ca` prints (see docs/https.md)"
+        case .notTLS: "the client sent plain HTTP inside the CONNECT tunnel, not TLS"
+        case .noCommonProtocol: "the client and the proxy share no TLS version or cipher (the proxy needs TLS 1.2 or later)"
+        case .closedDuringHandshake:
+            "the client closed the connection during the TLS handshake (often: it does not trust the scopeproxy CA; `scopeproxy ca` prints it)"
+        case .handshakeTimeout: "the client did not complete the TLS handshake within timeouts.client_header"
+        case .certificateUnavailable: "the local CA could not issue a certificate for this host"
+        case .tlsError: "the TLS handshake with the client failed"
         }
     }
 }

@@ -192,6 +192,7 @@ public final class AccessLog: Sendable {
         Self.appendMilliseconds(since: record.startedAt, to: &line.bytes)
         if let decision = record.tunnel {
             line.string("decision", decision.rawValue)
+            line.optionalString("reason", record.failure?.reason)
         } else {
             if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
             line.array("injected", record.injected)
@@ -238,6 +239,7 @@ public final class AccessLog: Sendable {
             }
         }
         if let failure = record.failure { parts.append("error=\(failure.code)") }
+        if let reason = record.failure?.reason { parts.append("reason=\(reason)") }
         parts.append("id=\(record.id)")
         return parts.joined(separator: " ") + "\n"
     }

@@ -1,4 +1,5 @@
 import CLibevent
+import PosixSupport
 import HTTP1Codec
 import ProxyCore
 #if canImport(Glibc)
@@ -344,7 +345,7 @@ final class ClientConnection: UpstreamLegOwner {
               transport.startTLS(ssl, read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
                                  context: context)
         else {
-            deliver(.clientFailed)
+            deliver(.clientTLSFailed(.certificateUnavailable))
             return
         }
         requestReader = HeadReader(limits: .request)
@@ -353,6 +354,9 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Client events
 
     fileprivate func clientReadable() {
+        // Decrypted bytes mean the handshake is done, whichever callback libevent ran first.
+        if machine.isHandshaking { deliver(.clientTLSEstablished) }
+        if isClosed { return }
         if transport.closing != .open {
             transport.discardInput()
         } else if machine.isAwaitingHead {
@@ -374,7 +378,17 @@ final class ClientConnection: UpstreamLegOwner {
     }
 
     fileprivate func clientEvent(_ events: Int16) {
+        if events & sp_bev_event_connected() != 0, machine.isHandshaking {
+            deliver(.clientTLSEstablished)
+            return
+        }
         guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
+        if machine.isHandshaking {
+            let why = transport.handshakeFailure()
+            if why == .clientRejectedCertificate { Self.hintUntrustedCAOnce(peer) }
+            deliver(.clientTLSFailed(why))
+            return
+        }
         if events & sp_bev_event_error() != 0 {
             deliver(.clientFailed)
             return
@@ -394,6 +408,18 @@ final class ClientConnection: UpstreamLegOwner {
         }
         guard !isClosed else { return }
         deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
+    }
+
+    /// The first client that refuses the local CA's certificate gets a line on stderr too: it is
+    /// the most common first-hour problem, and the access log may be a file nobody watches yet.
+    private static let untrustedCAHinted = Locked(false)
+
+    private static func hintUntrustedCAOnce(_ client: String) {
+        guard untrustedCAHinted.withLock({ hinted in defer { hinted = true }; return !hinted }) else { return }
+        Diagnostics.error("client_rejected_certificate", [
+            ("client", client),
+            ("hint", InterceptionFailure.clientRejectedCertificate.hint + "; said once, the access log has every case"),
+        ])
     }
 
     fileprivate func lingerTimerFired() {

@@ -1,5 +1,6 @@
 import CLibevent
 import COpenSSL
+import ProxyCore
 import HTTP1Codec
 #if canImport(Glibc)
 import Glibc
@@ -110,6 +111,29 @@ final class ClientTransport {
         configure(filter)
         bufferevent_enable(filter, sp_ev_read() | sp_ev_write())
         return true
+    }
+
+    /// Why the TLS handshake with the client failed, from the errors OpenSSL queued (the alert the
+    /// client sent, or what it sent instead of TLS). Drains the queue.
+    func handshakeFailure() -> InterceptionFailure {
+        var failure: InterceptionFailure?
+        while case let code = bufferevent_get_openssl_error(bev), code != 0 {
+            guard failure == nil else { continue }
+            switch Int32(ERR_GET_REASON(code)) {
+            case SSL_R_TLSV1_ALERT_UNKNOWN_CA, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN,
+                 SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+                failure = .clientRejectedCertificate
+            case SSL_R_HTTP_REQUEST, SSL_R_HTTPS_PROXY_REQUEST, SSL_R_WRONG_VERSION_NUMBER:
+                failure = .notTLS
+            case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_NO_SHARED_CIPHER, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, SSL_R_VERSION_TOO_LOW,
+                 SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
+                failure = .noCommonProtocol
+            default:
+                failure = .tlsError
+            }
+        }
+        // No TLS error at all: the client hung up (or reset) mid-handshake without an alert.
+        return failure ?? .closedDuringHandshake
     }
 
     // MARK: Events the owner forwards

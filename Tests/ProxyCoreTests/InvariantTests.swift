@@ -71,7 +71,7 @@ struct InvariantTests {
         case 15: return .upstreamClosed(id, sawResponseBytes: Bool.random(using: &rng))
         case 16: return .tunnelBytes(id, fromClient: 1, fromUpstream: 2)
         case 17: return .timerFired([TimerPurpose.clientHead, .idle, .connect, .responseHead, .stall].randomElement(using: &rng)!)
-        case 18: return Int.random(in: 0..<4, using: &rng) == 0 ? .clientFailed : .drain
+        case 18: return [ConnectionEvent.clientFailed, .drain, .drain, .clientTLSEstablished, .clientTLSFailed(.notTLS)].randomElement(using: &rng)!
         default: return Int.random(in: 0..<6, using: &rng) == 0 ? .connectionClosed : .headStarted
         }
     }
@@ -96,6 +96,9 @@ struct InvariantTests {
         let head = ConnectionEvent.requestHead(requestHead(requests.randomElement(using: &rng)!), headBytes: 50, Arrival(now: 1, scope: scope))
         let someResponse = responses.randomElement(using: &rng)!
         switch machine.state {
+        case .handshaking:
+            return pick([.clientTLSEstablished, .clientTLSEstablished, .clientTLSEstablished, .clientTLSFailed(.clientRejectedCertificate),
+                         .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain])
         case .awaitingHead:
             return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
         case .collecting:

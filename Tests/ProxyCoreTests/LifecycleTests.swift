@@ -338,13 +338,16 @@ struct ConnectTests {
         p.start([.arm(.clientHead)])
         p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Host: a.example:443"), [
             .cancelTimer,
-            .emit(.method("CONNECT"), .origin(a), .status(200), .tunnel(.intercept)),
             .writeExactly(established),
             .startClientTLS(a),
             .arm(.clientHead),
         ])
         #expect(p.machine.mode == .intercepted(a, client: .unnamed))
+        #expect(p.machine.isHandshaking && !p.machine.isAwaitingHead)
+        // The CONNECT's line waits for the handshake's outcome.
+        p.on(.clientTLSEstablished, [.emit(.method("CONNECT"), .origin(a), .status(200), .tunnel(.intercept), .failure(nil)), .arm(.clientHead)])
         #expect(p.machine.isAwaitingHead)
+        p.ignores(.clientTLSEstablished)
         #expect(p.connected.isEmpty, "nothing is connected until a request arrives inside")
 
         p.on(.headStarted, [])
@@ -360,6 +363,53 @@ struct ConnectTests {
             .arm(.idle), .readNextRequest,
         ])
         #expect(p.machine.mode == .intercepted(a, client: .unnamed), "the mode stays for the tunnel's life")
+    }
+
+    struct HandshakeRow: Sendable, CustomTestStringConvertible {
+        let name: String
+        let event: ConnectionEvent
+        let why: InterceptionFailure
+        var testDescription: String { name }
+    }
+
+    @Test("an intercepted CONNECT whose client TLS never completes: one line saying why, and the connection closes", arguments: [
+        HandshakeRow(name: "the client refuses the local CA's certificate", event: .clientTLSFailed(.clientRejectedCertificate), why: .clientRejectedCertificate),
+        HandshakeRow(name: "the client speaks plain HTTP in the tunnel", event: .clientTLSFailed(.notTLS), why: .notTLS),
+        HandshakeRow(name: "no shared TLS version", event: .clientTLSFailed(.noCommonProtocol), why: .noCommonProtocol),
+        HandshakeRow(name: "the CA cannot mint the leaf", event: .clientTLSFailed(.certificateUnavailable), why: .certificateUnavailable),
+        HandshakeRow(name: "the client half-closes mid-handshake", event: .clientInputClosed(bufferedBytes: 0), why: .closedDuringHandshake),
+        HandshakeRow(name: "the client connection fails without a TLS reason", event: .clientFailed, why: .tlsError),
+        HandshakeRow(name: "the handshake outlasts client_header", event: .timerFired(.clientHead), why: .handshakeTimeout),
+    ])
+    func handshakeFails(_ row: HandshakeRow) {
+        var p = Playbook(Configs.intercept)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        let line = Expect.emit(.method("CONNECT"), .origin(a), .status(200), .tunnel(.intercept), .failure(.proxy(.interceptionFailed(a, row.why))))
+        // The timer that fired is gone already; any other outcome cancels it.
+        p.on(row.event, row.why == .handshakeTimeout ? [line, .close(.now)] : [line, .cancelTimer, .close(.now)])
+        #expect(p.emitted.first?.failure?.reason == row.why.rawValue)
+        p.ignores(.clientTLSEstablished)
+        p.on(.connectionClosed, [])
+        #expect(p.emitted.count == 1, "one line for the CONNECT, not a second at close")
+        #expect(p.connected.isEmpty, "nothing went upstream")
+    }
+
+    @Test("a connection gone mid-handshake (no event before the close) still writes the CONNECT's line")
+    func handshakeCutByClose() {
+        var p = Playbook(Configs.intercept)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.connectionClosed, [.cancelTimer, .emit(.status(200), .failure(.proxy(.interceptionFailed(a, .closedDuringHandshake))))])
+    }
+
+    @Test("a drain during the handshake lets it finish, writes the line, and closes instead of waiting for a request")
+    func handshakeThenDrain() {
+        var p = Playbook(Configs.intercept)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.drain, [])
+        p.on(.clientTLSEstablished, [.emit(.status(200), .failure(nil)), .cancelTimer, .close(.afterFlush)])
     }
 
     struct InsideRow: Sendable, CustomTestStringConvertible {
@@ -383,8 +433,8 @@ struct ConnectTests {
     func insideTunnel(_ row: InsideRow) {
         var p = Playbook(Configs.intercept)
         p.start([.arm(.clientHead)])
-        p.on(p.head("CONNECT a.example:443 HTTP/1.1"),
-             [.cancelTimer, .emit(.tunnel(.intercept)), .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.clientTLSEstablished, [.emit(.tunnel(.intercept)), .arm(.clientHead)])
         let event = ConnectionEvent.requestHead(requestHead(row.request), headBytes: 40, Arrival(now: p.now, scope: p.fixture.scope))
         if let refusal = row.refusal {
             p.on(event, [.cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n", containing: [refusal]), .emit(.status(400)), .close(.afterFlush)])
@@ -398,7 +448,8 @@ struct ConnectTests {
         var p = Playbook(Configs.proxyAuth)
         p.start([.arm(.clientHead)])
         p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Proxy-Authorization: Bearer let-me-in"),
-             [.cancelTimer, .emit(.tunnel(.intercept)), .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+             [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.clientTLSEstablished, [.emit(.tunnel(.intercept)), .arm(.clientHead)])
         p.on(p.head("GET / HTTP/1.1", "Host: a.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
         p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n"), .arm(.responseHead)])
         p.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")),

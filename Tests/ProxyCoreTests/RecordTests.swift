@@ -275,8 +275,9 @@ struct RecordDetailTests {
         var p = Playbook(Configs.intercept)
         p.start([.arm(.clientHead)])
         p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [
-            .cancelTimer, .emit(.status(200)), .writeExactly(established), .startClientTLS(a), .arm(.clientHead),
+            .cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead),
         ])
+        p.on(.clientTLSEstablished, [.emit(.status(200)), .arm(.clientHead)])
         #expect(p.emitted.first?.scopes == ["a"])
     }
 

@@ -97,6 +97,47 @@ struct TLSTests {
         #expect(body.contains("/after"))
     }
 
+    @Test("a client that does not trust the local CA, or speaks plain HTTP in the tunnel: the CONNECT's line says why, stderr hints once; a trusting client's line has no error")
+    func interceptionFailuresAreSaid() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        let token = "CANARY-intercept-\(UInt32.random(in: 0...UInt32.max))"
+        let log = ScratchDirectory()
+        let tls = try TLSProxy(pki: pki, scopes: """
+            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, extra: "log: { output: \(log.path)/access.log }", environment: ["TOKEN": token])
+        // 1. curl trusting another CA only: it refuses the minted certificate (exit 60).
+        let (untrusted, _) = try curl(["--cacert", pki.caPath, "-x", tls.url, "https://localhost:\(origin.port)/untrusted"])
+        #expect(untrusted == 60)
+        // 2. Plain HTTP inside the tunnel.
+        let plain = try TestSocket.connect(port: tls.proxy.port)
+        try plain.send("CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n\r\n")
+        _ = try HTTPReader(plain).readHeadBytes()
+        try plain.send("GET /plain HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        #expect(plain.peerClosed())
+        // 3. A second untrusting client: the stderr hint is not repeated.
+        _ = try curl(["--cacert", pki.caPath, "-x", tls.url, "https://localhost:\(origin.port)/untrusted-again"])
+        // 4. A client that trusts it.
+        let (trusted, _) = try curl(["--cacert", tls.caPath, "-x", tls.url, "https://localhost:\(origin.port)/trusted"])
+        #expect(trusted == 0)
+        #expect(tls.proxy.terminate() == 0)
+
+        let lines = try String(contentsOfFile: log.path + "/access.log", encoding: .utf8).split(separator: "\n").map(String.init)
+        let connects = lines.filter { $0.contains(#""method":"CONNECT""#) }
+        #expect(connects.count == 4)
+        guard connects.count == 4 else { return }
+        #expect(connects[0].contains(#""error":"interception_failed""#) && connects[0].contains(#""reason":"client_rejected_certificate""#))
+        #expect(connects[1].contains(#""error":"interception_failed""#) && connects[1].contains(#""reason":"not_tls""#))
+        #expect(connects[2].contains(#""reason":"client_rejected_certificate""#))
+        #expect(!connects[3].contains("error") && connects[3].contains(#""decision":"intercept""#))
+        #expect(origin.received.count == 1, "only the trusting client's request reached the origin")
+        let hints = tls.proxy.standardError.components(separatedBy: #""event":"client_rejected_certificate""#).count - 1
+        #expect(hints == 1, "the stderr hint is said once")
+        #expect(tls.proxy.standardError.contains("scopeproxy ca"))
+        #expect(!(lines.joined() + tls.proxy.standardError).contains(token))
+    }
+
     @Test("Connection: close inside an intercepted tunnel: the whole response arrives before the close")
     func closeInsideTunnel() throws {
         let pki = try TestPKI()
