@@ -27,6 +27,13 @@ final class SocketReader {
 
     /// The most one read takes: large enough that a bulk transfer costs a few syscalls per MiB.
     static let maxRead = 256 * 1024
+    /// Where the read size starts, and the least it shrinks to.
+    static let minRead = 16 * 1024
+    /// The size of the next read, adapted to what the socket delivers (as Netty's adaptive
+    /// receive buffers do): a read that fills its space doubles the next one, up to `maxRead`; one
+    /// that uses less than a quarter halves it. A small request costs a 16 KiB extent, not 256 KiB
+    /// (reserving allocates the extent whatever arrives); a bulk body reaches 256 KiB in four reads.
+    private var readSize = SocketReader.minRead
 
     /// Reads `bev`'s socket from now on; `read`/`event` are the bufferevent's callbacks, called the
     /// same way (with `bev` and `context`).
@@ -99,7 +106,7 @@ final class SocketReader {
         evbuffer_unfreeze(input, 0)
         let got: Int = withUnsafeMutableBytes(of: &vectors) { raw in
             let iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
-            let count = evbuffer_reserve_space(input, min(room, Self.maxRead), iov, 2)
+            let count = evbuffer_reserve_space(input, min(room, readSize), iov, 2)
             guard count > 0 else { return -2 }
             let result = readv(fd, iov, count)
             // Commit exactly what arrived: trim the reserved extents to it.
@@ -114,6 +121,11 @@ final class SocketReader {
             return result
         }
         evbuffer_freeze(input, 0)
+        if got >= min(room, readSize) {
+            readSize = min(readSize * 2, Self.maxRead)
+        } else if got >= 0, got < readSize / 4 {
+            readSize = max(readSize / 2, Self.minRead)
+        }
         if got > 0 {
             readCallback(bev, context)
             if !finished, EventBuffer.length(inputBuffer(bev)) >= highWatermark { pause() }

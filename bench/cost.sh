@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The proxy's own cost per 1 KiB keep-alive request, in counts that do not depend on how busy the
+# machine is: user-space instructions (valgrind callgrind) and heap allocations (valgrind dhat),
+# each the difference between a run of N and of 2N requests (start-up cancels out). Two
+# configurations, as in bench/run.sh: "full" (one scope injecting Authorization, JSON access log)
+# and "engine" (no scopes, --no-access-log).
+#
+#   bench/cost.sh [BINARY] [N]          prints the table
+#   COST_BUDGET=bench/cost-budget bench/cost.sh   also fails when allocations exceed the budget
+#   COST_PROFILES=DIR bench/cost.sh     keeps the callgrind profiles (callgrind_annotate DIR/full.cg)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BINARY=${1:-.build/release/scopeproxy}
+N=${2:-400}
+source bench/lib.sh
+start_workspace cost
+NGINX_PORT=$(free_port)
+write_nginx_origin "$WORK" "$NGINX_PORT"
+nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
+wait_port "$NGINX_PORT"
+cat > "$WORK/full.yaml" <<YAML
+secrets: { bench_token: { env: BENCH_TOKEN } }
+scopes:
+  - name: bench
+    origins: ["http://127.0.0.1:$NGINX_PORT"]
+    inject: { Authorization: "Bearer \${bench_token}" }
+log: { output: $WORK/access.log }
+YAML
+: > "$WORK/engine.yaml"
+
+# measure TOOL CONFIG REQUESTS EXTRA_ARGS... -> the tool's total (instructions, or "blocks bytes")
+measure() {
+  local tool=$1 config=$2 requests=$3 port out; shift 3
+  port=$(free_port); out="$WORK/$tool.$config.$requests"
+  local options=(--tool=callgrind --callgrind-out-file="$out")
+  [ "$tool" = dhat ] && options=(--tool=dhat --dhat-out-file="$out")
+  BENCH_TOKEN=cost-token valgrind "${options[@]}" "$BINARY" run --config "$WORK/$config.yaml" \
+    --listen "127.0.0.1:$port" --threads 1 "$@" >/dev/null 2>"$out.err" & local pid=$!
+  wait_port "$port"
+  python3 bench/keepalive_client.py "$port" "$NGINX_PORT" "$requests"
+  kill -TERM "$pid"; wait "$pid" || true
+  if [ "$tool" = dhat ]; then
+    awk '/Total:/ { gsub(",", ""); print $6, $3 }' "$out.err"   # blocks bytes
+  else
+    awk '/^(summary|totals):/ { print $2; exit }' "$out"
+  fi
+}
+
+declare -A RESULT
+for config in full engine; do
+  extra=(); [ "$config" = engine ] && extra=(--no-access-log)
+  a=$(measure callgrind "$config" "$N" "${extra[@]}"); b=$(measure callgrind "$config" $((N * 2)) "${extra[@]}")
+  RESULT[$config/instructions]=$(( (b - a) / N ))
+  [ -n "${COST_PROFILES:-}" ] && mkdir -p "$COST_PROFILES" && cp "$WORK/callgrind.$config.$((N * 2))" "$COST_PROFILES/$config.cg"
+  read -r a_blocks a_bytes < <(measure dhat "$config" "$N" "${extra[@]}")
+  read -r b_blocks b_bytes < <(measure dhat "$config" $((N * 2)) "${extra[@]}")
+  RESULT[$config/allocations]=$(( (b_blocks - a_blocks) / N ))
+  RESULT[$config/bytes]=$(( (b_bytes - a_bytes) / N ))
+done
+
+echo "per 1 KiB keep-alive request ($N vs $((N * 2)) requests, $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+printf '%-8s %14s %12s %16s\n' config instructions allocations "bytes allocated"
+for config in full engine; do
+  printf '%-8s %14s %12s %16s\n' "$config" "${RESULT[$config/instructions]}" "${RESULT[$config/allocations]}" "${RESULT[$config/bytes]}"
+done
+printf '%-8s %14s\n' "full/engine" "$(awk -v a="${RESULT[full/instructions]}" -v b="${RESULT[engine/instructions]}" 'BEGIN { printf "%.2f", a / b }')"
+
+if [ -n "${COST_BUDGET:-}" ]; then
+  status=0
+  while read -r config limit; do
+    case "$config" in ''|'#'*) continue ;; esac
+    actual=${RESULT[$config/allocations]}
+    if [ "$actual" -gt "$limit" ]; then
+      echo "over budget: $config makes $actual allocations per request, the budget is $limit ($COST_BUDGET)"; status=1
+    fi
+  done < "$COST_BUDGET"
+  [ $status = 0 ] && echo "within the allocation budget ($COST_BUDGET)"
+  exit $status
+fi
