@@ -15,6 +15,8 @@ import Glibc
 /// dropped and counted).
 public final class AccessLog: Sendable {
     public let format: LogFormat
+    /// Text lines with ANSI colour (status class, dim request id): only for a terminal.
+    public let colour: Bool
     public let logBodies: Bool
     private let redactor: Redactor
     private let tripwire: Locked<Tripwire>
@@ -34,9 +36,10 @@ public final class AccessLog: Sendable {
     static let maxPending = 10_000
     static let maxPendingBytes = 16 << 20
 
-    public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
+    public init(format: LogFormat, colour: Bool = false, output: LogOutput, rules: RedactionRules, logBodies: Bool,
                 secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) {
         self.format = format
+        self.colour = colour && format == .text
         self.logBodies = logBodies
         redactor = Redactor(rules: rules)
         tripwire = Locked(Tripwire(secrets: secretValues.map(\.exposedBytes)))
@@ -182,7 +185,9 @@ public final class AccessLog: Sendable {
     }
 
     private func text(_ record: ExchangeRecord) -> String {
-        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-", record.status.map(String.init) ?? "-",
+        let status = record.status.map(String.init) ?? "-"
+        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-",
+                     colour ? Self.paint(status, Self.statusColour(record.status)) : status,
                      Self.milliseconds(since: record.startedAt) + "ms"]
         if let decision = record.tunnel {
             parts.append("decision=\(decision.rawValue) in=\(record.bytesIn) out=\(record.bytesOut)")
@@ -194,10 +199,26 @@ public final class AccessLog: Sendable {
                 parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")
             }
         }
-        if let failure = record.failure { parts.append("error=\(failure.code)") }
-        parts.append("id=\(record.id)")
+        if let failure = record.failure { parts.append(colour ? Self.paint("error=\(failure.code)", Self.red) : "error=\(failure.code)") }
+        parts.append(colour ? Self.paint("id=\(record.id)", Self.dim) : "id=\(record.id)")
         return parts.joined(separator: " ") + "\n"
     }
+
+    // SGR codes for the text format on a terminal.
+    static let green = "32", cyan = "36", yellow = "33", red = "31", magenta = "35", dim = "2"
+
+    /// 2xx green, 3xx cyan, 4xx yellow, 5xx red, anything else (1xx, none) magenta.
+    static func statusColour(_ status: Int?) -> String {
+        switch status ?? 0 {
+        case 200..<300: green
+        case 300..<400: cyan
+        case 400..<500: yellow
+        case 500..<600: red
+        default: magenta
+        }
+    }
+
+    static func paint(_ text: String, _ code: String) -> String { "\u{1B}[\(code)m\(text)\u{1B}[0m" }
 
     static func milliseconds(since start: UInt64) -> String {
         var bytes: [UInt8] = []
