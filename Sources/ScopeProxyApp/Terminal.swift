@@ -55,6 +55,12 @@ enum SecretInput {
             previous.append(old)
         }
         let previousStop = signal(SIGTSTP, SIG_IGN)
+        // A parent may hand down these signals blocked (Foundation's Process does): then Ctrl-C
+        // would stay pending and the prompt could not be interrupted. Unblocked for the prompt only.
+        var unblock = sigset_t(), previousMask = sigset_t()
+        sigemptyset(&unblock)
+        for number in signals { sigaddset(&unblock, number) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, &previousMask)
         defer {
             tcsetattr(0, TCSANOW, &savedTerminal)
             for (number, old) in zip(signals, previous) {
@@ -62,6 +68,7 @@ enum SecretInput {
                 sigaction(number, &old, nil)
             }
             signal(SIGTSTP, previousStop)
+            pthread_sigmask(SIG_SETMASK, &previousMask, nil)
         }
         var quiet = savedTerminal
         quiet.c_lflag &= ~tcflag_t(ECHO)
