@@ -112,8 +112,19 @@ enum HealthProbe {
             if count < 0 && response.isEmpty { return .unhealthy("admin address \(admin) accepted the connection but sent nothing within 2 s") }
             if count <= 0 { break }
             response += buffer[..<count]
+            if isComplete(response) { break }  // a peer that keeps the connection open is not waited for
         }
         return verdict(response, admin: admin)
+    }
+
+    /// The head and as much body as Content-Length says (or the head alone without one) arrived.
+    static func isComplete(_ response: [UInt8]) -> Bool {
+        let separator: [UInt8] = [13, 10, 13, 10]
+        guard let end = response.indices.dropLast(3).first(where: { Array(response[$0..<$0 + 4]) == separator }) else { return false }
+        let head = String(decoding: response[..<end], as: UTF8.self).lowercased()
+        guard let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+              let length = Int(line.dropFirst("content-length:".count).drop { $0 == " " || $0 == "\t" }) else { return true }
+        return response.count - (end + 4) >= length
     }
 
     /// 200 is healthy; anything else names the status and the body's first words (printable
