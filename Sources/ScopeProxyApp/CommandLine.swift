@@ -188,12 +188,13 @@ enum CommandLineParser {
         let subject = implicit ? "scopeproxy (run)" : command.fullName
         var message = "unknown option '\(word)' for \(subject)"
         let spellings = command.allOptions.flatMap(\.spellings)
-        if let close = closest(word, among: spellings) {
+        if ["-v", "-V", "--v"].contains(word) {
+            // Before the edit distance, which would offer -h.
+            message += " (did you mean scopeproxy --version?)"
+        } else if let close = closest(word, among: spellings) {
             message += " (did you mean \(close)?)"
         } else if implicit, let global = closest(word, among: CommandTable.root.allOptions.flatMap(\.spellings)) {
             message += " (did you mean scopeproxy \(global)?)"
-        } else if ["-v", "-V"].contains(word) {
-            message += " (did you mean scopeproxy --version?)"
         } else {
             let owners = CommandTable.root.all.filter { $0.action != nil && $0.options.contains { $0.spellings.contains(word) } }
             if !owners.isEmpty { message += " (\(word) is an option of \(owners.map(\.fullName).joined(separator: ", ")))" }
