@@ -4,7 +4,7 @@ enum Usage {
     /// Text that is about the program rather than one command; shared by the top-level help and the man page.
     static let environment: [(String, String)] = [
         ("SCOPEPROXY_CONFIG", "the config file when --config is not given (an empty value counts as unset)"),
-        ("NO_COLOR", "when set (to anything), the access log on a terminal has no colour"),
+        ("NO_COLOR", "when set to a non-empty value, the access log on a terminal has no colour"),
         ("HOME", "where the default store_dir (~/.local/share/scopeproxy/secrets) and ca_dir (~/.local/share/scopeproxy/ca) live"),
     ]
 
