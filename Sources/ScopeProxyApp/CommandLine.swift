@@ -55,6 +55,8 @@ enum CommandLineParser {
         guard let first = words.first else { return .run(Invocation(command: CommandTable.run)) }
         // scopeproxy's own options stand alone: `scopeproxy --version extra` is a mistake.
         if let option = root.option(named: first) {
+            // `scopeproxy --help secret set` reads as `scopeproxy help secret set`.
+            if option.long == "help" && words.count > 1 { return parse(["help"] + words.dropFirst()) }
             if words.count > 1 {
                 return .usageError("unexpected argument '\(words[1])' after \(first)", nil)
             }

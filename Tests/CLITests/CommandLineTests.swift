@@ -92,6 +92,24 @@ struct CommandLineTests {
         }
     }
 
+    @Test("no command, or only options, means run: the proxy starts and says where it listens")
+    func implicitRun() throws {
+        // Still running at the deadline is what a proxy does; the test stops it (SIGTERM).
+        let outcome = try runBinary(["--listen", "127.0.0.1:0", "--no-access-log"], removing: ["SCOPEPROXY_CONFIG"], seconds: 2)
+        #expect(outcome.timedOut)
+        #expect(outcome.stderr.contains("config embedded default"))
+        #expect(outcome.stderr.range(of: #"\nlistening on 127\.0\.0\.1:\d+\n"#, options: .regularExpression) != nil, "\(outcome.stderr)")
+        #expect(outcome.status == 0, "SIGTERM is a graceful stop")
+    }
+
+    @Test("--help COMMAND is help COMMAND")
+    func helpFirst() throws {
+        let first = try runBinary(["--help", "secret", "set"])
+        #expect(first.status == 0)
+        #expect(first.stdout == (try runBinary(["help", "secret", "set"])).stdout)
+        #expect(first.stdout.hasPrefix("usage: scopeproxy secret set"))
+    }
+
     @Test("help after other options still shows help; --help never starts the proxy")
     func helpDoesNotRun() throws {
         let outcome = try runBinary(["run", "--listen", "127.0.0.1:0", "--help"], seconds: 10)
