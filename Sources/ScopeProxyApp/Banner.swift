@@ -51,8 +51,22 @@ struct Banner {
         lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)" : "denied (403) unless intercepted"))
         // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);
         // most other clients read either spelling.
-        lines.append("  use it: export http_proxy=\(Self.proxyURL(listen)) https_proxy=\(Self.proxyURL(listen))")
+        if config.proxyAuthSecret == nil && !Self.isLoopback(listen.host) {
+            lines.append("  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
+        }
+        var url = Self.proxyURL(listen)
+        if let auth = config.proxyAuthSecret {
+            // Where the password goes, never the password.
+            url = url.replacingOccurrences("http://", "http://user:PASSWORD@")
+            lines.append("  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(url) https_proxy=\(url)")
+        } else {
+            lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)")
+        }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
     }
 
     /// The address clients use: a wildcard bind is reached on loopback from this machine.

@@ -64,6 +64,24 @@ struct RunTests {
         #expect(lines.last == "listening on 127.0.0.1:\(proxy.port)")
     }
 
+    @Test("the banner shows where a proxy password goes (never the password) and warns about a wildcard address without proxy_auth")
+    func bannerAuthAndExposure() throws {
+        let scratch = ScratchDirectory()
+        let password = "CANARY-password-\(UInt32.random(in: 0...UInt32.max))"
+        let config = scratch.write("c.yaml", "secrets: { pw: { env: SCOPEPROXY_TEST_PASSWORD } }\nproxy_auth: { secret: pw }\n")
+        // Each runs until the deadline (a proxy does), then stops on SIGTERM.
+        let authenticated = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0", "--no-access-log"],
+                                          environment: ["SCOPEPROXY_TEST_PASSWORD": password], seconds: 2)
+        #expect(authenticated.stderr.contains("  proxy auth: required (password from secret 'pw')"))
+        #expect(authenticated.stderr.contains("use it (PASSWORD: the value of secret 'pw'): export http_proxy=http://user:PASSWORD@127.0.0.1:"),
+                "\(authenticated.stderr)")
+        #expect(!authenticated.stderr.contains(password))
+        #expect(!authenticated.stderr.contains("warning:"))
+        let exposed = try runBinary(["run", "--listen", "0.0.0.0:0", "--no-access-log"], removing: ["SCOPEPROXY_CONFIG"], seconds: 2)
+        #expect(exposed.stderr.contains("is reachable beyond this machine and proxy_auth is off"), "\(exposed.stderr)")
+        #expect(exposed.stderr.contains("export http_proxy=http://127.0.0.1:"), "a wildcard bind is reached on loopback from here")
+    }
+
     @Test("health: 'healthy (admin HOST:PORT)' on stdout while running; after it stops, exit 1 and why on stderr")
     func health() throws {
         let configured = try ConfiguredProxy(arguments: ["--no-access-log"]) { _ in "" }
