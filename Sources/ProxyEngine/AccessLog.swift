@@ -15,6 +15,8 @@ import Glibc
 /// dropped and counted).
 public final class AccessLog: Sendable {
     public let format: LogFormat
+    /// Text lines with ANSI colour (status class, dim request id): only for a terminal.
+    public let colour: Bool
     public let logBodies: Bool
     private let redactor: Redactor
     private let tripwire: Locked<Tripwire>
@@ -36,13 +38,14 @@ public final class AccessLog: Sendable {
 
     /// Opens the output now: a file that cannot be opened (a missing directory, no permission) is an
     /// error at start, never a proxy that runs and loses every line.
-    public init(format: LogFormat, output: LogOutput, rules: RedactionRules, logBodies: Bool,
+    public init(format: LogFormat, colour: Bool = false, output: LogOutput, rules: RedactionRules, logBodies: Bool,
                 secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) {
         let fd = Self.open(output)
         if case .file(let path) = output, fd < 0 {
             throw .logOutput("cannot open the access log \(path): \(String(cString: strerror(errno)))")
         }
         self.format = format
+        self.colour = colour && format == .text
         self.logBodies = logBodies
         redactor = Redactor(rules: rules)
         tripwire = Locked(Tripwire(secrets: secretValues.map(\.exposedBytes)))
@@ -92,21 +95,6 @@ public final class AccessLog: Sendable {
 
     /// Touched by the writer thread only.
     nonisolated(unsafe) private var lastWriteErrorReport: time_t = 0
-
-    /// Says why `output` could not be written, without creating or changing anything (`check`).
-    public static func outputProblem(_ output: LogOutput) -> String? {
-        guard case .file(let path) = output else { return nil }
-        if access(path, F_OK) == 0 {
-            var status = stat()
-            if stat(path, &status) == 0, (status.st_mode & S_IFMT) == S_IFDIR { return "the access log \(path) is a directory" }
-            return access(path, W_OK) == 0 ? nil : "cannot write the access log \(path): \(String(cString: strerror(errno)))"
-        }
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-        if access(directory.isEmpty ? "/" : directory, W_OK | X_OK) != 0 {
-            return "cannot create the access log \(path): \(directory.isEmpty ? "/" : directory): \(String(cString: strerror(errno)))"
-        }
-        return nil
-    }
 
     /// SIGHUP: reopen a file output (log rotation). When the new file cannot be opened the old
     /// descriptor stays in use (lines keep going somewhere) and the failure is said.
@@ -225,7 +213,9 @@ public final class AccessLog: Sendable {
     }
 
     private func text(_ record: ExchangeRecord) -> String {
-        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-", record.status.map(String.init) ?? "-",
+        let status = record.status.map(String.init) ?? "-"
+        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-",
+                     colour ? Self.paint(status, Self.statusColour(record.status)) : status,
                      Self.milliseconds(since: record.startedAt) + "ms"]
         if let decision = record.tunnel {
             parts.append("decision=\(decision.rawValue) in=\(record.bytesIn) out=\(record.bytesOut)")
@@ -238,11 +228,27 @@ public final class AccessLog: Sendable {
                 parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")
             }
         }
-        if let failure = record.failure { parts.append("error=\(failure.code)") }
-        if let reason = record.failure?.reason { parts.append("reason=\(reason)") }
-        parts.append("id=\(record.id)")
+        if let failure = record.failure { parts.append(colour ? Self.paint("error=\(failure.code)", Self.red) : "error=\(failure.code)") }
+        if let reason = record.failure?.reason { parts.append(colour ? Self.paint("reason=\(reason)", Self.red) : "reason=\(reason)") }
+        parts.append(colour ? Self.paint("id=\(record.id)", Self.dim) : "id=\(record.id)")
         return parts.joined(separator: " ") + "\n"
     }
+
+    // SGR codes for the text format on a terminal.
+    static let green = "32", cyan = "36", yellow = "33", red = "31", magenta = "35", dim = "2"
+
+    /// 2xx green, 3xx cyan, 4xx yellow, 5xx red, anything else (1xx, none) magenta.
+    static func statusColour(_ status: Int?) -> String {
+        switch status ?? 0 {
+        case 200..<300: green
+        case 300..<400: cyan
+        case 400..<500: yellow
+        case 500..<600: red
+        default: magenta
+        }
+    }
+
+    static func paint(_ text: String, _ code: String) -> String { "\u{1B}[\(code)m\(text)\u{1B}[0m" }
 
     static func milliseconds(since start: UInt64) -> String {
         var bytes: [UInt8] = []

@@ -2,147 +2,116 @@ import HTTP1Codec
 import ProxyCore
 import ProxyEngine
 import ScopeConfig
+import ScopePolicy
 import SecretStore
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`, `ca`, `health`.
+/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`, `ca`,
+/// `health`, `config print`, `explain`, `help`. What each accepts is `CommandTable`; this file runs them.
 public enum Commands {
-    static let usage = """
-        usage: scopeproxy [run] [--config FILE] [--listen HOST:PORT] [--threads N] [--tunnel allow|deny]
-               scopeproxy check --config FILE
-               scopeproxy secret set NAME      (the value is read from standard input, never from argv)
-               scopeproxy secret list | rm NAME [--config FILE]
-               scopeproxy ca --config FILE
-               scopeproxy health --config FILE
-        SCOPEPROXY_CONFIG is used when --config is not given; with neither, the embedded safe default runs.
-
-        """
-
-    struct Options {
-        var configPath: String?
-        var listen: ListenAddress?
-        var threads: Int?
-        var tunnel: TunnelPolicy?
-        var accessLog = true
-        var positional: [String] = []
-    }
-
-    struct UsageError: Error {
-        let message: String
-    }
-
     /// Runs a command and returns the process exit status.
     public static func main(_ arguments: [String]) -> Int32 {
-        var words = arguments[...]
-        let command: String
-        switch words.first {
-        case "run", "check", "secret", "ca", "health":
-            command = words.removeFirst()
-        case "-h", "--help", "help":
-            writeStandardOutput(usage)
+        switch CommandLineParser.parse(arguments) {
+        case .run(let invocation):
+            return invocation.command.action!(invocation)
+        case .help(let command):
+            writeStandardOutput(Usage.help(command))
             return 0
-        default:
-            command = "run"
-        }
-        let options: Options
-        do {
-            options = try parse(words)
-        } catch {
-            fail(error.message)
+        case .version:
+            writeStandardOutput("scopeproxy \(Version.current)\n")
+            return 0
+        case .manPage:
+            writeStandardOutput(Usage.manPage(version: Version.current))
+            return 0
+        case .bashCompletion:
+            writeStandardOutput(Usage.bashCompletion())
+            return 0
+        case .usageError(let message, let command):
+            usageError(message, command)
             return 2
         }
-        switch command {
-        case "check": return check(options)
-        case "secret": return secret(options)
-        case "health": return health(options)
-        case "ca": return certificateAuthority(options)
-        default: return run(options)
-        }
     }
 
-    static func parse(_ words: ArraySlice<String>) throws(UsageError) -> Options {
-        var options = Options()
-        var remaining = words
-        func value(_ option: String) throws(UsageError) -> String {
-            guard let next = remaining.popFirst() else { throw UsageError(message: "\(option) needs a value") }
-            return next
-        }
-        while let word = remaining.popFirst() {
-            switch word {
-            case "--config":
-                options.configPath = try value(word)
-            case "--listen":
-                let text = try value(word)
-                guard let address = ListenAddress.parse(text) else { throw UsageError(message: "--listen expects HOST:PORT, got \(text)") }
-                options.listen = address
-            case "--threads":
-                guard let threads = Int(try value(word)), (1...256).contains(threads) else {
-                    throw UsageError(message: "--threads expects a number from 1 to 256")
-                }
-                options.threads = threads
-            case "--tunnel":
-                guard let policy = TunnelPolicy(rawValue: try value(word)) else { throw UsageError(message: "--tunnel expects allow or deny") }
-                options.tunnel = policy
-            case "--no-access-log":
-                // For measuring the log's cost in the benchmark; not for production use.
-                options.accessLog = false
-            case _ where word.hasPrefix("-"):
-                throw UsageError(message: "unknown option \(word)\n\(usage)")
-            default:
-                options.positional.append(word)
-            }
-        }
-        if options.configPath == nil, let fromEnvironment = getenv("SCOPEPROXY_CONFIG"), fromEnvironment.pointee != 0 {
-            options.configPath = String(cString: fromEnvironment)
-        }
-        return options
-    }
-
-    /// The config, or nil after printing its `FILE:LINE:COLUMN: message` (the caller exits 2). `run`
-    /// therefore never starts half-configured.
-    static func loadOrReport(_ path: String?) -> ProxyConfiguration? {
-        do {
-            return try Runtime.loadConfiguration(path: path)
-        } catch {
-            writeStandardError(error.description + "\n")
-            return nil
-        }
+    /// What was not understood first, then how the command is used and where to read more.
+    static func usageError(_ message: String, _ command: CommandSpec?) {
+        let command = command ?? CommandTable.root
+        let lines = command.path.isEmpty ? CommandTable.root.subcommands.filter { $0.name != "help" }.flatMap(\.synopsis) : command.synopsis
+        var text = "scopeproxy: \(message)\n"
+        for (index, line) in lines.enumerated() { text += (index == 0 ? "usage: " : "       ") + line + "\n" }
+        let more = command.path.isEmpty ? "scopeproxy help" : "scopeproxy help \(command.path.joined(separator: " "))"
+        text += "Run '\(more)' for more.\n"
+        writeStandardError(text)
     }
 
     static func fail(_ message: String) {
         writeStandardError("scopeproxy: \(message)\n")
     }
 
+    /// The config, or nil after saying why (the caller exits 2): a path that is missing, a
+    /// directory or unreadable is named as such before the loader reads it, and a file that does not
+    /// validate gets its `FILE:LINE:COLUMN: message`. `run` therefore never starts half-configured.
+    static func loadConfig(_ source: ConfigPath?) -> ProxyConfiguration? {
+        if let source, let problem = configFileProblem(source.path) {
+            fail("config file \(source.described) \(problem)")
+            return nil
+        }
+        do {
+            return try Runtime.loadConfiguration(path: source?.path)
+        } catch {
+            writeStandardError(error.description + "\n")
+            return nil
+        }
+    }
+
+    /// Why `path` cannot be a config file, or nil when it can be read.
+    static func configFileProblem(_ path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return errno == ENOENT ? "does not exist" : "cannot be read: \(String(cString: strerror(errno)))"
+        }
+        if info.st_mode & S_IFMT == S_IFDIR { return "is a directory, not a config file" }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "cannot be read: \(String(cString: strerror(errno)))" }
+        close(fd)
+        return nil
+    }
+
     // MARK: check
 
-    static func check(_ options: Options) -> Int32 {
-        guard let path = options.configPath else {
-            fail("check needs --config FILE")
+    static func check(_ invocation: Invocation) -> Int32 {
+        guard let source = invocation.configPath else {
+            usageError("check needs --config FILE (or SCOPEPROXY_CONFIG)", invocation.command)
             return 2
         }
-        guard let config = loadOrReport(path) else { return 2 }
+        guard let config = loadConfig(source) else { return 2 }
         writeStandardOutput(config.summary + "\n")
-        if let problem = AccessLog.outputProblem(config.log.output) { writeStandardOutput("problem: \(problem)\n") }
+        // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
+        for problem in Preflight.problems(config) { writeStandardError("warning: \(problem)\n") }
         return 0
     }
 
     // MARK: run
 
-    static func run(_ options: Options) -> Int32 {
-        guard let config = loadOrReport(options.configPath) else { return 2 }
+    static func run(_ invocation: Invocation) -> Int32 {
+        let source = invocation.configPath
+        guard let config = loadConfig(source) else { return 2 }
         let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
         do {
             try secrets.load()
         } catch {
-            fail(error.description)
+            // Every secret that is not usable, not only the first: one round of fixes, not several.
+            let problems = secrets.problems()
+            for problem in problems.isEmpty ? [error] : problems { fail(problem.description) }
             return 1
         }
+        let logEnabled = !invocation.flag("no-access-log")
+        let presentation = LogPresentation.forProcess(config.log)
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
         var engine = EngineConfiguration()
         do {
-            engine = try Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: options.accessLog)
+            engine = try Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: logEnabled, presentation: presentation)
             engine.tls = try Runtime.tlsContexts(config)
         } catch let error as CustomStringConvertible {
             fail(error.description)
@@ -151,19 +120,24 @@ public enum Commands {
             fail("unexpected error: \(error)")
             return 1
         }
-        if let listen = options.listen { engine.listen = listen }
-        if let threads = options.threads { engine.threads = threads }
-        if let tunnel = options.tunnel { engine.tunnel = tunnel }
+        if let listen = invocation.value("listen").flatMap(ListenAddress.parse) { engine.listen = listen }
+        if let threads = invocation.value("threads").flatMap({ Int($0) }) { engine.threads = threads }
+        if let tunnel = invocation.value("tunnel").flatMap(TunnelPolicy.init(rawValue:)) { engine.tunnel = tunnel }
 
         let server = ProxyServer(configuration: engine)
+        let address: ListenAddress
         do {
-            let address = try server.start()
-            writeStandardError("listening on \(address)\n")
+            address = try server.start()
         } catch {
             fail(error.description)
             return 1
         }
-        let running = RunningProxy(configPath: options.configPath, secrets: secrets, holder: holder, engine: engine)
+        let banner = Banner(config: config, source: source, listen: address, routes: server.routeAddresses,
+                            adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
+                            caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile)
+        // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
+        writeStandardError(banner.text + "listening on \(address)\n")
+        let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         return 0
     }
@@ -171,91 +145,125 @@ public enum Commands {
     // MARK: ca
 
     /// Creates the local CA if missing and prints its certificate (PEM) on stdout.
-    static func certificateAuthority(_ options: Options) -> Int32 {
+    static func certificateAuthority(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
         do {
-            let config = try Runtime.loadConfiguration(path: options.configPath)
             let authority = try CertificateAuthority.loadOrCreate(directory: config.tls.caDirectory)
             writeStandardOutput(authority.certificatePEM)
             return 0
-        } catch let error as ConfigError {
-            writeStandardError(error.description + "\n")
-            return 2
-        } catch let error as TLSError {
-            fail(error.description)
-            return 1
         } catch {
-            fail("cannot prepare the CA")
+            fail(error.description)
             return 1
         }
     }
 
     // MARK: health
 
-    /// Asks the admin endpoint's /healthz (for container HEALTHCHECKs without curl): 0 when it
-    /// answers 200, 1 otherwise.
-    static func health(_ options: Options) -> Int32 {
-        guard let config = loadOrReport(options.configPath) else { return 2 }
+    /// Asks the admin endpoint's /healthz (for container HEALTHCHECKs without curl): 0 and
+    /// `healthy (admin HOST:PORT)` when it answers 200, 1 and the reason otherwise.
+    static func health(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
         guard let admin = config.admin else {
-            fail("health needs an 'admin' address in the config")
+            fail("health needs an 'admin' address in the config (\(invocation.configPath?.described ?? "the embedded default has none"))")
             return 2
         }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return 1 }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = admin.port.bigEndian
-        guard inet_pton(AF_INET, admin.host == "localhost" ? "127.0.0.1" : admin.host, &address.sin_addr) == 1 else { return 1 }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            fail("admin endpoint \(admin) is not answering")
+        switch HealthProbe.ask(admin) {
+        case .healthy:
+            writeStandardOutput("healthy (admin \(admin))\n")
+            return 0
+        case .unhealthy(let reason):
+            fail("unhealthy: \(reason)")
             return 1
         }
-        writeAll(fd, "GET /healthz HTTP/1.0\r\nHost: \(admin)\r\n\r\n")
-        var buffer = [UInt8](repeating: 0, count: 64)
-        let count = read(fd, &buffer, buffer.count)
-        let statusLine = count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
-        return statusLine.hasPrefix("HTTP/1.1 200") || statusLine.hasPrefix("HTTP/1.0 200") ? 0 : 1
     }
 
     // MARK: secret
 
-    static func secret(_ options: Options) -> Int32 {
-        guard let config = loadOrReport(options.configPath) else { return 2 }
+    static func secretSet(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        let name = invocation.arguments[0]
         let store = LocalSecretDirectory(path: config.storeDirectory)
-        let words = options.positional
-        do {
-            switch (words.first, words.count) {
-            case ("list", 1):
-                for name in store.list() { writeStandardOutput(name + "\n") }
-            case ("rm", 2):
-                try store.remove(words[1])
-            case ("set", 2):
-                // From stdin only: argv is visible to every local user in /proc and in shell history.
-                var bytes: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 4096)
-                while true {
-                    let count = read(0, &buffer, buffer.count)
-                    if count <= 0 { break }
-                    bytes += buffer[..<count]
-                    if bytes.count > 64 * 1024 { throw LocalSecretDirectory.Failure.io("the value is larger than 64 KiB") }
-                }
-                if bytes.last == 0x0A { bytes.removeLast() }  // the one echo or a terminal adds
-                // The bytes as given: decoding them as UTF-8 would replace any that are not.
-                try store.set(words[1], bytes: bytes)
-            default:
-                fail("usage: scopeproxy secret set NAME | list | rm NAME")
-                return 2
-            }
-        } catch {
-            fail((error as? LocalSecretDirectory.Failure)?.description ?? "cannot update the secret store")
+        // Refuse a bad name before asking for the value: typing a secret for nothing is annoying.
+        guard SecretSource.isValidStoreName(name) else {
+            fail(LocalSecretDirectory.Failure.invalidName(name).description)
+            return 2
+        }
+        let bytes: [UInt8]
+        switch SecretInput.read(name: name) {
+        case .success(let value): bytes = value
+        case .failure(let failure):
+            fail(failure.message)
             return 1
         }
+        do {
+            try store.set(name, bytes: bytes)
+        } catch {
+            fail(error.description)
+            return 1
+        }
+        return 0
+    }
+
+    static func secretList(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        for name in LocalSecretDirectory(path: config.storeDirectory).list() { writeStandardOutput(name + "\n") }
+        return 0
+    }
+
+    static func secretRemove(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        do {
+            try LocalSecretDirectory(path: config.storeDirectory).remove(invocation.arguments[0])
+        } catch {
+            fail(error.description)
+            return 1
+        }
+        return 0
+    }
+
+    // MARK: config print
+
+    static func configPrint(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        writeStandardOutput(ConfigPrinter.yaml(config, formatIsExplicit: LogPresentation.formatIsExplicit(config.log)))
+        return 0
+    }
+
+    // MARK: explain
+
+    static func explain(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        let headers = invocation.all("header").compactMap(splitHeader)
+        let request = Explanation.Request(method: invocation.value("request") ?? "GET", headers: headers.map { (name: $0.0, value: $0.1) },
+                                          url: invocation.arguments[0], location: invocation.value("location"))
+        let (text, status) = Explanation.render(config, request)
+        writeStandardOutput(text)
+        return status
+    }
+
+    /// `Name: value` -> ("Name", "value"), as curl's -H reads it; nil without a colon or a name.
+    static func splitHeader(_ text: String) -> (String, String)? {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let name = String(text[..<colon])
+        guard !name.isEmpty, !name.contains(" ") else { return nil }
+        let value = text[text.index(after: colon)...].drop { $0 == " " || $0 == "\t" }
+        return (name, String(value))
+    }
+
+    // MARK: help
+
+    static func help(_ invocation: Invocation) -> Int32 {
+        var command = CommandTable.root
+        for word in invocation.arguments {
+            guard let next = command.subcommand(word) else {
+                let shown = (command.path + [word]).joined(separator: " ")
+                let suggestion = CommandLineParser.commandSuggestion(word, in: command)
+                usageError("no command '\(shown)' to show help for\(suggestion)", command.path.isEmpty ? nil : command)
+                return 2
+            }
+            command = next
+        }
+        writeStandardOutput(Usage.help(command))
         return 0
     }
 }

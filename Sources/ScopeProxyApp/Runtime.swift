@@ -31,12 +31,14 @@ public enum Runtime {
         return try TLSContexts(authority: authority, upstreamCA: config.tls.upstreamCA)
     }
 
+    /// `presentation`: the log's format and colour as chosen for this process (see
+    /// `LogPresentation.forProcess`); nil takes the config's format as written, without colour.
     public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
-                                           accessLog enabled: Bool = true) throws(EngineError) -> EngineConfiguration {
+                                           accessLog enabled: Bool = true, presentation: LogPresentation? = nil) throws(EngineError) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
         engine.routes = config.routes
-        if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics) }
+        if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation) }
         engine.listen = config.listen
         engine.timeouts = config.timeouts
         engine.tunnel = config.tls.tunnel
@@ -45,9 +47,10 @@ public enum Runtime {
         return engine
     }
 
-    public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics,
+    public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics, presentation: LogPresentation? = nil,
                                  observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) -> AccessLog {
-        try AccessLog(format: settings.format, output: settings.output,
+        let presentation = presentation ?? LogPresentation(format: settings.format, colour: false)
+        return try AccessLog(format: presentation.format, colour: presentation.colour, output: settings.output,
                          rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
                          logBodies: settings.bodies, secretValues: secrets.allValues, metrics: metrics, observer: observer)
     }

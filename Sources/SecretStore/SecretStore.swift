@@ -54,6 +54,16 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         values.withLock { $0 = loaded }
     }
 
+    /// Every secret that cannot be loaded, each with its reason (`check` lists them all, where
+    /// `load` stops at the first). Values read along the way are dropped, never kept.
+    public func problems() -> [SecretError] {
+        var found: [SecretError] = []
+        for name in sources.keys.sorted() {
+            do { _ = try read(name, sources[name]!) } catch { found.append(error) }
+        }
+        return found
+    }
+
     /// Re-reads file and store secrets whose file changed. Returns the names that changed and the
     /// errors met (a secret whose file became unsafe is dropped: fail closed).
     @discardableResult
@@ -104,22 +114,30 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         case .file(let path, let allowGroupRead):
             return try Self.readFile(name, path: path, allowGroupRead: allowGroupRead)
         case .store(let storeName):
-            return try Self.readFile(name, path: storePath(storeName), allowGroupRead: false)
+            let path = storePath(storeName)
+            if access(path, F_OK) != 0 && errno == ENOENT {
+                // The usual first-run case: say how to add it.
+                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: scopeproxy secret set \(storeName))")
+            }
+            return try Self.readFile(name, path: path, allowGroupRead: false)
         }
     }
 
     private static func readFile(_ name: String, path: String, allowGroupRead: Bool) throws(SecretError) -> (SecretValue, FileState?) {
         var info = Glibc.stat()
-        guard fstatat(AT_FDCWD, path, &info, 0) == 0 else { throw SecretError(name: name, reason: "file \(path) is missing or unreadable") }
+        guard fstatat(AT_FDCWD, path, &info, 0) == 0 else {
+            let reason = errno == ENOENT ? "file \(path) is missing" : "file \(path) cannot be accessed: \(String(cString: strerror(errno)))"
+            throw SecretError(name: name, reason: reason)
+        }
         let mode = info.st_mode
         guard mode & S_IFMT == S_IFREG else { throw SecretError(name: name, reason: "\(path) is not a regular file") }
-        if mode & 0o007 != 0 { throw SecretError(name: name, reason: "\(path) is world-accessible (chmod o-rwx)") }
-        if mode & 0o020 != 0 { throw SecretError(name: name, reason: "\(path) is group-writable") }
+        if mode & 0o007 != 0 { throw SecretError(name: name, reason: "file \(path) is world-accessible (chmod o-rwx)") }
+        if mode & 0o020 != 0 { throw SecretError(name: name, reason: "file \(path) is group-writable (chmod g-w)") }
         if mode & 0o040 != 0 && !allowGroupRead {
-            throw SecretError(name: name, reason: "\(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount")
+            throw SecretError(name: name, reason: "file \(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount")
         }
         if info.st_uid != geteuid() && info.st_uid != 0 {
-            throw SecretError(name: name, reason: "\(path) is owned by another user")
+            throw SecretError(name: name, reason: "file \(path) is owned by another user")
         }
         var bytes: [UInt8]
         switch SmallFile.read(path, limit: 64 * 1024) {

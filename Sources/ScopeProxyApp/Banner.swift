@@ -1,0 +1,119 @@
+import HTTP1Codec
+import ProxyCore
+import ScopeConfig
+import ScopePolicy
+
+/// What `run` prints on stderr before `listening on HOST:PORT`: where the config came from, what
+/// each scope does (header and secret names only, never a value), where logs and the CA are, and
+/// how to point a client at the proxy. A first-time user reads this to see the proxy does what they
+/// meant.
+struct Banner {
+    let config: ProxyConfiguration
+    let source: ConfigPath?
+    let listen: ListenAddress
+    let routes: [ListenAddress]
+    let adminPort: UInt16?
+    let tunnel: TunnelPolicy
+    /// nil: `--no-access-log`.
+    let log: LogPresentation?
+    /// The CA certificate clients must trust, when something is intercepted.
+    let caCertificate: String?
+
+    var text: String {
+        var lines: [String] = []
+        lines.append("scopeproxy \(Version.current): config \(source?.described ?? "embedded default (no --config, no SCOPEPROXY_CONFIG)")")
+        if config.policy.scopes.isEmpty {
+            lines.append("  scopes: none; every sensitive header (Authorization, Cookie, X-API-Key, ...) is stripped everywhere")
+        }
+        for scope in config.policy.scopes {
+            lines.append("  scope \(scope.name): \(scope.origins.map(Self.origin).sorted().joined(separator: ", "))")
+            lines.append("    " + Self.effect(scope))
+        }
+        for (route, address) in zip(config.routes, routes) {
+            lines.append("  route \(address) -> \(Self.origin(route.upstream))")
+        }
+        if let auth = config.proxyAuthSecret { lines.append("  proxy auth: required (password from secret '\(auth)')") }
+        lines.append("  redirects: \(config.redirects.mode.rawValue) cross-origin" + (config.redirects.mode == .follow ? " (up to \(config.redirects.maxHops) hops)" : ""))
+        if let admin = config.admin {
+            let bound = ListenAddress(host: admin.host, port: adminPort ?? admin.port)
+            lines.append("  admin: http://\(bound)/healthz and /metrics")
+        } else {
+            lines.append("  admin: off (set 'admin: 127.0.0.1:9090' for health checks and metrics)")
+        }
+        lines.append("  access log: " + Self.describe(log, config.log.output))
+        if let caCertificate {
+            let hosts = Runtime.interceptHosts(config).sorted()
+            let shown = hosts.prefix(4).joined(separator: ", ") + (hosts.count > 4 ? " and \(hosts.count - 4) more" : "")
+            lines.append("  TLS interception: \(shown); clients must trust \(caCertificate) (scopeproxy ca prints it)")
+        } else {
+            lines.append("  TLS interception: off (HTTPS goes through CONNECT, unseen)")
+        }
+        lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)" : "denied (403) unless intercepted"))
+        // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);
+        // most other clients read either spelling.
+        if config.proxyAuthSecret == nil && !Self.isLoopback(listen.host) {
+            lines.append("  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
+        }
+        var url = Self.proxyURL(listen)
+        if let auth = config.proxyAuthSecret {
+            // Where the password goes, never the password.
+            url = url.replacingOccurrences("http://", "http://user:PASSWORD@")
+            lines.append("  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(url) https_proxy=\(url)")
+        } else {
+            lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
+    /// The address clients use: a wildcard bind is reached on loopback from this machine.
+    static func proxyURL(_ listen: ListenAddress) -> String {
+        switch listen.host {
+        case "0.0.0.0": "http://127.0.0.1:\(listen.port)"
+        case "::": "http://[::1]:\(listen.port)"
+        default: "http://\(listen)"
+        }
+    }
+
+    /// `https://api.example` (the default port left out, as people write it).
+    static func origin(_ origin: Origin) -> String { "\(origin.scheme.rawValue)://\(origin.authority)" }
+
+    /// `injects Authorization (secret library_token); passes Cookie; GET, POST only; paths /v1/`
+    static func effect(_ scope: Scope) -> String {
+        var parts: [String] = []
+        if scope.inject.isEmpty {
+            parts.append("injects nothing")
+        } else {
+            let injections = scope.inject.map { injection -> String in
+                let secrets = injection.template.secretNames
+                return secrets.isEmpty ? injection.header : "\(injection.header) (secret \(secrets.joined(separator: ", ")))"
+            }
+            parts.append("injects " + injections.joined(separator: ", "))
+        }
+        parts.append(scope.pass.isEmpty ? "passes no client credential" : "passes " + scope.pass.sorted().map(headerCase).joined(separator: ", "))
+        if let methods = scope.methods { parts.append(methods.sorted().joined(separator: ", ") + " only") }
+        if let paths = scope.paths { parts.append("paths " + paths.joined(separator: ", ")) }
+        if !scope.requireHTTPS { parts.append("http allowed") }
+        return parts.joined(separator: "; ")
+    }
+
+    /// `x-api-key` -> `X-Api-Key`: the rules keep names lowercase; people read them capitalized.
+    static func headerCase(_ name: String) -> String {
+        name.split(separator: "-", omittingEmptySubsequences: false).map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined(separator: "-")
+    }
+
+    static func describe(_ log: LogPresentation?, _ output: LogOutput) -> String {
+        guard let log else { return "off (--no-access-log)" }
+        let destination: String
+        switch output {
+        case .standardOutput: destination = "stdout"
+        case .standardError: destination = "stderr"
+        case .file(let path): destination = path
+        case .discard: destination = "nowhere"
+        }
+        return "\(log.format.rawValue)\(log.colour ? " (colour)" : "") to \(destination)"
+    }
+}

@@ -1,0 +1,144 @@
+import HTTP1Codec
+import ProxyCore
+import ScopeConfig
+import ScopePolicy
+
+/// `scopeproxy config print`: the effective configuration as YAML, every key of the schema with
+/// its default filled in, secrets as their sources (a value is never read here). The output is a
+/// config the loader reads back to the same configuration, so it can be saved and edited.
+enum ConfigPrinter {
+    static func yaml(_ config: ProxyConfiguration, formatIsExplicit: Bool) -> String {
+        var out = "# scopeproxy effective configuration (\(config.sourcePath.map { "from \(scalar($0))" } ?? "the embedded default")), defaults filled in.\n"
+        out += "listen: \(scalar(config.listen.description))\n"
+        out += "admin: \(config.admin.map { scalar($0.description) } ?? "null")\n"
+        out += "proxy_auth: \(config.proxyAuthSecret.map { "{ secret: \(scalar($0)) }" } ?? "null")\n"
+        out += "store_dir: \(scalar(config.storeDirectory))\n"
+
+        out += "secrets:" + (config.secrets.isEmpty ? " {}\n" : "\n")
+        for name in config.secrets.keys.sorted() {
+            let source: String
+            switch config.secrets[name]! {
+            case .env(let variable): source = "{ env: \(scalar(variable)) }"
+            case .store(let store): source = "{ store: \(scalar(store)) }"
+            case .file(let path, let allowGroupRead):
+                source = "{ file: \(scalar(path))" + (allowGroupRead ? ", allow_group_read: true }" : " }")
+            }
+            out += "  \(scalar(name)): \(source)\n"
+        }
+
+        // Only what the config added: the built-in list always applies and cannot be removed.
+        let extra = config.policy.sensitiveHeaders.subtracting(SensitiveHeaders.builtIn).sorted()
+        out += "# sensitive_headers adds to the built-in list:\n"
+        out += Usage.wrap(SensitiveHeaders.builtIn.sorted().joined(separator: ", "), width: 100, indent: "#   ")
+        out += "sensitive_headers: " + flowList(extra) + "\n"
+
+        out += "scopes:" + (config.policy.scopes.isEmpty ? " []\n" : "\n")
+        for scope in config.policy.scopes {
+            out += "  - name: \(scalar(scope.name))\n"
+            out += "    origins: \(flowList(scope.origins.map(Banner.origin).sorted()))\n"
+            out += "    require_https: \(scope.requireHTTPS)\n"
+            out += "    inject:" + (scope.inject.isEmpty ? " {}\n" : "\n")
+            for injection in scope.inject {
+                out += "      \(scalar(injection.header)): \(scalar(template(injection.template)))\n"
+            }
+            out += "    pass: \(flowList(scope.pass.sorted()))\n"
+            // Absent means every method and every path; an empty list would mean none.
+            if let methods = scope.methods { out += "    methods: \(flowList(methods.sorted()))\n" } else { out += "    # methods: every method\n" }
+            if let paths = scope.paths { out += "    paths: \(flowList(paths))\n" } else { out += "    # paths: every path\n" }
+        }
+
+        out += "routes:" + (config.routes.isEmpty ? " []\n" : "\n")
+        for route in config.routes {
+            out += "  - { listen: \(scalar(route.listen.description)), upstream: \(scalar(Banner.origin(route.upstream))) }\n"
+        }
+
+        out += "redirects:\n"
+        out += "  cross_origin: \(config.redirects.mode.rawValue)\n"
+        out += "  allow: \(flowList(config.redirects.allow.map(Banner.origin).sorted()))\n"
+        out += "  max_hops: \(config.redirects.maxHops)\n"
+
+        out += "tls:\n"
+        switch config.tls.intercept {
+        case .scoped: out += "  intercept: scoped\n"
+        case .hosts(let hosts): out += "  intercept: \(flowList(hosts))\n"
+        }
+        out += "  tunnel: \(config.tls.tunnel.rawValue)\n"
+        out += "  ca_dir: \(scalar(config.tls.caDirectory))\n"
+        out += "  upstream_ca: \(config.tls.upstreamCA.map(scalar) ?? "null")\n"
+
+        out += "timeouts:\n"
+        out += "  connect: \(duration(config.timeouts.connect))\n"
+        out += "  upstream: \(duration(config.timeouts.upstream))\n"
+        out += "  idle: \(duration(config.timeouts.idle))\n"
+        out += "  client_header: \(duration(config.timeouts.clientHeader))\n"
+
+        out += "limits:\n"
+        out += "  max_connections: \(config.limits.maxClientConnections)\n"
+
+        out += "log:\n"
+        if formatIsExplicit {
+            out += "  format: \(config.log.format.rawValue)\n"
+        } else {
+            // Writing the default down would change it: unset means text on a terminal, JSON otherwise.
+            out += "  # format: not set (text with colour on a terminal, json to a file or pipe)\n"
+        }
+        switch config.log.output {
+        case .standardOutput: out += "  output: stdout\n"
+        case .standardError: out += "  output: stderr\n"
+        case .file(let path): out += "  output: \(scalar(path))\n"
+        case .discard: out += "  # output: discarded\n"
+        }
+        out += "  bodies: \(config.log.bodies)\n"
+        out += "  safe_headers: \(flowList(config.log.safeHeaders))\n"
+        out += "  safe_query: \(flowList(config.log.safeQuery))\n"
+        out += "  safe_json_keys: \(flowList(config.log.safeJSONKeys))\n"
+        return out
+    }
+
+    /// The template as written: `${name}` for a secret, `$$` for a literal dollar.
+    static func template(_ template: HeaderTemplate) -> String {
+        template.parts.map { part in
+            switch part {
+            case .literal(let text): text.replacingOccurrences("$", "$$")
+            case .secret(let name): "${\(name)}"
+            }
+        }.joined()
+    }
+
+    /// Milliseconds in the largest unit that keeps them whole: 5000 -> 5s, 90000 -> 90s, 60000 -> 1m.
+    static func duration(_ milliseconds: Int) -> String {
+        for (unit, factor) in [("h", 3_600_000), ("m", 60_000), ("s", 1000)] where milliseconds % factor == 0 {
+            return "\(milliseconds / factor)\(unit)"
+        }
+        return "\(milliseconds)ms"
+    }
+
+    static func flowList(_ items: [String]) -> String { "[" + items.map(scalar).joined(separator: ", ") + "]" }
+
+    /// A plain scalar when that cannot be misread (by this loader or another YAML reader: no
+    /// booleans, nulls or numbers, no indicators), else double-quoted with escapes.
+    static func scalar(_ text: String) -> String {
+        let reserved: Set<String> = ["true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"]
+        let plainBytes = text.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "/")
+        }
+        if let first = text.utf8.first, plainBytes, first != UInt8(ascii: "-"), first != UInt8(ascii: "."),
+           !(first >= 0x30 && first <= 0x39), !reserved.contains(text.lowercased()) {
+            return text
+        }
+        var quoted = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": quoted += "\\\""
+            case "\\": quoted += "\\\\"
+            case "\t": quoted += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                quoted += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+            default: quoted.unicodeScalars.append(scalar)
+            }
+        }
+        return quoted + "\""
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+import Testing
+import TestSupport
+
+@Suite("CLI: check names what run would refuse", .serialized)
+struct CheckTests {
+    @Test("a directory, a missing file and an unreadable path are named as such (exit 2), for every command that reads a config")
+    func configPaths() throws {
+        let scratch = ScratchDirectory()
+        let directory = try runBinary(["check", "--config", scratch.path])
+        #expect(directory.status == 2)
+        #expect(directory.stderr == "scopeproxy: config file \(scratch.path) is a directory, not a config file\n", "\(directory.stderr)")
+
+        let missing = try runBinary(["check", "--config", scratch.path + "/nope.yaml"])
+        #expect(missing.status == 2)
+        #expect(missing.stderr.contains("config file \(scratch.path)/nope.yaml does not exist"), "\(missing.stderr)")
+        #expect(!missing.stderr.contains("cannot read"))
+
+        let viaEnvironment = try runBinary(["check"], environment: ["SCOPEPROXY_CONFIG": scratch.path + "/nope.yaml"])
+        #expect(viaEnvironment.status == 2)
+        #expect(viaEnvironment.stderr.contains("nope.yaml (from SCOPEPROXY_CONFIG) does not exist"), "\(viaEnvironment.stderr)")
+
+        // run refuses the same way, before anything listens.
+        let run = try runBinary(["run", "--config", scratch.path, "--listen", "127.0.0.1:0"], seconds: 10)
+        #expect(!run.timedOut)
+        #expect(run.status == 2)
+        #expect(run.stderr.contains("is a directory, not a config file"))
+
+        // Root reads any file: the unreadable case can only be shown by another user.
+        if geteuid() != 0 {
+            let locked = scratch.write("locked.yaml", "listen: \"127.0.0.1:0\"\n", mode: 0o000)
+            let unreadable = try runBinary(["check", "--config", locked])
+            #expect(unreadable.status == 2)
+            #expect(unreadable.stderr.contains("config file \(locked) cannot be read: Permission denied"), "\(unreadable.stderr)")
+        }
+
+        let none = try runBinary(["check"], removing: ["SCOPEPROXY_CONFIG"])
+        #expect(none.status == 2)
+        #expect(none.stderr.contains("check needs --config FILE"))
+    }
+
+    @Test("check exits 0 for a valid file and names each secret and TLS file run would refuse, never a value")
+    func warnings() throws {
+        let scratch = ScratchDirectory()
+        let canary = "CANARY-check-\(UInt32.random(in: 0...UInt32.max))"
+        let worldReadable = scratch.write("library_key", canary + "\n", mode: 0o644)
+        scratch.write("bad-bundle.pem", "not a certificate\n", mode: 0o644)
+        let config = scratch.write("c.yaml", """
+            store_dir: \(scratch.path)/store
+            secrets:
+              library_key: { file: library_key }
+              api_token: { env: SCOPEPROXY_TEST_UNSET_TOKEN }
+              cdn: { store: cdn }
+            scopes:
+              - { name: library, origins: ["https://api.library.example"], inject: { X-Key: "${library_key}", Authorization: "Bearer ${api_token}" } }
+              - { name: cdn, origins: ["https://cdn.library.example"], inject: { X-CDN-Token: "${cdn}" } }
+            tls: { upstream_ca: missing-ca.pem }
+            """)
+        let outcome = try runBinary(["check", "--config", config], removing: ["SCOPEPROXY_TEST_UNSET_TOKEN"])
+        #expect(outcome.status == 0, "structurally valid: usable in CI without the secrets")
+        #expect(outcome.stdout.hasPrefix("valid: "))
+        #expect(outcome.stdout.split(separator: "\n").count == 1)
+        let lines = outcome.stderr.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "one line per problem: \(lines)")
+        #expect(lines.contains("warning: secret 'library_key': file \(worldReadable) is world-accessible (chmod o-rwx); run would refuse to start"),
+                "\(lines)")
+        #expect(lines.contains("warning: secret 'api_token': environment variable SCOPEPROXY_TEST_UNSET_TOKEN is not set; run would refuse to start"))
+        #expect(lines.contains { $0.hasPrefix("warning: secret 'cdn': store entry 'cdn' is missing") && $0.contains("scopeproxy secret set cdn") })
+        #expect(lines.contains("warning: tls.upstream_ca: \(scratch.path)/missing-ca.pem does not exist; run would refuse to start"), "\(lines)")
+        #expect(!outcome.stderr.contains(canary) && !outcome.stdout.contains(canary))
+
+        // A bundle that exists but holds no certificate is named for that.
+        let garbage = scratch.write("g.yaml", "tls: { upstream_ca: bad-bundle.pem }\n")
+        let unparsable = try runBinary(["check", "--config", garbage])
+        #expect(unparsable.status == 0)
+        #expect(unparsable.stderr == "warning: tls.upstream_ca: \(scratch.path)/bad-bundle.pem holds no PEM certificate OpenSSL can load; run would refuse to start\n")
+
+        // And run does refuse, naming all three secrets at once.
+        let run = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0"], removing: ["SCOPEPROXY_TEST_UNSET_TOKEN"], seconds: 10)
+        #expect(!run.timedOut)
+        #expect(run.status == 1)
+        for name in ["library_key", "api_token", "cdn"] { #expect(run.stderr.contains("secret '\(name)'"), "\(run.stderr)") }
+        #expect(!run.stderr.contains(canary))
+    }
+
+    @Test("the shipped configs are valid: the example, the sidecar's and the one the docker examples mount")
+    func shippedConfigs() throws {
+        for path in ["config/scopeproxy.example.yaml", "config/sidecar.yaml", "config/docker/scopeproxy.yaml"] {
+            let outcome = try runBinary(["check", "--config", repositoryRoot + "/" + path])
+            #expect(outcome.status == 0, "\(path): \(outcome.stderr)")
+            #expect(outcome.stdout.hasPrefix("valid: "), "\(path)")
+        }
+        // On the host the docker config's secret is not mounted: check says so and still passes.
+        let docker = try runBinary(["check", "--config", repositoryRoot + "/config/docker/scopeproxy.yaml"])
+        if !FileManager.default.fileExists(atPath: "/run/secrets/scopeproxy/library_token") {
+            #expect(docker.stderr == "warning: secret 'library_token': file /run/secrets/scopeproxy/library_token is missing; run would refuse to start\n")
+        }
+    }
+
+    @Test("a config whose secrets and files are all usable gives no warning")
+    func clean() throws {
+        let scratch = ScratchDirectory()
+        let pki = try TestPKI()
+        scratch.write("key", "CANARY-clean-value\n", mode: 0o600)
+        let config = scratch.write("c.yaml", """
+            secrets: { key: { file: key }, env: { env: SCOPEPROXY_TEST_SET_TOKEN } }
+            scopes: [{ name: a, origins: ["https://a.example"], inject: { X-Key: "${key}", X-Env: "${env}" } }]
+            tls: { upstream_ca: \(pki.caPath), intercept: [a.example], ca_dir: \(scratch.path)/ca }
+            """)
+        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        #expect(outcome.status == 0)
+        #expect(outcome.stderr.isEmpty, "\(outcome.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: scratch.path + "/ca"), "check creates nothing: the CA is made by run")
+    }
+}

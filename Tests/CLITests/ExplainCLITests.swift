@@ -1,0 +1,30 @@
+import Foundation
+import Testing
+import TestSupport
+
+@Suite("CLI: explain prints the decision without sending anything")
+struct ExplainCLITests {
+    @Test("explain -X -H --location on a config: the scope, the injection by secret name, the stripped header and the redirect's fate; no value printed")
+    func explainsFromTheCommandLine() throws {
+        let scratch = ScratchDirectory()
+        let token = "CANARY-explain-\(UInt32.random(in: 0...UInt32.max))"
+        let config = scratch.write("c.yaml", """
+            secrets: { token: { env: EXPLAIN_TOKEN } }
+            scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" } }]
+            tls: { intercept: scoped }
+            """)
+        let outcome = try runBinary(["explain", "--config", config, "-X", "POST", "-H", "Cookie: sid=\(token)",
+                                     "--location", "https://elsewhere.example/x", "https://api.example/v1/items"],
+                                    environment: ["EXPLAIN_TOKEN": token])
+        #expect(outcome.status == 0, "\(outcome.stderr)")
+        #expect(outcome.stdout.contains("api"))
+        #expect(outcome.stdout.contains("Authorization"))
+        #expect(outcome.stdout.contains("Bearer ${token}"), "the secret is shown by name")
+        #expect(outcome.stdout.lowercased().contains("cookie"))
+        #expect(outcome.stdout.contains("https://elsewhere.example"))
+        #expect(!(outcome.stdout + outcome.stderr).contains(token), "explain never prints a value")
+
+        let refused = try runBinary(["explain", "--config", config, "ftp://api.example/"])
+        #expect(refused.status == 2)
+    }
+}
