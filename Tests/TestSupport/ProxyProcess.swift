@@ -20,12 +20,17 @@ public final class ProxyProcess: @unchecked Sendable {
     /// `fileLimit`: start the proxy under `ulimit -n` (descriptor exhaustion tests).
     public init(arguments: [String] = [], environment: [String: String] = [:], fileLimit: Int? = nil) throws {
         process = Process()
+        // `run`, listening on a free port unless the caller names an address (an option given
+        // twice is refused by the command line).
+        var command = arguments.first == "run" ? Array(arguments.dropFirst()) : arguments
+        if !command.contains("--listen") { command = ["--listen", "127.0.0.1:0"] + command }
+        command = ["run"] + command
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
-            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binaryPath, "run", "--listen", "127.0.0.1:0"] + arguments
+            process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binaryPath] + command
         } else {
             process.executableURL = URL(fileURLWithPath: Self.binaryPath)
-            process.arguments = ["run", "--listen", "127.0.0.1:0"] + arguments
+            process.arguments = command
         }
         var childEnvironment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         // make sanitize: the test process runs without leak detection (the Swift runtime's own
