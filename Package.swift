@@ -44,6 +44,7 @@ let package = Package(
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyCore", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
+        .testTarget(name: "JSONTextTests", dependencies: ["JSONText"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),

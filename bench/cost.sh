@@ -7,7 +7,8 @@
 #
 #   bench/cost.sh [BINARY] [N]          prints the table
 #   COST_BUDGET=bench/cost-budget bench/cost.sh   also fails when allocations exceed the budget
-#   COST_PROFILES=DIR bench/cost.sh     keeps the callgrind profiles (callgrind_annotate DIR/full.cg)
+#   COST_PROFILES=DIR bench/cost.sh     keeps the callgrind profiles; then, per function:
+#     bench/per_request.py DIR/full.1.cg DIR/full.2.cg N
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BINARY=${1:-.build/release/scopeproxy}
@@ -51,7 +52,10 @@ for config in full engine; do
   extra=(); [ "$config" = engine ] && extra=(--no-access-log)
   a=$(measure callgrind "$config" "$N" "${extra[@]}"); b=$(measure callgrind "$config" $((N * 2)) "${extra[@]}")
   RESULT[$config/instructions]=$(( (b - a) / N ))
-  [ -n "${COST_PROFILES:-}" ] && mkdir -p "$COST_PROFILES" && cp "$WORK/callgrind.$config.$((N * 2))" "$COST_PROFILES/$config.cg"
+  if [ -n "${COST_PROFILES:-}" ]; then
+    mkdir -p "$COST_PROFILES"
+    cp "$WORK/callgrind.$config.$N" "$COST_PROFILES/$config.1.cg"; cp "$WORK/callgrind.$config.$((N * 2))" "$COST_PROFILES/$config.2.cg"
+  fi
   read -r a_blocks a_bytes < <(measure dhat "$config" "$N" "${extra[@]}")
   read -r b_blocks b_bytes < <(measure dhat "$config" $((N * 2)) "${extra[@]}")
   RESULT[$config/allocations]=$(( (b_blocks - a_blocks) / N ))

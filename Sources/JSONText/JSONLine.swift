@@ -43,27 +43,42 @@ public struct JSONLine {
 
     /// A JSON string literal (quotes included) for `text`, appended to `bytes`.
     @inlinable public static func appendQuoted(_ text: String, to bytes: inout [UInt8]) {
+        var text = text
+        // Native strings are contiguous UTF-8: scan and copy them as a buffer (a per-byte closure
+        // over `String.UTF8View` cost more than the rest of a log line's formatting together).
+        text.withUTF8 { appendQuoted($0, to: &bytes) }
+    }
+
+    @inlinable public static func appendQuoted(_ text: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
-        // Nearly every value needs no escaping: one bulk append.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 == 0x7F }) {
-            bytes += text.utf8
-            bytes.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in text.utf8 {
+        var clean = 0
+        // Runs of bytes that need no escaping go in one append each; nearly every value is one run.
+        for index in 0..<text.count {
+            let byte = text[index]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == 0x7F else { continue }
+            if clean < index { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[clean..<index])) }
+            clean = index + 1
+            bytes.append(UInt8(ascii: "\\"))
             switch byte {
-            case UInt8(ascii: "\""): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case 0x0A: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case 0x0D: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case 0x09: bytes += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            case 0..<0x20, 0x7F:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
-            default: bytes.append(byte)
+            case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
+            case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\"))
+            case 0x0A: bytes.append(UInt8(ascii: "n"))
+            case 0x0D: bytes.append(UInt8(ascii: "r"))
+            case 0x09: bytes.append(UInt8(ascii: "t"))
+            default:
+                bytes.append(UInt8(ascii: "u"))
+                bytes.append(UInt8(ascii: "0"))
+                bytes.append(UInt8(ascii: "0"))
+                bytes.append(hexDigit(byte >> 4))
+                bytes.append(hexDigit(byte & 0x0F))
             }
         }
+        if clean < text.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[clean...])) }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    @inlinable static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
     }
 
     @inlinable public mutating func string(_ name: String, _ value: String) {

@@ -175,7 +175,7 @@ final class ClientConnection: UpstreamLegOwner {
         let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, worker: worker, owner: self)
         self.leg = leg
         if reusePooled, let pooled = worker.pool.checkout(origin) {
-            leg.attach(pooled: pooled.bev)
+            leg.attach(pooled: pooled)
             deliver(.upstreamConnected(hop, reused: true))
         } else {
             leg.connect()

@@ -17,9 +17,9 @@ final class SocketReader {
     private let bev: OpaquePointer
     private let fd: Int32
     private let highWatermark: Int
-    private let readCallback: bufferevent_data_cb
-    private let eventCallback: bufferevent_event_cb
-    private let context: UnsafeMutableRawPointer
+    private var readCallback: bufferevent_data_cb
+    private var eventCallback: bufferevent_event_cb
+    private var context: UnsafeMutableRawPointer
     private var event: OpaquePointer?
     private var watch: OpaquePointer?
     private var paused = false
@@ -65,6 +65,19 @@ final class SocketReader {
     }
 
     deinit { stop() }
+
+    /// Hands the reads to other callbacks (a pooled connection between its owners) while the read
+    /// event stays registered: a stop and a new reader would cost two epoll_ctl calls per request.
+    /// False when the reader has stopped (EOF or an error was reported).
+    func retarget(read: bufferevent_data_cb, event: bufferevent_event_cb, context: UnsafeMutableRawPointer) -> Bool {
+        guard !finished else { return false }
+        readCallback = read
+        eventCallback = event
+        self.context = context
+        return true
+    }
+
+    var isReading: Bool { !finished }
 
     /// Gives reading back to nobody: the event and the buffer watch go (before `bev` is freed or
     /// handed to another owner, such as the pool, which reads with the bufferevent again).

@@ -58,9 +58,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         connector?.cancel()
     }
 
-    /// Takes an idle pooled connection (its pool callbacks are already removed).
-    func attach(pooled: OpaquePointer) {
-        install(pooled)
+    /// Takes an idle pooled connection (its pool callbacks are already removed), with its reader.
+    func attach(pooled: UpstreamConnection) {
+        install(pooled.bev, reader: pooled.reader)
     }
 
     /// Resolves and connects; the owner hears `legConnected` or `legConnectFailed` (possibly before
@@ -89,7 +89,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         owner?.legConnectFailed(self, error)
     }
 
-    private func install(_ upstream: OpaquePointer) {
+    private func install(_ upstream: OpaquePointer, reader pooledReader: SocketReader? = nil) {
         bev = upstream
         let context = Unmanaged.passRetained(self)
         callbackContext = context
@@ -104,8 +104,12 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         } else {
             // EV_WRITE only while output is pending: see flushOutput. Reading is the SocketReader's.
             bufferevent_disable(upstream, sp_ev_write())
-            reader = SocketReader(base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
-                                  event: legEventCallback, context: context.toOpaque())
+            if let pooledReader, pooledReader.retarget(read: legReadCallback, event: legEventCallback, context: context.toOpaque()) {
+                reader = pooledReader
+            } else {
+                reader = SocketReader(base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
+                                      event: legEventCallback, context: context.toOpaque())
+            }
         }
     }
 
@@ -129,15 +133,18 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         connector = nil
         requestPump = nil
         responsePump = nil
-        reader?.stop()  // before the pool reads this connection with the bufferevent again
-        reader = nil
+        let reader = self.reader
+        self.reader = nil
         if let upstream = bev {
             bev = nil
-            if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0 {
-                worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream))  // replaces our callbacks
+            if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
+                // The pool replaces our callbacks, on the bufferevent and on the reader.
+                worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream, reader: reader))
             } else {
-                worker.pool.release(upstream)  // bufferevent_free clears the callbacks first
+                worker.pool.release(upstream, reader: reader)  // the reader stops, then bufferevent_free clears the callbacks
             }
+        } else {
+            reader?.stop()
         }
         callbackContext?.release()
         callbackContext = nil

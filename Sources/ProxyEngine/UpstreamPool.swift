@@ -7,12 +7,15 @@ import ProxyCore
 final class UpstreamConnection {
     let origin: Origin
     let bev: OpaquePointer
+    /// A plain connection's reader, kept registered across owners (the pool, then the next leg).
+    let reader: SocketReader?
     fileprivate(set) var idleSince: UInt64 = 0
     fileprivate weak var pool: UpstreamPool?
 
-    init(origin: Origin, bev: OpaquePointer) {
+    init(origin: Origin, bev: OpaquePointer, reader: SocketReader?) {
         self.origin = origin
         self.bev = bev
+        self.reader = reader
     }
 }
 
@@ -29,8 +32,10 @@ final class UpstreamPool {
         self.metrics = metrics
     }
 
-    /// Every upstream bufferevent is freed here, so the open-connections gauge stays true.
-    func release(_ bev: OpaquePointer) {
+    /// Every upstream bufferevent is freed here, so the open-connections gauge stays true. Its
+    /// reader, if any, stops first (it must never touch a freed bufferevent).
+    func release(_ bev: OpaquePointer, reader: SocketReader? = nil) {
+        reader?.stop()
         bufferevent_free(bev)
         metrics.upstreamConnections.subtract(1, ordering: .relaxed)
     }
@@ -42,6 +47,7 @@ final class UpstreamPool {
         count -= 1
         connection.pool = nil
         bufferevent_setcb(connection.bev, nil, nil, nil, nil)
+        if connection.reader == nil { bufferevent_disable(connection.bev, sp_ev_read()) }
         return connection
     }
 
@@ -49,18 +55,25 @@ final class UpstreamPool {
     func checkin(_ connection: UpstreamConnection) {
         var list = idle[connection.origin] ?? []
         guard list.count < limits.maxIdleUpstreamPerOrigin, count < limits.maxIdleUpstreamTotal else {
-            release(connection.bev)
+            release(connection.bev, reader: connection.reader)
             return
         }
         connection.idleSince = monotonicMilliseconds()
         connection.pool = self
         let context = Unmanaged.passUnretained(connection).toOpaque()
-        bufferevent_setcb(connection.bev, { _, context in
-            idleConnectionBroke(context)
-        }, nil, { _, _, context in
-            idleConnectionBroke(context)
-        }, context)
-        bufferevent_enable(connection.bev, sp_ev_read())
+        let broke: bufferevent_data_cb = { _, context in idleConnectionBroke(context) }
+        let brokeEvent: bufferevent_event_cb = { _, _, context in idleConnectionBroke(context) }
+        bufferevent_setcb(connection.bev, broke, nil, brokeEvent, context)
+        // A plain connection's reader keeps watching it (now for the pool); a TLS one is watched by
+        // its bufferevent.
+        if let reader = connection.reader {
+            guard reader.retarget(read: broke, event: brokeEvent, context: context) else {
+                release(connection.bev, reader: reader)
+                return
+            }
+        } else {
+            bufferevent_enable(connection.bev, sp_ev_read())
+        }
         list.append(connection)
         idle[connection.origin] = list
         count += 1
@@ -74,7 +87,7 @@ final class UpstreamPool {
         idle[connection.origin] = list.isEmpty ? nil : list
         count -= 1
         connection.pool = nil
-        release(connection.bev)
+        release(connection.bev, reader: connection.reader)
     }
 
     func closeExpired(idleMilliseconds: Int) {
