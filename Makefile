@@ -5,7 +5,7 @@ SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
 TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx
-BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl
+BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
 define ensure_packages
@@ -75,11 +75,11 @@ test: packages-test
 	$(SWIFT) test --no-parallel
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-20} fuzz/run.sh
 
-## Side-by-side benchmark: direct nginx vs scopeproxy vs tinyproxy vs squid, then TLS interception
-## next to plain HTTP (not part of `make test`).
+## Side-by-side benchmark, one table: direct nginx vs scopeproxy (full, engine) vs tinyproxy vs squid
+## (wrk rows, uploads, a CONNECT tunnel), then TLS interception next to mitmdump; printed and written
+## on top of bench/RESULTS.md (BENCH_WRITE_RESULTS=0 skips that). Not part of `make test`.
 bench: release packages-bench
-	bench/run.sh
-	python3 bench/tls_bench.py
+	BENCH_COMMAND="make bench" bench/run.sh
 
 ## Only the hostile-peer suites: clients, upstreams, limits (10 000 idle connections), smuggling vectors.
 hostile: packages-test

@@ -63,7 +63,8 @@ run_wrk() {
   awk -v r="$requests" -v d="$DURATION" -v t=$((after - before)) -v u=$TICK_US 'BEGIN { printf "%.0f %.1f\n", r / d, (r > 0 ? t * u / r : 0) }'
 }
 upload() {  # name framing -> MB/s
-  local args=(-x "http://127.0.0.1:${PORT[$1]}")
+  # no `Expect: 100-continue` (curl adds it above 1 MiB; the sink never answers 100: a 1 s wait per upload)
+  local args=(-x "http://127.0.0.1:${PORT[$1]}" -H "Expect:")
   [ "$2" = chunked ] && args+=(-H "Transfer-Encoding: chunked")
   taskset -c 1 curl -sS "${args[@]}" -T "$WORK/upload.bin" -o /dev/null -w '%{speed_upload}' "http://127.0.0.1:$SINK_PORT/upload" \
     | awk '{ printf "%.0f\n", $1 / 1048576 }'

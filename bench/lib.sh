@@ -1,15 +1,35 @@
 # Shared by bench/run.sh and bench/soak.sh (sourced): a scratch workspace, loopback ports and the
 # nginx origin.
 
-# start_workspace NAME: $WORK is a fresh directory; processes added to PIDS are killed and the
-# directory removed when the script exits, however it exits.
+# start_workspace NAME: $WORK is a fresh directory; processes added to PIDS (and their children) are
+# killed and the directory removed when the script exits, however it exits: the end, an error under
+# `set -e`, Ctrl-C, SIGTERM or SIGHUP.
 start_workspace() {
   WORK=$(mktemp -d "/tmp/scopeproxy-$1.XXXXXX")
   chmod 777 "$WORK"
   PIDS=()
   trap cleanup_workspace EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
 }
-cleanup_workspace() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
+# The process ids of PID's descendants, deepest first.
+descendants() { local child; for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do descendants "$child"; echo "$child"; done; }
+cleanup_workspace() {
+  trap '' INT TERM HUP
+  local pid all=() alive
+  for pid in "${PIDS[@]}"; do all+=($(descendants "$pid") "$pid"); done
+  for pid in "${all[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # SIGTERM first (squid, nginx and the Python helpers clean up after themselves), SIGKILL after 5 s.
+  for _ in $(seq 1 50); do
+    alive=0
+    for pid in "${all[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${all[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

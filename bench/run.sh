@@ -1,38 +1,74 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark, one run: wrk against nginx directly and through scopeproxy, tinyproxy and
-# squid, interleaved and repeated (median of the repeats), then a 1 GiB upload. Prints req/s,
-# p50/p99 latency, proxy CPU-µs per request, peak RSS and the ratios.
+# Side-by-side benchmark, one run, one table: a loopback nginx directly and through scopeproxy (full:
+# one scope injecting a token, JSON access log to a file; engine: no scope, no access log), tinyproxy
+# and squid. wrk rows (interleaved repeats, median), streamed uploads to bench/upload_sink.py
+# (Content-Length and chunked), a download through a CONNECT tunnel; each cell is the ratio to direct
+# with the proxy's CPU (from /proc/PID/stat). Then the TLS table of bench/tls_bench.py (scopeproxy
+# next to mitmdump). The report goes to stdout and, newest on top, to bench/RESULTS.md.
 #
-# Pinning: the proxy under test runs on core 0, wrk and nginx on core 1 (2-core machines).
-# Loopback only, every run bounded by BENCH_DURATION.
-#   BENCH_DURATION=5 BENCH_REPEATS=3 BENCH_SIZES="1k 64k 1m" bench/run.sh
+# Pinning: the proxy under test runs on core 0, wrk, nginx, the upload sink and curl on core 1
+# (2-core machines); every proxy has one thread/worker. Loopback only, every run bounded in time.
+#   BENCH_DURATION=5 BENCH_REPEATS=3 BENCH_UPLOAD_MIB=1024 BENCH_TUNNEL_MIB=1024 bench/run.sh
+#   BENCH_DURATION=1 BENCH_REPEATS=1 BENCH_UPLOAD_MIB=128 BENCH_TUNNEL_MIB=128 BENCH_WRITE_RESULTS=0 bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${BENCH_DURATION:-5}
 REPEATS=${BENCH_REPEATS:-3}
-SIZES=${BENCH_SIZES:-"1k 64k 1m"}
 CONNECTIONS=${BENCH_CONNECTIONS:-32}
 UPLOAD_MIB=${BENCH_UPLOAD_MIB:-1024}
+TUNNEL_MIB=${BENCH_TUNNEL_MIB:-1024}
+TRANSFER_TIMEOUT=${BENCH_TRANSFER_TIMEOUT:-120}
+WRITE_RESULTS=${BENCH_WRITE_RESULTS:-1}
+RESULTS_FILE=${BENCH_RESULTS_FILE:-bench/RESULTS.md}
+RUN_TLS=${BENCH_TLS:-1}
 BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
+# The command line as typed, for the report: the BENCH_* settings in the environment, then the command.
+COMMAND=$(for v in BENCH_DURATION BENCH_REPEATS BENCH_CONNECTIONS BENCH_UPLOAD_MIB BENCH_TUNNEL_MIB BENCH_TRANSFER_TIMEOUT \
+  BENCH_TLS BENCH_TLS_CLIENTS BENCH_TLS_DURATION BENCH_TLS_REPEATS SCOPEPROXY_BINARY; do
+  [ -n "${!v:-}" ] && printf '%s=%s ' "$v" "${!v}"; done; echo "${BENCH_COMMAND:-bench/run.sh}")
 source bench/lib.sh
 start_workspace bench
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-peak_rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
+status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
+log() { echo "$*" >&2; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+size_label() { if [ $(($1 % 1024)) = 0 ]; then echo "$(($1 / 1024)) GiB"; else echo "$1 MiB"; fi; }
+median() { sort -g | awk '{a[NR]=$1} END { print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2) }'; }
+[ -x "$BINARY" ] || { echo "no scopeproxy binary at $BINARY (swift build -c release)" >&2; exit 1; }
 
-# --- origin: nginx, one worker, on core 1 ---
+# --- origin: nginx, one worker, on core 1; the tunnel's download is a sparse file in its www ---
 NGINX_PORT=$(free_port)
 write_nginx_origin "$WORK" "$NGINX_PORT"
+truncate -s "${TUNNEL_MIB}M" "$WORK/www/tunnel.bin"
 taskset -c 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
 wait_port "$NGINX_PORT"
 
-# --- proxies, each on core 0 ---
-SCOPE_PORT=$(free_port)
-taskset -c 0 "$BINARY" run --listen "127.0.0.1:$SCOPE_PORT" --threads 1 >/dev/null 2>"$WORK/scopeproxy.err" & SCOPE_PID=$!; PIDS+=($SCOPE_PID)
-# The same proxy without its access log (JSON lines to /dev/null above): the difference is the log's cost.
-NOLOG_PORT=$(free_port)
-taskset -c 0 "$BINARY" run --listen "127.0.0.1:$NOLOG_PORT" --threads 1 --no-access-log >/dev/null 2>&1 & NOLOG_PID=$!; PIDS+=($NOLOG_PID)
+# --- proxies, each on core 0, one thread / worker ---
+# full: one scope for the origin injecting a secret from the environment, the JSON access log to a file.
+cat > "$WORK/full.yaml" <<YAML
+secrets: { bench_token: { env: BENCH_TOKEN } }
+scopes:
+  - name: bench
+    origins: ["http://127.0.0.1:$NGINX_PORT"]
+    inject: { Authorization: "Bearer \${bench_token}" }
+log: { output: $WORK/access.log }
+tls: { tunnel: allow }
+YAML
+# engine: no scope; started with --no-access-log.
+echo "tls: { tunnel: allow }" > "$WORK/engine.yaml"
+for config in full engine; do
+  "$BINARY" check --config "$WORK/$config.yaml" >"$WORK/check-$config.txt" 2>&1 \
+    || { cat "$WORK/check-$config.txt" >&2; echo "scopeproxy check refused $WORK/$config.yaml" >&2; exit 1; }
+done
+FULL_PORT=$(free_port)
+BENCH_TOKEN=bench-token-0123456789 taskset -c 0 "$BINARY" run --config "$WORK/full.yaml" --listen "127.0.0.1:$FULL_PORT" --threads 1 \
+  >/dev/null 2>"$WORK/full.err" & FULL_PID=$!; PIDS+=($FULL_PID)
+ENGINE_PORT=$(free_port)
+taskset -c 0 "$BINARY" run --config "$WORK/engine.yaml" --listen "127.0.0.1:$ENGINE_PORT" --threads 1 --no-access-log \
+  >/dev/null 2>"$WORK/engine.err" & ENGINE_PID=$!; PIDS+=($ENGINE_PID)
 
+# tinyproxy: with no ConnectPort line every port may be CONNECTed to; one line names the origin's port.
 TINY_PORT=$(free_port)
 cat > "$WORK/tinyproxy.conf" <<CONF
 Port $TINY_PORT
@@ -42,9 +78,12 @@ MaxClients 512
 LogLevel Critical
 Allow 127.0.0.1
 DisableViaHeader Yes
+ConnectPort $NGINX_PORT
 CONF
 taskset -c 0 tinyproxy -d -c "$WORK/tinyproxy.conf" >/dev/null 2>&1 & TINY_PID=$!; PIDS+=($TINY_PID)
 
+# squid: no cache, no access log; localhost may do anything, CONNECT to the origin's port included
+# (this config has no SSL_ports rule).
 SQUID_PORT=$(free_port)
 cat > "$WORK/squid.conf" <<CONF
 http_port 127.0.0.1:$SQUID_PORT
@@ -61,15 +100,24 @@ shutdown_lifetime 0 seconds
 CONF
 taskset -c 0 squid -N -f "$WORK/squid.conf" >/dev/null 2>&1 & SQUID_PID=$!; PIDS+=($SQUID_PID)
 
-wait_port "$SCOPE_PORT"; wait_port "$NOLOG_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
+wait_port "$FULL_PORT"; wait_port "$ENGINE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
 # Measure the process that owns each listening socket (squid may run its worker as a child).
-listener_pid() { ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2; }
+listener_pid() { ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | awk -F= 'NR == 1 {print $2}' || true; }
 sleep 1
 SQUID_WORKER=$(listener_pid "$SQUID_PORT"); SQUID_WORKER=${SQUID_WORKER:-$SQUID_PID}
 
-declare -A PORT_OF=([direct]=$NGINX_PORT [scopeproxy]=$SCOPE_PORT [scope-nolog]=$NOLOG_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
-declare -A PID_OF=([direct]= [scopeproxy]=$SCOPE_PID [scope-nolog]=$NOLOG_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
-TARGETS="direct scopeproxy scope-nolog tinyproxy squid"
+PROXIES="full engine tinyproxy squid"
+TARGETS="direct $PROXIES"
+declare -A PORT_OF=([direct]=$NGINX_PORT [full]=$FULL_PORT [engine]=$ENGINE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
+declare -A PID_OF=([direct]= [full]=$FULL_PID [engine]=$ENGINE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
+
+# Every proxy must carry a plain request and a CONNECT tunnel to the origin before anything is measured.
+for proxy in $PROXIES; do
+  for tunnel in "" -p; do
+    code=$(curl -sS $tunnel --max-time 10 -x "http://127.0.0.1:${PORT_OF[$proxy]}" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NGINX_PORT/1k" || true)
+    [ "$code" = 200 ] || { echo "$proxy ${tunnel:+(CONNECT) }answered '$code' for the origin's /1k" >&2; exit 1; }
+  done
+done
 
 # wrk speaks to a proxy with an absolute-form target set from Lua.
 cat > "$WORK/proxy.lua" <<'LUA'
@@ -82,82 +130,203 @@ cat > "$WORK/direct.lua" <<'LUA'
 if os.getenv("BENCH_CLOSE") == "1" then wrk.headers["Connection"] = "close" end
 LUA
 
-# one wrk run: prints "rps p50_ms p99_ms cpu_us_per_req"
+# one wrk run: prints "req/s cpu-us/req" (cpu "-" for direct)
 run_wrk() {
-  local target=$1 size=$2 close=$3 port=${PORT_OF[$1]} pid=${PID_OF[$1]} before after out rps requests
+  local target=$1 size=$2 close=$3 port=${PORT_OF[$1]} pid=${PID_OF[$1]} before after out requests rps cpu=-
   export BENCH_TARGET="http://127.0.0.1:$NGINX_PORT/$size" BENCH_HOST="127.0.0.1:$NGINX_PORT" BENCH_CLOSE=$close
   [ -n "$pid" ] && before=$(cpu_ticks "$pid")
   if [ "$target" = direct ]; then
-    out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/direct.lua" "http://127.0.0.1:$port/$size")
+    out=$(taskset -c 1 timeout --foreground $((DURATION + 30)) wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$WORK/direct.lua" "http://127.0.0.1:$port/$size")
   else
-    out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$WORK/proxy.lua" "http://127.0.0.1:$port")
+    out=$(taskset -c 1 timeout --foreground $((DURATION + 30)) wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$WORK/proxy.lua" "http://127.0.0.1:$port")
   fi
+  [ -n "$pid" ] && after=$(cpu_ticks "$pid")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   requests=$(awk '/requests in/ {print $1}' <<<"$out")
   local non2xx; non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); non2xx=${non2xx:-0}
   local errors; errors=$(awk '/Socket errors/ {print}' <<<"$out")
-  local p50 p99
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  local cpu="-"
-  if [ -n "$pid" ]; then after=$(cpu_ticks "$pid"); cpu=$(awk -v t=$((after - before)) -v r="$requests" -v u=$TICK_US 'BEGIN { printf "%.1f", (r > 0 ? t * u / r : 0) }'); fi
-  [ "$non2xx" != 0 ] && echo "warning: $target $size close=$close: $non2xx non-2xx responses" >&2
-  [ -n "$errors" ] && [ "$close" = 0 ] && echo "note: $target $size: $errors" >&2
-  echo "$rps $(to_ms "$p50") $(to_ms "$p99") $cpu"
+  [ "$non2xx" != 0 ] && log "warning: $target $size close=$close: $non2xx non-2xx responses"
+  [ -n "$errors" ] && [ "$close" = 0 ] && log "note: $target $size: $errors"
+  [ -n "$pid" ] && cpu=$(awk -v t=$((after - before)) -v r="$requests" -v u=$TICK_US 'BEGIN { printf "%.1f", (r > 0 ? t * u / r : 0) }')
+  echo "${rps:-0} $cpu"
 }
-to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'; }
-median() { sort -g | awk '{a[NR]=$1} END { print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2) }'; }
 
-echo "scopeproxy benchmark: $(nproc) cores, wrk -t1 -c$CONNECTIONS -d${DURATION}s, median of $REPEATS interleaved runs"
-echo "proxy on core 0; wrk and nginx (1 worker) on core 1; $(date -u +%Y-%m-%dT%H:%MZ)"
-echo "scopeproxy: embedded default config, JSON access log to /dev/null; scope-nolog: same with --no-access-log"
+# one transfer: prints "MB/s cpu-seconds" (cpu "-" for direct), or "fail -"
+transfer() {
+  local target=$1 kind=$2 pid=${PID_OF[$1]} before after args=(-sS --max-time "$TRANSFER_TIMEOUT") out expected got
+  [ -n "$pid" ] && before=$(cpu_ticks "$pid")
+  case $kind in
+    content-length|chunked)
+      # no `Expect: 100-continue` (curl adds it above 1 MiB; the sink never answers 100, so curl would
+      # wait its 1 s timeout first)
+      args+=(-H "Expect:" -T "$WORK/upload.bin" -o "$WORK/sink.out" -w '%{http_code} %{speed_upload} %{size_upload}')
+      [ "$kind" = chunked ] && args+=(-H "Transfer-Encoding: chunked")
+      [ "$target" != direct ] && args+=(-x "http://127.0.0.1:${PORT_OF[$target]}")
+      expected=$((UPLOAD_MIB * 1048576)); : > "$WORK/sink.out"
+      out=$(taskset -c 1 curl "${args[@]}" "http://127.0.0.1:$SINK_PORT/upload" 2>>"$WORK/curl.err") || true
+      # the sink counts what arrives after the head: the body, or for chunked the body and its framing
+      got=$(cat "$WORK/sink.out"); [ "$kind" = chunked ] && [ "${got:-0}" -ge "$expected" ] 2>/dev/null && got=$expected ;;
+    tunnel)
+      args+=(-o /dev/null -w '%{http_code} %{speed_download} %{size_download}')
+      [ "$target" != direct ] && args+=(-p -x "http://127.0.0.1:${PORT_OF[$target]}")
+      expected=$((TUNNEL_MIB * 1048576))
+      out=$(taskset -c 1 curl "${args[@]}" "http://127.0.0.1:$NGINX_PORT/tunnel.bin" 2>>"$WORK/curl.err") || true
+      got=$(awk '{print $3}' <<<"$out") ;;
+  esac
+  [ -n "$pid" ] && after=$(cpu_ticks "$pid")
+  if [ "$(awk '{print $1}' <<<"$out")" != 200 ] || [ "$got" != "$expected" ]; then
+    log "warning: $target $kind failed: curl '$out', $got of $expected bytes arrived ($(tail -1 "$WORK/curl.err" 2>/dev/null))"
+    echo "fail -"; return
+  fi
+  awk -v s="$(awk '{print $2}' <<<"$out")" -v t="${after:-0}" -v b="${before:-0}" -v u=$TICK_US -v d="$([ -n "$pid" ] && echo 0 || echo 1)" \
+    'BEGIN { if (d) printf "%.0f -\n", s / 1e6; else printf "%.0f %.2f\n", s / 1e6, (t - b) * u / 1e6 }'
+}
+
+log "scopeproxy benchmark: wrk -t1 -c$CONNECTIONS -d${DURATION}s, median of $REPEATS interleaved runs; $(size_label "$UPLOAD_MIB") uploads, $(size_label "$TUNNEL_MIB") tunnel"
 declare -A RESULT
-for mode in keepalive close; do
-  close=0; [ "$mode" = close ] && close=1
-  for size in $SIZES; do
-    for repeat in $(seq 1 "$REPEATS"); do
-      for target in $TARGETS; do
-        RESULT["$mode/$size/$target/$repeat"]=$(run_wrk "$target" "$size" "$close")
-      done
-    done
-  done
-done
-
-printf '\n%-9s %-5s %-11s %10s %8s %8s %9s %9s\n' mode size target "req/s" "p50 ms" "p99 ms" "cpu-us/req" "vs direct"
-for mode in keepalive close; do
-  for size in $SIZES; do
-    direct_rps=$(for r in $(seq 1 "$REPEATS"); do echo "${RESULT[$mode/$size/direct/$r]}" | cut -d' ' -f1; done | median)
+WRK_WORK="keepalive/1k close/1k keepalive/64k keepalive/1m"
+for work in $WRK_WORK; do
+  mode=${work%/*}; size=${work#*/}; close=0; [ "$mode" = close ] && close=1
+  for repeat in $(seq 1 "$REPEATS"); do
     for target in $TARGETS; do
-      col() { for r in $(seq 1 "$REPEATS"); do echo "${RESULT[$mode/$size/$target/$r]}" | cut -d' ' -f"$1"; done | median; }
-      rps=$(col 1); p50=$(col 2); p99=$(col 3)
-      cpu=$([ "$target" = direct ] && echo "-" || col 4)
-      printf '%-9s %-5s %-11s %10.0f %8s %8s %9s %9.2f\n' "$mode" "$size" "$target" "$rps" "$p50" "$p99" "$cpu" "$(awk -v a="$rps" -v b="$direct_rps" 'BEGIN{print a/b}')"
-      RESULT["$mode/$size/$target/median"]=$rps
+      log "  wrk $mode $size $target (run $repeat of $REPEATS)"
+      RESULT["$work/$target/$repeat"]=$(run_wrk "$target" "$size" "$close")
     done
-    printf '%-9s %-5s %-11s %10s %8s %8s %9s %9.2f\n' "$mode" "$size" "scope/squid" "" "" "" "" \
-      "$(awk -v a="${RESULT[$mode/$size/scopeproxy/median]}" -v b="${RESULT[$mode/$size/squid/median]}" 'BEGIN{print a/b}')"
   done
 done
 
-echo
-echo "peak RSS after the wrk runs (KiB): scopeproxy $(peak_rss_kib "$SCOPE_PID"), tinyproxy $(peak_rss_kib "$TINY_PID"), squid $(peak_rss_kib "$SQUID_WORKER")"
-
-# --- 1 GiB streamed upload: direct vs through scopeproxy, Content-Length and chunked ---
+# --- uploads to the sink and the tunnel download; RSS from here on ---
 SINK_PORT=$(free_port)
 taskset -c 1 python3 bench/upload_sink.py "$SINK_PORT" & PIDS+=($!)
 wait_port "$SINK_PORT"
 truncate -s "${UPLOAD_MIB}M" "$WORK/upload.bin"
-upload() {  # via framing -> MB/s
-  local via=$1 framing=$2 args=() speed
-  [ "$via" = scopeproxy ] && args+=(-x "http://127.0.0.1:$SCOPE_PORT")
-  [ "$framing" = chunked ] && args+=(-H "Transfer-Encoding: chunked")
-  speed=$(taskset -c 1 curl -sS "${args[@]}" -T "$WORK/upload.bin" -o /dev/null -w '%{speed_upload}' "http://127.0.0.1:$SINK_PORT/upload")
-  awk -v s="$speed" 'BEGIN { printf "%.0f\n", s / 1048576 }'
-}
-echo
-printf '%-28s %10s %10s %9s\n' "${UPLOAD_MIB} MiB upload" "direct" "scopeproxy" "ratio"
-for framing in content-length chunked; do
-  d=$(for r in $(seq 1 "$REPEATS"); do upload direct "$framing"; done | median)
-  s=$(for r in $(seq 1 "$REPEATS"); do upload scopeproxy "$framing"; done | median)
-  printf '%-28s %8s MB/s %8s MB/s %9.2f\n' "$framing" "$d" "$s" "$(awk -v a="$s" -v b="$d" 'BEGIN{print a/b}')"
+declare -A RSS_BEFORE HWM_WRK HWM_UPLOADS HWM_END
+for proxy in $PROXIES; do
+  pid=${PID_OF[$proxy]}
+  RSS_BEFORE[$proxy]=$(status_kib "$pid" VmRSS); HWM_WRK[$proxy]=$(status_kib "$pid" VmHWM)
+  # reset the peak so VmHWM after the uploads is the uploads' own peak (5: reset the peak RSS)
+  { echo 5 > "/proc/$pid/clear_refs"; } 2>/dev/null || log "note: cannot reset $proxy's VmHWM; the upload peak includes the wrk runs"
 done
-echo "scopeproxy peak RSS after the uploads: $(peak_rss_kib "$SCOPE_PID") KiB"
+# untimed: the first read of a sparse file fills the page cache (the first transfer ran at a fraction of the others)
+log "  warm-up: one direct upload, one direct download"
+transfer direct content-length >/dev/null; transfer direct tunnel >/dev/null
+for kind in content-length chunked; do
+  for repeat in $(seq 1 "$REPEATS"); do
+    for target in $TARGETS; do
+      log "  $(size_label "$UPLOAD_MIB") upload $kind $target (run $repeat of $REPEATS)"
+      RESULT["upload-$kind/$target/$repeat"]=$(transfer "$target" "$kind")
+    done
+  done
+done
+for proxy in $PROXIES; do HWM_UPLOADS[$proxy]=$(status_kib "${PID_OF[$proxy]}" VmHWM); done
+for repeat in $(seq 1 "$REPEATS"); do
+  for target in $TARGETS; do
+    log "  $(size_label "$TUNNEL_MIB") download, CONNECT tunnel, $target (run $repeat of $REPEATS)"
+    RESULT["tunnel/$target/$repeat"]=$(transfer "$target" tunnel)
+  done
+done
+for proxy in $PROXIES; do HWM_END[$proxy]=$(status_kib "${PID_OF[$proxy]}" VmHWM); done
+# the full proxy did inject (its log is written in batches: most lines are there by now)
+INJECTED=$(grep -c '"injected":\["Authorization"\]' "$WORK/access.log" || true)
+log "scopeproxy full: $(wc -l < "$WORK/access.log") access log lines so far, $INJECTED with Authorization injected"
+[ "${INJECTED:-0}" -gt 0 ] || log "warning: scopeproxy full logged no injection: check $WORK/full.yaml"
+
+# --- the table ---
+# median of column N over the repeats of WORK/TARGET ("fail" if any repeat failed, "-" when absent)
+col() {
+  local values; values=$(for r in $(seq 1 "$REPEATS"); do echo "${RESULT[$1/$2/$r]}" | cut -d' ' -f"$3"; done)
+  if grep -q fail <<<"$values"; then echo fail; elif grep -qx -- - <<<"$values"; then echo -; else median <<<"$values"; fi
+}
+cell() {  # WORK TARGET UNIT(req/s|MB/s) -> "ratio (cpu)" or, for direct, "1.00 (absolute unit)"
+  local work=$1 target=$2 unit=$3 value direct cpu
+  value=$(col "$work" "$target" 1); direct=$(col "$work" direct 1)
+  if [ "$value" = fail ]; then echo "failed"; return; fi
+  if [ "$target" = direct ]; then awk -v v="$value" -v u="$unit" 'BEGIN { printf "1.00 (%.0f %s)", v, u }'; return; fi
+  cpu=$(col "$work" "$target" 2)
+  awk -v v="$value" -v d="$direct" -v c="$cpu" -v u="$unit" 'BEGIN {
+    ratio = (d == "fail" || d == 0) ? "-" : sprintf("%.2f", v / d)
+    if (u == "req/s") cpu = (c >= 100 ? sprintf("%.0f", c) : sprintf("%.1f", c)); else cpu = sprintf("%.2f", c)
+    printf "%s (%s)", ratio, cpu }'
+}
+declare -A LABEL=(
+  [keepalive/1k]="1 KiB keep-alive, × direct (proxy CPU µs/req)"
+  [close/1k]="1 KiB new connection per request (CPU µs/req)"
+  [keepalive/64k]="64 KiB keep-alive (CPU µs/req)"
+  [keepalive/1m]="1 MiB keep-alive (CPU µs/req)"
+  [upload-content-length]="$(size_label "$UPLOAD_MIB") upload, Content-Length (proxy CPU s)"
+  [upload-chunked]="$(size_label "$UPLOAD_MIB") upload, chunked (CPU s)"
+  [tunnel]="CONNECT tunnel, $(size_label "$TUNNEL_MIB") download (CPU s)"
+)
+table() {
+  echo "| work | direct | scopeproxy full | scopeproxy engine | tinyproxy | squid |"
+  echo "|---|---|---|---|---|---|"
+  local work unit target line
+  for work in $WRK_WORK upload-content-length upload-chunked tunnel; do
+    unit=req/s; case $work in upload*|tunnel) unit=MB/s ;; esac
+    line="| ${LABEL[$work]} |"
+    for target in $TARGETS; do line+=" $(cell "$work" "$target" "$unit") |"; done
+    echo "$line"
+  done
+}
+rss_line() {
+  local proxy out="" peak
+  local -A names=([full]="scopeproxy full" [engine]="scopeproxy engine" [tinyproxy]=tinyproxy [squid]=squid)
+  for proxy in $PROXIES; do out+="${out:+; }${names[$proxy]} $(mib "${RSS_BEFORE[$proxy]}") → $(mib "${HWM_UPLOADS[$proxy]}")"; done
+  echo "RSS during the uploads, MiB (VmRSS before → VmHWM after): $out."
+  out=""
+  for proxy in $PROXIES; do
+    peak=${HWM_WRK[$proxy]}; [ "${HWM_END[$proxy]}" -gt "$peak" ] && peak=${HWM_END[$proxy]}
+    out+="${out:+; }${names[$proxy]} $(mib "$peak")"
+  done
+  echo "Peak RSS over the whole run, MiB (VmHWM): $out."
+}
+
+versions() {
+  local nginx tiny squid wrk curl mitm
+  nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||' || true); tiny=$(tinyproxy -v 2>&1 | awk '{print $2}' || true)
+  squid=$(squid -v 2>&1 | awk '/Version/ {print $NF}' || true); wrk=$(wrk -v 2>&1 | awk '/^wrk/ {print $2}' || true)
+  curl=$(curl --version 2>&1 | awk 'NR == 1 {print $2}' || true); mitm=$(mitmdump --version 2>/dev/null | awk '/^Mitmproxy/ {print $2}' || true)
+  echo "nginx $nginx, tinyproxy $tiny, squid $squid, wrk $wrk, curl $curl${mitm:+, mitmdump $mitm}"
+}
+commit() {
+  local head dirty=""
+  head=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  [ -n "$(git status --porcelain -- Sources Package.swift Package.resolved 2>/dev/null)" ] && dirty=" with uncommitted changes under Sources/"
+  if [ "$BINARY" = .build/release/scopeproxy ]; then echo "$BINARY built from commit $head$dirty"; else echo "$BINARY (tree at commit $head$dirty)"; fi
+}
+
+REPORT="$WORK/report.md"
+{
+  echo "## Latest run ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+  echo
+  echo "Machine: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores (nproc), Linux $(uname -r)."
+  echo "Binary: $(commit). Versions: $(versions)."
+  echo
+  echo "Command: \`$COMMAND\`"
+  echo
+  echo "Proxy on core 0 (scopeproxy \`--threads 1\`, tinyproxy, squid \`workers 1\`), wrk + nginx (1 worker) + upload sink + curl on core 1;"
+  echo "loopback. wrk -t1 -c$CONNECTIONS -d${DURATION}s; every cell the median of $REPEATS interleaved runs. Each cell: throughput ÷ direct"
+  echo "(the direct cell gives the absolute figure), with the proxy's CPU (user + system, /proc/PID/stat) in parentheses: µs per request"
+  echo "for wrk rows, seconds for the whole transfer below. scopeproxy full: one scope injecting \`Authorization: Bearer \${bench_token}\`"
+  echo "into the origin's requests, JSON access log to a file; engine: no scope, \`--no-access-log\`. Uploads: \`curl -T\` of a sparse"
+  echo "file to bench/upload_sink.py, without \`Expect: 100-continue\`; tunnel: \`curl -p -x PROXY\` of a sparse file from nginx."
+  echo
+  table
+  echo
+  rss_line
+} > "$REPORT"
+
+if [ "$RUN_TLS" = 1 ]; then
+  log "TLS: scopeproxy and mitmdump intercepting one HTTPS origin (bench/tls_bench.py)"
+  # in the background so that the cleanup can end it (and its mitmdump) on Ctrl-C or an error
+  python3 bench/tls_bench.py > "$WORK/tls.md" & TLS_PID=$!; PIDS+=($TLS_PID)
+  if wait "$TLS_PID"; then { echo; cat "$WORK/tls.md"; } >> "$REPORT"
+  else log "warning: bench/tls_bench.py failed"; { echo; echo "TLS: bench/tls_bench.py failed in this run."; } >> "$REPORT"; fi
+fi
+
+echo
+cat "$REPORT"
+if [ "$WRITE_RESULTS" = 1 ]; then
+  python3 bench/write_results.py "$RESULTS_FILE" "$REPORT"
+  log "written to $RESULTS_FILE (newest on top; BENCH_WRITE_RESULTS=0 skips this)"
+fi
