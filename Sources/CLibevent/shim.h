@@ -18,6 +18,7 @@
 #include <event2/util.h>
 #include <event2/http.h>
 #include <event2/bufferevent_ssl.h>
+#include <malloc.h>
 
 // Flags Swift imports as plain Int32 macros are fine; these wrap what it cannot import.
 static inline short sp_ev_read(void) { return EV_READ; }
@@ -47,4 +48,8 @@ static inline int sp_bufferevent_ssl_connecting(void) { return BUFFEREVENT_SSL_C
 static inline int sp_bufferevent_ssl_accepting(void) { return BUFFEREVENT_SSL_ACCEPTING; }
 
 static inline void sp_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+
+// glibc allocator thresholds (malloc.h is not in Swift's Glibc module).
+static inline int sp_set_malloc_trim_threshold(int bytes) { return mallopt(M_TRIM_THRESHOLD, bytes); }
+static inline int sp_set_malloc_mmap_threshold(int bytes) { return mallopt(M_MMAP_THRESHOLD, bytes); }
 #endif
