@@ -52,12 +52,20 @@ public struct JSONLine {
     @inlinable public static func appendQuoted(_ text: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         var clean = 0
+        var index = 0
         // Runs of bytes that need no escaping go in one append each; nearly every value is one run.
-        for index in 0..<text.count {
+        while index < text.count {
+            // Eight bytes at a time while none of them needs escaping (a log line is mostly such runs).
+            if index + 8 <= text.count, let base = text.baseAddress,
+               !wordNeedsEscape(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)) {
+                index += 8
+                continue
+            }
             let byte = text[index]
+            index += 1
             guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte == 0x7F else { continue }
-            if clean < index { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[clean..<index])) }
-            clean = index + 1
+            if clean < index - 1 { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[clean..<(index - 1)])) }
+            clean = index
             bytes.append(UInt8(ascii: "\\"))
             switch byte {
             case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
@@ -75,6 +83,15 @@ public struct JSONLine {
         }
         if clean < text.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[clean...])) }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether any of eight bytes is a control (< 0x20), `"`, `\` or DEL. The classic SWAR tests
+    /// ("has a byte less than n", "has a zero byte" after an XOR), exact for existence.
+    @inlinable static func wordNeedsEscape(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        @inline(__always) func hasZero(_ x: UInt64) -> Bool { (x &- ones) & ~x & highs != 0 }
+        let control = (word &- ones &* 0x20) & ~word & highs != 0
+        return control || hasZero(word ^ (ones &* 0x22)) || hasZero(word ^ (ones &* 0x5C)) || hasZero(word ^ (ones &* 0x7F))
     }
 
     @inlinable static func hexDigit(_ nibble: UInt8) -> UInt8 {
@@ -118,9 +135,20 @@ public struct JSONLine {
     @inlinable public func finish() -> [UInt8] { bytes + [UInt8(ascii: "}")] }
 
     @inlinable public static func appendDecimal(_ value: UInt64, minimumDigits: Int = 1, to bytes: inout [UInt8]) {
-        let text = String(value)  // a small string: no allocation
-        for _ in text.utf8.count..<max(minimumDigits, text.utf8.count) { bytes.append(UInt8(ascii: "0")) }
-        bytes += text.utf8
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 { digits += 1; rest /= 10 }
+        let width = max(minimumDigits, digits)
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
+        // Written from the last digit back; the leading positions keep their zeros.
+        var remaining = value
+        var position = start + width - 1
+        repeat {
+            bytes[position] = UInt8(ascii: "0") + UInt8(remaining % 10)
+            remaining /= 10
+            position -= 1
+        } while remaining > 0
     }
 }
 

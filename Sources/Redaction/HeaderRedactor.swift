@@ -9,29 +9,27 @@ extension Redactor {
         return result
     }
 
-    /// `headers`, one pair at a time, without building the list (the access log's per-request path).
+    /// `headers`, one pair at a time, without building the list (the access log's per-request path:
+    /// no arrays, and a repeated name, which is rare, is found by looking back and ahead).
     public func forEachHeader(_ fields: HTTPFields, _ body: (_ name: String, _ value: String) -> Void) {
-        var names: [String] = []
-        var values: [String] = []
-        names.reserveCapacity(fields.count)
-        values.reserveCapacity(fields.count)
-        for field in fields {
-            let name = field.lowercasedName
-            let value: String
-            if name == "location" || name == "content-location" {
-                value = url(field.value)
-            } else if name != "set-cookie", rules.safeHeaders.contains(name) {
-                value = field.value
-            } else {
-                value = Self.redacted
+        let storage = fields.storage
+        next: for position in storage.indices {
+            let name = storage[position].lowercasedName
+            for earlier in 0..<position where storage[earlier].hasName(name) { continue next }
+            var value = shownValue(storage[position].value, lowercaseName: name)
+            for later in (position + 1)..<storage.count where storage[later].hasName(name) {
+                let more = shownValue(storage[later].value, lowercaseName: name)
+                if value != more { value += ", " + more }
             }
-            if let index = names.firstIndex(of: name) {
-                if values[index] != value { values[index] += ", " + value }
-            } else {
-                names.append(name)
-                values.append(value)
-            }
+            body(name, value)
         }
-        for index in names.indices { body(names[index], values[index]) }
+    }
+
+    /// A Location through the URL redactor, a safe header's value as it is, anything else
+    /// (Set-Cookie always) `<redacted>`.
+    private func shownValue(_ value: String, lowercaseName name: String) -> String {
+        if name == "location" || name == "content-location" { return url(value) }
+        if name != "set-cookie", rules.safeHeaders.contains(name) { return value }
+        return Self.redacted
     }
 }

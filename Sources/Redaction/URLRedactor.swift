@@ -13,6 +13,11 @@ public struct Redactor: Sendable {
 
     /// `/users/:email/orders?limit=20&token=:redacted` from a request's path and query.
     public func pathAndQuery(_ text: String) -> String {
+        Self.isPlainPathKeptAsIs(text) ? text : redactedPathAndQuery(text)
+    }
+
+    /// The general case: split, decoded and classified part by part.
+    func redactedPathAndQuery(_ text: String) -> String {
         var pathPart = Substring(text)
         if let hash = pathPart.firstIndex(of: "#") { pathPart = pathPart[..<hash] }
         var query: Substring?
@@ -87,7 +92,32 @@ public struct Redactor: Sendable {
     /// `:email`, `:number`, `:uuid` or `:token` for a segment (or query part) that looks like one;
     /// nil to keep it. Decides on the percent-decoded text.
     static func classify(_ raw: Substring) -> String? {
-        let decoded = percentDecoded(raw)
+        classify(decoded: percentDecoded(raw))
+    }
+
+    /// The common case decided on the bytes, without splitting, decoding or new strings: a path
+    /// with no query, fragment, parameters, escapes, `+` or non-ASCII, none of whose segments
+    /// looks like data, is logged as it is (what the general path would produce, unchanged).
+    static func isPlainPathKeptAsIs(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            var segmentStart = 0
+            for index in 0...bytes.count {
+                if index == bytes.count || bytes[index] == UInt8(ascii: "/") {
+                    if classify(decoded: UnsafeBufferPointer(rebasing: bytes[segmentStart..<index])) != nil { return false }
+                    segmentStart = index + 1
+                    continue
+                }
+                switch bytes[index] {
+                case UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: ";"), UInt8(ascii: "%"), UInt8(ascii: "+"), 0x80...: return false
+                default: continue
+                }
+            }
+            return true
+        }
+    }
+
+    static func classify<Bytes: RandomAccessCollection>(decoded: Bytes) -> String? where Bytes.Element == UInt8 {
         guard !decoded.isEmpty else { return nil }
         if decoded.contains(UInt8(ascii: "@")) { return ":email" }
         var longestDigitRun = 0, run = 0, hexCount = 0, tokenCount = 0
@@ -115,7 +145,7 @@ public struct Redactor: Sendable {
         }
     }
 
-    static func isUUID(_ bytes: [UInt8]) -> Bool {
+    static func isUUID<Bytes: RandomAccessCollection>(_ bytes: Bytes) -> Bool where Bytes.Element == UInt8 {
         guard bytes.count == 36 else { return false }
         for (index, byte) in bytes.enumerated() {
             if [8, 13, 18, 23].contains(index) {

@@ -163,16 +163,17 @@ public struct ScopePolicy: Sendable {
         // RFC 9110 §9.3.8: the origin reflects a TRACE request back in its response body, so any
         // credential sent with it is handed to whatever reads the response (cross-site tracing).
         // Methods are case-sensitive (§9.1), but servers that fold case would run `trace` too.
-        let isTrace = method.uppercased() == "TRACE"
+        let isTrace = method.utf8.count == 5 && method.uppercased() == "TRACE"
         decision.reason = chain.downgraded ? .httpsDowngrade
             : isTrace ? .traceMethod
             : covering.isEmpty ? .originNotInScope : .originInScope
 
         // Injected header names belong to the proxy: the client's value never passes under them.
-        var injectedNames = Set<String>()
-        var passed = Set<String>()
-        var limitsMethods = false
-        for scope in covering {
+        // Usually one scope covers an origin: its sets are used as they are (no per-request copy).
+        var injectedNames = covering.first?.injectedNames ?? []
+        var passed = isTrace ? [] : covering.first?.pass ?? []
+        var limitsMethods = covering.first?.methods != nil
+        for scope in covering.dropFirst() {
             injectedNames.formUnion(scope.injectedNames)
             if !isTrace { passed.formUnion(scope.pass) }
             if scope.methods != nil { limitsMethods = true }

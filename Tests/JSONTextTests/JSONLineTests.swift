@@ -24,6 +24,33 @@ struct JSONLineTests {
         }
     }
 
+    @Test("every byte that needs escaping is found at every offset of an 8-byte word")
+    func escapesAtEveryOffset() throws {
+        // The scan skips eight clean bytes at a time: a special byte in any lane, and in the tail
+        // after the last whole word, must still be escaped.
+        for special: UInt8 in Array(0..<0x20) + [0x22, 0x5C, 0x7F] {
+            for length in 1...19 {
+                for position in 0..<length {
+                    var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    bytes[position] = special
+                    try roundTrip(String(decoding: bytes, as: UTF8.self))
+                }
+            }
+        }
+        var clean: [UInt8] = []
+        JSONLine.appendQuoted("é日本 plain text of some length \u{1F600}", to: &clean)
+        #expect(String(decoding: clean, as: UTF8.self) == "\"é日本 plain text of some length \u{1F600}\"")
+    }
+
+    @Test("decimals, with and without leading zeros")
+    func decimals() {
+        for (value, digits, expected) in [(0, 1, "0"), (7, 3, "007"), (1234, 2, "1234"), (UInt64.max, 1, "18446744073709551615"), (10, 1, "10"), (5, 0, "5")] {
+            var bytes: [UInt8] = []
+            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == expected)
+        }
+    }
+
     private func roundTrip(_ text: String) throws {
         var line = JSONLine()
         line.string("k", text)

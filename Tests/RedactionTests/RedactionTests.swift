@@ -89,6 +89,20 @@ struct RedactionTests {
         #expect(redactor.url("javascript:alert(1)") == "javascript:alert(1)", "no authority: treated as a path, no secrets in it")
     }
 
+    @Test("a plain path logged as it is takes the shortcut only where the general redaction agrees")
+    func plainPathShortcut() {
+        var generator = SystemRandomNumberGenerator()
+        let parts = ["/", "api", "v1", "users", "alice@x.io", "1234567", "0123456789abcdef0123", "%41", "+", "?", "#", ";", "=", "&",
+                     "aGVsbG8taGVsbG8taGVsbG8taGVsbG8", "550e8400-e29b-41d4-a716-446655440000", "é", "\u{01}", "x.json", "~me", "-"]
+        for _ in 0..<3000 {
+            let text = (0..<Int.random(in: 0..<8, using: &generator)).map { _ in parts.randomElement(using: &generator)! }.joined()
+            #expect(redactor.pathAndQuery(text) == redactor.redactedPathAndQuery(text), "\(text.debugDescription)")
+        }
+        #expect(Redactor.isPlainPathKeptAsIs("/api/v1/books/12"))
+        #expect(!Redactor.isPlainPathKeptAsIs("/api/v1/books/1234567"), "a 6-digit run is data")
+        #expect(!Redactor.isPlainPathKeptAsIs("/a?b=c"))
+    }
+
     @Test("headers: values only on the allowlist; Location through the URL redactor; Set-Cookie never")
     func headers() {
         let fields = HTTPFields([
@@ -99,6 +113,10 @@ struct RedactionTests {
         let result = redactor.headers(fields)
         #expect(result.map(\.name) == ["content-type", "authorization", "set-cookie", "x-new-header", "location", "accept"])
         #expect(result.map(\.value) == ["application/json", "<redacted>", "<redacted>", "<redacted>", "https://a.example/x?token=:redacted", "a, b"])
+        let repeated = HTTPFields([HTTPField(name: "Vary", value: "a"), HTTPField(name: "Authorization", value: "x"), HTTPField(name: "VARY", value: "a"),
+                                   HTTPField(name: "vary", value: "b"), HTTPField(name: "authorization", value: "y")])
+        #expect(redactor.headers(repeated).map { "\($0.name)=\($0.value)" } == ["vary=a, b", "authorization=<redacted>"],
+                "a repeated name is one entry where it first appears; the same shown value is not repeated")
         let extended = Redactor(rules: RedactionRules(extraHeaders: ["X-New-Header"]))
         #expect(extended.headers(fields)[3].value == "v")
     }
