@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx valgrind nginx-light
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test hostile build release install bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test cost hostile build release install bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -74,6 +74,12 @@ test: packages-test
 	$(SWIFT) build
 	$(SWIFT) test --no-parallel
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-20} fuzz/run.sh
+	$(MAKE) --no-print-directory cost
+
+## The per-request allocation budget (bench/cost-budget): valgrind counts, so a busy machine does
+## not change the answer. Prints instructions and allocations per 1 KiB keep-alive request.
+cost: packages-test release
+	COST_BUDGET=bench/cost-budget bench/cost.sh .build/release/scopeproxy 200
 
 ## Side-by-side benchmark, one table: direct nginx vs scopeproxy (full, engine) vs tinyproxy vs squid
 ## (wrk rows, uploads, a CONNECT tunnel), then TLS interception next to mitmdump; printed and written

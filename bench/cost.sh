@@ -8,7 +8,8 @@
 #   bench/cost.sh [BINARY] [N]          prints the table
 #   COST_BUDGET=bench/cost-budget bench/cost.sh   also fails when allocations exceed the budget
 #   COST_PROFILES=DIR bench/cost.sh     keeps the callgrind profiles; then, per function:
-#     bench/per_request.py DIR/full.1.cg DIR/full.2.cg N
+#     bench/per_request.py DIR/full.1.cg DIR/full.2.cg N    (instructions per function)
+#     bench/alloc_sites.py DIR/full.1.dhat DIR/full.2.dhat N   (allocations per call site)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BINARY=${1:-.build/release/scopeproxy}
@@ -58,6 +59,7 @@ for config in full engine; do
   fi
   read -r a_blocks a_bytes < <(measure dhat "$config" "$N" "${extra[@]}")
   read -r b_blocks b_bytes < <(measure dhat "$config" $((N * 2)) "${extra[@]}")
+  [ -n "${COST_PROFILES:-}" ] && cp "$WORK/dhat.$config.$N" "$COST_PROFILES/$config.1.dhat" && cp "$WORK/dhat.$config.$((N * 2))" "$COST_PROFILES/$config.2.dhat"
   RESULT[$config/allocations]=$(( (b_blocks - a_blocks) / N ))
   RESULT[$config/bytes]=$(( (b_bytes - a_bytes) / N ))
 done

@@ -89,17 +89,18 @@ enum ASCII {
     /// Calls `body` with each comma-separated member of a list value (RFC 9110 §5.6.1), OWS
     /// trimmed and empty members skipped, as a byte slice; stops early when `body` returns false.
     @inline(__always)
-    static func forEachListMember(_ value: String, _ body: (ArraySlice<UInt8>) -> Bool) {
-        let bytes = Array(value.utf8)
-        var start = 0
-        while start <= bytes.count {
-            var end = start
-            while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
-            var lower = start, upper = end
-            while lower < upper, bytes[lower] == space || bytes[lower] == tab { lower += 1 }
-            while upper > lower, bytes[upper - 1] == space || bytes[upper - 1] == tab { upper -= 1 }
-            if upper > lower, !body(bytes[lower..<upper]) { return }
-            start = end + 1
+    static func forEachListMember(_ value: String, _ body: (UnsafeBufferPointer<UInt8>.SubSequence) -> Bool) {
+        withUTF8(value) { bytes in
+            var start = 0
+            while start <= bytes.count {
+                var end = start
+                while end < bytes.count, bytes[end] != UInt8(ascii: ",") { end += 1 }
+                var lower = start, upper = end
+                while lower < upper, bytes[lower] == space || bytes[lower] == tab { lower += 1 }
+                while upper > lower, bytes[upper - 1] == space || bytes[upper - 1] == tab { upper -= 1 }
+                if upper > lower, !body(bytes[lower..<upper]) { return }
+                start = end + 1
+            }
         }
     }
 

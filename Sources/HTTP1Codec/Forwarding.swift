@@ -50,7 +50,9 @@ public enum Forwarding {
     public static func upstreamRequest(
         from head: RequestHead, origin: Origin, pathAndQuery: String, framing: BodyFraming, upgrade: Bool = false
     ) -> RequestHead {
-        var fields = HTTPFields([HTTPField(name: "Host", value: origin.authority)])
+        var fields = HTTPFields()
+        fields.reserveCapacity(head.fields.count + 3)
+        fields.append(name: "Host", value: origin.authority)
         appendEndToEnd(head.fields, removing: alwaysRemovedFromRequests, to: &fields)
         switch framing {
         case .contentLength(let length):
@@ -83,6 +85,7 @@ public enum Forwarding {
         switchingProtocols: Bool = false
     ) -> ResponseHead {
         var fields = HTTPFields()
+        fields.reserveCapacity(head.fields.count + 2)
         appendEndToEnd(head.fields, removing: alwaysRemovedFromResponses, to: &fields)
         switch framing {
         case .contentLength(let length):

@@ -63,6 +63,11 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
         storage.contains { $0.hasName(lowercaseName) }
     }
 
+    /// Room for `count` fields without growing (a head is built field by field).
+    public mutating func reserveCapacity(_ count: Int) {
+        storage.reserveCapacity(count)
+    }
+
     public mutating func append(name: String, value: String) {
         storage.append(HTTPField(name: name, value: value))
     }

@@ -84,8 +84,7 @@ public enum HeadParser {
     private static func parseVersion(
         _ bytes: UnsafeRawBufferPointer.SubSequence
     ) throws(HTTPParseError) -> HTTPVersion {
-        let prefix: [UInt8] = Array("HTTP/".utf8)
-        guard bytes.count == 8, bytes.prefix(5).elementsEqual(prefix) else {
+        guard bytes.count == 8, bytes.prefix(5).elementsEqual("HTTP/".utf8) else {
             throw .malformed("invalid HTTP version")
         }
         let start = bytes.startIndex
@@ -105,6 +104,7 @@ public enum HeadParser {
         _ lines: inout LineIterator, limits: HeadLimits
     ) throws(HTTPParseError) -> HTTPFields {
         var fields: [HTTPField] = []
+        fields.reserveCapacity(16)  // one allocation for a usual head, not four as the array grows
         while let line = lines.next() {
             if line.isEmpty { break }  // the blank line that ends the head
             if fields.count == limits.maxFields { throw .tooManyFields }

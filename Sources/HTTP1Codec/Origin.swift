@@ -156,13 +156,22 @@ public struct Host: Hashable, Sendable {
 
     /// Four decimal octets 0-255 without leading zeros (`010` is octal 8 to inet_aton and WHATWG).
     static func isCanonicalDottedQuad(_ name: [UInt8]) -> Bool {
-        let octets = name.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard octets.count == 4 else { return false }
-        return octets.allSatisfy { octet in
-            guard (1...3).contains(octet.count), octet.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return false }
-            if octet.count > 1 && octet.first == UInt8(ascii: "0") { return false }
-            return octet.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
+        // One pass, no split (this runs for every request's host).
+        var octets = 0, digits = 0, value = 0, leadingZero = false
+        for index in 0...name.count {
+            if index == name.count || name[index] == UInt8(ascii: ".") {
+                guard (1...3).contains(digits), !(leadingZero && digits > 1), value <= 255 else { return false }
+                octets += 1
+                digits = 0; value = 0; leadingZero = false
+                continue
+            }
+            let byte = name[index]
+            guard byte >= 0x30 && byte <= 0x39 else { return false }
+            if digits == 0 { leadingZero = byte == 0x30 }
+            digits += 1
+            value = value * 10 + Int(byte - 0x30)
         }
+        return octets == 4
     }
 
     /// This machine, judged on the parsed form: an IPv4 literal in 127.0.0.0/8 (RFC 1122
@@ -174,7 +183,7 @@ public struct Host: Hashable, Sendable {
 
     static func isLoopback(normalized: String, kind: Kind) -> Bool {
         switch kind {
-        case .ipv4: normalized.split(separator: ".").first == "127"
+        case .ipv4: normalized.utf8.starts(with: "127.".utf8)
         case .ipv6: normalized == "[::1]"
         case .name: normalized == "localhost"
         }

@@ -182,6 +182,7 @@ public struct ScopePolicy: Sendable {
             : Set(chain.strippedByClientHeader.map(SensitiveHeaders.canonicalName))
 
         var output = HTTPFields()
+        output.reserveCapacity(fields.count + covering.reduce(0) { $0 + $1.inject.count })
         var stripped: [String] = []
         for field in fields {
             let name = SensitiveHeaders.canonicalName(field.name)
