@@ -130,7 +130,9 @@ public struct ConnectionMachine {
     public let settings: Settings
     public private(set) var mode: ConnectionMode
     public private(set) var state: State = .awaitingHead(.fresh)
-    private let peer: String
+    /// Where the client connected from and what vouches for it (decides `clients:` identities).
+    public let facts: ConnectionFacts
+    private var peer: String { facts.peer }
     private var clientInputClosed = false
     private var draining = false
     private var lastHopID: UInt32 = 0
@@ -140,11 +142,15 @@ public struct ConnectionMachine {
     /// Ids for requests that bring no well-formed X-Request-ID of their own.
     private var ids: RequestIDGenerator
 
-    public init(settings: Settings, mode: ConnectionMode, peer: String, ids: RequestIDGenerator) {
+    public init(settings: Settings, mode: ConnectionMode, facts: ConnectionFacts, ids: RequestIDGenerator) {
         self.settings = settings
         self.mode = mode
-        self.peer = peer
+        self.facts = facts
         self.ids = ids
+    }
+
+    public init(settings: Settings, mode: ConnectionMode, peer: String, ids: RequestIDGenerator) {
+        self.init(settings: settings, mode: mode, facts: ConnectionFacts(peer: peer), ids: ids)
     }
 
     /// The first actions of a new connection.
