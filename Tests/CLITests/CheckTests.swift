@@ -97,6 +97,28 @@ struct CheckTests {
         }
     }
 
+    @Test("a relative ca_dir that does not exist yet, with the config named without a directory, is creatable: no warning, and run creates it")
+    func relativeAuthorityDirectory() throws {
+        let scratch = ScratchDirectory()
+        scratch.write("cfg.yaml", """
+            tls: { intercept: [a.example], ca_dir: ca }
+            """)
+        scratch.write("nested.yaml", """
+            tls: { intercept: [a.example], ca_dir: state/ca }
+            """)
+        for name in ["cfg.yaml", "nested.yaml"] {
+            let outcome = try runBinary(["check", "--config", name], workingDirectory: scratch.path)
+            #expect(outcome.status == 0, "\(name): \(outcome.stderr)")
+            #expect(outcome.stderr.isEmpty, "\(name): the current directory is writable: \(outcome.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: scratch.path + "/ca"), "check creates nothing")
+
+        // What check promised: run creates the CA there (it starts, so the test stops it).
+        let run = try runBinary(["run", "--config", "cfg.yaml", "--listen", "127.0.0.1:0"], seconds: 3, workingDirectory: scratch.path)
+        #expect(run.timedOut, "run started: \(run.stderr)")
+        #expect(FileManager.default.fileExists(atPath: scratch.path + "/ca/scopeproxy-ca.pem"))
+    }
+
     @Test("a config whose secrets and files are all usable gives no warning")
     func clean() throws {
         let scratch = ScratchDirectory()
