@@ -88,7 +88,7 @@ public enum Explanation {
             out.line("redirects", redirectSummary(config.redirects))
         }
         // run loads every secret at start-up, not only this request's: one it cannot load stops it.
-        let otherProblems = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory).problems()
+        let otherProblems = Runtime.secretStore(config).problems()
             .filter { !checkedSecrets.contains($0.name) }
         if !otherProblems.isEmpty {
             out.line("run", "would refuse to start (exit 1) over secrets this request does not use: "
@@ -213,7 +213,7 @@ public enum Explanation {
     /// refuses a reference to an undefined secret, so every name here has a source.
     private static func secretProblem(_ name: String, config: ProxyConfiguration) -> SecretError? {
         guard let source = config.secrets[name] else { return nil }
-        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory)
+        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath)
         do {
             try store.load()
             return nil

@@ -11,7 +11,7 @@ enum Preflight {
     static func problems(_ config: ProxyConfiguration) -> [String] {
         var found: [String] = []
         let refuses = "; run would refuse to start"
-        for error in SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory).problems() {
+        for error in Runtime.secretStore(config).problems() {
             found.append(error.description + refuses)
         }
         if let bundle = config.tls.upstreamCA, let problem = upstreamCAProblem(bundle) {

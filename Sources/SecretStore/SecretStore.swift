@@ -51,12 +51,16 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
 
     private let sources: [String: SecretSource]
     private let storeDirectory: String
+    /// The config file these sources come from, named in the `secret set` hint: without
+    /// `--config` that command writes to the default store, not to this config's `store_dir`.
+    private let configPath: String?
     private let values = Locked<[String: SecretValue]>([:])
     private var fileStates: [String: FileState] = [:]  // touched only by load/refresh (one caller)
 
-    public init(sources: [String: SecretSource], storeDirectory: String) {
+    public init(sources: [String: SecretSource], storeDirectory: String, configPath: String? = nil) {
         self.sources = sources
         self.storeDirectory = storeDirectory
+        self.configPath = configPath
     }
 
     public func value(of name: String) -> SecretValue? {
@@ -126,6 +130,27 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
 
     func storePath(_ name: String) -> String { storeDirectory + "/" + name }
 
+    /// The command that writes `name` into this store, ready to paste into a shell.
+    func setCommand(_ name: String) -> String {
+        guard let configPath else { return "scopeproxy secret set \(name)" }
+        return "scopeproxy secret set \(name) --config \(Self.shellWord(configPath))"
+    }
+
+    /// `path` as one shell word: as it is when it holds only characters no shell treats specially,
+    /// else in single quotes (a `'` inside becomes `'\''`).
+    static func shellWord(_ path: String) -> String {
+        let plain = !path.isEmpty && path.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+            case UInt8(ascii: "/"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: ","),
+                 UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "%"): true
+            default: false
+            }
+        }
+        if plain { return path }
+        return "'" + path.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
+    }
+
     private func read(_ name: String, _ source: SecretSource) throws(SecretError) -> (SecretValue, FileState?) {
         switch source {
         case .env(let variable):
@@ -140,7 +165,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             let path = storePath(storeName)
             if access(path, F_OK) != 0 && errno == ENOENT {
                 // The usual first-run case: say how to add it.
-                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: scopeproxy secret set \(storeName))",
+                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: \(setCommand(storeName)))",
                                   kind: .fileUnreachable)
             }
             return try Self.readFile(name, path: path, allowGroupRead: false)
