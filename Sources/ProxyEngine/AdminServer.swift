@@ -10,6 +10,8 @@ import Glibc
 final class AdminServer: @unchecked Sendable {
     private let base: OpaquePointer
     private let http: OpaquePointer
+    /// Activated by `stop` from another thread; its callback breaks the loop from inside it.
+    private var stopEvent: OpaquePointer!
     private let metrics: Metrics
     let draining = Atomic<Bool>(false)
     private(set) var port: UInt16 = 0
@@ -43,16 +45,24 @@ final class AdminServer: @unchecked Sendable {
         evhttp_set_gencb(http, { request, context in
             Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
         }, Unmanaged.passUnretained(self).toOpaque())
+        stopEvent = event_new(base, -1, 0, { _, _, context in
+            event_base_loopbreak(Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().base)
+        }, Unmanaged.passUnretained(self).toOpaque())
     }
 
     func start() {
         thread = PosixThread(name: "scopeproxy-admin") { [self] in _ = event_base_dispatch(base) }
     }
 
+    /// Not `event_base_loopbreak` from here: a loop that starts clears a pending break, so a stop
+    /// that came before the admin thread reached its loop (a SIGTERM right after start) was lost
+    /// and the join below waited forever. An activated event stays pending until the loop runs it,
+    /// whenever that is, and its callback breaks the loop from inside.
     func stop() {
-        event_base_loopbreak(base)
+        event_active(stopEvent, 0, 0)
         thread?.join()
         thread = nil  // its closure holds self: keeping it would be a cycle (LeakSanitizer found it)
+        event_free(stopEvent)
         evhttp_free(http)
         event_base_free(base)
     }

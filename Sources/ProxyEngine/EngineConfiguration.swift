@@ -5,7 +5,9 @@ import ProxyCore
 /// config) builds one; the engine never reads files or the environment itself.
 public struct EngineConfiguration: Sendable {
     public var listen: ListenAddress
-    /// Event-loop threads, each with its own event_base and listener (SO_REUSEPORT).
+    /// Event-loop threads, each with its own event_base. Each address is bound once and every
+    /// thread's listener watches a duplicate of that one socket; no SO_REUSEPORT (see
+    /// `ListeningSocket` for why).
     public var threads: Int
     public var timeouts: Timeouts
     /// CONNECT to hosts that are not intercepted: splice bytes, or refuse with 403.

@@ -162,6 +162,9 @@ final class UpstreamConnector {
             }
             delegate.connectorDidConnect(self, bev: bev, tls: useTLS)
         } else {
+            // Read before anything else can make a system call: libevent leaves the failed
+            // operation's error in errno for the event callback.
+            let socketError = sp_socket_error()
             if useTLS, let ssl = bufferevent_openssl_get_ssl(bev) {
                 // A certificate problem is final (another address would present the same one).
                 let result = SSL_get_verify_result(ssl)
@@ -170,8 +173,18 @@ final class UpstreamConnector {
                     fail(.upstreamTLSVerification(origin, TLSContexts.verifyReason(result)))
                     return
                 }
-                if bufferevent_get_openssl_error(bev) != 0 {
-                    while bufferevent_get_openssl_error(bev) != 0 {}
+                var onlySocketErrors = true
+                var anyError = false
+                while case let code = bufferevent_get_openssl_error(bev), code != 0 {
+                    anyError = true
+                    if code != UInt(SSL_ERROR_SYSCALL) { onlySocketErrors = false }
+                }
+                // The openssl bufferevent starts its handshake on the socket as soon as the connect
+                // is issued, so a TCP connect that failed (refused, unreachable) surfaces here as a
+                // handshake I/O error. That is not a TLS problem: treat it like the plain-http path
+                // (next address, then `upstream_refused`). A TLS protocol error, or a peer that
+                // accepted and then reset or closed, is the handshake's fault.
+                if anyError && !(onlySocketErrors && Self.connectNeverCompleted(bev, socketError: socketError)) {
                     bufferevent_free(bev)
                     fail(.upstreamTLSHandshake(origin))
                     return
@@ -180,6 +193,22 @@ final class UpstreamConnector {
             bufferevent_free(bev)
             connectNext()
         }
+    }
+
+    /// True when the TCP connection itself never came up: the socket has no peer and the error is
+    /// one that only a connect attempt produces (a reset after accepting has no peer either, but
+    /// reports ECONNRESET or EPIPE).
+    private static func connectNeverCompleted(_ bev: OpaquePointer, socketError: Int32) -> Bool {
+        switch socketError {
+        case ECONNREFUSED, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT, EHOSTDOWN, ENETDOWN: break
+        default: return false
+        }
+        var peer = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let named = withUnsafeMutablePointer(to: &peer) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(bufferevent_getfd(bev), $0, &length) }
+        }
+        return named != 0 && errno == ENOTCONN
     }
 
     private func fail(_ error: ProxyError) {

@@ -128,6 +128,12 @@ enum CommandTable {
         "config", value: "FILE", "the YAML config file (default: $SCOPEPROXY_CONFIG; with neither, the embedded safe default)",
         completion: .file)
 
+    /// check validates a file, so unlike the other commands it has no embedded-default fallback:
+    /// `Commands.check` exits 2 without --config or SCOPEPROXY_CONFIG.
+    static let checkConfigOption = OptionSpec(
+        "config", value: "FILE", "the YAML config file to validate (default: $SCOPEPROXY_CONFIG; with neither, check exits 2)",
+        completion: .file)
+
     static let root = CommandSpec(
         [], "a local forwarding HTTP proxy that keeps credentials in their scope",
         details: [
@@ -180,8 +186,10 @@ enum CommandTable {
                 + "on standard error when it is not. It also loads the secrets and TLS files the way 'run' would and prints one "
                 + "warning line per secret or file that 'run' would refuse (missing, unsafe permissions, unset variable), still "
                 + "exiting 0 for a structurally valid file, so CI without the secrets can use it.",
+            "The file is --config FILE, else $SCOPEPROXY_CONFIG. With neither, check exits 2: it does not validate the "
+                + "embedded default.",
         ],
-        options: [configOption],
+        options: [checkConfigOption],
         examples: ["scopeproxy check --config config/scopeproxy.example.yaml"],
         action: Commands.check)
 

@@ -97,7 +97,7 @@ public enum Commands {
     static func run(_ invocation: Invocation) -> Int32 {
         let source = invocation.configPath
         guard let config = loadConfig(source) else { return 2 }
-        let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
+        let secrets = Runtime.secretStore(config)
         do {
             try secrets.load()
         } catch {

@@ -81,19 +81,28 @@ public enum Explanation {
         case .success(let planned):
             hop = planned
         }
-        describe(hop, client: client, covering: covering, config: config, into: &out)
+        let checkedSecrets = describe(hop, client: client, covering: covering, config: config, into: &out)
         if let location = request.location {
             explainRedirect(to: location, from: hop, client: client, mode: mode, scope: scope, config: config, into: &out)
         } else {
             out.line("redirects", redirectSummary(config.redirects))
+        }
+        // run loads every secret at start-up, not only this request's: one it cannot load stops it.
+        let otherProblems = Runtime.secretStore(config).problems()
+            .filter { !checkedSecrets.contains($0.name) }
+        if !otherProblems.isEmpty {
+            out.line("run", "would refuse to start (exit 1) over secrets this request does not use: "
+                     + otherProblems.map(\.description).joined(separator: "; ") + " (scopeproxy check lists every one)")
         }
         return (out.text, 0)
     }
 
     // MARK: One hop
 
+    /// Returns the secrets whose loading it reported on (the injected ones).
     private static func describe(_ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration,
-                                 into out: inout Report) {
+                                 into out: inout Report) -> Set<String> {
+        var checkedSecrets: Set<String> = []
         let decision = hop.decision
         if decision.injected.isEmpty {
             out.line("injected", "nothing")
@@ -101,10 +110,8 @@ public enum Explanation {
         for scope in covering {
             for injection in scope.inject where decision.injected.contains(injection.header) {
                 out.line("injected", "\(injection.header): \(templateText(injection.template))   (scope \(scope.name))")
-                for secret in injection.template.secretNames {
-                    if let problem = secretProblem(secret, config: config) {
-                        out.line("", "secret '\(secret)': \(problem); run would answer 502 credential_unavailable")
-                    }
+                for secret in injection.template.secretNames where checkedSecrets.insert(secret).inserted {
+                    if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
                 }
             }
         }
@@ -134,6 +141,7 @@ public enum Explanation {
         }
         out.line("upstream", "the head the origin would receive (secrets shown by name):")
         for line in String(decoding: hop.head, as: UTF8.self).split(separator: "\r\n") { out.line("", "  " + line) }
+        return checkedSecrets
     }
 
     private static func stripReason(_ name: String, decision: ScopeDecision, covering: [Scope], client: ClientRequest, hop: Hop) -> String {
@@ -201,15 +209,30 @@ public enum Explanation {
         }.joined()
     }
 
-    /// Why `run` would find no value for the secret, or nil (never the value itself).
-    private static func secretProblem(_ name: String, config: ProxyConfiguration) -> String? {
-        guard let source = config.secrets[name] else { return "not defined" }
-        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory)
+    /// Why `run` would find no value for the secret, or nil (never the value itself). The loader
+    /// refuses a reference to an undefined secret, so every name here has a source.
+    private static func secretProblem(_ name: String, config: ProxyConfiguration) -> SecretError? {
+        guard let source = config.secrets[name] else { return nil }
+        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath)
         do {
             try store.load()
             return nil
         } catch {
-            return error.reason
+            return error
+        }
+    }
+
+    /// What `run` does about a secret it cannot load: at start-up `load` fails for every kind and
+    /// run exits 1 (as `check` warns); a proxy already running reacts by kind (`SecretStore.refresh`).
+    static func consequence(of problem: SecretError) -> String {
+        let refuses = "\(problem.description); run would refuse to start (exit 1)"
+        switch problem.kind {
+        case .environmentUnset:
+            return refuses + ". explain looked in its own environment: set the variable where run starts"
+        case .fileUnreachable:
+            return refuses + "; a proxy already running keeps the last value it read until the file is back"
+        case .refused:
+            return refuses + "; a proxy already running drops the value and answers 502 credential_unavailable"
         }
     }
 

@@ -11,7 +11,7 @@ enum Preflight {
     static func problems(_ config: ProxyConfiguration) -> [String] {
         var found: [String] = []
         let refuses = "; run would refuse to start"
-        for error in SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory).problems() {
+        for error in Runtime.secretStore(config).problems() {
             found.append(error.description + refuses)
         }
         if let bundle = config.tls.upstreamCA, let problem = upstreamCAProblem(bundle) {
@@ -49,14 +49,31 @@ enum Preflight {
             return nil
         }
         // run will create the CA: the directory, or its nearest existing parent, must be writable.
-        var existing = directory
-        while access(existing, F_OK) != 0, let slash = existing.lastIndex(of: "/") {
-            existing = slash == existing.startIndex ? "/" : String(existing[..<slash])
-        }
+        let existing = nearestExistingAncestor(directory)
         if access(existing, W_OK | X_OK) != 0 {
-            return "the CA would be created in \(directory), but \(existing) is not writable (\(String(cString: strerror(errno))))"
+            let reason = String(cString: strerror(errno))
+            let named = existing == "." ? "the current directory (\(currentDirectory()))" : existing
+            return "the CA would be created in \(directory), but \(named) is not writable (\(reason))"
         }
         return nil
+    }
+
+    /// The path itself if it exists, else its nearest existing parent. A relative path (the
+    /// loader leaves it relative when the config file was named without a directory) resolves
+    /// against the current directory, as `run`'s mkdir does, so its last parent is `.`.
+    static func nearestExistingAncestor(_ path: String) -> String {
+        var existing = path
+        while access(existing, F_OK) != 0 {
+            guard let slash = existing.lastIndex(of: "/") else { return "." }
+            existing = slash == existing.startIndex ? "/" : String(existing[..<slash])
+        }
+        return existing
+    }
+
+    private static func currentDirectory() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return "." }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The log file: appendable if it exists, creatable in its directory if not.

@@ -55,6 +55,11 @@ public enum Runtime {
                          logBodies: settings.bodies, secretValues: secrets.allValues, metrics: metrics, observer: observer)
     }
 
+    /// The config's secrets; a missing store entry's hint names this config file (its store_dir).
+    public static func secretStore(_ config: ProxyConfiguration) -> SecretStore {
+        SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory, configPath: config.sourcePath)
+    }
+
     /// Loads a config file, or the embedded default when `path` is nil.
     public static func loadConfiguration(path: String?) throws(ConfigError) -> ProxyConfiguration {
         guard let path else { return .embeddedDefault(home: home) }
@@ -94,7 +99,7 @@ final class RunningProxy: Sendable {
     func reload() {
         do {
             let config = try Runtime.loadConfiguration(path: configPath)
-            let secrets = SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory)
+            let secrets = Runtime.secretStore(config)
             try secrets.load()
             holder.replace(with: Runtime.scopeContext(config, secrets: secrets))
             self.secrets.withLock { $0 = secrets }

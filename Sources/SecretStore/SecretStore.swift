@@ -6,8 +6,31 @@ import Glibc
 
 /// Why a secret could not be loaded. Names the secret and the reason, never a value.
 public struct SecretError: Error, Equatable, CustomStringConvertible, Sendable {
+    /// At start-up every kind makes `run` refuse to start (`load` throws). The kind says what a
+    /// proxy that is already running does when a re-read (`refresh`) meets the same problem, so
+    /// `explain` can say it without guessing from the reason's text.
+    public enum Kind: Sendable, Equatable {
+        /// An `env` secret whose variable is not set. Variables are read once, at start-up.
+        case environmentUnset
+        /// A `file` or `store` secret whose file cannot be reached (missing, or its path cannot be
+        /// searched): a running proxy keeps the last value it read, since a rotation that is not
+        /// atomic looks like this for a moment.
+        case fileUnreachable
+        /// The file is there but refused (permissions, owner, type, size), or the value is not one
+        /// a header can carry: a running proxy drops the value, and requests that need it are
+        /// answered 502 credential_unavailable.
+        case refused
+    }
+
     public let name: String
     public let reason: String
+    public let kind: Kind
+
+    public init(name: String, reason: String, kind: Kind) {
+        self.name = name
+        self.reason = reason
+        self.kind = kind
+    }
 
     public var description: String { "secret '\(name)': \(reason)" }
 }
@@ -28,12 +51,16 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
 
     private let sources: [String: SecretSource]
     private let storeDirectory: String
+    /// The config file these sources come from, named in the `secret set` hint: without
+    /// `--config` that command writes to the default store, not to this config's `store_dir`.
+    private let configPath: String?
     private let values = Locked<[String: SecretValue]>([:])
     private var fileStates: [String: FileState] = [:]  // touched only by load/refresh (one caller)
 
-    public init(sources: [String: SecretSource], storeDirectory: String) {
+    public init(sources: [String: SecretSource], storeDirectory: String, configPath: String? = nil) {
         self.sources = sources
         self.storeDirectory = storeDirectory
+        self.configPath = configPath
     }
 
     public func value(of name: String) -> SecretValue? {
@@ -87,7 +114,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
                     changed.append(name)
                 }
             } catch {
-                if state == nil {
+                if error.kind == .fileUnreachable {
                     // Missing for a moment is what a non-atomic rotation looks like: keep the last
                     // good value and report it; a permission problem drops the value below.
                     errors.append(error)
@@ -103,10 +130,31 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
 
     func storePath(_ name: String) -> String { storeDirectory + "/" + name }
 
+    /// The command that writes `name` into this store, ready to paste into a shell.
+    func setCommand(_ name: String) -> String {
+        guard let configPath else { return "scopeproxy secret set \(name)" }
+        return "scopeproxy secret set \(name) --config \(Self.shellWord(configPath))"
+    }
+
+    /// `path` as one shell word: as it is when it holds only characters no shell treats specially,
+    /// else in single quotes (a `'` inside becomes `'\''`).
+    static func shellWord(_ path: String) -> String {
+        let plain = !path.isEmpty && path.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+            case UInt8(ascii: "/"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: ","),
+                 UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "%"): true
+            default: false
+            }
+        }
+        if plain { return path }
+        return "'" + path.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
+    }
+
     private func read(_ name: String, _ source: SecretSource) throws(SecretError) -> (SecretValue, FileState?) {
         switch source {
         case .env(let variable):
-            guard let raw = getenv(variable) else { throw SecretError(name: name, reason: "environment variable \(variable) is not set") }
+            guard let raw = getenv(variable) else { throw SecretError(name: name, reason: "environment variable \(variable) is not set", kind: .environmentUnset) }
             // The variable's bytes as they are: String(cString:) would replace non-UTF-8 bytes.
             let length = strlen(raw)
             let bytes = raw.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
@@ -117,7 +165,8 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             let path = storePath(storeName)
             if access(path, F_OK) != 0 && errno == ENOENT {
                 // The usual first-run case: say how to add it.
-                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: scopeproxy secret set \(storeName))")
+                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: \(setCommand(storeName)))",
+                                  kind: .fileUnreachable)
             }
             return try Self.readFile(name, path: path, allowGroupRead: false)
         }
@@ -127,23 +176,23 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         var info = Glibc.stat()
         guard fstatat(AT_FDCWD, path, &info, 0) == 0 else {
             let reason = errno == ENOENT ? "file \(path) is missing" : "file \(path) cannot be accessed: \(String(cString: strerror(errno)))"
-            throw SecretError(name: name, reason: reason)
+            throw SecretError(name: name, reason: reason, kind: .fileUnreachable)
         }
         let mode = info.st_mode
-        guard mode & S_IFMT == S_IFREG else { throw SecretError(name: name, reason: "\(path) is not a regular file") }
-        if mode & 0o007 != 0 { throw SecretError(name: name, reason: "file \(path) is world-accessible (chmod o-rwx)") }
-        if mode & 0o020 != 0 { throw SecretError(name: name, reason: "file \(path) is group-writable (chmod g-w)") }
+        guard mode & S_IFMT == S_IFREG else { throw SecretError(name: name, reason: "\(path) is not a regular file", kind: .refused) }
+        if mode & 0o007 != 0 { throw SecretError(name: name, reason: "file \(path) is world-accessible (chmod o-rwx)", kind: .refused) }
+        if mode & 0o020 != 0 { throw SecretError(name: name, reason: "file \(path) is group-writable (chmod g-w)", kind: .refused) }
         if mode & 0o040 != 0 && !allowGroupRead {
-            throw SecretError(name: name, reason: "file \(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount")
+            throw SecretError(name: name, reason: "file \(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount", kind: .refused)
         }
         if info.st_uid != geteuid() && info.st_uid != 0 {
-            throw SecretError(name: name, reason: "file \(path) is owned by another user")
+            throw SecretError(name: name, reason: "file \(path) is owned by another user", kind: .refused)
         }
         var bytes: [UInt8]
         switch SmallFile.read(path, limit: 64 * 1024) {
         case .success(let read): bytes = read
-        case .failure(.tooLarge): throw SecretError(name: name, reason: "\(path) is larger than 64 KiB")
-        case .failure(let failure): throw SecretError(name: name, reason: failure.describe(path))
+        case .failure(.tooLarge): throw SecretError(name: name, reason: "\(path) is larger than 64 KiB", kind: .refused)
+        case .failure(let failure): throw SecretError(name: name, reason: failure.describe(path), kind: .refused)
         }
         if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
         // The bytes as read: decoding them as UTF-8 here is what turned a non-UTF-8 byte into
@@ -156,12 +205,12 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     /// (obs-text, which is what UTF-8 text is on the wire) are fine. The error names the secret,
     /// never a byte of it, not even which control byte or where.
     static func validate(_ name: String, _ bytes: [UInt8]) throws(SecretError) -> SecretValue {
-        if bytes.isEmpty { throw SecretError(name: name, reason: "the value is empty") }
+        if bytes.isEmpty { throw SecretError(name: name, reason: "the value is empty", kind: .refused) }
         if bytes.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
-            throw SecretError(name: name, reason: "the value contains CR, LF or NUL")
+            throw SecretError(name: name, reason: "the value contains CR, LF or NUL", kind: .refused)
         }
         if bytes.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
-            throw SecretError(name: name, reason: "the value contains a control character (a C0 control other than tab, or DEL), which a header cannot carry")
+            throw SecretError(name: name, reason: "the value contains a control character (a C0 control other than tab, or DEL), which a header cannot carry", kind: .refused)
         }
         return SecretValue(bytes: bytes)
     }

@@ -11,10 +11,11 @@ struct Outcome {
 }
 
 func runBinary(_ arguments: [String], stdin: String = "", environment: [String: String] = [:], removing: [String] = [],
-               seconds: Double = 10) throws -> Outcome {
+               seconds: Double = 10, workingDirectory: String? = nil) throws -> Outcome {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: ProxyProcess.binaryPath)
     process.arguments = arguments
+    if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
     var childEnvironment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     for name in removing { childEnvironment[name] = nil }
     process.environment = childEnvironment

@@ -97,6 +97,66 @@ struct CheckTests {
         }
     }
 
+    @Test("a relative ca_dir that does not exist yet, with the config named without a directory, is creatable: no warning, and run creates it")
+    func relativeAuthorityDirectory() throws {
+        let scratch = ScratchDirectory()
+        scratch.write("cfg.yaml", """
+            tls: { intercept: [a.example], ca_dir: ca }
+            """)
+        scratch.write("nested.yaml", """
+            tls: { intercept: [a.example], ca_dir: state/ca }
+            """)
+        for name in ["cfg.yaml", "nested.yaml"] {
+            let outcome = try runBinary(["check", "--config", name], workingDirectory: scratch.path)
+            #expect(outcome.status == 0, "\(name): \(outcome.stderr)")
+            #expect(outcome.stderr.isEmpty, "\(name): the current directory is writable: \(outcome.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: scratch.path + "/ca"), "check creates nothing")
+
+        // What check promised: run creates the CA there (it starts, so the test stops it).
+        let run = try runBinary(["run", "--config", "cfg.yaml", "--listen", "127.0.0.1:0"], seconds: 3, workingDirectory: scratch.path)
+        #expect(run.timedOut, "run started: \(run.stderr)")
+        #expect(FileManager.default.fileExists(atPath: scratch.path + "/ca/scopeproxy-ca.pem"))
+    }
+
+    @Test("a missing store entry's hint names the config in use (--config, quoted for the shell), and pasting it fills that config's store_dir")
+    func storeHintNamesTheConfig() throws {
+        let scratch = ScratchDirectory()
+        let home = scratch.path + "/home"
+        try FileManager.default.createDirectory(atPath: scratch.path + "/my configs", withIntermediateDirectories: true)
+        let config = scratch.write("my configs/c.yaml", """
+            store_dir: \(scratch.path)/custom-store
+            secrets: { cdn: { store: cdn } }
+            scopes: [{ name: cdn, origins: ["https://cdn.example"], inject: { X-CDN-Token: "${cdn}" } }]
+            """)
+        let hint = "scopeproxy secret set cdn --config '\(config)'"
+        let before = try runBinary(["check", "--config", config], environment: ["HOME": home])
+        #expect(before.stderr.contains("(add it with: \(hint))"), "\(before.stderr)")
+        let run = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0"], environment: ["HOME": home])
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("(add it with: \(hint))"), "\(run.stderr)")
+
+        // The hint, pasted into a shell, writes where this config reads (not HOME's default store).
+        let binaryDirectory = (ProxyProcess.binaryPath as NSString).deletingLastPathComponent
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+        shell.arguments = ["-c", "printf %s CANARY-hint-value | " + hint]
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = home
+        environment["PATH"] = binaryDirectory + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
+        shell.environment = environment
+        try shell.run()
+        shell.waitUntilExit()
+        #expect(shell.terminationStatus == 0)
+        #expect(FileManager.default.fileExists(atPath: scratch.path + "/custom-store/cdn"))
+        #expect(!FileManager.default.fileExists(atPath: home + "/.local/share/scopeproxy/secrets/cdn"))
+        let after = try runBinary(["check", "--config", config], environment: ["HOME": home])
+        #expect(after.stderr.isEmpty, "\(after.stderr)")
+
+        let viaEnvironment = try runBinary(["check"], environment: ["HOME": home, "SCOPEPROXY_CONFIG": config])
+        #expect(viaEnvironment.stderr.isEmpty, "the config from SCOPEPROXY_CONFIG reads the same store: \(viaEnvironment.stderr)")
+    }
+
     @Test("a config whose secrets and files are all usable gives no warning")
     func clean() throws {
         let scratch = ScratchDirectory()

@@ -120,6 +120,28 @@ struct CommandLineTests {
         #expect(!outcome.stderr.contains("listening on"))
     }
 
+    @Test("check's help and man page say what check does without --config or SCOPEPROXY_CONFIG (exit 2), not that it uses the embedded default; and it does exit 2")
+    func checkHelpMatchesBehaviour() throws {
+        let help = try runBinary(["help", "check"])
+        #expect(help.status == 0)
+        #expect(help.stdout == (try runBinary(["check", "--help"])).stdout)
+        let man = try runBinary(["--man"])
+        let checkSection = try #require(man.stdout.components(separatedBy: ".SS \"check\"").dropFirst().first?
+            .components(separatedBy: ".SS ").first)
+        for (source, text) in [("help check", help.stdout), ("the man page's check section", checkSection)] {
+            let flat = text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            #expect(!flat.contains("embedded safe default"), "\(source) promises the embedded default: \(flat)")
+            #expect(flat.contains("with neither, check exits 2"), "\(source): \(flat)")
+        }
+        // Other commands do fall back to the embedded default, and say so.
+        #expect(try runBinary(["help", "run"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            .contains("with neither, the embedded safe default"))
+
+        let none = try runBinary(["check"], removing: ["SCOPEPROXY_CONFIG"])
+        #expect(none.status == 2)
+        #expect(none.stderr.contains("check needs --config FILE (or SCOPEPROXY_CONFIG)"))
+    }
+
     @Test("--man: a roff page with every command and option; --bash-completion: valid bash that completes from the table")
     func generatedDocumentation() throws {
         let man = try runBinary(["--man"])

@@ -27,4 +27,23 @@ struct ExplainCLITests {
         let refused = try runBinary(["explain", "--config", config, "ftp://api.example/"])
         #expect(refused.status == 2)
     }
+
+    @Test("explain for a scope whose env secret is unset says run refuses to start, and run does exit 1")
+    func unsetSecretAgreesWithRun() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            secrets: { token: { env: EXPLAIN_CLI_UNSET_TOKEN } }
+            scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" } }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
+            """)
+        let explained = try runBinary(["explain", "--config", config, "https://api.example/v1"], removing: ["EXPLAIN_CLI_UNSET_TOKEN"])
+        #expect(explained.status == 0)
+        #expect(explained.stdout.contains("secret 'token': environment variable EXPLAIN_CLI_UNSET_TOKEN is not set; run would refuse to start (exit 1)"),
+                "\(explained.stdout)")
+        #expect(!explained.stdout.contains("credential_unavailable"))
+        let run = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0"], removing: ["EXPLAIN_CLI_UNSET_TOKEN"])
+        #expect(!run.timedOut)
+        #expect(run.status == 1, "what explain said: \(run.stderr)")
+        #expect(run.stderr.contains("secret 'token': environment variable EXPLAIN_CLI_UNSET_TOKEN is not set"))
+    }
 }

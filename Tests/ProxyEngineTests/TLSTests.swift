@@ -183,6 +183,35 @@ struct TLSTests {
         #expect(!response.bodyText.contains("Cookie"), "no scope: the cookie is stripped")
     }
 
+    @Test("a refused https upstream is 502 upstream_refused (absolute-form and intercepted CONNECT), not a TLS handshake failure; an origin that accepts and then resets still is upstream_tls_handshake")
+    func refusedHTTPSUpstream() throws {
+        let pki = try TestPKI()
+        let closed = try TestListener()
+        let closedPort = closed.port
+        closed.close()  // bound, then closed: nothing listens there
+        let resetting = try FixtureOrigin { connection in connection.socket.reset() }
+        defer { resetting.stop() }
+        let tls = try TLSProxy(pki: pki, scopes: """
+            [{ name: api, origins: ["https://localhost:\(closedPort)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, environment: ["TOKEN": "CANARY-never-sent"])
+
+        let socket = try TestSocket.connect(port: tls.proxy.port)
+        try socket.send("GET https://127.0.0.1:\(closedPort)/ HTTP/1.1\r\nHost: 127.0.0.1:\(closedPort)\r\n\r\n")
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.status == 502)
+        #expect(response.bodyText.contains(#""error":"upstream_refused""#), "\(response.bodyText)")
+        #expect(response.bodyText.contains("could not connect to https://127.0.0.1:\(closedPort)"))
+
+        let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "https://localhost:\(closedPort)/intercepted"])
+        #expect(status == 0, "the intercepted tunnel carries the proxy's 502")
+        #expect(body.contains(#""error":"upstream_refused""#), "\(body)")
+
+        let resetSocket = try TestSocket.connect(port: tls.proxy.port)
+        try resetSocket.send("GET https://127.0.0.1:\(resetting.port)/ HTTP/1.1\r\nHost: 127.0.0.1:\(resetting.port)\r\n\r\n")
+        let resetResponse = try #require(try HTTPReader(resetSocket).readResponse())
+        #expect(resetResponse.bodyText.contains(#""error":"upstream_tls_handshake""#), "\(resetResponse.bodyText)")
+    }
+
     @Test("a CONNECT host that is not intercepted is tunnelled (allow) or refused with 403 (deny)")
     func notIntercepted() throws {
         let pki = try TestPKI()

@@ -75,6 +75,37 @@ struct ExplainTests {
         #expect(text.contains("unsupported scheme"))
     }
 
+    @Test("a secret run cannot load: explain says run refuses to start (exit 1) and what a running proxy does, per kind; never 'would answer 502' for an unset variable")
+    func unloadableSecrets() throws {
+        let directory = NSTemporaryDirectory() + "scopeproxy-explain-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory + "/store", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        FileManager.default.createFile(atPath: directory + "/open_key", contents: Data("CANARY-explain-file\n".utf8),
+                                       attributes: [.posixPermissions: 0o644])
+        let loaded = try ConfigLoader.parse("""
+            store_dir: store
+            secrets:
+              unset: { env: EXPLAIN_UNSET_VARIABLE }
+              missing: { store: missing }
+              open: { file: open_key }
+              unrelated: { env: EXPLAIN_UNRELATED_UNSET }
+            scopes:
+              - { name: a, origins: ["https://a.example"], inject: { X-Env: "${unset}", X-Store: "${missing}", X-File: "${open}" } }
+            tls: { intercept: scoped }
+            """, file: directory + "/explain.yaml", home: "/home/tester")
+        let text = Explanation.render(loaded, .init(method: "GET", headers: [], url: "https://a.example/")).text
+        #expect(text.contains("secret 'unset': environment variable EXPLAIN_UNSET_VARIABLE is not set; run would refuse to start (exit 1). "
+                              + "explain looked in its own environment: set the variable where run starts"), "\(text)")
+        #expect(text.contains("secret 'missing': store entry 'missing' is missing from \(directory)/store"))
+        #expect(text.contains("run would refuse to start (exit 1); a proxy already running keeps the last value it read until the file is back"))
+        #expect(text.contains("secret 'open': file \(directory)/open_key is world-accessible (chmod o-rwx); run would refuse to start (exit 1); "
+                              + "a proxy already running drops the value and answers 502 credential_unavailable"), "\(text)")
+        #expect(!text.contains("EXPLAIN_UNSET_VARIABLE is not set; run would answer"))
+        #expect(text.contains("run           would refuse to start (exit 1) over secrets this request does not use: "
+                              + "secret 'unrelated': environment variable EXPLAIN_UNRELATED_UNSET is not set"), "\(text)")
+        #expect(!text.contains("CANARY-explain-file"))
+    }
+
     @Test("no secret value ever appears: only names")
     func noValues() throws {
         let loaded = try config(library)

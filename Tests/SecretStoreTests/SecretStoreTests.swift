@@ -174,6 +174,17 @@ struct SecretStoreTests {
         #expect(stored == nonASCII, "stored as given")
     }
 
+    @Test("a missing store entry's hint: with a config file it names it (--config, one shell word); without one, the default store's command")
+    func storeEntryHint() throws {
+        let directory = TemporaryDirectory()
+        let withConfig = SecretStore(sources: ["s": .store("cdn")], storeDirectory: directory.path, configPath: "/etc/scopeproxy/c.yaml")
+        #expect(withConfig.problems().first?.reason.hasSuffix("(add it with: scopeproxy secret set cdn --config /etc/scopeproxy/c.yaml)") == true)
+        let embedded = SecretStore(sources: ["s": .store("cdn")], storeDirectory: directory.path)
+        #expect(embedded.problems().first?.reason.hasSuffix("(add it with: scopeproxy secret set cdn)") == true)
+        #expect(SecretStore.shellWord("configs/it's mine.yaml") == #"'configs/it'\''s mine.yaml'"#)
+        #expect(SecretStore.shellWord("a$(x).yaml") == "'a$(x).yaml'")
+    }
+
     @Test("a relative store or CA directory is made under the working directory, 0700, parents included")
     func relativePrivateDirectory() throws {
         // The helper used to prefix every component with "/", turning `secrets/dir` into /secrets/dir.
