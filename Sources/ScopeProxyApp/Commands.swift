@@ -235,7 +235,8 @@ public enum Commands {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         let headers = invocation.all("header").compactMap(splitHeader)
         let request = Explanation.Request(method: invocation.value("request") ?? "GET", headers: headers.map { (name: $0.0, value: $0.1) },
-                                          url: invocation.arguments[0], location: invocation.value("location"))
+                                          url: invocation.arguments[0], location: invocation.value("location"),
+                                          client: invocation.value("client"))
         let (text, status) = Explanation.render(config, request)
         writeStandardOutput(text)
         return status
