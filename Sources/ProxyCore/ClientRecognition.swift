@@ -93,7 +93,7 @@ public final class ClientDirectory: Sendable {
         case .unknown(let reason):
             ownerProblem = needsSocketOwner ? "socket owner unknown: \(reason)" : nil
         case .notLookedUp:
-            if needsSocketOwner, facts.certificate == nil { ownerProblem = "socket owner not looked up (not a loopback TCP client)" }
+            break
         }
         if let ip = facts.peerIP.flatMap(IPAddress.parse) {
             for rule in rules where rule.sources.contains(where: { $0.contains(ip) }) {

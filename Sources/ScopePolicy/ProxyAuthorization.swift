@@ -29,7 +29,8 @@ public enum ProxyAuthorization: Sendable, Equatable {
         while slice.first == 0x20 || slice.first == 0x09 { slice.removeFirst() }
         while slice.last == 0x20 || slice.last == 0x09 { slice.removeLast() }
         guard let space = slice.firstIndex(where: { $0 == 0x20 || $0 == 0x09 }) else {
-            return .malformed(slice.isEmpty ? .empty : .unknownScheme)
+            let scheme = String(decoding: slice, as: UTF8.self).lowercased()
+            return .malformed(slice.isEmpty || scheme == "basic" || scheme == "bearer" ? .empty : .unknownScheme)
         }
         let scheme = String(decoding: slice[..<space], as: UTF8.self).lowercased()
         var credentials = slice[space...]
