@@ -135,8 +135,8 @@ struct Decoder {
     func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
         var scopes: [Scope] = []
         var names: Set<String> = []
-        // header (lowercased) injected at an origin -> the scope that injects it there
-        var injectors: [Origin: [String: String]] = [:]
+        // header (lowercased) injected at an origin -> the scopes that inject it there, and whom they serve
+        var injectors: [Origin: [String: [(scope: String, clients: Set<String>?)]]] = [:]
         for item in try list(node) {
             let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients"], context: "a scope")
             guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
@@ -217,10 +217,15 @@ struct Decoder {
                 }
                 for injection in injections {
                     let header = injection.header.lowercased()
-                    if let other = injectors[origin]?[header] {
-                        throw self.error(originNode, "scopes '\(other)' and '\(name)' both inject \(injection.header) at \(origin)")
+                    // Two scopes may inject the same header at one origin only for disjoint clients:
+                    // then each request gets exactly one of them.
+                    for other in injectors[origin]?[header] ?? [] {
+                        guard let mine = servedClients, let theirs = other.clients, mine.isDisjoint(with: theirs) else {
+                            throw self.error(originNode, "scopes '\(other.scope)' and '\(name)' both inject \(injection.header) at \(origin)"
+                                             + (servedClients != nil || other.clients != nil ? " for the same client" : ""))
+                        }
                     }
-                    injectors[origin, default: [:]][header] = name
+                    injectors[origin, default: [:]][header, default: []].append((name, servedClients))
                 }
             }
             scopes.append(Scope(name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
