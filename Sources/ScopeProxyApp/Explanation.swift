@@ -44,7 +44,12 @@ public enum Explanation {
         let scope = Runtime.scopeContext(config, secrets: PreviewSecrets())
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
-            let hint = CommandLineParser.closest(name, among: names).map { ", did you mean '\($0)'?" } ?? ""
+            var nearest: (name: String, distance: Int)?
+            for candidate in names.sorted() {
+                let distance = CommandLineParser.editDistance(name, candidate)
+                if distance <= 2, distance < (nearest?.distance ?? Int.max) { nearest = (candidate, distance) }
+            }
+            let hint = nearest.map { ", did you mean '\($0.name)'?" } ?? ""
             let known = names.isEmpty ? "the config defines no clients" : "clients: \(names.joined(separator: ", "))"
             return ("cannot explain: no client named '\(name)'\(hint) (\(known))\n", 2)
         }
