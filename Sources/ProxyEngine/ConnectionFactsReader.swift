@@ -12,10 +12,20 @@ import Glibc
 enum ConnectionFactsReader {
     static func gather(fd: Int32, address: UnsafePointer<sockaddr>, needsOwner: Bool) -> ConnectionFacts {
         let peer = SocketAddress.describe(address)
-        guard let client = endpoint(address) else { return ConnectionFacts(peer: peer) }
-        var facts = ConnectionFacts(peer: peer, peerIP: client.address.description)
-        if needsOwner { facts.owner = owner(fd: fd, client: client) }
+        var facts = ConnectionFacts(peer: peer, peerIP: ipText(ofPeer: peer))
+        if needsOwner {
+            facts.owner = endpoint(address).map { owner(fd: fd, client: $0) } ?? .unknown(reason: "not a TCP/IP client")
+        }
         return facts
+    }
+
+    /// `127.0.0.1` from `127.0.0.1:5000`, `::1` from `[::1]:5000`: cut from the text the log uses
+    /// anyway (an address this short is a small string: no allocation per connection).
+    static func ipText(ofPeer peer: String) -> String? {
+        guard let colon = peer.lastIndex(of: ":") else { return nil }
+        var host = peer[..<colon]
+        if host.hasPrefix("["), host.hasSuffix("]") { host = host.dropFirst().dropLast() }
+        return host.isEmpty ? nil : String(host)
     }
 
     static func owner(fd: Int32, client: SocketOwnerTable.Endpoint) -> SocketOwner {

@@ -286,23 +286,29 @@ struct ClientIdentityTests {
         #expect(logLines(configured.logPath).filter { $0.contains(#""error":"rate_limited""#) && $0.contains(#""client_id":"local""#) }.count == 2)
     }
 
-    @Test("SIGHUP reload adds and removes a client")
+    @Test("SIGHUP reload adds and removes a client; the text log names the client")
     func reload() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let agentKey = canary("agentkey"), token = canary("tok")
+        var logPath = ""
         func yaml(withAgent: Bool) -> String { """
+            log: { output: \(logPath), format: text }
             secrets: { agent_key: { env: AGENT_KEY }, token: { env: TOKEN } }
             clients:
               - { name: lan, source: ["10.0.0.0/8"] }
             \(withAgent ? "  - { name: agent, auth: { bearer: agent_key } }" : "")
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
             """ }
-        let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { _ in yaml(withAgent: false) }
+        let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { log in
+            logPath = log
+            return yaml(withAgent: false)
+        }
         let proxy = configured.process
         defer { proxy.terminate() }
         let admin = "admin: \"127.0.0.1:\(configured.adminPort)\"\n"
         let agent = [("Proxy-Authorization", "Bearer \(agentKey)")]
+        // No client uses auth yet: the header decides nothing, and nothing else recognises this client.
         #expect(try send(proxy.port, origin.url + "/1", host: origin.authority, agent)?.status == 407)
 
         try (admin + yaml(withAgent: true)).write(toFile: configured.configPath, atomically: true, encoding: .utf8)
@@ -316,5 +322,13 @@ struct ClientIdentityTests {
         #expect(try send(proxy.port, origin.url + "/3", host: origin.authority, agent)?.status == 407)
         #expect(origin.requests.map(\.target) == ["/2"])
         #expect(arrived(at: origin, among: [token, agentKey]) == [[token]])
+        #expect(proxy.terminate() == 0)
+        let lines = logLines(logPath)
+        #expect(lines.count == 3)
+        guard lines.count == 3 else { return }
+        #expect(lines[0].contains(" 407 ") && lines[0].contains("reason=client_not_recognised") && !lines[0].contains("client="))
+        #expect(lines[1].contains(" 200 ") && lines[1].contains(" client=agent "))
+        #expect(lines[2].contains(" 407 "))
+        #expect(!lines.joined().contains(agentKey) && !lines.joined().contains(token))
     }
 }
