@@ -64,6 +64,10 @@ struct Banner {
             // Where the password goes, never the password.
             url = url.replacingOccurrences("http://", "http://user:PASSWORD@")
             lines.append("  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(url) https_proxy=\(url)")
+        } else if config.clients.contains(where: { if case .basic? = $0.auth { true } else { false } }) {
+            // Where a Basic client's password goes, never the password.
+            let withUser = url.replacingOccurrences("http://", "http://USER:PASSWORD@")
+            lines.append("  use it (a Basic client: its user and the value of its password secret): export http_proxy=\(withUser) https_proxy=\(withUser)")
         } else {
             lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)")
         }

@@ -110,6 +110,11 @@ struct ClientIdentityTests {
         #expect(lines.allSatisfy { $0.contains(#""client":"127.0.0.1:"#) }, "client keeps the address")
         #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="for-me",client="me"} 1"#))
         #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="none",client="guest"} 1"#))
+        let banner = proxy.standardError
+        #expect(banner.contains("client me: Basic user me, password from secret 'me_pw'"))
+        #expect(banner.contains("client agent: Bearer token from secret 'agent_key'"))
+        #expect(banner.contains("client guest: address in 127.0.0.0/8"))
+        #expect(banner.contains("only for clients: me"))
         let everything = lines.joined() + metrics + proxy.standardError
         #expect(all.allSatisfy { !everything.contains($0) }, "no secret or client credential in the log, /metrics or stderr")
     }
