@@ -327,7 +327,7 @@ public struct ConnectionMachine {
             record.pathAndQuery = request.pathAndQuery
             if request.framing != .none,
                arrival.scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                                        contentType: head.fields.first("content-type")) {
+                                                        contentType: head.fields.first("content-type"), client: request.client.name) {
                 // The scope decision depends on the body (a form's `_method`): read it first.
                 state = .collecting(Collection(request: request, scope: arrival.scope, record: record))
                 actions.append(.collectRequestBody(request.framing, limit: settings.limits.maxInspectedBody))

@@ -29,12 +29,11 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         IPAddress(bytes: mappedPrefix + [a, b, c, d])
     }
 
-    /// `10.0.0.1`, `::1`, `::ffff:10.0.0.1`, `[::1]`. Strict: IPv4 in exactly four decimal parts
+    /// `10.0.0.1`, `::1`, `::ffff:10.0.0.1` (no brackets). Strict: IPv4 in exactly four decimal parts
     /// of 0-255 without leading zeros (`010.0.0.1` is octal to inet_aton and decimal to others:
     /// refused rather than guessed), no zone ids, nothing around it.
     public static func parse(_ text: String) -> IPAddress? {
-        var text = Substring(text)
-        if text.hasPrefix("["), text.hasSuffix("]") { text = text.dropFirst().dropLast() }
+        let text = Substring(text)
         guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
         if !text.contains(":") { return parseIPv4(text) }
         #if canImport(Glibc)
@@ -106,7 +105,7 @@ public struct CIDR: Sendable, Hashable, CustomStringConvertible {
     public static func parse(_ text: String) -> Result<CIDR, ParseError> {
         guard text.utf8.count <= 64 else { return .failure(.invalidAddress) }
         let parts = text.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let address = IPAddress.parse(String(parts[0])), !parts[0].hasPrefix("[") else { return .failure(.invalidAddress) }
+        guard let address = IPAddress.parse(String(parts[0])) else { return .failure(.invalidAddress) }
         let maximum = address.isIPv4 ? 32 : 128
         var length = maximum
         if parts.count == 2 {

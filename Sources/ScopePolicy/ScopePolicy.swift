@@ -287,9 +287,10 @@ public struct ScopePolicy: Sendable {
     /// Whether the body must be read before the request can be scoped: a covering scope limits
     /// `methods:` and would inject into this request, and the body is a form, which may carry a
     /// `_method` override (`MethodOverride.detect`).
-    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?) -> Bool {
+    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?,
+                                    client: String? = nil) -> Bool {
         guard MethodOverride.isForm(contentType) else { return false }
-        return covering(origin).contains { scope in
+        return covering(origin, client: client).contains { scope in
             scope.methods != nil && !scope.inject.isEmpty
                 && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery)
         }
