@@ -184,3 +184,66 @@ struct SocketOwnerTableTests {
                                        tables: [table], littleEndian: false) == 42)
     }
 }
+
+@Suite("Clients: the connection machine, no sockets")
+struct ClientMachineTests {
+    @Test("identity is established on the CONNECT and inherited inside the intercepted tunnel; the record names the client")
+    func connectIdentityInherited() {
+        var p = Playbook(Configs.clients)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Proxy-Authorization: Bearer let-me-in"),
+             [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.clientTLSEstablished, [.emit(.tunnel(.intercept), .clientID("agent")), .arm(.clientHead)])
+        // No Proxy-Authorization inside: the tunnel's client is `agent`, whom scope a serves.
+        p.on(p.head("GET / HTTP/1.1", "Host: a.example", clientCookie), [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(1), reused: true),
+             [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", containing: [aToken, clientCookie]), .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")),
+             [.write(startingWith: "HTTP/1.1 200 OK\r\n"), .relay(hop(1), .contentLength(0), .contentLength(0)), .arm(.stall)])
+        p.on(.responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)),
+             [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200), .clientID("agent"), .injected(["X-A-Key"])), .arm(.idle), .readNextRequest])
+    }
+
+    @Test("a client the covering scope does not serve: nothing injected, its own credentials stripped, the reason recorded")
+    func notServed() {
+        let facts = ConnectionFacts(peer: "127.0.0.1:50000", peerIP: "127.0.0.1", owner: .uid(1001))
+        var p = Playbook(Configs.clients, facts: facts)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("GET https://a.example/ HTTP/1.1", "Host: a.example", clientCookie, clientAuthorization),
+             [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(1), reused: true),
+             [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", excluding: ["A-INJECTED", "CLIENT-COOKIE-CANARY", "CLIENT-AUTH-CANARY"]),
+              .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")),
+             [.write(startingWith: "HTTP/1.1 200 OK\r\n"), .relay(hop(1), .contentLength(0), .contentLength(0)), .arm(.stall)])
+        let actions = p.feed(.responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)))
+        let records = actions.compactMap { if case .emit(let record) = $0 { record } else { nil } }
+        #expect(records.count == 1)
+        #expect(records.first?.clientID == "ci")
+        #expect(records.first?.scopes == [])
+        #expect(records.first?.injected == [])
+        #expect(Set(records.first?.stripped ?? []) == ["Cookie", "Authorization"])
+        #expect(records.first?.skipped == [SkippedInjection(scope: "a", why: .clientNotServed)])
+    }
+
+    @Test("rate: the third request of a burst of 2/s is 429 with Retry-After, then one is allowed again after half a second")
+    func rateLimited() {
+        let fixture = Configs.clients
+        func request(at now: UInt64) -> [ConnectionAction] {
+            var p = Playbook(fixture)
+            p.now = now
+            p.start([.arm(.clientHead)])
+            return p.feed(p.head("GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Bearer let-me-in"))
+        }
+        func refusal(_ actions: [ConnectionAction]) -> String? {
+            for action in actions { if case .writeToClient(let bytes) = action { return String(decoding: bytes, as: UTF8.self) } }
+            return nil
+        }
+        #expect(refusal(request(at: 1_000_000)) == nil)
+        #expect(refusal(request(at: 1_000_000)) == nil)
+        let third = refusal(request(at: 1_000_000)) ?? ""
+        #expect(third.hasPrefix("HTTP/1.1 429 Too Many Requests\r\n") && third.contains("Retry-After: 1\r\n"))
+        #expect(refusal(request(at: 1_500_000)) == nil)
+        #expect(refusal(request(at: 1_500_000))?.hasPrefix("HTTP/1.1 429") == true)
+    }
+}
