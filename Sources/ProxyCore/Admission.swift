@@ -86,16 +86,22 @@ public enum RequestAdmission {
         }
     }
 
-    public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy) -> Admission {
+    /// `facts`: what the engine knows about the connection (`clients:` recognition); `now`:
+    /// monotonic microseconds (rate limits).
+    public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
+                             facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0) -> Admission {
         let client: ClientIdentity
         if case .intercepted(_, let established) = mode {
-            // Clients authenticate the CONNECT and never again inside the tunnel: it inherits.
+            // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits.
             client = established
         } else {
-            guard let identified = scope.identify(proxyAuthorization: head.fields.first("proxy-authorization")) else {
-                return .reject(.proxyAuthenticationRequired)
+            switch scope.recognize(facts, proxyAuthorization: head.fields.first("proxy-authorization")) {
+            case .refused(let refusal): return .reject(.proxyAuthenticationRequired(refusal))
+            case .client(let identified): client = identified
             }
-            client = identified
+        }
+        if case .limited(let seconds) = scope.clients.admit(client, now: now) {
+            return .reject(.rateLimited(client: client.name ?? "", retryAfterSeconds: seconds))
         }
 
         let target: RequestTarget

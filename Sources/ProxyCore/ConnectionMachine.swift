@@ -289,7 +289,16 @@ public struct ConnectionMachine {
         var record = ExchangeRecord(id: clientID ?? ids.next(), client: peer, method: head.method, startedAt: arrival.now)
         record.bytesIn = UInt64(headBytes)
         record.requestFields = head.fields
-        switch RequestAdmission.admit(head, mode: mode, scope: arrival.scope, policy: settings.admission) {
+        if case .intercepted(_, let client) = mode { record.clientID = client.name }
+        let admission = RequestAdmission.admit(head, mode: mode, scope: arrival.scope, policy: settings.admission,
+                                               facts: facts, now: arrival.now)
+        switch admission {
+        case .reject(.rateLimited(let client, _)): record.clientID = client
+        case .intercept(_, let client), .tunnel(_, let client): record.clientID = client.name
+        case .forward(let request): record.clientID = request.client.name
+        case .reject: break
+        }
+        switch admission {
         case .reject(let error):
             // Nothing was forwarded and the body (if any) was not read: answer and close.
             reject(error, record: record, consumedBody: false)
@@ -298,7 +307,7 @@ public struct ConnectionMachine {
             record.status = 200
             record.tunnel = .intercept
             // Counted under the scopes whose origin the tunnel is for (the requests inside are too).
-            record.scopes = arrival.scope.policy.covering(origin).map(\.name)
+            record.scopes = arrival.scope.policy.covering(origin, client: client.name).map(\.name)
             record.bytesOut = UInt64(Self.connectionEstablished.count)
             actions.append(.writeToClient(Self.connectionEstablished))
             actions.append(.startClientTLS(origin))
@@ -318,7 +327,7 @@ public struct ConnectionMachine {
             record.pathAndQuery = request.pathAndQuery
             if request.framing != .none,
                arrival.scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                                        contentType: head.fields.first("content-type")) {
+                                                        contentType: head.fields.first("content-type"), client: request.client.name) {
                 // The scope decision depends on the body (a form's `_method`): read it first.
                 state = .collecting(Collection(request: request, scope: arrival.scope, record: record))
                 actions.append(.collectRequestBody(request.framing, limit: settings.limits.maxInspectedBody))
@@ -534,6 +543,7 @@ public struct ConnectionMachine {
 
         let chain = ResponseDirector.chain(after: exchange.chain, hop: exchange.hop, to: target, request: exchange.request)
         var next = ExchangeRecord(id: record.id, client: peer, method: target.method, startedAt: record.startedAt)
+        next.clientID = record.clientID
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = exchange.request.head.fields

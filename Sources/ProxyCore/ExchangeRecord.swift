@@ -8,6 +8,9 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var id: String
     /// The client's address (`127.0.0.1:5000`).
     public var client: String
+    /// The configured client (`clients:`) the request came from: the log's `client_id`; nil when
+    /// the proxy does not tell clients apart, or did not recognise this one.
+    public var clientID: String?
     public var method: String?
     public var origin: Origin?
     public var pathAndQuery: String?
@@ -116,8 +119,11 @@ public enum ExchangeFailure: Sendable, Equatable {
     /// The detail the log's `reason` field carries next to `error`, when the code alone does not
     /// tell the user what to do.
     public var reason: String? {
-        if case .proxy(.interceptionFailed(_, let why)) = self { return why.rawValue }
-        return nil
+        switch self {
+        case .proxy(.interceptionFailed(_, let why)): why.rawValue
+        case .proxy(.proxyAuthenticationRequired(let refusal)): refusal.logText
+        default: nil
+        }
     }
 
     /// Failures caused by the upstream side (counted in `scopeproxy_upstream_errors_total`).

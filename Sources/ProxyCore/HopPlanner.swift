@@ -71,7 +71,8 @@ public enum HopPlanner {
                                              contentType: request.head.fields.first("content-type"))
         switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                   fields: request.head.fields, hasUserinfo: request.userinfo != nil,
-                                  secrets: scope.secrets, chain: chainContext, methodOverride: override) {
+                                  secrets: scope.secrets, chain: chainContext, methodOverride: override,
+                                  client: request.client.name) {
         case .failure(.secretUnavailable(let scopeName, let secret)):
             return .failure(.credentialUnavailable(scope: scopeName, secret: secret))
         case .success(let result):

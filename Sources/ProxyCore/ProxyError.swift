@@ -1,5 +1,6 @@
 import HTTP1Codec
 import JSONText
+import ScopePolicy
 
 /// Every way an exchange can fail before its response started, mapped to HTTP in one place.
 /// Messages are fixed text plus, at most, an origin: never a path, query, header or userinfo,
@@ -26,7 +27,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     case responseTimeout(Origin)
     case upstreamClosed(Origin)
     case badUpstreamResponse(Origin, String)
-    case proxyAuthenticationRequired
+    /// No configured client recognised the request (or its Proxy-Authorization was wrong).
+    case proxyAuthenticationRequired(ClientRefusal)
+    /// The client's `rate` is used up.
+    case rateLimited(client: String, retryAfterSeconds: Int)
     /// A secret an injection needs has no value: the request is not sent (fail closed).
     case credentialUnavailable(scope: String, secret: String)
     /// Block mode: a redirect to an origin that is not allowed. Names the origin only; nil when
@@ -58,6 +62,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
         case .tunnelDenied: 403
         case .proxyAuthenticationRequired: 407
+        case .rateLimited: 429
         case .credentialUnavailable, .redirectBlocked: 502
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
@@ -96,6 +101,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamClosed: "upstream_closed"
         case .badUpstreamResponse: "bad_upstream_response"
         case .proxyAuthenticationRequired: "proxy_authentication_required"
+        case .rateLimited: "rate_limited"
         case .credentialUnavailable: "credential_unavailable"
         case .redirectBlocked: "redirect_blocked"
         case .redirectLoop: "redirect_loop"
@@ -129,7 +135,13 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .responseTimeout(let origin): "\(origin) did not send a response head in time"
         case .upstreamClosed(let origin): "\(origin) closed the connection before responding"
         case .badUpstreamResponse(let origin, let reason): "invalid response from \(origin): \(reason)"
-        case .proxyAuthenticationRequired: "this proxy needs Proxy-Authorization (Basic any-user:password, or Bearer password)"
+        case .proxyAuthenticationRequired(let refusal):
+            switch refusal.reason {
+            case .proxyAuthorizationInvalid: "the Proxy-Authorization header could not be read (use Basic user:password or Bearer token)"
+            case .proxyAuthorizationNotRecognised: "the Proxy-Authorization header names no client of this proxy"
+            case .clientNotRecognised: "this proxy does not recognise this client: send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))"
+            }
+        case .rateLimited(let client, _): "client '\(client)' is over its rate limit"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
@@ -165,7 +177,10 @@ public enum ProxyError: Error, Equatable, Sendable {
         var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\nX-Request-ID: \(requestID)\r\n"
         head += "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n"
         head += "Cache-Control: no-store\r\n"
-        if self == .proxyAuthenticationRequired { head += "Proxy-Authenticate: Basic realm=\"scopeproxy\"\r\n" }
+        if case .proxyAuthenticationRequired(let refusal) = self {
+            for scheme in refusal.schemes { head += "Proxy-Authenticate: \(scheme.rawValue) realm=\"scopeproxy\"\r\n" }
+        }
+        if case .rateLimited(_, let seconds) = self { head += "Retry-After: \(seconds)\r\n" }
         head += !keepAlive ? "Connection: close\r\n\r\n" : clientVersion == .http1_0 ? "Connection: keep-alive\r\n\r\n" : "\r\n"
         return Array(head.utf8) + body
     }
@@ -178,6 +193,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case 408: "Request Timeout"
         case 413: "Content Too Large"
         case 414: "URI Too Long"
+        case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
         case 501: "Not Implemented"
         case 502: "Bad Gateway"

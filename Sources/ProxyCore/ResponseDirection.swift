@@ -82,8 +82,8 @@ public enum ResponseDirector {
             // Finding 6 of the review (confused deputy): an origin no scope covers must not be able to
             // make the proxy send an authenticated request on its behalf. Its redirect into an origin
             // that gets credentials goes back to the client, whose follow-up is scoped on its own.
-            let issuerCovered = !context.scope.policy.covering(hop.origin).isEmpty
-            let targetCovered = !context.scope.policy.covering(target.origin).isEmpty
+            let issuerCovered = !context.scope.policy.covering(hop.origin, client: context.request.client.name).isEmpty
+            let targetCovered = !context.scope.policy.covering(target.origin, client: context.request.client.name).isEmpty
             if targetCovered && !issuerCovered { return .relay(head, redirect: passed) }
             return .follow(HopTarget(origin: target.origin, method: method, pathAndQuery: target.pathAndQuery),
                            body: .replayed(body),

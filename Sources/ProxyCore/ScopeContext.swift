@@ -8,55 +8,37 @@ public final class ScopeContext: Sendable {
     public let policy: ScopePolicy
     public let redirects: RedirectPolicy
     public let secrets: any SecretLookup
-    /// Name of the secret holding the proxy password; nil: no proxy authentication.
-    public let proxyAuthSecret: String?
+    /// The configured clients (`clients:`, or the `proxy_auth` shorthand as one client); empty:
+    /// every request is the one unnamed client.
+    public let clients: ClientDirectory
     /// CONNECT hosts (normalized) whose TLS the proxy terminates with its local CA.
     public let interceptHosts: Set<String>
 
+    /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
+    /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
+    /// `clients` is given: the config refuses both at once).
     public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
-                proxyAuthSecret: String? = nil, interceptHosts: Set<String> = []) {
+                proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = []) {
         self.policy = policy
         self.redirects = redirects
         self.secrets = secrets
-        self.proxyAuthSecret = proxyAuthSecret
+        var rules = clients
+        if rules.isEmpty, let proxyAuthSecret {
+            rules = [ClientRule(name: Self.proxyAuthClientName, auth: .anyUserOrBearer(secret: proxyAuthSecret))]
+        }
+        self.clients = ClientDirectory(rules)
         self.interceptHosts = interceptHosts
     }
+
+    /// The one client the `proxy_auth` shorthand defines.
+    public static let proxyAuthClientName = "proxy_auth"
 
     /// The embedded default: no scope, every sensitive header stripped everywhere.
     public static let stripEverything = ScopeContext(policy: .stripEverything)
 
-    /// Who sent a request, from its Proxy-Authorization; nil: not recognised (407).
-    public func identify(proxyAuthorization: String?) -> ClientIdentity? {
-        acceptsProxyAuthorization(proxyAuthorization) ? .unnamed : nil
-    }
-
-    /// Proxy-Authorization check: `Basic base64(any-user:secret)` or `Bearer secret`, compared in
-    /// constant time. True when no proxy password is configured. Bytes are compared with bytes:
-    /// the secret's as read, Bearer's as they came off the wire (the header value holds one
-    /// scalar per byte), Basic's as base64-decoded; neither side is decoded as text, which
-    /// mangled any non-ASCII password.
-    public func acceptsProxyAuthorization(_ value: String?) -> Bool {
-        guard let proxyAuthSecret else { return true }
-        guard let expected = secrets.value(of: proxyAuthSecret)?.exposedBytes, let value else { return false }
-        let presented: [UInt8]
-        if value.count > 7, value.prefix(7).lowercased() == "bearer " {
-            presented = HTTPField.wireBytes(of: String(value.dropFirst(7)).trimmingSpaces())
-        } else if value.count > 6, value.prefix(6).lowercased() == "basic ",
-                  let decoded = Base64.decode(String(value.dropFirst(6)).trimmingSpaces()),
-                  let colon = decoded.firstIndex(of: UInt8(ascii: ":")) {
-            presented = Array(decoded[(colon + 1)...])
-        } else {
-            return false
-        }
-        return Self.constantTimeEqual(presented, expected)
-    }
-
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        var difference = UInt8(a.count == b.count ? 0 : 1)
-        for index in 0..<max(a.count, b.count) {
-            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
-        }
-        return difference == 0
+    /// Who sent a request: from the connection's facts and its Proxy-Authorization.
+    public func recognize(_ facts: ConnectionFacts, proxyAuthorization: String?) -> Recognition {
+        clients.recognize(facts, proxyAuthorization: proxyAuthorization, secrets: secrets)
     }
 }
 
@@ -72,14 +54,5 @@ public final class ScopeContextHolder: Sendable {
 
     public func replace(with context: ScopeContext) {
         current.withLock { $0 = context }
-    }
-}
-
-extension String {
-    func trimmingSpaces() -> String {
-        var slice = Substring(self)
-        while slice.first == " " { slice.removeFirst() }
-        while slice.last == " " { slice.removeLast() }
-        return String(slice)
     }
 }

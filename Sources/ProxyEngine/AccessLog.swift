@@ -171,6 +171,9 @@ public final class AccessLog: Sendable {
         Self.appendTimestamp(to: &line.bytes, quoted: true)
         line.string("id", record.id)
         line.string("client", record.client)
+        // The configured client's name (`clients:`); absent when the proxy does not tell clients
+        // apart or did not recognise this one (then `reason` says why).
+        line.optionalString("client_id", record.clientID)
         line.optionalString("method", record.method)
         line.optionalString("url", url(record))
         if let status = record.status { line.number("status", UInt64(status)) } else { line.raw("status", "null") }
@@ -185,7 +188,8 @@ public final class AccessLog: Sendable {
             if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
             line.array("injected", record.injected)
             line.array("stripped", record.stripped)
-            if !record.skipped.isEmpty { line.string("reason", record.skipped.map(\.description).joined(separator: "; ")) }
+            let reasons = record.skipped.map(\.description) + (record.failure?.reason.map { [$0] } ?? [])
+            if !reasons.isEmpty { line.string("reason", reasons.joined(separator: "; ")) }
             if let redirect = record.redirect {
                 line.beginObject("redirect")
                 line.optionalString("location", redirect.location.map(redactor.url))
@@ -217,6 +221,7 @@ public final class AccessLog: Sendable {
         var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-",
                      colour ? Self.paint(status, Self.statusColour(record.status)) : status,
                      Self.milliseconds(since: record.startedAt) + "ms"]
+        if let clientID = record.clientID { parts.append("client=\(clientID)") }
         if let decision = record.tunnel {
             parts.append("decision=\(decision.rawValue) in=\(record.bytesIn) out=\(record.bytesOut)")
         } else {

@@ -44,14 +44,14 @@ final class ClientConnection: UpstreamLegOwner {
     private var configuration: EngineConfiguration { worker.configuration }
     private var highWatermark: Int { configuration.limits.bufferHighWatermark }
 
-    init(worker: Worker, bev: OpaquePointer, peer: String, mode: ConnectionMode) {
+    init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode) {
         self.worker = worker
-        self.peer = peer
+        self.peer = facts.peer
         let settings = ConnectionMachine.Settings(
             timeouts: worker.configuration.timeouts, limits: worker.configuration.limits,
             admission: .init(tunnel: worker.configuration.tunnel, canIntercept: worker.configuration.tls?.minter != nil),
             logBodies: worker.configuration.accessLog?.logBodies == true)
-        machine = ConnectionMachine(settings: settings, mode: mode, peer: peer, ids: worker.requestIDs.fork())
+        machine = ConnectionMachine(settings: settings, mode: mode, facts: facts, ids: worker.requestIDs.fork())
         progressInterval = UInt64(min(100, max(1, worker.configuration.timeouts.idle / 4))) * 1000
         transport = ClientTransport(bev: bev, base: worker.base, idleMilliseconds: worker.configuration.timeouts.idle,
                                     highWatermark: worker.configuration.limits.bufferHighWatermark,

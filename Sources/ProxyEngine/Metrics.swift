@@ -27,6 +27,8 @@ public final class Metrics: Sendable {
         struct RequestKey: Hashable {
             var statusClass: Int
             var scope: String
+            /// A configured client's name, or "none": a bounded set (names come from the config).
+            var client: String
         }
         var requests: [RequestKey: UInt64] = [:]
         var bytesIn: UInt64 = 0
@@ -36,6 +38,8 @@ public final class Metrics: Sendable {
         var stripped: [String: UInt64] = [:]
         var redirects: [RedirectDecision: UInt64] = [:]
         var upstreamErrors: [String: UInt64] = [:]
+        var rateLimited: [String: UInt64] = [:]
+        var clientRefusals: [String: UInt64] = [:]
     }
 
     private let exchanges = Locked(ExchangeCounters())
@@ -45,7 +49,12 @@ public final class Metrics: Sendable {
         let statusClass = record.status.map { min(max($0 / 100, 0), 5) } ?? 6
         let upstreamError = record.failure.flatMap { $0.isUpstreamFailure ? $0.code : nil }
         exchanges.withLock { counters in
-            counters.requests[.init(statusClass: statusClass, scope: record.scopes.first ?? "none"), default: 0] += 1
+            counters.requests[.init(statusClass: statusClass, scope: record.scopes.first ?? "none", client: record.clientID ?? "none"), default: 0] += 1
+            switch record.failure {
+            case .proxy(.rateLimited(let client, _))?: counters.rateLimited[client, default: 0] += 1
+            case .proxy(.proxyAuthenticationRequired(let refusal))?: counters.clientRefusals[refusal.reason.rawValue, default: 0] += 1
+            default: break
+            }
             counters.bytesIn += record.bytesIn
             counters.bytesOut += record.bytesOut
             for name in record.injected { counters.injected[name, default: 0] += 1 }
@@ -66,7 +75,7 @@ public final class Metrics: Sendable {
             result[Key(name: name, labels: labels), default: 0] += amount
         }
         for (key, count) in exchange.requests {
-            add("scopeproxy_requests_total", ["status_class", Self.statusClasses[key.statusClass], "scope", key.scope], count)
+            add("scopeproxy_requests_total", ["status_class", Self.statusClasses[key.statusClass], "scope", key.scope, "client", key.client], count)
         }
         add("scopeproxy_bytes_in_total", [], exchange.bytesIn)
         add("scopeproxy_bytes_out_total", [], exchange.bytesOut)
@@ -74,6 +83,8 @@ public final class Metrics: Sendable {
         for (name, count) in exchange.stripped { add("scopeproxy_stripped_total", ["header", name.lowercased()], count) }
         for (decision, count) in exchange.redirects { add("scopeproxy_redirects_total", ["decision", decision.rawValue], count) }
         for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
+        for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
+        for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
         return result
     }
 
@@ -106,7 +117,9 @@ public final class Metrics: Sendable {
     ]
 
     private static let help: [String: (String, String)] = [
-        "scopeproxy_requests_total": ("counter", "Exchanges by response status class and scope."),
+        "scopeproxy_requests_total": ("counter", "Exchanges by response status class, scope and client (configured names, or none)."),
+        "scopeproxy_rate_limited_total": ("counter", "Requests refused with 429 because their client was over its rate, by client."),
+        "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
         "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
         "scopeproxy_redirects_total": ("counter", "Redirect decisions."),

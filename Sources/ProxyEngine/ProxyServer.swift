@@ -134,13 +134,26 @@ public final class ProxyServer: @unchecked Sendable {
     }
 
     /// Blocks until SIGTERM or SIGINT, then shuts down gracefully.
+    /// Blocks the signals `runUntilSignalled` handles, on the calling thread and every thread it
+    /// starts afterwards; one that arrives meanwhile stays pending until the handlers are in place.
+    public static func holdStopSignals() {
+        var handled = handledSignals
+        pthread_sigmask(SIG_BLOCK, &handled, nil)
+    }
+
+    private static var handledSignals: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signalNumber in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, signalNumber) }
+        return set
+    }
+
     public func runUntilSignalled(hooks: MainLoopHooks = MainLoopHooks()) {
         // A parent may have spawned us with these signals blocked (the mask survives exec), and
-        // then SIGTERM would never stop the proxy: unblock the ones we handle.
-        var handled = sigset_t()
-        sigemptyset(&handled)
-        for signalNumber in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&handled, signalNumber) }
-        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
+        // then SIGTERM would never stop the proxy: they are unblocked once the handlers are added
+        // below, so one held since start (`holdStopSignals`) is handled, not fatal.
+        var handled = Self.handledSignals
+        defer { pthread_sigmask(SIG_UNBLOCK, &handled, nil) }
         guard let base = mainBase else { return }
         mainBase = nil  // this loop owns it now
         defer { event_base_free(base) }
@@ -165,6 +178,7 @@ public final class ProxyServer: @unchecked Sendable {
         }, context)!
         sp_event_add_ms(tick, 1000)
         events += [hangup, tick]
+        pthread_sigmask(SIG_UNBLOCK, &handled, nil)
         withExtendedLifetime(loop) { _ = event_base_dispatch(base) }
         for event in events { event_free(event) }
         shutdown()

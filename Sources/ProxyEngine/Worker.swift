@@ -49,7 +49,7 @@ final class Worker: @unchecked Sendable {
 
     private struct ParkedConnection {
         let fd: Int32
-        let peer: String
+        let facts: ConnectionFacts
         let mode: ConnectionMode
     }
     private var housekeepingEvent: OpaquePointer!
@@ -127,11 +127,13 @@ final class Worker: @unchecked Sendable {
             close(fd)
             return
         }
-        let peer = SocketAddress.describe(address)
+        // Facts are gathered at accept, while the client's socket surely exists (a uid lookup).
+        let needsOwner = configuration.scope.context.clients.needsSocketOwner
+        let facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner)
         guard slots.acquire() else {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.
-            parked.append(ParkedConnection(fd: fd, peer: peer, mode: mode))
+            parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode))
             configuration.metrics.increment("scopeproxy_connection_limit_waits_total")
             let now = monotonicMilliseconds()
             if now - lastLimitLog >= 1000 {
@@ -141,18 +143,18 @@ final class Worker: @unchecked Sendable {
             pauseAccepting()
             return
         }
-        startConnection(fd: fd, peer: peer, mode: mode)
+        startConnection(fd: fd, facts: facts, mode: mode)
     }
 
     /// The caller holds a slot for this connection.
-    private func startConnection(fd: Int32, peer: String, mode: ConnectionMode) {
+    private func startConnection(fd: Int32, facts: ConnectionFacts, mode: ConnectionMode) {
         _ = sp_set_nodelay(fd)
         guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             close(fd)
             slots.release()
             return
         }
-        let connection = ClientConnection(worker: self, bev: bev, peer: peer, mode: mode)
+        let connection = ClientConnection(worker: self, bev: bev, facts: facts, mode: mode)
         clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
         connection.start()
@@ -184,7 +186,7 @@ final class Worker: @unchecked Sendable {
         guard acceptPaused, !isDraining else { return }
         while let next = parked.first, slots.acquire() {
             parked.removeFirst()
-            startConnection(fd: next.fd, peer: next.peer, mode: next.mode)
+            startConnection(fd: next.fd, facts: next.facts, mode: next.mode)
         }
         guard parked.isEmpty else {
             sp_event_add_ms(resumeAcceptEvent, 100)

@@ -7,8 +7,11 @@ import ScopePolicy
 public struct ProxyConfiguration: Sendable {
     public var sourcePath: String?
     public var listen: HostPort
-    /// Name of the secret that is the proxy password; nil means no proxy authentication.
+    /// Name of the secret that is the proxy password; nil means no proxy authentication. The
+    /// shorthand for one client (`ScopeContext` turns it into one); never set with `clients`.
     public var proxyAuthSecret: String?
+    /// `clients:`; empty: the proxy does not tell clients apart (or `proxy_auth` defines the one).
+    public var clients: [ClientRule] = []
     public var admin: HostPort?
     public var storeDirectory: String
     public var secrets: [String: SecretSource]
@@ -32,10 +35,18 @@ public struct ProxyConfiguration: Sendable {
             timeouts: Timeouts(), log: LogSettings())
     }
 
+    /// The CA files of every `tls_client` entry, resolved relative to the config file (the TLS
+    /// client listener trusts these; `ClientCertificate.verifiedBy` names them the same way).
+    public var clientCAFiles: [String] {
+        var seen: Set<String> = []
+        return clients.compactMap { $0.tlsClient?.caFile }.filter { seen.insert($0).inserted }
+    }
+
     /// `check`'s one-line summary.
     public var summary: String {
         let injected = policy.scopes.reduce(0) { $0 + $1.inject.count }
         return "valid: listen \(listen), \(policy.scopes.count) scope(s), \(injected) injected header(s), "
+            + (clients.isEmpty ? "" : "\(clients.count) client(s), ")
             + "\(secrets.count) secret(s), redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue)"
     }
 }

@@ -26,11 +26,15 @@ public struct Scope: Sendable, Equatable {
     public let methods: Set<String>?
     /// Path prefixes injection is limited to; nil means every path.
     public let paths: [String]?
+    /// The clients (`clients:` names) this scope serves; nil means every client. For any other
+    /// client the scope does not cover its origins.
+    public let clients: Set<String>?
 
     public init(
         name: String, origins: Set<Origin>, requireHTTPS: Bool = true, inject: [Injection] = [],
-        pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil
+        pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil, clients: Set<String>? = nil
     ) {
+        self.clients = clients
         self.name = name
         self.origins = origins
         self.requireHTTPS = requireHTTPS
@@ -39,6 +43,15 @@ public struct Scope: Sendable, Equatable {
         injectedNames = Set(inject.map { SensitiveHeaders.canonicalName($0.header) })
         self.methods = methods
         self.paths = paths
+    }
+
+    /// Whether a request from `client` (a configured client's name; nil when the proxy does not
+    /// tell clients apart) may get what this scope injects or passes. A scope limited to named
+    /// clients never serves an unnamed one (fail closed).
+    public func serves(_ client: String?) -> Bool {
+        guard let clients else { return true }
+        guard let client else { return false }
+        return clients.contains(client)
     }
 }
 
@@ -82,6 +95,9 @@ public enum InjectionSkip: String, Sendable, Equatable, CaseIterable {
     case trace = "trace_never_carries_credentials"
     /// A followed redirect went from https to http.
     case httpsDowngrade = "https_downgrade"
+    /// The scope's `clients:` does not list the request's client: the scope acts as if it did
+    /// not cover the origin (nothing injected or passed).
+    case clientNotServed = "client_not_served"
 }
 
 public struct SkippedInjection: Sendable, Equatable, CustomStringConvertible {
@@ -138,8 +154,15 @@ public struct ScopePolicy: Sendable {
     /// The embedded safe default: no scope, so every sensitive header is stripped everywhere.
     public static let stripEverything = ScopePolicy(scopes: [])
 
+    /// Every scope listing the origin, whichever clients it serves.
     public func covering(_ origin: Origin) -> [Scope] {
         scopes.filter { $0.origins.contains(origin) }
+    }
+
+    /// The scopes that cover the origin for this client: a scope that does not serve the client
+    /// does not cover anything for it.
+    public func covering(_ origin: Origin, client: String?) -> [Scope] {
+        scopes.filter { $0.origins.contains(origin) && $0.serves(client) }
     }
 
     /// Case-insensitive, and `X_Api_Key` is `X-Api-Key` (see `SensitiveHeaders.canonicalName`).
@@ -152,13 +175,21 @@ public struct ScopePolicy: Sendable {
     /// (see `MethodOverride.detect`); a scope that limits `methods:` must allow that method too.
     public func apply(
         method: String, origin: Origin, pathAndQuery: String, fields: HTTPFields, hasUserinfo: Bool,
-        secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none
+        secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none,
+        client: String? = nil
     ) -> Result<ScopedRequest, ScopeError> {
         var decision = ScopeDecision()
-        if chain.downgraded {
-            decision.skipped = covering(origin).filter { !$0.inject.isEmpty }.map { SkippedInjection(scope: $0.name, why: .httpsDowngrade) }
+        let listing = covering(origin)
+        // Said in the log, never silent: a scope skipped because it does not serve this client.
+        let served = listing.allSatisfy({ $0.clients == nil }) ? listing : listing.filter { scope in
+            if scope.serves(client) { return true }
+            decision.skipped.append(SkippedInjection(scope: scope.name, why: .clientNotServed))
+            return false
         }
-        let covering = chain.downgraded ? [] : covering(origin)
+        if chain.downgraded {
+            decision.skipped += served.filter { !$0.inject.isEmpty }.map { SkippedInjection(scope: $0.name, why: .httpsDowngrade) }
+        }
+        let covering = chain.downgraded ? [] : served
         decision.scopes = covering.map(\.name)
         // RFC 9110 §9.3.8: the origin reflects a TRACE request back in its response body, so any
         // credential sent with it is handed to whatever reads the response (cross-site tracing).
@@ -256,9 +287,10 @@ public struct ScopePolicy: Sendable {
     /// Whether the body must be read before the request can be scoped: a covering scope limits
     /// `methods:` and would inject into this request, and the body is a form, which may carry a
     /// `_method` override (`MethodOverride.detect`).
-    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?) -> Bool {
+    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?,
+                                    client: String? = nil) -> Bool {
         guard MethodOverride.isForm(contentType) else { return false }
-        return covering(origin).contains { scope in
+        return covering(origin, client: client).contains { scope in
             scope.methods != nil && !scope.inject.isEmpty
                 && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery)
         }

@@ -28,6 +28,11 @@ struct Banner {
         for scope in config.policy.scopes {
             lines.append("  scope \(scope.name): \(scope.origins.map(Self.origin).sorted().joined(separator: ", "))")
             lines.append("    " + Self.effect(scope))
+            if let clients = scope.clients { lines.append("    only for clients: \(clients.sorted().joined(separator: ", "))") }
+        }
+        for rule in config.clients { lines.append("  client \(rule.name): " + Self.recognition(rule)) }
+        if !config.clients.isEmpty && !config.clients.contains(where: { $0.name == ClientRule.anonymousName }) {
+            lines.append("  unrecognised clients: 407 (define a client named 'anonymous' to serve them)")
         }
         for (route, address) in zip(config.routes, routes) {
             lines.append("  route \(address) -> \(Self.origin(route.upstream))")
@@ -51,7 +56,7 @@ struct Banner {
         lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)" : "denied (403) unless intercepted"))
         // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);
         // most other clients read either spelling.
-        if config.proxyAuthSecret == nil && !Self.isLoopback(listen.host) {
+        if config.proxyAuthSecret == nil && config.clients.isEmpty && !Self.isLoopback(listen.host) {
             lines.append("  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
         }
         var url = Self.proxyURL(listen)
@@ -59,10 +64,30 @@ struct Banner {
             // Where the password goes, never the password.
             url = url.replacingOccurrences("http://", "http://user:PASSWORD@")
             lines.append("  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(url) https_proxy=\(url)")
+        } else if config.clients.contains(where: { if case .basic? = $0.auth { true } else { false } }) {
+            // Where a Basic client's password goes, never the password.
+            let withUser = url.replacingOccurrences("http://", "http://USER:PASSWORD@")
+            lines.append("  use it (a Basic client: its user and the value of its password secret): export http_proxy=\(withUser) https_proxy=\(withUser)")
         } else {
             lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)")
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// How a client is recognised, by secret names (never values).
+    static func recognition(_ rule: ClientRule) -> String {
+        var ways: [String] = []
+        if let tls = rule.tlsClient { ways.append("client certificate \(tls.subject) from \(tls.caFile)") }
+        switch rule.auth {
+        case .basic(let user, let password)?: ways.append("Basic user \(user), password from secret '\(password)'")
+        case .bearer(let token)?: ways.append("Bearer token from secret '\(token)'")
+        case .anyUserOrBearer(let secret)?: ways.append("proxy_auth secret '\(secret)'")
+        case nil: break
+        }
+        if let uid = rule.uid { ways.append("loopback socket owned by uid \(uid)") }
+        if !rule.sources.isEmpty { ways.append("address in \(rule.sources.map(\.text).joined(separator: ", "))") }
+        if ways.isEmpty { ways.append("every client nothing else recognises") }
+        return ways.joined(separator: "; or ") + (rule.rate.map { " (rate \($0))" } ?? "")
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -249,6 +249,7 @@ enum CommandTable {
                        repeatable: true,
                        validate: { Commands.splitHeader($0) == nil ? "expects 'Name: value'" : nil }),
             OptionSpec("location", value: "URL", "also show what a 3xx from this origin with this Location would get"),
+            OptionSpec("client", value: "NAME", "explain for this configured client (clients:); an unknown name exits 2"),
         ],
         arguments: [ArgumentSpec("URL", "the request's absolute URL")],
         examples: ["scopeproxy explain -X POST -H 'Cookie: sid=1' https://api.library.example/v1/books",

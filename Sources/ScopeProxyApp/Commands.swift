@@ -95,6 +95,12 @@ public enum Commands {
     // MARK: run
 
     static func run(_ invocation: Invocation) -> Int32 {
+        // SIGTERM, SIGINT and SIGHUP wait (blocked, pending) until the main loop handles them:
+        // every thread started from here on inherits the mask, and `runUntilSignalled` unblocks
+        // them on this thread once its handlers are in place. Before, a SIGHUP or SIGTERM sent
+        // right after `listening on` (a reload, a quick stop) met the default action and killed the
+        // proxy without draining or flushing its log.
+        ProxyServer.holdStopSignals()
         let source = invocation.configPath
         guard let config = loadConfig(source) else { return 2 }
         let secrets = Runtime.secretStore(config)
@@ -235,7 +241,8 @@ public enum Commands {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         let headers = invocation.all("header").compactMap(splitHeader)
         let request = Explanation.Request(method: invocation.value("request") ?? "GET", headers: headers.map { (name: $0.0, value: $0.1) },
-                                          url: invocation.arguments[0], location: invocation.value("location"))
+                                          url: invocation.arguments[0], location: invocation.value("location"),
+                                          client: invocation.value("client"))
         let (text, status) = Explanation.render(config, request)
         writeStandardOutput(text)
         return status

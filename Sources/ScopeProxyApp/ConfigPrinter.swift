@@ -7,11 +7,34 @@ import ScopePolicy
 /// its default filled in, secrets as their sources (a value is never read here). The output is a
 /// config the loader reads back to the same configuration, so it can be saved and edited.
 enum ConfigPrinter {
+    /// `clients:` with secrets as their names (never values).
+    static func clients(_ rules: [ClientRule]) -> String {
+        guard !rules.isEmpty else { return "# clients: none (every request is the one unnamed client)\n" }
+        var out = "clients:\n"
+        for rule in rules {
+            out += "  - name: \(scalar(rule.name))\n"
+            switch rule.auth {
+            case .basic(let user, let password)?: out += "    auth: { basic: { user: \(scalar(user)), password: \(scalar(password)) } }\n"
+            case .bearer(let token)?: out += "    auth: { bearer: \(scalar(token)) }\n"
+            case .anyUserOrBearer(let secret)?: out += "    # auth: proxy_auth shorthand, secret \(scalar(secret))\n"
+            case nil: break
+            }
+            if let uid = rule.uid { out += "    uid: \(uid)\n" }
+            if !rule.sources.isEmpty { out += "    source: \(flowList(rule.sources.map(\.text)))\n" }
+            if let tls = rule.tlsClient {
+                out += "    tls_client: { ca: \(scalar(tls.caFile)), subject: \(scalar(tls.subject.description)) }\n"
+            }
+            if let rate = rule.rate { out += "    rate: \(scalar(rate.description))\n" }
+        }
+        return out
+    }
+
     static func yaml(_ config: ProxyConfiguration, formatIsExplicit: Bool) -> String {
         var out = "# scopeproxy effective configuration (\(config.sourcePath.map { "from \(scalar($0))" } ?? "the embedded default")), defaults filled in.\n"
         out += "listen: \(scalar(config.listen.description))\n"
         out += "admin: \(config.admin.map { scalar($0.description) } ?? "null")\n"
         out += "proxy_auth: \(config.proxyAuthSecret.map { "{ secret: \(scalar($0)) }" } ?? "null")\n"
+        out += clients(config.clients)
         out += "store_dir: \(scalar(config.storeDirectory))\n"
 
         out += "secrets:" + (config.secrets.isEmpty ? " {}\n" : "\n")
@@ -45,6 +68,7 @@ enum ConfigPrinter {
             // Absent means every method and every path; an empty list would mean none.
             if let methods = scope.methods { out += "    methods: \(flowList(methods.sorted()))\n" } else { out += "    # methods: every method\n" }
             if let paths = scope.paths { out += "    paths: \(flowList(paths))\n" } else { out += "    # paths: every path\n" }
+            if let clients = scope.clients { out += "    clients: \(flowList(clients.sorted()))\n" } else { out += "    # clients: every client\n" }
         }
 
         out += "routes:" + (config.routes.isEmpty ? " []\n" : "\n")

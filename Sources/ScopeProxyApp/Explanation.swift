@@ -14,12 +14,15 @@ public enum Explanation {
         public var url: String
         /// A Location a 3xx from this origin might carry: what would the redirect get?
         public var location: String?
+        /// `--client NAME`: explain as this configured client.
+        public var client: String?
 
-        public init(method: String, headers: [(name: String, value: String)], url: String, location: String? = nil) {
+        public init(method: String, headers: [(name: String, value: String)], url: String, location: String? = nil, client: String? = nil) {
             self.method = method
             self.headers = headers
             self.url = url
             self.location = location
+            self.client = client
         }
     }
 
@@ -39,9 +42,26 @@ public enum Explanation {
             return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
         }
         let scope = Runtime.scopeContext(config, secrets: PreviewSecrets())
+        let names = scope.clients.names
+        if let name = request.client, !names.contains(name) {
+            var nearest: (name: String, distance: Int)?
+            for candidate in names.sorted() {
+                let distance = CommandLineParser.editDistance(name, candidate)
+                if distance <= 2, distance < (nearest?.distance ?? Int.max) { nearest = (candidate, distance) }
+            }
+            let hint = nearest.map { ", did you mean '\($0.name)'?" } ?? ""
+            let known = names.isEmpty ? "the config defines no clients" : "clients: \(names.joined(separator: ", "))"
+            return ("cannot explain: no client named '\(name)'\(hint) (\(known))\n", 2)
+        }
+        // The client is taken as named: explain shows what the scopes do for it, not how it is recognised.
+        let identity = request.client.map { ClientIdentity(name: $0) } ?? .unnamed
         out.line("request", "\(method) \(request.url)")
         out.line("origin", origin.description)
-        let covering = scope.policy.covering(origin)
+        if !names.isEmpty {
+            out.line("client", request.client.map { "\($0) (--client)" }
+                     ?? "none given (--client NAME): scopes limited to named clients do not serve this request")
+        }
+        let covering = scope.policy.covering(origin, client: identity.name)
         out.line("scopes", covering.isEmpty
                  ? "none covers this origin: every sensitive header is stripped, nothing is injected"
                  : covering.map { scope in "\(scope.name) (origins \(scope.origins.map { $0.description }.sorted().joined(separator: ", ")))" }.joined(separator: "; "))
@@ -52,7 +72,7 @@ public enum Explanation {
             // tunnel the proxy terminates.
             if scope.interceptHosts.contains(origin.host) {
                 out.line("https", "CONNECT \(origin.authority) is intercepted (tls.intercept): the rules below apply inside the tunnel")
-                mode = .intercepted(origin, client: .unnamed)
+                mode = .intercepted(origin, client: identity)
             } else if config.tls.tunnel == .allow {
                 out.line("https", "CONNECT \(origin.authority) would be tunnelled, not intercepted: the proxy sees nothing inside, "
                          + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
@@ -66,12 +86,16 @@ public enum Explanation {
         for (name, value) in request.headers { fields.append(name: name, value: value) }
         let head = RequestHead(method: method, target: mode == .forwardProxy ? request.url : pathAndQuery, version: .http1_1, fields: fields)
         let policy = RequestAdmission.Policy(tunnel: config.tls.tunnel, canIntercept: true)
-        guard case .forward(let client) = RequestAdmission.admit(head, mode: mode, scope: scope, policy: policy) else {
-            if case .reject(let error) = RequestAdmission.admit(head, mode: mode, scope: scope, policy: policy) {
+        // Admission without client recognition (the client is the one named above).
+        let admitting = ScopeContext(policy: scope.policy, redirects: scope.redirects, secrets: scope.secrets, interceptHosts: scope.interceptHosts)
+        guard case .forward(let admitted) = RequestAdmission.admit(head, mode: mode, scope: admitting, policy: policy) else {
+            if case .reject(let error) = RequestAdmission.admit(head, mode: mode, scope: admitting, policy: policy) {
                 out.line("answer", "\(error.status) \(error.code): \(error.message)")
             }
             return (out.text, 0)
         }
+        let client = ClientRequest(head: admitted.head, origin: admitted.origin, pathAndQuery: admitted.pathAndQuery,
+                                   userinfo: admitted.userinfo, framing: admitted.framing, client: identity)
         let hopTarget = HopTarget(origin: origin, method: method, pathAndQuery: client.pathAndQuery)
         let hop: Hop
         switch HopPlanner.plan(client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>") {
@@ -149,6 +173,9 @@ public enum Explanation {
         if SensitiveHeaders.methodOverride.contains(name.lowercased()) { return "a method override, where a scope limits methods" }
         if decision.reason == .traceMethod { return "TRACE never carries credentials" }
         if decision.reason == .httpsDowngrade { return "an https -> http hop carries no credential" }
+        if decision.skipped.contains(where: { $0.why == .clientNotServed }) && covering.isEmpty {
+            return "sensitive, and no scope serving this client covers this origin"
+        }
         if covering.isEmpty { return "sensitive, and no scope covers this origin" }
         return "sensitive, and no covering scope lists it in pass"
     }
@@ -161,6 +188,7 @@ public enum Explanation {
         case .path: "the path is not under the scope's paths (or has . or .. segments)"
         case .trace: "TRACE never carries credentials (the origin would echo them back)"
         case .httpsDowngrade: "an https -> http redirect hop carries no credential"
+        case .clientNotServed: "the scope's clients do not include this client: for it the scope covers nothing"
         }
     }
 

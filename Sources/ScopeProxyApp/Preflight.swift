@@ -20,6 +20,12 @@ enum Preflight {
         if !Runtime.interceptHosts(config).isEmpty, let problem = authorityProblem(config.tls.caDirectory) {
             found.append("tls.ca_dir: \(problem)\(refuses)")
         }
+        // A tls_client CA the listener cannot load verifies nobody: that client is never recognised
+        // by certificate (whether run refuses it is the TLS client listener's call).
+        for rule in config.clients {
+            guard let ca = rule.tlsClient?.caFile, let problem = upstreamCAProblem(ca) else { continue }
+            found.append("client '\(rule.name)' tls_client.ca: \(problem); no certificate can be verified by it")
+        }
         if case .file(let path) = config.log.output, let problem = logFileProblem(path) {
             found.append("log.output: \(problem)\(refuses)")
         }

@@ -13,7 +13,7 @@ import Glibc
 public enum Runtime {
     public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup) -> ScopeContext {
         ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
-                     interceptHosts: interceptHosts(config))
+                     clients: config.clients, interceptHosts: interceptHosts(config))
     }
 
     /// `tls.intercept`: the listed hosts, or with `scoped` every host of every https scope origin.
@@ -105,7 +105,7 @@ final class RunningProxy: Sendable {
             self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(secrets.allValues)
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
-            Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count))])
+            Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count)), ("clients", String(config.clients.count))])
         } catch let error as ConfigError {
             reloadFailed(error.description)
         } catch let error as SecretError {

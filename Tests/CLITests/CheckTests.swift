@@ -39,6 +39,32 @@ struct CheckTests {
         #expect(none.stderr.contains("check needs --config FILE"))
     }
 
+    @Test("check with clients: valid, counted in the summary; a tls_client CA that cannot be loaded is named; a client error points at it")
+    func clients() throws {
+        let scratch = ScratchDirectory()
+        scratch.write("bad-ca.pem", "not a certificate\n", mode: 0o644)
+        let config = scratch.write("c.yaml", """
+            secrets: { key: { env: SCOPEPROXY_TEST_CLIENT_KEY } }
+            clients:
+              - { name: agent, auth: { bearer: key } }
+              - { name: tool, tls_client: { ca: bad-ca.pem, subject: "CN=tool" } }
+            scopes: [{ name: api, origins: ["https://api.example"], clients: [agent] }]
+            """)
+        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_CLIENT_KEY": "CANARY-client-key"])
+        #expect(outcome.status == 0)
+        #expect(outcome.stdout.contains("2 client(s)"))
+        #expect(outcome.stderr.contains("warning: client 'tool' tls_client.ca: \(scratch.path)/bad-ca.pem holds no PEM certificate"), "\(outcome.stderr)")
+        #expect(!(outcome.stdout + outcome.stderr).contains("CANARY"))
+
+        let wrong = scratch.write("wrong.yaml", """
+            clients: [{ name: agent, source: ["10.0.0.0/8"] }]
+            scopes: [{ name: api, origins: ["https://api.example"], clients: [agnt] }]
+            """)
+        let refused = try runBinary(["check", "--config", wrong])
+        #expect(refused.status == 2)
+        #expect(refused.stderr.contains("\(wrong):2:67: 'agnt' names no client in 'clients', did you mean 'agent'?"), "\(refused.stderr)")
+    }
+
     @Test("check exits 0 for a valid file and names each secret and TLS file run would refuse, never a value")
     func warnings() throws {
         let scratch = ScratchDirectory()

@@ -11,6 +11,7 @@ struct ConfigPrintTests {
         #expect(a.listen == b.listen, "\(label): listen")
         #expect(a.admin == b.admin, "\(label): admin")
         #expect(a.proxyAuthSecret == b.proxyAuthSecret, "\(label): proxy_auth")
+        #expect(a.clients == b.clients, "\(label): clients")
         #expect(a.storeDirectory == b.storeDirectory, "\(label): store_dir")
         #expect(a.secrets == b.secrets, "\(label): secrets")
         #expect(a.policy.sensitiveHeaders == b.policy.sensitiveHeaders, "\(label): sensitive_headers")
@@ -50,6 +51,30 @@ struct ConfigPrintTests {
         #expect(text.contains("store_dir: \(scratch.path)/.local/share/scopeproxy/secrets\n"))
         #expect(text.contains("listen: \"127.0.0.1:8080\"\n"))
         #expect(text.contains("scopes: []\n"))
+    }
+
+    @Test("clients print by secret name and parse back to the same clients")
+    func clients() throws {
+        let scratch = ScratchDirectory()
+        let path = scratch.write("c.yaml", """
+            secrets: { me_pw: { env: ME_PW }, agent_key: { env: AGENT_KEY } }
+            clients:
+              - { name: me, auth: { basic: { user: me, password: me_pw } } }
+              - { name: agent, auth: { bearer: agent_key }, rate: "5/s" }
+              - { name: ci, uid: 1001 }
+              - { name: lan, source: ["10.0.0.0/8", "fd00::/8"] }
+              - { name: tool, tls_client: { ca: certs/ca.pem, subject: "DNS:tool.example" } }
+              - { name: anonymous }
+            scopes: [{ name: api, origins: ["https://api.example"], clients: [me, ci] }]
+            """)
+        let text = try roundTrip(path, home: scratch.path, label: "clients")
+        #expect(text.contains("password: me_pw"))
+        #expect(text.contains("ca: \(scratch.path)/certs/ca.pem"))
+        #expect(text.contains("clients: [ci, me]"))
+        let banner = try runBinary(["check", "--config", path], environment: ["ME_PW": "CANARY-pw", "AGENT_KEY": "CANARY-key"])
+        #expect(banner.status == 0)
+        #expect(banner.stdout.contains("6 client(s)"))
+        #expect(!(banner.stdout + banner.stderr + text).contains("CANARY"))
     }
 
     @Test("the example config parses back to the same configuration")

@@ -46,4 +46,27 @@ struct ExplainCLITests {
         #expect(run.status == 1, "what explain said: \(run.stderr)")
         #expect(run.stderr.contains("secret 'token': environment variable EXPLAIN_CLI_UNSET_TOKEN is not set"))
     }
+
+    @Test("explain --client: the scopes that serve that client; an unknown name exits 2 with a did-you-mean")
+    func explainForClient() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            secrets: { token: { env: EXPLAIN_TOKEN }, key: { env: AGENT_KEY } }
+            clients:
+              - { name: agent, auth: { bearer: key } }
+              - { name: ci, uid: 1001 }
+            scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" }, clients: [agent] }]
+            tls: { intercept: scoped }
+            """)
+        let served = try runBinary(["explain", "--config", config, "--client", "agent", "https://api.example/v1"])
+        #expect(served.status == 0, "\(served.stderr)")
+        #expect(served.stdout.contains("Authorization: Bearer ${token}"))
+        let other = try runBinary(["explain", "--config", config, "--client", "ci", "-H", "X-API-Key: k", "https://api.example/v1"])
+        #expect(other.status == 0)
+        #expect(other.stdout.contains("scope api: the scope's clients do not include this client"))
+        #expect(other.stdout.contains("injected      nothing"))
+        let unknown = try runBinary(["explain", "--config", config, "--client", "agnet", "https://api.example/v1"])
+        #expect(unknown.status == 2)
+        #expect(unknown.stdout.contains("no client named 'agnet', did you mean 'agent'?"))
+    }
 }

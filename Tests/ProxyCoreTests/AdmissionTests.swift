@@ -107,10 +107,10 @@ struct AdmissionTests {
                      fixture: Configs.intercept, head: ["CONNECT b.example:443 HTTP/1.1"], expected: .reject(.tunnelDenied(b))),
         AdmissionRow(name: "proxy auth: none sent: 407",
                      fixture: Configs.proxyAuth, head: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example"],
-                     expected: .reject(.proxyAuthenticationRequired)),
+                     expected: .reject(.proxyAuthenticationRequired(.init(reason: .clientNotRecognised, schemes: [.basic, .bearer])))),
         AdmissionRow(name: "proxy auth: a wrong password: 407",
                      fixture: Configs.proxyAuth, head: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Bearer let-me-out"],
-                     expected: .reject(.proxyAuthenticationRequired)),
+                     expected: .reject(.proxyAuthenticationRequired(.init(reason: .proxyAuthorizationNotRecognised, schemes: [.basic, .bearer])))),
         AdmissionRow(name: "proxy auth: Bearer with the password",
                      fixture: Configs.proxyAuth, head: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Bearer let-me-in"],
                      expected: .forward(plain, "/")),
@@ -118,9 +118,9 @@ struct AdmissionTests {
                      fixture: Configs.proxyAuth, head: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Basic \(Base64.encode(Array("me:let-me-in".utf8)))"],
                      expected: .forward(plain, "/")),
         AdmissionRow(name: "proxy auth: checked before anything else (even a bad target)",
-                     fixture: Configs.proxyAuth, head: ["GET /x HTTP/1.1", "Host: plain.example"], expected: .reject(.proxyAuthenticationRequired)),
+                     fixture: Configs.proxyAuth, head: ["GET /x HTTP/1.1", "Host: plain.example"], expected: .reject(.proxyAuthenticationRequired(.init(reason: .clientNotRecognised, schemes: [.basic, .bearer])))),
         AdmissionRow(name: "proxy auth: a CONNECT without it: 407",
-                     fixture: Configs.proxyAuth, head: ["CONNECT a.example:443 HTTP/1.1"], expected: .reject(.proxyAuthenticationRequired)),
+                     fixture: Configs.proxyAuth, head: ["CONNECT a.example:443 HTTP/1.1"], expected: .reject(.proxyAuthenticationRequired(.init(reason: .clientNotRecognised, schemes: [.basic, .bearer])))),
     ]
 
     @Test("forward proxy", arguments: forwardRows)

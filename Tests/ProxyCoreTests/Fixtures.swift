@@ -65,6 +65,18 @@ enum Configs {
     static let tunnelAllowed = Fixture(scopes + "tls: { tunnel: allow }\n")
     /// CONNECT to a.example intercepted; other tunnels denied.
     static let intercept = Fixture(scopes + "tls: { intercept: [\"a.example\"], tunnel: deny }\n")
+    /// Clients: `agent` (Bearer let-me-in) is served by scope a only, `ci` (uid 1001) by scope b only;
+    /// `agent` may send 2 requests a second (a fresh fixture each time: the rate buckets live in it).
+    /// CONNECT to a.example intercepted.
+    static var clients: Fixture { Fixture(scopes.replacing("    pass: [Authorization, Cookie]\n  - name: b",
+                                                              with: "    pass: [Authorization, Cookie]\n    clients: [agent]\n  - name: b")
+        + """
+        clients:
+          - { name: agent, auth: { bearer: proxy_password }, rate: "2/s" }
+          - { name: ci, uid: 1001 }
+        tls: { intercept: ["a.example"] }
+
+        """) }
     /// Proxy authentication, and CONNECT to a.example intercepted.
     static let proxyAuth = Fixture(scopes + "proxy_auth: { secret: proxy_password }\ntls: { intercept: [\"a.example\"] }\n")
 }

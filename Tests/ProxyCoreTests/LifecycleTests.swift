@@ -469,7 +469,7 @@ struct ConnectTests {
         p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Proxy-Authorization: Bearer wrong"), [
             .cancelTimer,
             .write(startingWith: "HTTP/1.1 407 Proxy Authentication Required\r\n", containing: ["Proxy-Authenticate: Basic", "Connection: close"]),
-            .emit(.status(407), .failure(.proxy(.proxyAuthenticationRequired))),
+            .emit(.status(407), .failure(.proxy(.proxyAuthenticationRequired(.init(reason: .proxyAuthorizationNotRecognised, schemes: [.basic, .bearer]))))),
             .close(.afterFlush),
         ])
         #expect(p.machine.mode == .forwardProxy)

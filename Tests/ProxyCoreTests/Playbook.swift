@@ -77,7 +77,7 @@ struct Fixture: Sendable {
         case .scoped: Set(configuration.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
         }
         scope = ScopeContext(policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
-                             proxyAuthSecret: configuration.proxyAuthSecret, interceptHosts: interceptHosts)
+                             proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts)
     }
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
@@ -98,6 +98,7 @@ enum RecordField: CustomStringConvertible {
     case origin(Origin?)
     case path(String?)
     case status(Int?)
+    case clientID(String?)
     case failure(ExchangeFailure?)
     case scopes([String])
     case injected([String])
@@ -121,6 +122,7 @@ enum RecordField: CustomStringConvertible {
         case .origin(let value): compare("origin", value, record.origin)
         case .path(let value): compare("path", value, record.pathAndQuery)
         case .status(let value): compare("status", value, record.status)
+        case .clientID(let value): compare("clientID", value, record.clientID)
         case .failure(let value): compare("failure", value, record.failure)
         case .scopes(let value): compare("scopes", value, record.scopes)
         case .injected(let value): compare("injected", value, record.injected)
@@ -142,6 +144,7 @@ enum RecordField: CustomStringConvertible {
         case .origin(let value): "origin=\(value.map(String.init(describing:)) ?? "nil")"
         case .path(let value): "path=\(value ?? "nil")"
         case .status(let value): "status=\(value.map(String.init) ?? "nil")"
+        case .clientID(let value): "clientID=\(value ?? "nil")"
         case .failure(let value): "failure=\(value?.code ?? "nil")"
         case .scopes(let value): "scopes=\(value)"
         case .injected(let value): "injected=\(value)"
@@ -286,14 +289,15 @@ struct Playbook {
     static let seed: UInt64 = 0x5C0_9E
 
     init(_ fixture: Fixture = .stripEverything, mode: ConnectionMode = .forwardProxy, logBodies: Bool = false,
-         limits: Limits? = nil) {
+         limits: Limits? = nil, facts: ConnectionFacts? = nil) {
         self.fixture = fixture
         let configuration = fixture.configuration
         settings = ConnectionMachine.Settings(
             timeouts: configuration.timeouts, limits: limits ?? configuration.limits,
             admission: .init(tunnel: configuration.tls.tunnel, canIntercept: !fixture.scope.interceptHosts.isEmpty),
             logBodies: logBodies)
-        machine = ConnectionMachine(settings: settings, mode: mode, peer: Self.peer, ids: RequestIDGenerator(seed: Self.seed))
+        machine = ConnectionMachine(settings: settings, mode: mode, facts: facts ?? ConnectionFacts(peer: Self.peer),
+                                    ids: RequestIDGenerator(seed: Self.seed))
     }
 
     /// The request id the machine makes for the `n`th request (1-based) that brings none.

@@ -202,7 +202,7 @@ struct LogFormatTests {
         #expect(!rotated.contains("{"), "text, not JSON")
         #expect(current.contains("id=text-two"))
         #expect(!(rotated + current).contains("CANARY-text-token-5a"))
-        #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="api"} 2"#))
+        #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="api",client="none"} 2"#))
         #expect(metrics.contains(#"scopeproxy_injected_total{header="authorization"} 2"#))
         #expect(metrics.contains(#"scopeproxy_stripped_total{header="x-api-key"} 2"#))
         #expect(metrics.contains(#"scopeproxy_reloads_total{result="ok"} 1"#))

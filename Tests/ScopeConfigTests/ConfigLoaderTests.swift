@@ -109,3 +109,31 @@ struct ConfigValidTests {
         #expect(Decoder.editDistance("", "ab") == 2)
     }
 }
+
+@Suite("Config: clients")
+struct ClientConfigTests {
+    @Test("every kind of client, scope clients, CA files resolved next to the config")
+    func validClients() throws {
+        let path = fixtures.appendingPathComponent("clients.valid.yaml").path
+        let config = try ConfigLoader.load(path: path, home: home)
+        #expect(config.clients.map(\.name) == ["me", "agent", "ci", "lan", "tool", "anonymous"])
+        #expect(config.clients[0].auth == .basic(user: "me", passwordSecret: "me_password"))
+        #expect(config.clients[1].auth == .bearer(tokenSecret: "agent_key"))
+        #expect(config.clients[1].rate == RateLimit(count: 100, periodSeconds: 60))
+        #expect(config.clients[2].uid == 1001)
+        #expect(config.clients[3].sources.map(\.text) == ["10.0.0.0/8", "fd00::/8"])
+        let directory = (path as NSString).deletingLastPathComponent
+        #expect(config.clients[4].tlsClient == TLSClientMatch(caFile: directory + "/clients-ca.pem", subject: .commonName("tool")))
+        #expect(config.clientCAFiles == [directory + "/clients-ca.pem"])
+        #expect(config.policy.scopes[0].clients == ["me", "ci"])
+        #expect(config.policy.scopes[1].clients == nil)
+        #expect(config.summary.contains("6 client(s)"))
+    }
+
+    @Test("scope clients with no clients defined: an error that says so")
+    func scopeClientsWithoutClients() {
+        #expect(throws: ConfigError.self) {
+            try ConfigLoader.parse("scopes: [{ name: a, origins: [\"https://a.example\"], clients: [me] }]", file: "t.yaml", home: home)
+        }
+    }
+}

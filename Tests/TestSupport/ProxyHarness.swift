@@ -3,6 +3,7 @@ import Foundation
 import ProxyCore
 import ProxyEngine
 import ScopeConfig
+import ScopeProxyApp
 import ScopePolicy
 
 /// An in-process proxy on 127.0.0.1:0 with its own worker threads, stopped when the test ends.
@@ -22,8 +23,7 @@ public final class ProxyHarness: @unchecked Sendable {
     public convenience init(yaml: String, secrets: [String: String], threads: Int = 2,
                             _ adjust: (inout EngineConfiguration) -> Void = { _ in }) throws {
         let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
-        let context = ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
-                                   proxyAuthSecret: config.proxyAuthSecret)
+        let context = Runtime.scopeContext(config, secrets: StaticSecrets(secrets))
         try self.init(threads: threads) { engine in
             engine.scope = ScopeContextHolder(context)
             adjust(&engine)
@@ -33,8 +33,7 @@ public final class ProxyHarness: @unchecked Sendable {
     /// A scope context from YAML, for swapping into a running harness (reload tests).
     public static func context(yaml: String, secrets: [String: String]) throws -> ScopeContext {
         let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
-        return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
-                            proxyAuthSecret: config.proxyAuthSecret)
+        return Runtime.scopeContext(config, secrets: StaticSecrets(secrets))
     }
 
     public func connect() throws -> TestSocket { try TestSocket.connect(port: port) }
