@@ -18,6 +18,9 @@ let package = Package(
         // POSIX helpers shared by the I/O layers: a pthread lock ThreadSanitizer can see
         // (Synchronization.Mutex it cannot, on Linux), small-file reads, private directories.
         .target(name: "PosixSupport"),
+        // One kernel question in C (its structs live in linux/ headers Swift does not import): who
+        // owns a given TCP socket (NETLINK_SOCK_DIAG), for `uid` clients.
+        .target(name: "CSocketDiag"),
 
         // Pure core: no sockets, no libevent. Each is testable alone.
         // The one JSON writer (log lines, error bodies, diagnostics, redacted summaries).
@@ -34,7 +37,7 @@ let package = Package(
         .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "JSONText", "CLibevent", "COpenSSL", "PosixSupport"]),
+        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.

@@ -92,9 +92,21 @@ public enum RequestAdmission {
                              facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0) -> Admission {
         let client: ClientIdentity
         if case .intercepted(_, let established) = mode {
-            // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits.
-            client = established
+            // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits,
+            // as long as the client still exists. A reload that removed it ends what it may do:
+            // the tunnel must not keep a deleted client's credentials (a config without any
+            // clients makes every request the one unnamed client, as a new connection would be).
+            if let name = established.name, !scope.clients.isEmpty, !scope.clients.names.contains(name) {
+                return .reject(.proxyAuthenticationRequired(ClientRefusal(
+                    reason: .clientNotRecognised, detail: "client '\(name)' was removed by a reload", schemes: scope.clients.schemes)))
+            }
+            client = scope.clients.isEmpty ? .unnamed : established
         } else {
+            // Two Proxy-Authorization fields are two claims of identity: refused like two Hosts,
+            // rather than letting the first one silently decide.
+            if head.fields.count("proxy-authorization") > 1 {
+                return .reject(.malformedRequest("more than one Proxy-Authorization header"))
+            }
             switch scope.recognize(facts, proxyAuthorization: head.fields.first("proxy-authorization")) {
             case .refused(let refusal): return .reject(.proxyAuthenticationRequired(refusal))
             case .client(let identified): client = identified

@@ -1,3 +1,4 @@
+import CSocketDiag
 import PosixSupport
 import ProxyCore
 import ScopePolicy
@@ -6,9 +7,13 @@ import Glibc
 #endif
 
 /// Gathers `ConnectionFacts` when a connection is accepted: the peer's address, and, only when a
-/// configured client is recognised by `uid` and the peer is on loopback, who owns its socket
-/// (`/proc/net/tcp{,6}`, parsed by `SocketOwnerTable`). Every failure is `SocketOwner.unknown`:
-/// such a client is never recognised by uid (fail closed), and the 407's log line says why.
+/// configured client is recognised by `uid` and the peer is on loopback, who owns its socket. That
+/// is one question to the kernel about one socket (NETLINK_SOCK_DIAG, as `ss` asks it): reading
+/// `/proc/net/tcp` instead costs time in proportion to every TCP socket of the host (66 000
+/// TIME_WAIT entries made each accept take ~3 s, with the event loop stalled), which any local user
+/// can inflate. The /proc table (`SocketOwnerTable`) is read only where sock_diag is unavailable.
+/// Every failure is `SocketOwner.unknown`: such a client is never recognised by uid (fail closed),
+/// and the 407's log line says why.
 enum ConnectionFactsReader {
     static func gather(fd: Int32, address: UnsafePointer<sockaddr>, needsOwner: Bool) -> ConnectionFacts {
         let peer = SocketAddress.describe(address)
@@ -39,6 +44,13 @@ enum ConnectionFactsReader {
         guard named == 0, let server = withUnsafePointer(to: &storage, {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { endpoint($0) }
         }) else { return .unknown(reason: "getsockname failed") }
+        switch askKernel(client: client, server: server) {
+        case .found(let uid): return .uid(uid)
+        case .noSuchSocket:
+            return .unknown(reason: "no socket in this network namespace has the client's address (another network namespace, or it closed)")
+        case .failed(let errno): return .unknown(reason: "sock_diag lookup failed (errno \(errno))")
+        case .unavailable: break  // read the table below
+        }
         var tables: [String] = []
         for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
             switch SmallFile.read(path, limit: 64 << 20) {
@@ -55,6 +67,29 @@ enum ConnectionFactsReader {
         #else
         return .unknown(reason: "uid recognition needs Linux /proc/net/tcp")
         #endif
+    }
+
+    enum KernelAnswer: Equatable {
+        case found(UInt32)
+        case noSuchSocket
+        case failed(Int32)
+        /// No NETLINK_SOCK_DIAG here (a kernel without it, or a sandbox that forbids netlink).
+        case unavailable
+    }
+
+    /// The owner of the client's own socket: local end the client's address, remote end ours.
+    /// A client that reached an IPv6 listener from IPv4 has a plain IPv4 socket: asked as such.
+    static func askKernel(client: SocketOwnerTable.Endpoint, server: SocketOwnerTable.Endpoint) -> KernelAnswer {
+        let v4 = client.address.isIPv4 && server.address.isIPv4
+        let clientBytes = v4 ? Array(client.address.bytes.suffix(4)) : client.address.bytes
+        let serverBytes = v4 ? Array(server.address.bytes.suffix(4)) : server.address.bytes
+        let answer = sp_tcp_socket_owner(v4 ? AF_INET : AF_INET6, clientBytes, client.port, serverBytes, server.port)
+        if answer >= 0 { return .found(UInt32(truncatingIfNeeded: answer)) }
+        switch Int32(-answer) {
+        case ENOENT: return .noSuchSocket
+        case EPROTONOSUPPORT, EAFNOSUPPORT, EACCES, EPERM, EINVAL: return .unavailable
+        case let errno: return .failed(errno)
+        }
     }
 
     static func endpoint(_ address: UnsafePointer<sockaddr>) -> SocketOwnerTable.Endpoint? {

@@ -204,6 +204,42 @@ struct ClientMachineTests {
              [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200), .clientID("agent"), .injected(["X-A-Key"])), .arm(.idle), .readNextRequest])
     }
 
+    @Test("a reload that removes the tunnel's client ends what the tunnel may do: the next request inside is 407, nothing sent")
+    func tunnelClientRemovedByReload() {
+        var p = Playbook(Configs.clients)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("CONNECT a.example:443 HTTP/1.1", "Proxy-Authorization: Bearer let-me-in"),
+             [.cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead)])
+        p.on(.clientTLSEstablished, [.emit(.tunnel(.intercept), .clientID("agent")), .arm(.clientHead)])
+        // The reloaded config: `agent` is gone, scope a now serves every client.
+        let reloaded = Fixture(Configs.scopes + """
+            clients:
+              - { name: ci, uid: 1001 }
+            tls: { intercept: ["a.example"] }
+
+            """)
+        let request = requestHead(["GET / HTTP/1.1", "Host: a.example"])
+        let actions = p.feed(.requestHead(request, headBytes: 40, Arrival(now: p.now, scope: reloaded.scope)))
+        #expect(!actions.contains { if case .connect = $0 { true } else { false } }, "nothing may be sent for a removed client")
+        let written = actions.compactMap { if case .writeToClient(let bytes) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
+        #expect(written.first?.hasPrefix("HTTP/1.1 407 ") == true, "\(written)")
+        let records = actions.compactMap { if case .emit(let record) = $0 { record } else { nil } }
+        #expect(records.first?.failure?.reason?.contains("removed by a reload") == true)
+    }
+
+    @Test("two Proxy-Authorization fields are refused (400) like two Hosts, whichever comes first")
+    func twoProxyAuthorizations() {
+        for order in [["Bearer let-me-in", "Bearer wrong"], ["Bearer wrong", "Bearer let-me-in"]] {
+            var p = Playbook(Configs.clients)
+            p.start([.arm(.clientHead)])
+            let actions = p.feed(p.head("GET http://plain.example/ HTTP/1.1", "Host: plain.example",
+                                        "Proxy-Authorization: \(order[0])", "Proxy-Authorization: \(order[1])"))
+            #expect(!actions.contains { if case .connect = $0 { true } else { false } })
+            let written = actions.compactMap { if case .writeToClient(let bytes) = $0 { String(decoding: bytes, as: UTF8.self) } else { nil } }
+            #expect(written.first?.hasPrefix("HTTP/1.1 400 ") == true, "\(written)")
+        }
+    }
+
     @Test("a client the covering scope does not serve: nothing injected, its own credentials stripped, the reason recorded")
     func notServed() {
         let facts = ConnectionFacts(peer: "127.0.0.1:50000", peerIP: "127.0.0.1", owner: .uid(1001))
