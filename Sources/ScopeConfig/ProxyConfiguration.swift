@@ -21,6 +21,16 @@ public struct ProxyConfiguration: Sendable {
     /// `maxClientConnections`; the other bounds are the engine's defaults.
     public var limits = Limits()
     public var log: LogSettings
+    /// `tls.client_listen`: the TLS client listener's address (kept with the other `tls` keys).
+    public var clientListen: HostPort? {
+        get { tls.clientListen }
+        set { tls.clientListen = newValue }
+    }
+    /// HOOK for `clients:` (issue 14): the CA files of every `clients[].tls_client.ca`, which the
+    /// TLS client listener trusts for client certificates. Until the `clients:` parser fills it,
+    /// it stays empty: the listener then serves clients without a certificate and refuses any
+    /// certificate at the handshake (no CA vouches for it).
+    public var clientCAFiles: [ClientCAReference] = []
 
     /// The embedded safe default of the contract: 127.0.0.1:8080, no scopes (every sensitive header
     /// stripped everywhere), redacted JSON log to stdout.
@@ -54,12 +64,28 @@ public struct TLSSettings: Sendable, Equatable {
     public var tunnel: TunnelPolicy = .deny
     public var caDirectory: String
     public var upstreamCA: String?
+    /// `client_listen`: a second listener speaking TLS (certificate from the local CA), which asks
+    /// clients for a certificate; the forward proxy inside. Needs interception on (the local CA).
+    public var clientListen: HostPort?
 
     public init(intercept: Intercept = .hosts([]), tunnel: TunnelPolicy = .deny, caDirectory: String, upstreamCA: String? = nil) {
         self.intercept = intercept
         self.tunnel = tunnel
         self.caDirectory = caDirectory
         self.upstreamCA = upstreamCA
+    }
+}
+
+/// A client CA file as the config names it (`tls_client: { ca: FILE }`).
+public struct ClientCAReference: Sendable, Equatable {
+    /// As written: what a verified certificate's `verifiedBy` names.
+    public var written: String
+    /// Resolved next to the config file (`~` expanded).
+    public var path: String
+
+    public init(written: String, path: String) {
+        self.written = written
+        self.path = path
     }
 }
 

@@ -20,6 +20,10 @@ enum Preflight {
         if !Runtime.interceptHosts(config).isEmpty, let problem = authorityProblem(config.tls.caDirectory) {
             found.append("tls.ca_dir: \(problem)\(refuses)")
         }
+        if config.clientListen != nil, Runtime.interceptHosts(config).isEmpty {
+            found.append("tls.client_listen: its certificate comes from the local CA, used only when something is intercepted, "
+                         + "and tls.intercept: scoped covers no https origin\(refuses)")
+        }
         if case .file(let path) = config.log.output, let problem = logFileProblem(path) {
             found.append("log.output: \(problem)\(refuses)")
         }
