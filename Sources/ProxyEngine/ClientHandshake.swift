@@ -79,7 +79,7 @@ final class ClientHandshake {
         case .notTLS: fail(.notTLS)
         case .noCommonProtocol: fail(.noCommonProtocol)
         case .closed: fail(.closedDuringHandshake)
-        case .other: fail(.tlsError)
+        case .other(let reason): fail(.tlsError, detail: reason)
         }
     }
 

@@ -77,13 +77,20 @@ enum HandshakeProblem: Equatable {
     case noCommonProtocol
     /// No TLS error: the peer hung up (or reset) mid-handshake without an alert.
     case closed
-    case other
+    /// Anything else, with OpenSSL's reason text (a library string, nothing from the peer).
+    case other(String)
 
     /// Drains the bufferevent's queue of OpenSSL errors; the first one decides.
     static func classify(_ bev: OpaquePointer) -> HandshakeProblem {
         var problem: HandshakeProblem?
         while case let code = bufferevent_get_openssl_error(bev), code != 0 {
             guard problem == nil else { continue }
+            // A system error (a reset) is the peer hanging up, not a TLS failure. libevent queues
+            // SSL_get_error's own result (SSL_ERROR_SYSCALL) when the socket failed.
+            if ERR_GET_LIB(code) == ERR_LIB_SYS || code == UInt(SSL_ERROR_SYSCALL) || code == UInt(SSL_ERROR_ZERO_RETURN) {
+                problem = .closed
+                continue
+            }
             switch Int32(ERR_GET_REASON(code)) {
             case SSL_R_TLSV1_ALERT_UNKNOWN_CA, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN,
                  SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED:
@@ -92,11 +99,13 @@ enum HandshakeProblem: Equatable {
                 problem = .peerCertificateUnverified
             case SSL_R_HTTP_REQUEST, SSL_R_HTTPS_PROXY_REQUEST, SSL_R_WRONG_VERSION_NUMBER:
                 problem = .notTLS
+            case SSL_R_UNEXPECTED_EOF_WHILE_READING:
+                problem = .closed  // OpenSSL 3: the peer hung up inside a record
             case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_NO_SHARED_CIPHER, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, SSL_R_VERSION_TOO_LOW,
                  SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
                 problem = .noCommonProtocol
             default:
-                problem = .other
+                problem = .other(ERR_reason_error_string(code).map { String(cString: $0) } ?? "error \(ERR_GET_REASON(code))")
             }
         }
         return problem ?? .closed

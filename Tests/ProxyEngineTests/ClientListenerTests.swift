@@ -1,0 +1,265 @@
+import Foundation
+import HTTP1Codec
+import ProxyCore
+import ProxyEngine
+import Testing
+import TestSupport
+
+/// Runs curl (never with -k): exit status, stdout.
+private func curl(_ arguments: [String]) throws -> (status: Int32, body: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+    process.arguments = ["-sS", "--max-time", "10"] + arguments
+    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// Every ConnectionFacts the engine started a machine with.
+private final class FactsLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var facts: [ConnectionFacts] = []
+    func append(_ item: ConnectionFacts) { lock.withLock { facts.append(item) } }
+    var all: [ConnectionFacts] { lock.withLock { facts } }
+}
+
+/// An in-process proxy with the local CA (in a scratch dir), interception of `localhost`, and a TLS
+/// client listener trusting the tools CA and the other CA of `ClientPKI`.
+private final class ClientListenerProxy {
+    let scratch = ScratchDirectory()
+    let harness: ProxyHarness
+    let facts = FactsLog()
+    let clientPort: UInt16
+    var caPath: String { scratch.path + "/ca/scopeproxy-ca.pem" }
+    var proxyURL: String { "https://127.0.0.1:\(clientPort)" }
+    var metrics: Metrics { harness.server.configuration.metrics }
+
+    init(pki: ClientPKI, originCA: String? = nil, yaml: String = "scopes: []", secrets: [String: String] = [:],
+         tunnel: TunnelPolicy = .deny, clientHeaderMilliseconds: Int? = nil, caFiles: [ClientCAFile]? = nil) throws {
+        let authority = try CertificateAuthority.loadOrCreate(directory: scratch.path + "/ca")
+        let tls = try TLSContexts(authority: authority, upstreamCA: originCA)
+        let base = try ProxyHarness.context(yaml: yaml, secrets: secrets)
+        let context = ScopeContext(policy: base.policy, redirects: base.redirects, secrets: base.secrets, interceptHosts: ["localhost"])
+        let facts = self.facts
+        let files = caFiles ?? [ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
+                                ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca"))]
+        harness = try ProxyHarness { engine in
+            engine.tls = tls
+            engine.scope = ScopeContextHolder(context)
+            engine.tunnel = tunnel
+            if let clientHeaderMilliseconds { engine.timeouts.clientHeader = clientHeaderMilliseconds }
+            engine.clientListener = ClientListener(listen: ListenAddress(host: "127.0.0.1", port: 0), caFiles: files)
+            engine.connectionObserver = { facts.append($0) }
+        }
+        clientPort = try #require(harness.server.clientListenAddress?.port)
+    }
+
+    /// curl arguments for the TLS proxy with `client`'s certificate (nil: none).
+    func proxyArguments(_ client: (cert: String, key: String)?) -> [String] {
+        ["--proxy", proxyURL, "--proxy-cacert", caPath] + (client.map { ["--proxy-cert", $0.cert, "--proxy-key", $0.key] } ?? [])
+    }
+
+    func failures(_ reason: ClientListenerFailure) -> UInt64 {
+        metrics.value("scopeproxy_client_tls_failures_total", [("reason", reason.rawValue)])
+    }
+
+    /// Waits (bounded) until every client connection has closed: nothing held by a failed handshake.
+    func openConnectionsSettle() -> Int {
+        for _ in 0..<100 {
+            if metrics.clientConnections.load(ordering: .relaxed) == 0 { return 0 }
+            usleep(20_000)
+        }
+        return metrics.clientConnections.load(ordering: .relaxed)
+    }
+
+    deinit { harness.stop() }
+}
+
+@Suite("TLS client listener: https:// proxy URL, client certificates as connection facts", .serialized)
+struct ClientListenerTests {
+    @Test("curl with a client certificate through an https:// proxy URL to an http origin: answered; CN, SANs and the verifying CA file reach the machine")
+    func forwardWithCertificate() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki)
+        let (status, body) = try curl(proxy.proxyArguments(pki.client("tool")) + ["\(origin.url)/first"])
+        #expect(status == 0)
+        #expect(body.contains("target=/first"))
+        // localhost is in the listener's certificate too (loopback).
+        let (byName, _) = try curl(["--proxy", "https://localhost:\(proxy.clientPort)", "--proxy-cacert", proxy.caPath,
+                                    "--proxy-cert", pki.client("tool").cert, "--proxy-key", pki.client("tool").key, "\(origin.url)/second"])
+        #expect(byName == 0)
+        let seen = proxy.facts.all
+        #expect(seen.count == 2)
+        for facts in seen {
+            let certificate = try #require(facts.certificate)
+            #expect(certificate.commonNames == ["tool"])
+            #expect(certificate.subjectAltNames == ClientPKI.toolSANs)
+            #expect(certificate.verifiedBy == ["tools-ca.pem"])
+            #expect(facts.peer.hasPrefix("127.0.0.1:"))
+        }
+        #expect(origin.requests.count == 2)
+        #expect(proxy.openConnectionsSettle() == 0)
+    }
+
+    @Test("a certificate from the other configured CA is verified by that CA file only; a CA file listed twice names both entries")
+    func verifiedByEachFile() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki, caFiles: [
+            ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
+            ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca")),
+            ClientCAFile(name: "./other-ca.pem", path: pki.directory + "/./other-ca.pem"),
+        ])
+        let (status, _) = try curl(proxy.proxyArguments(pki.client("other")) + ["\(origin.url)/other"])
+        #expect(status == 0)
+        let certificate = try #require(proxy.facts.all.first?.certificate)
+        #expect(certificate.commonNames == ["other-tool"])
+        #expect(certificate.subjectAltNames == ["DNS:other.internal"])
+        #expect(certificate.verifiedBy == ["other-ca.pem", "./other-ca.pem"])
+    }
+
+    @Test("no client certificate: the handshake succeeds and the machine hears certificate nil")
+    func noCertificate() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki)
+        let (status, body) = try curl(proxy.proxyArguments(nil) + ["\(origin.url)/anonymous"])
+        #expect(status == 0)
+        #expect(body.contains("target=/anonymous"))
+        let seen = proxy.facts.all
+        #expect(seen.count == 1)
+        #expect(seen.first.map { $0.certificate == nil } == true)
+    }
+
+    @Test("a certificate from a CA the listener does not trust fails the handshake (fail closed); nothing reaches the origin or the machine")
+    func rogueCertificateRefused() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki)
+        let (status, _) = try curl(proxy.proxyArguments(pki.client("rogue")) + ["\(origin.url)/rogue"])
+        #expect(status != 0)
+        #expect(origin.requests.isEmpty)
+        #expect(proxy.facts.all.isEmpty)
+        #expect(proxy.failures(.clientCertificateRejected) == 1)
+        // And with no client CA at all (the hook empty): any certificate is refused, none is fine.
+        let bare = try ClientListenerProxy(pki: pki, caFiles: [])
+        let (refused, _) = try curl(bare.proxyArguments(pki.client("tool")) + ["\(origin.url)/tool"])
+        #expect(refused != 0)
+        #expect(bare.failures(.clientCertificateRejected) == 1)
+        let (anonymous, _) = try curl(bare.proxyArguments(nil) + ["\(origin.url)/anonymous"])
+        #expect(anonymous == 0)
+        #expect(origin.requests.map(\.target) == ["/anonymous"])
+        #expect(proxy.openConnectionsSettle() == 0)
+        #expect(bare.openConnectionsSettle() == 0)
+    }
+
+    @Test("CONNECT inside the TLS proxy connection: an intercepted https origin (TLS inside TLS) gets the token injected; a spliced tunnel works too")
+    func connectInsideTLS() throws {
+        let pki = try ClientPKI()
+        let originPKI = try TestPKI()
+        let httpsOrigin = try HTTPSOrigin(certificate: originPKI.certificate("valid"))
+        defer { httpsOrigin.stop() }
+        let plainOrigin = try FixtureOrigin()
+        defer { plainOrigin.stop() }
+        let token = "CANARY-client-listener-\(UInt32.random(in: 0...UInt32.max))"
+        let proxy = try ClientListenerProxy(pki: pki, originCA: originPKI.caPath, yaml: """
+            secrets: { token: { env: TOKEN } }
+            scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, secrets: ["token": token], tunnel: .allow)
+        // Intercepted: curl verifies the origin's minted certificate with the same local CA.
+        for round in 0..<2 {
+            let (status, body) = try curl(proxy.proxyArguments(pki.client("tool"))
+                + ["--cacert", proxy.caPath, "-H", "X-API-Key: client-key", "https://localhost:\(httpsOrigin.port)/v1/items/\(round)"])
+            #expect(status == 0)
+            #expect(body.contains("\"Authorization\": \"Bearer \(token)\""))
+            #expect(!body.contains("client-key"))
+        }
+        // Two requests on one connection inside the intercepted tunnel, then a close inside it.
+        let (both, bodies) = try curl(proxy.proxyArguments(pki.client("tool"))
+            + ["--cacert", proxy.caPath, "https://localhost:\(httpsOrigin.port)/a", "-H", "Connection: close", "https://localhost:\(httpsOrigin.port)/big/1"])
+        #expect(both == 0)
+        #expect(bodies.contains("\"path\": \"/a\""))
+        #expect(bodies.utf8.count > 4 * 1024 * 1024, "the whole 4 MiB body arrived before the close")
+        // Spliced (not intercepted): CONNECT to an http origin, plain HTTP inside the tunnel.
+        let (tunnelled, body) = try curl(proxy.proxyArguments(pki.client("tool")) + ["--proxytunnel", "\(plainOrigin.url)/tunnelled"])
+        #expect(tunnelled == 0)
+        #expect(body.contains("target=/tunnelled"))
+        #expect(httpsOrigin.received.count == 4)
+        #expect(proxy.facts.all.allSatisfy { $0.certificate?.commonNames == ["tool"] })
+        #expect(proxy.openConnectionsSettle() == 0)
+    }
+
+    @Test("plain HTTP, garbage, a hang-up and a stall mid-handshake on the TLS port: each closed with its reason, nothing held; the listener keeps serving")
+    func hostileHandshakes() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki, clientHeaderMilliseconds: 400)
+        // 1. Plain HTTP to the TLS port.
+        let plain = try TestSocket.connect(port: proxy.clientPort)
+        try plain.send("GET \(origin.url)/plain HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
+        let answer = plain.receiveUntilClose()
+        #expect(!String(decoding: answer, as: UTF8.self).contains("HTTP/1.1 200"))
+        // 2. Garbage.
+        let garbage = try TestSocket.connect(port: proxy.clientPort)
+        try garbage.send((0..<512).map { _ in UInt8.random(in: 0...255) })
+        _ = garbage.receiveUntilClose()
+        // 3. The start of a ClientHello record, then a hang-up (and one with a reset).
+        for reset in [false, true] {
+            let quitter = try TestSocket.connect(port: proxy.clientPort)
+            try quitter.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+            if reset { quitter.reset() } else { quitter.close() }
+        }
+        // 4. The same start, then nothing: closed after timeouts.client_header.
+        let staller = try TestSocket.connect(port: proxy.clientPort)
+        try staller.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        #expect(staller.peerClosed())
+        // 5. Connect and say nothing.
+        let silent = try TestSocket.connect(port: proxy.clientPort)
+        #expect(silent.peerClosed())
+        #expect(proxy.failures(.notTLS) >= 1)
+        #expect(proxy.failures(.handshakeTimeout) == 2)
+        #expect(proxy.failures(.closedDuringHandshake) == 2)
+        #expect(proxy.facts.all.isEmpty)
+        #expect(origin.requests.isEmpty)
+        // Still serving.
+        let (status, body) = try curl(proxy.proxyArguments(pki.client("tool")) + ["\(origin.url)/after"])
+        #expect(status == 0)
+        #expect(body.contains("target=/after"))
+        #expect(proxy.openConnectionsSettle() == 0)
+    }
+
+    @Test("the listener needs the local CA; an unreadable client CA file is a startup error naming it")
+    func startupErrors() throws {
+        var noCA = EngineConfiguration(listen: ListenAddress(host: "127.0.0.1", port: 0), threads: 1)
+        noCA.clientListener = ClientListener(listen: ListenAddress(host: "127.0.0.1", port: 0), caFiles: [])
+        noCA.tls = try TLSContexts(authority: nil, upstreamCA: nil)
+        let server = ProxyServer(configuration: noCA)
+        #expect(throws: EngineError.self) { try server.start() }
+        do {
+            try server.start()
+        } catch {
+            #expect(error.description.contains("tls.client_listen needs the local CA"))
+        }
+        let scratch = ScratchDirectory()
+        var missing = noCA
+        missing.tls = try TLSContexts(authority: try CertificateAuthority.loadOrCreate(directory: scratch.path + "/ca"), upstreamCA: nil)
+        missing.clientListener?.caFiles = [ClientCAFile(name: "tools.pem", path: scratch.path + "/tools.pem")]
+        do {
+            try ProxyServer(configuration: missing).start()
+            Issue.record("started without its client CA file")
+        } catch {
+            #expect(error.description.contains("client CA tools.pem: cannot read"))
+        }
+    }
+}
