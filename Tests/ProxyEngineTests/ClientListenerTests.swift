@@ -239,6 +239,41 @@ struct ClientListenerTests {
         #expect(proxy.openConnectionsSettle() == 0)
     }
 
+    @Test("the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns")
+    func binary() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            scopes: [{ name: api, origins: ["https://api.example"] }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca, client_listen: "127.0.0.1:0" }
+            log: { output: \(scratch.path)/access.log }
+            """)
+        let proxy = try ProxyProcess(arguments: ["--config", config])
+        defer { proxy.terminate() }
+        let banner = try #require(proxy.standardError.components(separatedBy: "\n").first { $0.contains("TLS client listener: https://127.0.0.1:") })
+        let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("https://") }.map(String.init))
+        #expect(banner.contains("no CA: clients connect without one"))
+        let (status, body) = try curl(["--proxy", url, "--proxy-cacert", scratch.path + "/ca/scopeproxy-ca.pem", "\(origin.url)/via-binary"])
+        #expect(status == 0)
+        #expect(body.contains("target=/via-binary"))
+        #expect(proxy.terminate() == 0)
+        let log = try String(contentsOfFile: scratch.path + "/access.log", encoding: .utf8)
+        #expect(log.contains("/via-binary"))
+
+        // `scoped` with no https scope: nothing is intercepted, so there is no CA for the listener.
+        let noCA = scratch.write("no-ca.yaml", """
+            scopes: [{ name: api, origins: ["http://api.example"], require_https: false }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca2, client_listen: "127.0.0.1:0" }
+            """)
+        let run = try ProxyProcess.runToCompletion(["run", "--config", noCA, "--listen", "127.0.0.1:0"])
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("tls.client_listen needs the local CA"), "\(run.stderr)")
+        let check = try ProxyProcess.runToCompletion(["check", "--config", noCA])
+        // check: structurally valid (exit 0), and it names what run would refuse.
+        #expect(check.stderr.contains("warning: tls.client_listen:") && check.stderr.contains("run would refuse to start"), "\(check.stderr)")
+    }
+
     @Test("the listener needs the local CA; an unreadable client CA file is a startup error naming it")
     func startupErrors() throws {
         var noCA = EngineConfiguration(listen: ListenAddress(host: "127.0.0.1", port: 0), threads: 1)
