@@ -239,6 +239,43 @@ struct ClientListenerTests {
         #expect(proxy.openConnectionsSettle() == 0)
     }
 
+    @Test("python-requests with an https:// proxy URL and a client certificate (urllib3's proxy_ssl_context): an http origin and an intercepted https origin")
+    func pythonRequests() throws {
+        let pki = try ClientPKI()
+        let originPKI = try TestPKI()
+        let httpsOrigin = try HTTPSOrigin(certificate: originPKI.certificate("valid"))
+        defer { httpsOrigin.stop() }
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let token = "CANARY-requests-\(UInt32.random(in: 0...UInt32.max))"
+        let proxy = try ClientListenerProxy(pki: pki, originCA: originPKI.caPath, yaml: """
+            secrets: { token: { env: TOKEN } }
+            scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+            """, secrets: ["token": token])
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/proxy_client_cert.py").path
+        func requests(_ url: String, originCA: String? = nil) throws -> String {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["python3", script, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
+                + (originCA.map { [$0] } ?? [])
+            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return printed
+        }
+        #expect(try requests("\(origin.url)/py-plain") == "200 target=/py-plain id= body=0\n")
+        let intercepted = try requests("https://localhost:\(httpsOrigin.port)/py-tls", originCA: proxy.caPath)
+        #expect(intercepted.hasPrefix("200 "))
+        #expect(intercepted.contains("\"Authorization\": \"Bearer \(token)\""))
+        #expect(proxy.facts.all.count == 2)
+        #expect(proxy.facts.all.map { $0.certificate?.commonNames ?? ["none"] } == [["tool"], ["tool"]])
+    }
+
     @Test("the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns")
     func binary() throws {
         let origin = try FixtureOrigin()
