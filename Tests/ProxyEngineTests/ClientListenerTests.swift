@@ -239,8 +239,8 @@ struct ClientListenerTests {
         #expect(proxy.openConnectionsSettle() == 0)
     }
 
-    @Test("python-requests with an https:// proxy URL and a client certificate (urllib3's proxy_ssl_context): an http origin and an intercepted https origin")
-    func pythonRequests() throws {
+    @Test("python-requests and Node with an https:// proxy URL and a client certificate: an http origin and an intercepted https origin")
+    func pythonRequestsAndNode() throws {
         let pki = try ClientPKI()
         let originPKI = try TestPKI()
         let httpsOrigin = try HTTPSOrigin(certificate: originPKI.certificate("valid"))
@@ -254,10 +254,11 @@ struct ClientListenerTests {
             """, secrets: ["token": token])
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/proxy_client_cert.py").path
-        func requests(_ url: String, originCA: String? = nil) throws -> String {
+        func requests(_ url: String, originCA: String? = nil, using interpreter: String = "python3") throws -> String {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3", script, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
+            let program = interpreter == "node" ? script.replacingOccurrences(of: ".py", with: ".js") : script
+            process.arguments = [interpreter, program, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
                 + (originCA.map { [$0] } ?? [])
             process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
             let output = Pipe()
@@ -273,7 +274,13 @@ struct ClientListenerTests {
         #expect(intercepted.hasPrefix("200 "))
         #expect(intercepted.contains("\"Authorization\": \"Bearer \(token)\""))
         #expect(proxy.facts.all.count == 2)
-        #expect(proxy.facts.all.map { $0.certificate?.commonNames ?? ["none"] } == [["tool"], ["tool"]])
+        // Node: the same two, with its own TLS stack's client certificate.
+        #expect(try requests("\(origin.url)/node-plain", using: "node") == "200 target=/node-plain id= body=0\n")
+        let viaNode = try requests("https://localhost:\(httpsOrigin.port)/node-tls", originCA: proxy.caPath, using: "node")
+        #expect(viaNode.hasPrefix("200 "))
+        #expect(viaNode.contains("\"Authorization\": \"Bearer \(token)\""))
+        #expect(proxy.facts.all.map { $0.certificate?.commonNames ?? ["none"] } == [["tool"], ["tool"], ["tool"], ["tool"]])
+        #expect(proxy.facts.all.allSatisfy { $0.certificate?.verifiedBy == ["tools-ca.pem"] })
     }
 
     @Test("the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns")
@@ -309,6 +316,21 @@ struct ClientListenerTests {
         let check = try ProxyProcess.runToCompletion(["check", "--config", noCA])
         // check: structurally valid (exit 0), and it names what run would refuse.
         #expect(check.stderr.contains("warning: tls.client_listen:") && check.stderr.contains("run would refuse to start"), "\(check.stderr)")
+    }
+
+    @Test("shutdown with two handshakes under way (one silent, one stalled mid-ClientHello): both closed at once, no connection left counted")
+    func drainWithHandshakes() throws {
+        let pki = try ClientPKI()
+        let proxy = try ClientListenerProxy(pki: pki)
+        let silent = try TestSocket.connect(port: proxy.clientPort)
+        let half = try TestSocket.connect(port: proxy.clientPort)
+        try half.send([0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        usleep(100_000)
+        #expect(proxy.metrics.clientConnections.load(ordering: .relaxed) == 2)
+        proxy.harness.stop()
+        #expect(silent.peerClosed())
+        #expect(half.peerClosed())
+        #expect(proxy.metrics.clientConnections.load(ordering: .relaxed) == 0)
     }
 
     @Test("the listener needs the local CA; an unreadable client CA file is a startup error naming it")
