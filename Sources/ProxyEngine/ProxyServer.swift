@@ -62,6 +62,14 @@ public final class ProxyServer: @unchecked Sendable {
         // up every descriptor, and a signal loop created later could not even get its epoll fd.
         guard let base = event_base_new() else { throw .eventBase }
         mainBase = base
+        // A start that fails (an address in use, no CA for the client listener) leaves no base behind.
+        var started = false
+        defer {
+            if !started {
+                event_base_free(base)
+                mainBase = nil
+            }
+        }
         let slots = ConnectionSlots(limit: configuration.limits.maxClientConnections)
         let descriptors = raiseDescriptorLimit()
         // Said once at start when the descriptor limit, not max_connections, will bound the clients
@@ -99,6 +107,7 @@ public final class ProxyServer: @unchecked Sendable {
         for worker in workers {
             threads.append(PosixThread(name: "scopeproxy-\(worker.index)") { worker.run() })
         }
+        started = true
         return address
     }
 

@@ -252,12 +252,13 @@ struct ClientListenerTests {
             secrets: { token: { env: TOKEN } }
             scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
             """, secrets: ["token": token])
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/proxy_client_cert.py").path
+        // The recipes docs/https.md shows, run as written.
+        let recipes = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docs/recipes")
         func requests(_ url: String, originCA: String? = nil, using interpreter: String = "python3") throws -> String {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            let program = interpreter == "node" ? script.replacingOccurrences(of: ".py", with: ".js") : script
+            let program = recipes.appendingPathComponent(interpreter == "node" ? "node-proxy-client-cert.js" : "python-proxy-client-cert.py").path
             process.arguments = [interpreter, program, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
                 + (originCA.map { [$0] } ?? [])
             process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
