@@ -37,7 +37,8 @@ public struct ClientListener: Sendable, Equatable {
 /// Why a connection to the TLS client listener never got to HTTP. Said in a diagnostics line
 /// (`client_tls_failed`) and counted in `scopeproxy_client_tls_failures_total{reason}`.
 public enum ClientListenerFailure: String, Sendable, Equatable, CaseIterable {
-    /// The client's certificate does not verify against any configured client CA (or is expired).
+    /// The client's certificate does not verify against any configured client CA (another issuer,
+    /// expired, not for TLS clients).
     case clientCertificateRejected = "client_certificate_rejected"
     /// The client refused the listener's certificate (it does not trust the scopeproxy CA).
     case clientRejectedCertificate = "client_rejected_certificate"
@@ -53,7 +54,7 @@ public enum ClientListenerFailure: String, Sendable, Equatable, CaseIterable {
     public var hint: String {
         switch self {
         case .clientCertificateRejected:
-            "the client's certificate was not issued by a CA of the configured tls_client clients (or is expired): the connection is refused"
+            "the client's certificate does not verify against the CA of any configured tls_client client (detail says why): the connection is refused"
         case .clientRejectedCertificate:
             "the client does not trust the scopeproxy CA that signs this listener's certificate: give it the certificate `scopeproxy ca` prints (curl --proxy-cacert)"
         case .notTLS: "the client did not speak TLS to tls.client_listen: use an https:// proxy URL"

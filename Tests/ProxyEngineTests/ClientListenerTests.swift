@@ -140,7 +140,7 @@ struct ClientListenerTests {
         #expect(seen.first.map { $0.certificate == nil } == true)
     }
 
-    @Test("a certificate from a CA the listener does not trust fails the handshake (fail closed); nothing reaches the origin or the machine")
+    @Test("a certificate from a CA the listener does not trust, or one for servers only, fails the handshake (fail closed); nothing reaches the origin or the machine")
     func rogueCertificateRefused() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
@@ -151,6 +151,11 @@ struct ClientListenerTests {
         #expect(origin.requests.isEmpty)
         #expect(proxy.facts.all.isEmpty)
         #expect(proxy.failures(.clientCertificateRejected) == 1)
+        // The right CA, but a certificate for TLS servers only (extendedKeyUsage serverAuth).
+        let (serverOnly, _) = try curl(proxy.proxyArguments(pki.client("server-only")) + ["\(origin.url)/server-only"])
+        #expect(serverOnly != 0)
+        #expect(proxy.failures(.clientCertificateRejected) == 2)
+        #expect(origin.requests.isEmpty)
         // And with no client CA at all (the hook empty): any certificate is refused, none is fine.
         let bare = try ClientListenerProxy(pki: pki, caFiles: [])
         let (refused, _) = try curl(bare.proxyArguments(pki.client("tool")) + ["\(origin.url)/tool"])

@@ -18,6 +18,8 @@ public final class ClientPKI: @unchecked Sendable {
         try issue("tool", by: "tools-ca", subject: "/O=example/CN=tool", san: Self.toolSANs.joined(separator: ","))
         try issue("other", by: "other-ca", subject: "/CN=other-tool", san: "DNS:other.internal")
         try issue("rogue", by: "rogue-ca", subject: "/CN=tool", san: "DNS:tool.internal")
+        // The right CA, but a certificate for TLS servers only.
+        try issue("server-only", by: "tools-ca", subject: "/CN=tool", san: "DNS:tool.internal", usage: "serverAuth")
     }
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
@@ -29,10 +31,10 @@ public final class ClientPKI: @unchecked Sendable {
         (directory + "/\(name).pem", directory + "/\(name).key")
     }
 
-    private func issue(_ name: String, by authority: String, subject: String, san: String) throws {
+    private func issue(_ name: String, by authority: String, subject: String, san: String, usage: String = "clientAuth") throws {
         try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr",
                  "-subj", subject])
-        try "subjectAltName=\(san)\nextendedKeyUsage=clientAuth\nbasicConstraints=critical,CA:FALSE\n"
+        try "subjectAltName=\(san)\nextendedKeyUsage=\(usage)\nbasicConstraints=critical,CA:FALSE\n"
             .write(toFile: directory + "/\(name).ext", atomically: true, encoding: .utf8)
         try run(["x509", "-req", "-in", "\(name).csr", "-CA", "\(authority).pem", "-CAkey", "\(authority).key", "-CAcreateserial",
                  "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext"])
