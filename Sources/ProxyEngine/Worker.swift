@@ -39,9 +39,7 @@ final class Worker: @unchecked Sendable {
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
     /// Connections to the TLS client listener whose handshake is under way (they hold a slot).
     private var handshakes: [ObjectIdentifier: ClientHandshake] = [:]
-    private var lastClientTLSLog: UInt64 = 0
-    private var clientTLSLinesThisSecond = 0
-    private var clientTLSLinesSuppressed = 0
+    private var clientTLSLines = LineBudget(perSecond: 20)
     private(set) var isDraining = false
     private var wakeEvent: OpaquePointer!
     private var resumeAcceptEvent: OpaquePointer!
@@ -215,23 +213,11 @@ final class Worker: @unchecked Sendable {
     /// must not flood the diagnostics), with the number left unsaid in the next line.
     func clientTLSFailed(peer: String, _ why: ClientListenerFailure, detail: String? = nil) {
         configuration.metrics.increment("scopeproxy_client_tls_failures_total", [("reason", why.rawValue)])
-        let now = monotonicMilliseconds()
-        if now - lastClientTLSLog >= 1000 {
-            lastClientTLSLog = now
-            clientTLSLinesThisSecond = 0
-        }
-        guard clientTLSLinesThisSecond < 20 else {
-            clientTLSLinesSuppressed += 1
-            return
-        }
-        clientTLSLinesThisSecond += 1
+        guard let suppressed = clientTLSLines.take(now: monotonicMilliseconds()) else { return }
         var fields = [("client", peer), ("reason", why.rawValue)]
         if let detail { fields.append(("detail", detail)) }
         fields.append(("hint", why.hint))
-        if clientTLSLinesSuppressed > 0 {
-            fields.append(("suppressed", String(clientTLSLinesSuppressed)))
-            clientTLSLinesSuppressed = 0
-        }
+        if suppressed > 0 { fields.append(("suppressed", String(suppressed))) }
         Diagnostics.error("client_tls_failed", fields)
     }
 
@@ -341,6 +327,34 @@ final class Worker: @unchecked Sendable {
 
     private func housekeeping() {
         pool.closeExpired(idleMilliseconds: configuration.timeouts.idle)
+    }
+}
+
+/// At most `perSecond` lines in any one-second window; the lines refused meanwhile are counted and
+/// reported by the next line that is allowed.
+struct LineBudget {
+    let perSecond: Int
+    private var windowStart: UInt64 = 0
+    private var used = 0
+    private var refused = 0
+
+    init(perSecond: Int) {
+        self.perSecond = perSecond
+    }
+
+    /// nil: say nothing. Otherwise the line may be written, with how many were left unsaid before it.
+    mutating func take(now: UInt64) -> Int? {
+        if now - windowStart >= 1000 {
+            windowStart = now
+            used = 0
+        }
+        guard used < perSecond else {
+            refused += 1
+            return nil
+        }
+        used += 1
+        defer { refused = 0 }
+        return refused
     }
 }
 

@@ -20,6 +20,13 @@ private func curl(_ arguments: [String]) throws -> (status: Int32, body: String)
     return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
+private final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: (status: Int32, body: String)?
+    func set(_ value: (status: Int32, body: String)?) { lock.withLock { stored = value } }
+    var value: (status: Int32, body: String)? { lock.withLock { stored } }
+}
+
 /// Every ConnectionFacts the engine started a machine with.
 private final class FactsLog: @unchecked Sendable {
     private let lock = NSLock()
@@ -40,7 +47,8 @@ private final class ClientListenerProxy {
     var metrics: Metrics { harness.server.configuration.metrics }
 
     init(pki: ClientPKI, originCA: String? = nil, yaml: String = "scopes: []", secrets: [String: String] = [:],
-         tunnel: TunnelPolicy = .deny, clientHeaderMilliseconds: Int? = nil, caFiles: [ClientCAFile]? = nil) throws {
+         tunnel: TunnelPolicy = .deny, clientHeaderMilliseconds: Int? = nil, maxConnections: Int? = nil,
+         caFiles: [ClientCAFile]? = nil) throws {
         let authority = try CertificateAuthority.loadOrCreate(directory: scratch.path + "/ca")
         let tls = try TLSContexts(authority: authority, upstreamCA: originCA)
         let base = try ProxyHarness.context(yaml: yaml, secrets: secrets)
@@ -53,6 +61,7 @@ private final class ClientListenerProxy {
             engine.scope = ScopeContextHolder(context)
             engine.tunnel = tunnel
             if let clientHeaderMilliseconds { engine.timeouts.clientHeader = clientHeaderMilliseconds }
+            if let maxConnections { engine.limits.maxClientConnections = maxConnections }
             engine.clientListener = ClientListener(listen: ListenAddress(host: "127.0.0.1", port: 0), caFiles: files)
             engine.connectionObserver = { facts.append($0) }
         }
@@ -322,6 +331,32 @@ struct ClientListenerTests {
         let check = try ProxyProcess.runToCompletion(["check", "--config", noCA])
         // check: structurally valid (exit 0), and it names what run would refuse.
         #expect(check.stderr.contains("warning: tls.client_listen:") && check.stderr.contains("run would refuse to start"), "\(check.stderr)")
+    }
+
+    @Test("max_connections reached: a TLS client waits in the backlog and is served, handshake and certificate included, once a slot frees up")
+    func parkedAtTheLimit() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try ClientListenerProxy(pki: pki, maxConnections: 1)
+        // A plain client takes the only slot (connected, silent).
+        let holder = try TestSocket.connect(port: proxy.harness.port)
+        usleep(100_000)
+        let done = DispatchSemaphore(value: 0)
+        let result = ResultBox()
+        let arguments = proxy.proxyArguments(pki.client("tool")) + ["\(origin.url)/parked"]
+        Thread.detachNewThread {
+            result.set(try? curl(arguments))
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 0.5) == .timedOut, "the TLS client waits while the slot is taken")
+        #expect(proxy.facts.all.count == 1, "only the plain client's machine started")
+        holder.close()
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(result.value?.status == 0)
+        #expect(result.value?.body.contains("target=/parked") == true)
+        #expect(proxy.facts.all.map { $0.certificate?.commonNames } == [nil, ["tool"]])
+        #expect(proxy.metrics.value("scopeproxy_connection_limit_waits_total") >= 1)
     }
 
     @Test("shutdown with two handshakes under way (one silent, one stalled mid-ClientHello): both closed at once, no connection left counted")
