@@ -14,6 +14,10 @@ final class AdminServer: @unchecked Sendable {
     let draining = Atomic<Bool>(false)
     private(set) var port: UInt16 = 0
     private var thread: PosixThread?
+    /// Activated by `stop` from another thread to end the loop. An `event_base_loopbreak` sent
+    /// before the thread entered its loop was lost (the loop clears the flag when it starts), and
+    /// `stop` then waited forever: a proxy stopped right after start hung in its shutdown.
+    private var stopEvent: OpaquePointer?
     /// Request line and header fields together; a probe or a Prometheus scrape sends well under 1 KiB.
     static let maxHeadBytes = 8 * 1024
 
@@ -43,6 +47,9 @@ final class AdminServer: @unchecked Sendable {
         evhttp_set_gencb(http, { request, context in
             Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
         }, Unmanaged.passUnretained(self).toOpaque())
+        stopEvent = event_new(base, -1, 0, { _, _, context in
+            event_base_loopbreak(OpaquePointer(context!))
+        }, UnsafeMutableRawPointer(base))
     }
 
     func start() {
@@ -50,10 +57,12 @@ final class AdminServer: @unchecked Sendable {
     }
 
     func stop() {
-        event_base_loopbreak(base)
+        // An active event waits in the base until its loop runs it, whenever that loop starts.
+        if let stopEvent { event_active(stopEvent, 0, 0) } else { event_base_loopbreak(base) }
         thread?.join()
         thread = nil  // its closure holds self: keeping it would be a cycle (LeakSanitizer found it)
         evhttp_free(http)
+        if let stopEvent { event_free(stopEvent) }
         event_base_free(base)
     }
 
