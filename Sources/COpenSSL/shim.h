@@ -30,4 +30,25 @@ static inline void sp_ssl_ctx_select_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_sel
 
 static inline long sp_bio_get_mem_data(BIO *bio, char **out) { return BIO_get_mem_data(bio, out); }
 static inline void sp_openssl_free(void *p) { OPENSSL_free(p); }
+
+// Client certificates (the TLS client listener): subject alternative names and the peer's chain.
+static inline int sp_general_names_count(const GENERAL_NAMES *names) { return sk_GENERAL_NAME_num(names); }
+static inline const GENERAL_NAME *sp_general_names_at(const GENERAL_NAMES *names, int index) { return sk_GENERAL_NAME_value(names, index); }
+static inline void sp_general_names_free(GENERAL_NAMES *names) { GENERAL_NAMES_free(names); }
+static inline int sp_general_name_type(const GENERAL_NAME *name) { return name->type; }
+/// The IA5String of a DNS, email or URI name; the OCTET STRING of an IP address; NULL otherwise.
+static inline const ASN1_STRING *sp_general_name_string(const GENERAL_NAME *name) {
+    switch (name->type) {
+    case GEN_DNS: return name->d.dNSName;
+    case GEN_EMAIL: return name->d.rfc822Name;
+    case GEN_URI: return name->d.uniformResourceIdentifier;
+    case GEN_IPADD: return name->d.iPAddress;
+    default: return NULL;
+    }
+}
+static inline int sp_gen_dns(void) { return GEN_DNS; }
+static inline int sp_gen_email(void) { return GEN_EMAIL; }
+static inline int sp_gen_uri(void) { return GEN_URI; }
+static inline int sp_gen_ipadd(void) { return GEN_IPADD; }
+static inline long sp_ssl_ctx_no_tickets(SSL_CTX *ctx) { SSL_CTX_set_num_tickets(ctx, 0); return SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET); }
 #endif

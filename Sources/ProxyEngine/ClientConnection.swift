@@ -44,7 +44,8 @@ final class ClientConnection: UpstreamLegOwner {
     private var configuration: EngineConfiguration { worker.configuration }
     private var highWatermark: Int { configuration.limits.bufferHighWatermark }
 
-    init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode) {
+    /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
+    init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
         self.worker = worker
         self.peer = facts.peer
         let settings = ConnectionMachine.Settings(
@@ -54,7 +55,7 @@ final class ClientConnection: UpstreamLegOwner {
         machine = ConnectionMachine(settings: settings, mode: mode, facts: facts, ids: worker.requestIDs.fork())
         progressInterval = UInt64(min(100, max(1, worker.configuration.timeouts.idle / 4))) * 1000
         transport = ClientTransport(bev: bev, base: worker.base, idleMilliseconds: worker.configuration.timeouts.idle,
-                                    highWatermark: worker.configuration.limits.bufferHighWatermark,
+                                    highWatermark: worker.configuration.limits.bufferHighWatermark, tls: tls,
                                     finished: { [unowned self] in close() })
     }
 
@@ -64,6 +65,14 @@ final class ClientConnection: UpstreamLegOwner {
         transport.install(read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
                           timer: lingerCallback, context: context)
         execute(machine.start())
+        // Bytes decrypted with the end of a TLS handshake arrived before these callbacks were set:
+        // no read callback will announce them.
+        if transport.isTLS, !isClosed, EventBuffer.length(transport.input) > 0 {
+            withExtendedLifetime(self) {
+                clientReadable()
+                flushOutputs()
+            }
+        }
     }
 
     // MARK: Events into the machine

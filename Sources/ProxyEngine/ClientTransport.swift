@@ -40,8 +40,11 @@ final class ClientTransport {
     /// Called once the transport decided it is done (the owner then frees everything).
     private let finished: () -> Void
 
-    init(bev: OpaquePointer, base: OpaquePointer, idleMilliseconds: Int, highWatermark: Int, finished: @escaping () -> Void) {
+    /// `tls`: `bev` is already a TLS bufferevent (the TLS client listener's), read by libevent.
+    init(bev: OpaquePointer, base: OpaquePointer, idleMilliseconds: Int, highWatermark: Int, tls: Bool = false,
+         finished: @escaping () -> Void) {
         self.bev = bev
+        isTLS = tls
         self.base = base
         self.idleMilliseconds = idleMilliseconds
         self.highWatermark = highWatermark
@@ -65,12 +68,17 @@ final class ClientTransport {
                  timer: event_callback_fn, context: UnsafeMutableRawPointer) {
         bufferevent_setcb(bev, read, write, event, context)
         configure(bev)
+        lingerCallback = timer
+        callbackContext = context
+        if isTLS {
+            // OpenSSL reads through the bufferevent; writes are armed as output is queued.
+            bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
+            return
+        }
         // EV_WRITE (on by default) only while output is pending: see flushOutput. Reading is the
         // SocketReader's (large reads), until a TLS filter takes over.
         bufferevent_disable(bev, sp_ev_write())
         reader = SocketReader(base: base, bev: bev, highWatermark: highWatermark, read: read, event: event, context: context)
-        lingerCallback = timer
-        callbackContext = context
     }
 
     private func configure(_ bufferevent: OpaquePointer) {
@@ -93,7 +101,9 @@ final class ClientTransport {
     }
 
     /// Wraps the connection in TLS, server side, with `ssl` (a leaf the local CA minted). The
-    /// plain bufferevent stays underneath and is freed with the filter.
+    /// bufferevent stays underneath and is freed with the filter. On the TLS client listener that
+    /// one is TLS too: an intercepted CONNECT there is TLS inside TLS, a filter over the listener's
+    /// TLS bufferevent.
     func startTLS(_ ssl: OpaquePointer, read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
                   context: UnsafeMutableRawPointer) -> Bool {
         reader?.stop()
@@ -116,24 +126,14 @@ final class ClientTransport {
     /// Why the TLS handshake with the client failed, from the errors OpenSSL queued (the alert the
     /// client sent, or what it sent instead of TLS). Drains the queue.
     func handshakeFailure() -> InterceptionFailure {
-        var failure: InterceptionFailure?
-        while case let code = bufferevent_get_openssl_error(bev), code != 0 {
-            guard failure == nil else { continue }
-            switch Int32(ERR_GET_REASON(code)) {
-            case SSL_R_TLSV1_ALERT_UNKNOWN_CA, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN,
-                 SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED:
-                failure = .clientRejectedCertificate
-            case SSL_R_HTTP_REQUEST, SSL_R_HTTPS_PROXY_REQUEST, SSL_R_WRONG_VERSION_NUMBER:
-                failure = .notTLS
-            case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_NO_SHARED_CIPHER, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, SSL_R_VERSION_TOO_LOW,
-                 SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
-                failure = .noCommonProtocol
-            default:
-                failure = .tlsError
-            }
-        }
+        switch HandshakeProblem.classify(bev) {
+        case .peerRejectedOurCertificate: .clientRejectedCertificate
+        case .notTLS: .notTLS
+        case .noCommonProtocol: .noCommonProtocol
         // No TLS error at all: the client hung up (or reset) mid-handshake without an alert.
-        return failure ?? .closedDuringHandshake
+        case .closed: .closedDuringHandshake
+        case .peerCertificateUnverified, .other: .tlsError
+        }
     }
 
     // MARK: Events the owner forwards
@@ -193,14 +193,25 @@ final class ClientTransport {
         arm(2_000)
     }
 
+    /// Every layer under the top one must have handed its bytes on: one (a filter over the plain
+    /// socket, or over the client listener's socket-based TLS), or two (an intercepted CONNECT on
+    /// the client listener: a filter over a filter over the socket).
     private func checkTLSDrained() {
-        guard let underlying = bufferevent_get_underlying(bev), EventBuffer.length(outputBuffer(underlying)) > 0,
-              tlsDrainChecks < 400 else {
+        guard tlsDrainChecks < 400, Self.lowerLayersHoldOutput(bev) else {
             finished()
             return
         }
         tlsDrainChecks += 1
         arm(5)
+    }
+
+    private static func lowerLayersHoldOutput(_ top: OpaquePointer) -> Bool {
+        var layer = bufferevent_get_underlying(top)
+        while let current = layer {
+            if EventBuffer.length(outputBuffer(current)) > 0 { return true }
+            layer = bufferevent_get_underlying(current)
+        }
+        return false
     }
 
     /// A tunnel whose client hung up: keep the connection for up to `milliseconds` while the last

@@ -27,6 +27,12 @@ public struct EngineConfiguration: Sendable {
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
     /// listener go to its upstream, scoped as that origin.
     public var routes: [Route] = []
+    /// `tls.client_listen`: a second listener that speaks TLS (its certificate from the local CA,
+    /// so `tls` must carry one) and asks clients for a certificate. Nil: none.
+    public var clientListener: ClientListener?
+    /// Called on the worker thread with each client connection's facts as its machine starts
+    /// (tests watch what a TLS client listener verified; nothing else should need it).
+    public var connectionObserver: (@Sendable (ConnectionFacts) -> Void)?
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),

@@ -127,6 +127,7 @@ public final class Metrics: Sendable {
         "scopeproxy_bytes_in_total": ("counter", "Bytes received from clients."),
         "scopeproxy_bytes_out_total": ("counter", "Bytes sent to clients."),
         "scopeproxy_reloads_total": ("counter", "Config reloads by result."),
+        "scopeproxy_client_tls_failures_total": ("counter", "Connections to tls.client_listen closed at the TLS handshake, by reason."),
         "scopeproxy_log_tripwire_hits_total": ("counter", "Secret values found and scrubbed from log lines (should stay 0)."),
         "scopeproxy_log_lines_dropped_total": ("counter", "Access log lines dropped because the writer fell behind."),
         "scopeproxy_log_write_errors_total": ("counter", "Access log writes that failed (disk full, closed pipe); their lines are lost."),

@@ -26,6 +26,8 @@ public final class ProxyServer: @unchecked Sendable {
     private var mainBase: OpaquePointer?
     /// Each route's bound address (after start), in config order.
     public private(set) var routeAddresses: [ListenAddress] = []
+    /// The TLS client listener's bound address (after start), when one is configured.
+    public private(set) var clientListenAddress: ListenAddress?
     /// The admin endpoint's bound port (after start), when one is configured.
     public var adminPort: UInt16? { admin?.port }
 
@@ -60,6 +62,14 @@ public final class ProxyServer: @unchecked Sendable {
         // up every descriptor, and a signal loop created later could not even get its epoll fd.
         guard let base = event_base_new() else { throw .eventBase }
         mainBase = base
+        // A start that fails (an address in use, no CA for the client listener) leaves no base behind.
+        var started = false
+        defer {
+            if !started {
+                event_base_free(base)
+                mainBase = nil
+            }
+        }
         let slots = ConnectionSlots(limit: configuration.limits.maxClientConnections)
         let descriptors = raiseDescriptorLimit()
         // Said once at start when the descriptor limit, not max_connections, will bound the clients
@@ -75,14 +85,20 @@ public final class ProxyServer: @unchecked Sendable {
         var sockets = [try ListeningSocket.bind(configuration.listen)]
         defer { for socket in sockets { socket.close() } }  // the workers hold duplicates
         for route in configuration.routes { sockets.append(try ListeningSocket.bind(route.listen)) }
+        let clientTLS = try configuration.clientListener.map { listener throws(EngineError) in
+            (try ListeningSocket.bind(listener.listen), try Self.clientListenerTLS(listener, tls: configuration.tls))
+        }
+        if let (socket, _) = clientTLS { sockets.append(socket) }
         for index in 0..<max(1, configuration.threads) {
             let worker = try Worker(index: index, configuration: configuration, slots: slots)
             try worker.listen(on: sockets[0])
             for (route, socket) in zip(configuration.routes, sockets.dropFirst()) { try worker.listen(on: socket, route: route.upstream) }
+            if let (socket, tls) = clientTLS { try worker.listen(on: socket, clientTLS: tls) }
             workers.append(worker)
         }
         address = sockets[0].address
-        routeAddresses = sockets.dropFirst().map(\.address)
+        routeAddresses = sockets.dropFirst().prefix(configuration.routes.count).map(\.address)
+        clientListenAddress = clientTLS?.0.address
         if let adminAddress = configuration.admin {
             let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
             server.start()
@@ -91,7 +107,22 @@ public final class ProxyServer: @unchecked Sendable {
         for worker in workers {
             threads.append(PosixThread(name: "scopeproxy-\(worker.index)") { worker.run() })
         }
+        started = true
         return address
+    }
+
+    /// The client listener's certificate comes from the local CA, which exists only when TLS
+    /// interception is on: clients trust the one CA for both.
+    private static func clientListenerTLS(_ listener: ClientListener, tls: TLSContexts?) throws(EngineError) -> ClientListenerTLS {
+        guard let minter = tls?.minter else {
+            throw .clientListener("tls.client_listen needs the local CA to sign its certificate, and the CA is loaded only when "
+                                  + "TLS interception is on: list hosts in tls.intercept (or intercept: scoped with an https scope)")
+        }
+        do {
+            return try ClientListenerTLS(caFiles: listener.caFiles, minter: minter)
+        } catch {
+            throw .clientListener("tls.client_listen: \(error.description)")
+        }
     }
 
     /// Stops accepting, lets in-flight exchanges finish for up to `graceMilliseconds`, then

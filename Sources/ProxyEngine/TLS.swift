@@ -172,6 +172,13 @@ final class LeafMinter: @unchecked Sendable {
     /// The certificate for `host` (a DNS name, or an IP literal without brackets), with a reference
     /// the caller owns (X509_free it once the SSL holds its own): eviction can then free safely.
     func certificate(for host: String) throws(TLSError) -> OpaquePointer {
+        try certificate(forNames: [host])
+    }
+
+    /// The certificate naming every one of `names` (the first is its CN): the TLS client listener's
+    /// certificate names the local IP and, on loopback, `localhost`.
+    func certificate(forNames names: [String]) throws(TLSError) -> OpaquePointer {
+        let host = names.joined(separator: ",")
         if let cached = cache.withLock({ cache -> OpaquePointer? in
             guard let entry = cache[host] else { return nil }
             X509_up_ref(entry.pointer)
@@ -186,10 +193,10 @@ final class LeafMinter: @unchecked Sendable {
         X509_gmtime_adj(X509_getm_notAfter(certificate), 30 * 86400)
         X509_set_pubkey(certificate, leafKey)
         let name = X509_get_subject_name(certificate)
-        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, String(host.prefix(64)), -1, -1, 0)
+        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, String((names.first ?? host).prefix(64)), -1, -1, 0)
         X509_set_issuer_name(certificate, X509_get_subject_name(authority.certificate))
-        let isIP = isIPLiteral(host)
-        try CertificateAuthority.addExtension(certificate, NID_subject_alt_name, (isIP ? "IP:" : "DNS:") + host)
+        let alternativeNames = names.map { (isIPLiteral($0) ? "IP:" : "DNS:") + $0 }.joined(separator: ",")
+        try CertificateAuthority.addExtension(certificate, NID_subject_alt_name, alternativeNames)
         try CertificateAuthority.addExtension(certificate, NID_basic_constraints, "critical,CA:FALSE")
         try CertificateAuthority.addExtension(certificate, NID_ext_key_usage, "serverAuth")
         try CertificateAuthority.addKeyIdentifiers(certificate, issuer: authority.certificate)

@@ -29,11 +29,17 @@ final class Worker: @unchecked Sendable {
         /// The forward proxy, or a route (its upstream and the address clients use for it, for
         /// Location rewriting; set once the listener is bound, as its port may have been 0).
         var mode: ConnectionMode = .forwardProxy
-        init(worker: Worker) {
+        /// The TLS client listener (`tls.client_listen`): connections start with a TLS handshake.
+        let clientTLS: ClientListenerTLS?
+        init(worker: Worker, clientTLS: ClientListenerTLS? = nil) {
             self.worker = worker
+            self.clientTLS = clientTLS
         }
     }
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
+    /// Connections to the TLS client listener whose handshake is under way (they hold a slot).
+    private var handshakes: [ObjectIdentifier: ClientHandshake] = [:]
+    private var clientTLSLines = LineBudget(perSecond: 20)
     private(set) var isDraining = false
     private var wakeEvent: OpaquePointer!
     private var resumeAcceptEvent: OpaquePointer!
@@ -51,6 +57,7 @@ final class Worker: @unchecked Sendable {
         let fd: Int32
         let facts: ConnectionFacts
         let mode: ConnectionMode
+        let clientTLS: ClientListenerTLS?
     }
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
@@ -97,15 +104,16 @@ final class Worker: @unchecked Sendable {
 
     /// Watches a listening socket (shared by every worker of the process) in this worker's loop.
     /// `route`: a route's upstream; the listener then serves origin-form requests for it.
-    func listen(on socket: ListeningSocket, route: Origin? = nil) throws(EngineError) {
+    /// `clientTLS`: the TLS client listener (a forward proxy behind a TLS handshake).
+    func listen(on socket: ListeningSocket, route: Origin? = nil, clientTLS: ClientListenerTLS? = nil) throws(EngineError) {
         let fd = try socket.duplicate()
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
-        let listenerContext = ListenerContext(worker: self)
+        let listenerContext = ListenerContext(worker: self, clientTLS: clientTLS)
         let context = Unmanaged.passUnretained(listenerContext).toOpaque()
         // backlog -1: the socket is listening already.
         guard let created = evconnlistener_new(base, { _, fd, address, _, context in
             let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
-            listener.worker.accept(fd: fd, address: address!, mode: listener.mode)
+            listener.worker.accept(fd: fd, address: address!, mode: listener.mode, clientTLS: listener.clientTLS)
         }, context, flags, -1, fd) else {
             close(fd)
             throw .listen("cannot watch the listening socket of \(socket.address)")
@@ -122,7 +130,7 @@ final class Worker: @unchecked Sendable {
         }
     }
 
-    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode) {
+    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode, clientTLS: ClientListenerTLS?) {
         guard !isDraining else {
             close(fd)
             return
@@ -133,7 +141,7 @@ final class Worker: @unchecked Sendable {
         guard slots.acquire() else {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.
-            parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode))
+            parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS))
             configuration.metrics.increment("scopeproxy_connection_limit_waits_total")
             let now = monotonicMilliseconds()
             if now - lastLimitLog >= 1000 {
@@ -143,21 +151,78 @@ final class Worker: @unchecked Sendable {
             pauseAccepting()
             return
         }
-        startConnection(fd: fd, facts: facts, mode: mode)
+        startConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS)
     }
 
     /// The caller holds a slot for this connection.
-    private func startConnection(fd: Int32, facts: ConnectionFacts, mode: ConnectionMode) {
+    private func startConnection(fd: Int32, facts: ConnectionFacts, mode: ConnectionMode, clientTLS: ClientListenerTLS?) {
         _ = sp_set_nodelay(fd)
+        if let clientTLS {
+            startHandshake(fd: fd, facts: facts, tls: clientTLS)
+            return
+        }
         guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             close(fd)
             slots.release()
             return
         }
-        let connection = ClientConnection(worker: self, bev: bev, facts: facts, mode: mode)
-        clients[ObjectIdentifier(connection)] = connection
         configuration.metrics.clientConnections.add(1, ordering: .relaxed)
+        startClient(bev: bev, facts: facts, mode: mode, tls: false)
+    }
+
+    /// A connection that holds a slot and is counted in `clientConnections` starts its machine.
+    private func startClient(bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool) {
+        configuration.connectionObserver?(facts)
+        let connection = ClientConnection(worker: self, bev: bev, facts: facts, mode: mode, tls: tls)
+        clients[ObjectIdentifier(connection)] = connection
         connection.start()
+    }
+
+    // MARK: The TLS client listener
+
+    private func startHandshake(fd: Int32, facts: ConnectionFacts, tls: ClientListenerTLS) {
+        guard let handshake = ClientHandshake(worker: self, fd: fd, facts: facts, tls: tls) else {
+            slots.release()
+            return
+        }
+        handshakes[ObjectIdentifier(handshake)] = handshake
+        configuration.metrics.clientConnections.add(1, ordering: .relaxed)
+        handshake.start()
+    }
+
+    /// The handshake is done: the connection (its slot and count too) goes on as a forward-proxy
+    /// client over the TLS bufferevent, with the certificate the client showed, if any.
+    func clientHandshakeSucceeded(_ handshake: ClientHandshake, bev: OpaquePointer, certificate: ClientCertificate?) {
+        guard handshakes.removeValue(forKey: ObjectIdentifier(handshake)) != nil else {
+            bufferevent_free(bev)
+            return
+        }
+        if isDraining {
+            bufferevent_free(bev)
+            connectionEnded()
+            return
+        }
+        var facts = handshake.facts
+        facts.certificate = certificate
+        startClient(bev: bev, facts: facts, mode: .forwardProxy, tls: true)
+    }
+
+    /// The handshake failed or the worker closed it.
+    func clientHandshakeEnded(_ handshake: ClientHandshake) {
+        guard handshakes.removeValue(forKey: ObjectIdentifier(handshake)) != nil else { return }
+        connectionEnded()
+    }
+
+    /// Counted always; said on stderr at most 20 times a second per worker (a scanner on the port
+    /// must not flood the diagnostics), with the number left unsaid in the next line.
+    func clientTLSFailed(peer: String, _ why: ClientListenerFailure, detail: String? = nil) {
+        configuration.metrics.increment("scopeproxy_client_tls_failures_total", [("reason", why.rawValue)])
+        guard let suppressed = clientTLSLines.take(now: monotonicMilliseconds()) else { return }
+        var fields = [("client", peer), ("reason", why.rawValue)]
+        if let detail { fields.append(("detail", detail)) }
+        fields.append(("hint", why.hint))
+        if suppressed > 0 { fields.append(("suppressed", String(suppressed))) }
+        Diagnostics.error("client_tls_failed", fields)
     }
 
     /// Out of descriptors (EMFILE/ENFILE) or memory: the pending connection stays in the kernel's
@@ -186,7 +251,7 @@ final class Worker: @unchecked Sendable {
         guard acceptPaused, !isDraining else { return }
         while let next = parked.first, slots.acquire() {
             parked.removeFirst()
-            startConnection(fd: next.fd, facts: next.facts, mode: next.mode)
+            startConnection(fd: next.fd, facts: next.facts, mode: next.mode, clientTLS: next.clientTLS)
         }
         guard parked.isEmpty else {
             sp_event_add_ms(resumeAcceptEvent, 100)
@@ -198,9 +263,14 @@ final class Worker: @unchecked Sendable {
 
     func connectionClosed(_ connection: ClientConnection) {
         guard clients.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
+        connectionEnded()
+    }
+
+    /// A connection (or a handshake) gave back its slot.
+    private func connectionEnded() {
         configuration.metrics.clientConnections.subtract(1, ordering: .relaxed)
         slots.release()
-        if isDraining && clients.isEmpty { finishDrain() }
+        if isDraining && clients.isEmpty && handshakes.isEmpty { finishDrain() }
         if !parked.isEmpty { resumeAccepting() }
     }
 
@@ -238,8 +308,10 @@ final class Worker: @unchecked Sendable {
         listeners.removeAll()
         for waiting in parked { close(waiting.fd) }
         parked.removeAll()
+        // A handshake has no request in flight: it closes now.
+        for handshake in Array(handshakes.values) { handshake.abort() }
         for connection in Array(clients.values) { connection.drain() }
-        if clients.isEmpty {
+        if clients.isEmpty && handshakes.isEmpty {
             finishDrain()
             return
         }
@@ -262,16 +334,47 @@ final class Worker: @unchecked Sendable {
     }
 }
 
+/// At most `perSecond` lines in any one-second window; the lines refused meanwhile are counted and
+/// reported by the next line that is allowed.
+struct LineBudget {
+    let perSecond: Int
+    private var windowStart: UInt64 = 0
+    private var used = 0
+    private var refused = 0
+
+    init(perSecond: Int) {
+        self.perSecond = perSecond
+    }
+
+    /// nil: say nothing. Otherwise the line may be written, with how many were left unsaid before it.
+    mutating func take(now: UInt64) -> Int? {
+        if now - windowStart >= 1000 {
+            windowStart = now
+            used = 0
+        }
+        guard used < perSecond else {
+            refused += 1
+            return nil
+        }
+        used += 1
+        defer { refused = 0 }
+        return refused
+    }
+}
+
 public enum EngineError: Error, CustomStringConvertible {
     case eventBase
     case listen(String)
     case logOutput(String)
+    /// `tls.client_listen` cannot start (no local CA, an unreadable client CA file).
+    case clientListener(String)
 
     public var description: String {
         switch self {
         case .eventBase: "cannot create a libevent event base"
         case .listen(let message): message
         case .logOutput(let message): message
+        case .clientListener(let message): message
         }
     }
 }

@@ -387,7 +387,7 @@ struct Decoder {
     }
 
     func tls(_ node: YAMLNode, defaults: TLSSettings) throws(ConfigError) -> TLSSettings {
-        let keys = try mapping(node, allowed: ["intercept", "tunnel", "ca_dir", "upstream_ca"], context: "tls")
+        let keys = try mapping(node, allowed: ["intercept", "tunnel", "ca_dir", "upstream_ca", "client_listen"], context: "tls")
         var settings = defaults
         if let interceptNode = keys["intercept"] {
             if case .scalar(let text, _) = interceptNode.value, text == "scoped" {
@@ -407,6 +407,15 @@ struct Decoder {
         if let caNode = keys["ca_dir"] { settings.caDirectory = expand(try nonEmptyString(caNode), relativeTo: file) }
         if let upstreamNode = keys["upstream_ca"], !upstreamNode.isNull {
             settings.upstreamCA = expand(try nonEmptyString(upstreamNode), relativeTo: file)
+        }
+        if let listenNode = keys["client_listen"], !listenNode.isNull {
+            settings.clientListen = try hostPort(listenNode)
+            // Its certificate comes from the local CA clients already trust for interception, and
+            // that CA is in use only when something is intercepted.
+            if settings.intercept == .hosts([]) {
+                throw error(listenNode, "client_listen needs TLS interception on: its certificate is signed by the local CA, "
+                            + "which is used only when tls.intercept lists hosts (or is 'scoped')")
+            }
         }
         return settings
     }

@@ -24,6 +24,11 @@ public struct ProxyConfiguration: Sendable {
     /// `maxClientConnections`; the other bounds are the engine's defaults.
     public var limits = Limits()
     public var log: LogSettings
+    /// `tls.client_listen`: the TLS client listener's address (kept with the other `tls` keys).
+    public var clientListen: HostPort? {
+        get { tls.clientListen }
+        set { tls.clientListen = newValue }
+    }
 
     /// The embedded safe default of the contract: 127.0.0.1:8080, no scopes (every sensitive header
     /// stripped everywhere), redacted JSON log to stdout.
@@ -65,6 +70,9 @@ public struct TLSSettings: Sendable, Equatable {
     public var tunnel: TunnelPolicy = .deny
     public var caDirectory: String
     public var upstreamCA: String?
+    /// `client_listen`: a second listener speaking TLS (certificate from the local CA), which asks
+    /// clients for a certificate; the forward proxy inside. Needs interception on (the local CA).
+    public var clientListen: HostPort?
 
     public init(intercept: Intercept = .hosts([]), tunnel: TunnelPolicy = .deny, caDirectory: String, upstreamCA: String? = nil) {
         self.intercept = intercept

@@ -18,6 +18,8 @@ struct Banner {
     let log: LogPresentation?
     /// The CA certificate clients must trust, when something is intercepted.
     let caCertificate: String?
+    /// The TLS client listener's bound address, when `tls.client_listen` is set.
+    var clientListen: ListenAddress? = nil
 
     var text: String {
         var lines: [String] = []
@@ -52,6 +54,12 @@ struct Banner {
             lines.append("  TLS interception: \(shown); clients must trust \(caCertificate) (scopeproxy ca prints it)")
         } else {
             lines.append("  TLS interception: off (HTTPS goes through CONNECT, unseen)")
+        }
+        if let clientListen, let caCertificate {
+            let url = Self.proxyURL(clientListen).replacingOccurrences("http://", "https://")
+            let authorities = config.clientCAFiles.count
+            lines.append("  TLS client listener: \(url) (proxy certificate from \(caCertificate); client certificates from "
+                         + "\(authorities == 0 ? "no CA: clients connect without one" : "\(authorities) CA file(s)"))")
         }
         lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)" : "denied (403) unless intercepted"))
         // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);

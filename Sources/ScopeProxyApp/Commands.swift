@@ -140,7 +140,8 @@ public enum Commands {
         }
         let banner = Banner(config: config, source: source, listen: address, routes: server.routeAddresses,
                             adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
-                            caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile)
+                            caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
+                            clientListen: server.clientListenAddress)
         // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
         writeStandardError(banner.text + "listening on \(address)\n")
         let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine)

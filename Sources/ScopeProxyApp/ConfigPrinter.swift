@@ -89,6 +89,7 @@ enum ConfigPrinter {
         out += "  tunnel: \(config.tls.tunnel.rawValue)\n"
         out += "  ca_dir: \(scalar(config.tls.caDirectory))\n"
         out += "  upstream_ca: \(config.tls.upstreamCA.map(scalar) ?? "null")\n"
+        if let clientListen = config.clientListen { out += "  client_listen: \(scalar(clientListen.description))\n" }
 
         out += "timeouts:\n"
         out += "  connect: \(duration(config.timeouts.connect))\n"

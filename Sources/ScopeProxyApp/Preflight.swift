@@ -26,6 +26,10 @@ enum Preflight {
             guard let ca = rule.tlsClient?.caFile, let problem = upstreamCAProblem(ca) else { continue }
             found.append("client '\(rule.name)' tls_client.ca: \(problem); no certificate can be verified by it")
         }
+        if config.clientListen != nil, Runtime.interceptHosts(config).isEmpty {
+            found.append("tls.client_listen: its certificate comes from the local CA, used only when something is intercepted, "
+                         + "and tls.intercept: scoped covers no https origin\(refuses)")
+        }
         if case .file(let path) = config.log.output, let problem = logFileProblem(path) {
             found.append("log.output: \(problem)\(refuses)")
         }

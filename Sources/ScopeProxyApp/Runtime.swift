@@ -40,6 +40,10 @@ public enum Runtime {
         engine.routes = config.routes
         if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation) }
         engine.listen = config.listen
+        if let clientListen = config.clientListen {
+            engine.clientListener = ClientListener(listen: clientListen,
+                                                   caFiles: config.clientCAFiles.map { ClientCAFile(name: $0, path: $0) })
+        }
         engine.timeouts = config.timeouts
         engine.tunnel = config.tls.tunnel
         engine.limits = config.limits

@@ -114,7 +114,7 @@ struct ConfigPrintTests {
             routes:
               - { listen: "127.0.0.1:9000", upstream: "https://api.example" }
             redirects: { cross_origin: block, allow: ["https://cdn.example", "https://b.example:8443"], max_hops: 3 }
-            tls: { intercept: [api.example, bücher.example], tunnel: allow, ca_dir: ca, upstream_ca: /etc/ssl/extra.pem }
+            tls: { intercept: [api.example, bücher.example], tunnel: allow, ca_dir: ca, upstream_ca: /etc/ssl/extra.pem, client_listen: "[::1]:8443" }
             timeouts: { connect: 250ms, upstream: 90s, idle: 2m, client_header: 1h }
             limits: { max_connections: 77 }
             log: { format: text, output: logs/access.log, bodies: true, safe_headers: [X-Request-Id], safe_query: [page, "yes"], safe_json_keys: [id] }
@@ -124,6 +124,7 @@ struct ConfigPrintTests {
         #expect(text.contains("\"true\": { file: \(scratch.path)/token, allow_group_read: true }"), "\(text)")
         #expect(text.contains("  format: text\n"))
         #expect(text.contains("  output: \(scratch.path)/logs/access.log\n"))
+        #expect(text.contains("  client_listen: \"[::1]:8443\"\n"), "\(text)")
         #expect(text.contains("  intercept: [api.example, xn--bcher-kva.example]\n"))
 
         // The printed file is a config: printing it again gives the same text (after the source comment).

@@ -81,6 +81,18 @@ struct ConfigValidTests {
         #expect(config.redirects.mode == .pass)
     }
 
+    @Test("tls.client_listen: an address like listen, localhost and IPv6 included; absent by default; the CA hook starts empty")
+    func clientListen() throws {
+        let config = try ConfigLoader.parse("tls: { intercept: scoped, client_listen: \"[::1]:8443\" }", file: "t.yaml", home: home)
+        #expect(config.clientListen == ListenAddress(host: "::1", port: 8443))
+        #expect(config.tls.clientListen == config.clientListen)
+        #expect(config.clientCAFiles.isEmpty)
+        let named = try ConfigLoader.parse("tls:\n  intercept: [api.example]\n  client_listen: localhost:0\n", file: "t.yaml", home: home)
+        #expect(named.clientListen == ListenAddress(host: "localhost", port: 0))
+        #expect(try ConfigLoader.parse("tls: { intercept: scoped }", file: "t.yaml", home: home).clientListen == nil)
+        #expect(try ConfigLoader.parse("tls: { intercept: scoped, client_listen: null }", file: "t.yaml", home: home).clientListen == nil)
+    }
+
     @Test("relative paths are read next to the config file, whatever the working directory: secrets, store_dir, ca_dir, upstream_ca, log output")
     func relativePaths() throws {
         let yaml = """
