@@ -38,7 +38,7 @@ enum SecretInput {
     /// the signal does what it would have done). Ctrl-Z is ignored meanwhile: a shell resuming the
     /// job later would find echo off with nobody to turn it back on.
     static func readFromTerminal(prompt: String) -> Result<[UInt8], Failure> {
-        guard tcgetattr(0, &savedTerminal) == 0 else {
+        guard tcgetattr(0, savedTerminal) == 0 else {
             return .failure(Failure(message: "cannot read the terminal settings: \(String(cString: strerror(errno)))"))
         }
         let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
@@ -46,7 +46,7 @@ enum SecretInput {
         for number in signals {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { number in
-                tcsetattr(0, TCSANOW, &savedTerminal)
+                tcsetattr(0, TCSANOW, savedTerminal)
                 signal(number, SIG_DFL)
                 raise(number)
             }
@@ -62,7 +62,7 @@ enum SecretInput {
         for number in signals { sigaddset(&unblock, number) }
         pthread_sigmask(SIG_UNBLOCK, &unblock, &previousMask)
         defer {
-            tcsetattr(0, TCSANOW, &savedTerminal)
+            tcsetattr(0, TCSANOW, savedTerminal)
             for (number, old) in zip(signals, previous) {
                 var old = old
                 sigaction(number, &old, nil)
@@ -70,10 +70,10 @@ enum SecretInput {
             signal(SIGTSTP, previousStop)
             pthread_sigmask(SIG_SETMASK, &previousMask, nil)
         }
-        var quiet = savedTerminal
-        quiet.c_lflag &= ~tcflag_t(ECHO)
+        quietTerminal.copyMemory(from: savedTerminal, byteCount: terminalSettingsBytes)
+        quietTerminal.assumingMemoryBound(to: termios.self).pointee.c_lflag &= ~tcflag_t(ECHO)
         // TCSAFLUSH: anything typed before the prompt (with echo still on) is discarded, not taken.
-        guard tcsetattr(0, TCSAFLUSH, &quiet) == 0 else {
+        guard tcsetattr(0, TCSAFLUSH, quietTerminal.assumingMemoryBound(to: termios.self)) == 0 else {
             return .failure(Failure(message: "cannot turn terminal echo off: \(String(cString: strerror(errno)))"))
         }
         writeStandardError(prompt)
@@ -100,8 +100,15 @@ enum SecretInput {
 }
 
 /// The terminal settings in force before echo was turned off; global so the signal handler (a C
-/// function, which can capture nothing) can put them back.
-nonisolated(unsafe) private var savedTerminal = termios()
+/// function, which can capture nothing) can put them back. Not a Swift `termios` value: the C
+/// library's struct is larger than the imported one (tcgetattr wrote 60 bytes into the 57 of a
+/// `termios()` global; AddressSanitizer found it), so both settings live in buffers sized for
+/// whatever the C library writes.
+private let terminalSettingsBytes = 256
+nonisolated(unsafe) private let savedTerminal = UnsafeMutableRawPointer.allocate(byteCount: terminalSettingsBytes, alignment: 16)
+    .bindMemory(to: termios.self, capacity: 1)
+/// Echo off: a copy of the saved settings.
+nonisolated(unsafe) private let quietTerminal = UnsafeMutableRawPointer.allocate(byteCount: terminalSettingsBytes, alignment: 16)
 
 /// How the access log looks: the config's `log.format` when it sets one; otherwise text when the
 /// log goes to a terminal (a person reads it) and JSON when it goes to a file or pipe (a program

@@ -90,9 +90,12 @@ final class PseudoTerminal {
 
     /// Whether the terminal echoes typed input now (ECHO in c_lflag).
     var echoes: Bool {
-        var settings = termios()
-        tcgetattr(follower, &settings)
-        return settings.c_lflag & tcflag_t(ECHO) != 0
+        // A buffer, not a `termios()` value: the C library writes more than Swift's imported struct holds.
+        let settings = UnsafeMutableRawPointer.allocate(byteCount: 256, alignment: 16)
+        defer { settings.deallocate() }
+        let terminal = settings.bindMemory(to: termios.self, capacity: 1)
+        tcgetattr(follower, terminal)
+        return terminal.pointee.c_lflag & tcflag_t(ECHO) != 0
     }
 
     func type(_ text: String) {
