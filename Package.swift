@@ -27,7 +27,10 @@ let package = Package(
         .target(name: "JSONText"),
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
-        .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText"]),
+        // Secret values found in byte streams in all their encodings (one automaton per secret set):
+        // the log tripwire, response scrubbing and the egress guard.
+        .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
+        .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText", "SecretScan"]),
         .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
         .target(name: "SecretStore", dependencies: ["ScopePolicy", "PosixSupport"]),
@@ -49,6 +52,7 @@ let package = Package(
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "JSONTextTests", dependencies: ["JSONText"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
+        .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
