@@ -27,6 +27,9 @@ let package = Package(
         .target(name: "JSONText"),
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
+        // Secret values found in byte streams in all their encodings (one automaton per secret set),
+        // for response scrubbing and the egress guard (issue 15; not wired into the proxy yet).
+        .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText"]),
         .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
@@ -49,6 +52,7 @@ let package = Package(
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "JSONTextTests", dependencies: ["JSONText"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
+        .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         .testTarget(name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],

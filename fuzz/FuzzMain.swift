@@ -1,4 +1,4 @@
-// One libFuzzer binary, seven targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
+// One libFuzzer binary, eight targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
 // drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of six.
 #if canImport(Glibc)
 import Glibc
@@ -7,7 +7,7 @@ import Glibc
 private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "RequestHead": fuzzRequestHead, "Chunked": fuzzChunked, "ResponseHead": fuzzResponseHead,
     "Config": fuzzConfig, "Redactor": fuzzRedactor, "ExchangeMachine": fuzzExchangeMachine,
-    "ClientCredentials": fuzzClientCredentials,
+    "ClientCredentials": fuzzClientCredentials, "SecretScan": fuzzSecretScan,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {

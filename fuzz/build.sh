@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds .build/fuzz/scopeproxy-fuzz: the sources of the pure modules (codec, scope policy, exchange
-# core, config, redaction; PosixSupport and JSONText under them) plus the six entry points, compiled as
+# core, config, secret scanning, redaction; PosixSupport and JSONText under them) plus the entry points
+# and the test references they compare with, compiled as
 # one module with -sanitize=fuzzer,address (so internal API is reachable, as in the unit tests).
 # Copies under .build/fuzz/src drop the cross-module imports. Rebuilt only when a source is newer
 # than the binary.
@@ -9,15 +10,15 @@ cd "$(dirname "$0")/.."
 out=.build/fuzz
 binary="$out/scopeproxy-fuzz"
 inputs=(Sources/PosixSupport/*.swift Sources/JSONText/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
-        Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/Redaction/*.swift
-        Tests/HTTP1CodecTests/SplitPointVerifier.swift fuzz/*.swift)
+        Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/SecretScan/*.swift Sources/Redaction/*.swift
+        Tests/HTTP1CodecTests/SplitPointVerifier.swift Tests/SecretScanTests/NaiveSecretScan.swift fuzz/*.swift)
 if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
   exit 0
 fi
 rm -rf "$out/src" && mkdir -p "$out/src"
 for file in "${inputs[@]}"; do
   module=$(basename "$(dirname "$file")")
-  sed -E '/^(@testable )?import (PosixSupport|JSONText|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
+  sed -E '/^(@testable )?import (PosixSupport|JSONText|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|SecretScan|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
 swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML \

@@ -1,0 +1,92 @@
+@testable import SecretScan
+
+/// The obvious, slow answers the scanner must agree with: every pattern compared at every offset
+/// of the whole body. Shared by the property test and the SecretScan fuzz target.
+enum NaiveSecretScan {
+    static func matches(_ scanner: SecretScanner, in body: [UInt8]) -> [SecretMatch] {
+        var found: [SecretMatch] = []
+        for pattern in scanner.patterns where pattern.bytes.count <= body.count {
+            for start in 0...(body.count - pattern.bytes.count) where body[start..<(start + pattern.bytes.count)].elementsEqual(pattern.bytes) {
+                found.append(SecretMatch(pattern: pattern, range: start..<(start + pattern.bytes.count)))
+            }
+        }
+        return inOrder(found)
+    }
+
+    /// One order for comparing: by end, then longest first, then pattern.
+    static func inOrder(_ matches: [SecretMatch]) -> [SecretMatch] {
+        matches.sorted { ($0.range.upperBound, $0.range.lowerBound, $0.pattern.id) < ($1.range.upperBound, $1.range.lowerBound, $1.pattern.id) }
+    }
+
+    static func scrubbed(_ scanner: SecretScanner, _ body: [UInt8]) -> [UInt8] {
+        var output = body
+        for match in matches(scanner, in: body) { for offset in match.range { output[offset] = UInt8(ascii: "*") } }
+        return output
+    }
+
+    /// What the streaming types said for one body cut into pieces.
+    struct StreamOutcome {
+        var matches: [SecretMatch] = []
+        var scrubbed: [UInt8] = []
+        /// The guard: bytes it let through and the leak it reported.
+        var forwarded = 0
+        var leak: SecretMatch?
+        /// The most bytes the scrubber or the guard held back after a piece (before any leak).
+        var mostHeldBack = 0
+    }
+
+    /// `cuts`: offsets where one piece ends and the next begins (any order, duplicates allowed:
+    /// empty pieces are fed too).
+    static func pieces(_ body: [UInt8], cuts: [Int]) -> [[UInt8]] {
+        let bounds = [0] + cuts.map { min(max($0, 0), body.count) }.sorted() + [body.count]
+        return zip(bounds, bounds.dropFirst()).map { Array(body[$0..<$1]) }
+    }
+
+    static func stream(_ scanner: SecretScanner, _ pieces: [[UInt8]]) -> StreamOutcome {
+        var outcome = StreamOutcome()
+        var stream = scanner.makeStream()
+        var scrubber = SecretScrubber(scanner: scanner)
+        var egress = EgressGuard(scanner: scanner)
+        var fed = 0
+        for piece in pieces {
+            stream.scan(piece) { outcome.matches.append($0) }
+            scrubber.scrub(piece, into: &outcome.scrubbed)
+            fed += piece.count
+            outcome.mostHeldBack = max(outcome.mostHeldBack, fed - outcome.scrubbed.count)
+            let verdict = egress.inspect(piece)
+            outcome.forwarded += verdict.forwardable
+            if outcome.leak == nil {
+                outcome.leak = verdict.leak
+                if verdict.leak == nil { outcome.mostHeldBack = max(outcome.mostHeldBack, fed - outcome.forwarded) }
+            }
+        }
+        scrubber.finish(into: &outcome.scrubbed)
+        outcome.forwarded += egress.finish()
+        return outcome
+    }
+
+    /// Checks one cut of `body` against the reference; returns what disagrees (empty when all agree).
+    static func disagreements(_ scanner: SecretScanner, _ body: [UInt8], cuts: [Int]) -> [String] {
+        let expected = matches(scanner, in: body)
+        let outcome = stream(scanner, pieces(body, cuts: cuts))
+        var problems: [String] = []
+        if inOrder(outcome.matches) != expected { problems.append("matches \(describe(outcome.matches)) != \(describe(expected))") }
+        if outcome.scrubbed != scrubbed(scanner, body) { problems.append("scrubbed \(outcome.scrubbed) != \(scrubbed(scanner, body))") }
+        // The guard reports the earliest-ending match (longest at that end), forwards nothing from
+        // its first byte on, and otherwise all of the body.
+        let firstLeak = expected.first
+        if outcome.leak != firstLeak { problems.append("leak \(describe(outcome.leak.map { [$0] } ?? [])) != \(describe(firstLeak.map { [$0] } ?? []))") }
+        let forwardLimit = firstLeak?.range.lowerBound ?? body.count
+        if firstLeak == nil ? outcome.forwarded != body.count : outcome.forwarded > forwardLimit {
+            problems.append("forwarded \(outcome.forwarded) of \(body.count), limit \(forwardLimit)")
+        }
+        if outcome.mostHeldBack > max(0, scanner.longestPattern - 1) {
+            problems.append("held back \(outcome.mostHeldBack)")
+        }
+        return problems
+    }
+
+    static func describe(_ matches: [SecretMatch]) -> String {
+        matches.map { "\($0.pattern.secret)/\($0.pattern.encoding)@\($0.range)" }.joined(separator: " ")
+    }
+}

@@ -1,0 +1,184 @@
+import Foundation
+import Testing
+@testable import SecretScan
+
+private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+/// SplitMix64: seeded, so a failing random case can be replayed from its seed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite("SecretScan: secrets found in byte streams in every encoding, across pieces")
+struct SecretScanTests {
+    static let secret = "s3cr3t/value+with=odd?chars"
+
+    /// Encoded here with Foundation, not with the encoders the scanner uses; the secret sits inside
+    /// other bytes at each base64 alignment.
+    static let encodings: [(String, SecretEncoding)] = {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        let percent = secret.addingPercentEncoding(withAllowedCharacters: unreserved)!
+        var cases: [(String, SecretEncoding)] = [(secret, .raw), (percent, .percentUppercase), (percent.lowercased(), .percentLowercase)]
+        for prefix in ["", "u", "us"] {
+            let base64 = Data((prefix + secret + "tail").utf8).base64EncodedString()
+            let base64URL = base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            // Where no `+` or `/` falls in the secret's run, base64url is the same bytes, found as base64.
+            let urlSafeDiffers = base64URL != base64
+            cases += [(base64, .base64(alignment: prefix.count)),
+                      (base64URL, urlSafeDiffers ? .base64URL(alignment: prefix.count) : .base64(alignment: prefix.count))]
+        }
+        return cases
+    }()
+
+    @Test("each encoding of a secret is found, as that encoding", arguments: encodings)
+    func encoding(_ text: String, _ encoding: SecretEncoding) {
+        let scanner = SecretScanner(secrets: [bytes(Self.secret)])
+        let found = scanner.matches(in: bytes("{\"x\":\"" + text + "\"}"))
+        #expect(found.map(\.pattern.encoding) == [encoding])
+        #expect(found.map(\.pattern.secret) == [0])
+    }
+
+    @Test("forms: an encoding equal to an earlier one is left out; base64 runs under 8 characters are dropped")
+    func forms() {
+        #expect(SecretEncoding.forms(of: bytes("abcdef")).map(\.encoding)
+            == [.raw, .base64(alignment: 0)])
+        #expect(SecretEncoding.forms(of: bytes("abc")).map(\.encoding) == [.raw])
+        #expect(SecretEncoding.forms(of: bytes("a b")).map(\.bytes) == [bytes("a b"), bytes("a%20b")])
+        #expect(SecretEncoding.base64Run(bytes("abcdef"), alignment: 0, urlSafe: false) == bytes("YWJjZGVm"))
+        // "xabcdefg" = eGFiY2RlZmc=: the first two characters and the last carry a neighbour's bits.
+        #expect(SecretEncoding.base64Run(bytes("abcdefg"), alignment: 1, urlSafe: false) == bytes("FiY2RlZm"))
+    }
+
+    /// (secrets, body, expected matches as "secret/encoding@range").
+    static let exact: [([String], String, String)] = [
+        ([], "anything at all", ""),
+        (["abcd"], "", ""),
+        (["abcd"], "abcd", "0/raw@0..<4"),
+        (["abcd"], "xxabcdabcdxx", "0/raw@2..<6 0/raw@6..<10"),
+        // Overlapping occurrences of one secret are each found.
+        (["aaaa"], "aaaaaa", "0/raw@0..<4 0/raw@1..<5 0/raw@2..<6"),
+        // A secret that is a prefix of another, and one nested inside another.
+        (["abcd", "abcdef"], "abcdef", "0/raw@0..<4 1/raw@0..<6"),
+        (["bcde", "abcdef"], "abcdef", "0/raw@1..<5 1/raw@0..<6"),
+        // Ending together: the longest first.
+        (["cdef", "abcdef"], "abcdef", "1/raw@0..<6 0/raw@2..<6"),
+        // Two overlapping secrets, and the same secret given twice.
+        (["abcd", "cdef"], "abcdef", "0/raw@0..<4 1/raw@2..<6"),
+        (["abcd", "abcd"], "abcd", "0/raw@0..<4 1/raw@0..<4"),
+        // Almost-matches that must not report.
+        (["abcd"], "abcabcx abd", ""),
+        (["a%b!"], "a%25b%21 a%25b%21", "0/percent@0..<8 0/percent@9..<17"),
+        (["a%b!"], "a%25b%21", "0/percent@0..<8"),
+    ]
+
+    @Test("exact cases", arguments: exact)
+    func exactCase(_ secrets: [String], _ body: String, _ expected: String) {
+        let scanner = SecretScanner(secrets: secrets.map(bytes))
+        #expect(NaiveSecretScan.describe(scanner.matches(in: bytes(body))) == expected)
+        #expect(NaiveSecretScan.disagreements(scanner, bytes(body), cuts: []) == [])
+    }
+
+    @Test("binary secrets and bodies: NUL, 0xFF, every byte value")
+    func binary() {
+        let secret: [UInt8] = [0x00, 0xFF, 0x0D, 0x0A, 0x80, 0x00]
+        let allBytes = (0...255).map { UInt8($0) }
+        let scanner = SecretScanner(secrets: [secret, allBytes])
+        let body = [0xFF, 0x00] + secret + allBytes + secret.dropLast()
+        #expect(NaiveSecretScan.describe(scanner.matches(in: body)) == "0/raw@2..<8 1/raw@8..<264")
+        var scrubber = SecretScrubber(scanner: scanner)
+        var output: [UInt8] = []
+        scrubber.scrub(body, into: &output)
+        scrubber.finish(into: &output)
+        #expect(output == [0xFF, 0x00] + [UInt8](repeating: UInt8(ascii: "*"), count: 262) + secret.dropLast())
+        #expect(NaiveSecretScan.disagreements(scanner, body, cuts: [3, 100, 263]) == [])
+    }
+
+    @Test("every split point, in 2 pieces, in 3 pieces, and byte by byte, of a body with secrets in several encodings")
+    func everySplitPoint() {
+        let scanner = SecretScanner(secrets: [bytes("tok_9xQ2"), bytes("tok_9xQ2-long-Z"), bytes("pa ss")])
+        let base64 = Data("user:tok_9xQ2-long-Z".utf8).base64EncodedString()
+        let body = bytes("a=tok_9xQ2&b=pa%20ss&auth=" + base64 + "&c=tok_9xQ2-long-Z;tok_9x")
+        #expect(scanner.matches(in: body).count == 6)
+        for cut in 0...body.count {
+            #expect(NaiveSecretScan.disagreements(scanner, body, cuts: [cut]) == [], "cut at \(cut)")
+            for second in cut...body.count {
+                #expect(NaiveSecretScan.disagreements(scanner, body, cuts: [cut, second]) == [], "cuts at \(cut), \(second)")
+            }
+        }
+        #expect(NaiveSecretScan.disagreements(scanner, body, cuts: Array(0...body.count)) == [])
+    }
+
+    @Test("scrubbing keeps the length and holds back only what could still become a match")
+    func scrubbing() {
+        let scanner = SecretScanner(secrets: [bytes("SECRET-1")])
+        var scrubber = SecretScrubber(scanner: scanner)
+        var output: [UInt8] = []
+        scrubber.scrub(bytes("hello SEC"), into: &output)
+        #expect(output == bytes("hello "))
+        scrubber.scrub(bytes("RET-"), into: &output)
+        #expect(output == bytes("hello "))
+        scrubber.scrub(bytes("1 and SECRET-"), into: &output)
+        #expect(output == bytes("hello ******** and "))
+        scrubber.scrub(bytes("2"), into: &output)
+        #expect(output == bytes("hello ******** and SECRET-2"))
+        scrubber.scrub(bytes(" SE"), into: &output)
+        scrubber.finish(into: &output)
+        #expect(output == bytes("hello ******** and SECRET-2 SE"))
+    }
+
+    @Test("the guard forwards what cannot be a secret and stops before a complete one")
+    func egressGuard() {
+        let scanner = SecretScanner(secrets: [bytes("SECRET-1")])
+        var egress = EgressGuard(scanner: scanner)
+        #expect(egress.inspect(bytes("hello SEC")) == .init(forwardable: 6, leak: nil))
+        #expect(egress.inspect(bytes("RET-2 SECR")) == .init(forwardable: 9, leak: nil))
+        let verdict = egress.inspect(bytes("ET-1 more"))
+        #expect(verdict.forwardable == 0)
+        #expect(verdict.leak?.range == 15..<23)
+        #expect(egress.inspect(bytes("x")) == .init(forwardable: 0, leak: verdict.leak))
+        #expect(egress.finish() == 0)
+
+        var clean = EgressGuard(scanner: scanner)
+        #expect(clean.inspect(bytes("no secret SECRET")) == .init(forwardable: 10, leak: nil))
+        #expect(clean.finish() == 6)
+        var empty = EgressGuard(scanner: SecretScanner(secrets: []))
+        #expect(empty.inspect(bytes("abc")) == .init(forwardable: 3, leak: nil))
+    }
+
+    @Test("property: random secret sets, bodies and split points agree with the naive reference")
+    func property() {
+        for seed in UInt64(1)...300 {
+            var random = SeededGenerator(state: seed)
+            let (secrets, body, cuts) = Self.randomCase(&random)
+            let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets), body, cuts: cuts)
+            #expect(problems == [], "seed \(seed): secrets \(secrets) body \(body) cuts \(cuts)")
+        }
+    }
+
+    /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
+    /// of the secrets' encoded forms, and up to 6 cuts.
+    static func randomCase(_ random: inout some RandomNumberGenerator) -> ([[UInt8]], [UInt8], [Int]) {
+        let alphabet: [UInt8] = bytes("ab%+/=") + [0x00, 0xFF]
+        let secrets = (0..<Int.random(in: 0...6, using: &random)).map { _ in
+            (0..<Int.random(in: 1...10, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
+        }
+        let forms = secrets.flatMap { SecretEncoding.forms(of: $0).map(\.bytes) }
+        var body: [UInt8] = []
+        for _ in 0..<Int.random(in: 0...12, using: &random) {
+            if let form = forms.randomElement(using: &random), Bool.random(using: &random) {
+                body += form.prefix(Int.random(in: form.count / 2...form.count, using: &random))
+            } else {
+                body += (0..<Int.random(in: 0...4, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
+            }
+        }
+        let cuts = (0..<Int.random(in: 0...6, using: &random)).map { _ in Int.random(in: 0...body.count, using: &random) }
+        return (secrets, body, cuts)
+    }
+}

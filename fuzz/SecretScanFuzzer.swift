@@ -1,0 +1,22 @@
+// Fuzz target (fuzz/FuzzMain.swift dispatches): the secret scanner against the naive reference
+// (Tests/SecretScanTests/NaiveSecretScan.swift). The input is read as
+//   secretCount, then per secret a length and its bytes; cutCount, then that many cut bytes; the
+//   rest is the body.
+// Secrets are bytes the fuzzer chooses, so it plants them (and their encodings, learned from
+// comparisons) in the body itself. Matches, the scrubbed body, the guard's leak and what it
+// forwarded must agree with the reference for that cut into pieces.
+func fuzzSecretScan(_ data: UnsafePointer<UInt8>, _ size: Int) {
+    var input = UnsafeBufferPointer(start: data, count: size)[...]
+    func take(_ count: Int) -> [UInt8] {
+        let taken = Array(input.prefix(count))
+        input = input.dropFirst(count)
+        return taken
+    }
+    let secretCount = Int(take(1).first ?? 0) % 9
+    let secrets = (0..<secretCount).map { _ in take(Int(take(1).first ?? 0) % 24) }
+    let cutBytes = take(Int(take(1).first ?? 0) % 9)
+    let body = Array(input)
+    let cuts = cutBytes.map { Int($0) * (body.count + 1) / 256 }
+    let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets), body, cuts: cuts)
+    fuzzCheck(problems.isEmpty, "secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
+}
