@@ -28,9 +28,10 @@ let package = Package(
         .target(name: "HTTP1Codec"),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
         // Secret values found in byte streams in all their encodings (one automaton per secret set),
-        // for response scrubbing and the egress guard (issue 15; not wired into the proxy yet).
+        // for response scrubbing and the egress guard (issue 15; not wired into the proxy yet). The
+        // log tripwire takes its encodings from here but keeps its own search for now.
         .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
-        .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText"]),
+        .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText", "SecretScan"]),
         .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
         .target(name: "SecretStore", dependencies: ["ScopePolicy", "PosixSupport"]),

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import HTTP1Codec
+import SecretScan
 
 /// The second, independent layer: before a log line is written it is scanned for every secret value
 /// the store holds, raw, percent-encoded, base64 and base64url. A hit is replaced and counted; the
@@ -24,7 +25,7 @@ public struct Tripwire: Sendable {
             for form in forms { needles.insert(form) }
             let percent = Array(PercentEncoding.encode(raw).utf8)
             needles.insert(percent)
-            needles.insert(Self.lowercasingHex(percent))  // %c3%a9 is as valid as %C3%A9
+            needles.insert(SecretEncoding.lowercasingHex(percent))  // %c3%a9 is as valid as %C3%A9
             needles.insert(Array(Base64.encode(raw).utf8))
             needles.insert(Array(Base64.encodeURLSafe(raw).utf8))
             // Base64 of a value inside a longer plaintext shifts by position: the unpadded core of
@@ -45,21 +46,6 @@ public struct Tripwire: Sendable {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"): output += [UInt8(ascii: "\\"), byte]
             case 0x09: output += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
             default: output.append(byte)
-            }
-        }
-        return output
-    }
-
-    /// `%XX` escapes with lowercase hex digits; other bytes unchanged.
-    static func lowercasingHex(_ encoded: [UInt8]) -> [UInt8] {
-        var output = encoded
-        var index = 0
-        while index < output.count {
-            if output[index] == UInt8(ascii: "%"), index + 2 < output.count {
-                for digit in (index + 1)...(index + 2) where output[digit] >= 0x41 && output[digit] <= 0x46 { output[digit] |= 0x20 }
-                index += 3
-            } else {
-                index += 1
             }
         }
         return output

@@ -67,8 +67,8 @@ public enum SecretEncoding: Sendable, Hashable, CustomStringConvertible {
         return Array(Array(encoded.utf8)[first..<end])
     }
 
-    /// `%XX` escapes with lowercase hex digits; other bytes unchanged.
-    static func lowercasingHex(_ encoded: [UInt8]) -> [UInt8] {
+    /// `%XX` escapes with lowercase hex digits; other bytes unchanged (also the log tripwire's).
+    public static func lowercasingHex(_ encoded: [UInt8]) -> [UInt8] {
         var output = encoded
         var index = 0
         while index < output.count {
