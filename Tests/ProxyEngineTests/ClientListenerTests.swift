@@ -5,21 +5,6 @@ import ProxyEngine
 import Testing
 import TestSupport
 
-/// Runs curl (never with -k): exit status, stdout.
-private func curl(_ arguments: [String]) throws -> (status: Int32, body: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    process.arguments = ["-sS", "--max-time", "10"] + arguments
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
 private final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
     private var stored: (status: Int32, body: String)?

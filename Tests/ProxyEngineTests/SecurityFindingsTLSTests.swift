@@ -2,21 +2,6 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Runs curl (never -k); returns (exit status, stdout).
-private func curl(_ arguments: [String]) throws -> (Int32, String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    process.arguments = ["-sS", "--max-time", "10"] + arguments
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
 /// Regression tests for the review's interception findings (10, and 15 inside a tunnel), through the
 /// built binary with its local CA, the Python HTTPS origin and curl.
 @Suite("Security findings: TLS interception (10 proxy_auth inherited by the tunnel, 15 Host inside a tunnel)", .serialized)

@@ -2,20 +2,6 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Runs curl (never with -k) and returns (exit status, stdout).
-private func curl(_ arguments: [String]) throws -> (Int32, String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-    process.arguments = ["-sS", "--max-time", "10"] + arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
 /// A proxy whose config scopes `origins`, intercepting per `intercept`, with its CA in a scratch dir.
 private final class TLSProxy {
     private let directory: ScratchDirectory
