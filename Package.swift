@@ -26,7 +26,9 @@ let package = Package(
         // The one JSON writer (log lines, error bodies, diagnostics, redacted summaries).
         .target(name: "JSONText"),
         .target(name: "HTTP1Codec"),
-        .target(name: "ScopePolicy", dependencies: ["HTTP1Codec"]),
+        // SHA-256, HMAC and random bytes over OpenSSL (placeholders, AWS SigV4).
+        .target(name: "Digests", dependencies: ["COpenSSL"]),
+        .target(name: "ScopePolicy", dependencies: ["HTTP1Codec", "Digests"]),
         // Secret values found in byte streams in all their encodings (one automaton per secret set),
         // for response scrubbing and the egress guard (issue 15; not wired into the proxy yet). The
         // log tripwire takes its encodings from here but keeps its own search for now.

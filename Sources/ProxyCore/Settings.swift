@@ -94,3 +94,31 @@ public enum LogOutput: Sendable, Equatable {
     /// Lines are formatted, then dropped (the benchmark measures the formatting cost with this).
     case discard
 }
+
+/// `scrub:`: what happens to the values the proxy injected or substituted when a response carries
+/// them back to the client.
+public enum ScrubMode: String, Sendable, CaseIterable {
+    /// Header values and identity-encoded bodies are scrubbed; compressed bodies pass as they are.
+    case on
+    /// As `on`, and requests to scoped origins ask for `Accept-Encoding: identity`, so bodies arrive
+    /// in a form that can be scanned.
+    case strict
+    case off
+}
+
+/// `guard:`: whether known secret values may leave for origins outside their scopes.
+public enum GuardMode: String, Sendable, CaseIterable {
+    case on
+    case off
+}
+
+/// `scrub:` and `guard:` together: the protections that work on secret *values* in traffic.
+public struct SecretProtection: Sendable, Equatable {
+    public var scrub: ScrubMode
+    public var guardMode: GuardMode
+
+    public init(scrub: ScrubMode = .on, guardMode: GuardMode = .on) {
+        self.scrub = scrub
+        self.guardMode = guardMode
+    }
+}

@@ -15,6 +15,10 @@ public struct ProxyConfiguration: Sendable {
     public var admin: HostPort?
     public var storeDirectory: String
     public var secrets: [String: SecretSource]
+    /// Secrets declared with `placeholder: true` (and their `env_var`), in name order.
+    public var placeholders: [PlaceholderSecret] = []
+    /// `scrub:` and `guard:`.
+    public var protection = SecretProtection()
     public var policy: ScopePolicy
     public var routes: [Route]
     public var redirects: RedirectPolicy
@@ -46,6 +50,10 @@ public struct ProxyConfiguration: Sendable {
         var seen: Set<String> = []
         return clients.compactMap { $0.tlsClient?.caFile }.filter { seen.insert($0).inserted }
     }
+
+    /// The per-install key placeholders are derived from: beside the local CA, mode 0600, created
+    /// on first use.
+    public var placeholderKeyPath: String { tls.caDirectory + "/placeholder.key" }
 
     /// `check`'s one-line summary.
     public var summary: String {

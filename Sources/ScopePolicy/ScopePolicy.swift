@@ -29,12 +29,17 @@ public struct Scope: Sendable, Equatable {
     /// The clients (`clients:` names) this scope serves; nil means every client. For any other
     /// client the scope does not cover its origins.
     public let clients: Set<String>?
+    /// `substitute:` secrets (each declared with `placeholder: true`) whose placeholders are swapped
+    /// for their values in requests to these origins.
+    public let substitute: Set<String>
 
     public init(
         name: String, origins: Set<Origin>, requireHTTPS: Bool = true, inject: [Injection] = [],
-        pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil, clients: Set<String>? = nil
+        pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil, clients: Set<String>? = nil,
+        substitute: Set<String> = []
     ) {
         self.clients = clients
+        self.substitute = substitute
         self.name = name
         self.origins = origins
         self.requireHTTPS = requireHTTPS
@@ -48,6 +53,12 @@ public struct Scope: Sendable, Equatable {
     /// Whether a request from `client` (a configured client's name; nil when the proxy does not
     /// tell clients apart) may get what this scope injects or passes. A scope limited to named
     /// clients never serves an unnamed one (fail closed).
+    /// Every secret this scope sends to its origins: referenced by an `inject` template or listed in
+    /// `substitute`. The egress guard lets these (and only these) values reach the scope's origins.
+    public var secretNames: Set<String> {
+        substitute.union(inject.flatMap(\.template.secretNames))
+    }
+
     public func serves(_ client: String?) -> Bool {
         guard let clients else { return true }
         guard let client else { return false }
