@@ -30,8 +30,8 @@ let package = Package(
         .target(name: "Digests", dependencies: ["COpenSSL"]),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec", "Digests"]),
         // Secret values found in byte streams in all their encodings (one automaton per secret set),
-        // for response scrubbing and the egress guard (issue 15; not wired into the proxy yet). The
-        // log tripwire takes its encodings from here but keeps its own search for now.
+        // for response scrubbing and the egress guard. The log tripwire takes its encodings from
+        // here but keeps its own search.
         .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText", "SecretScan"]),
         .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
@@ -40,7 +40,7 @@ let package = Package(
 
         // The exchange core: request admission, hop planning, response direction and the connection
         // state machine (events in, actions out), plus the settings and records they share.
-        .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport"]),
+        .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan"]),
 
         // The libevent engine: carries out what the core decides.
         .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),

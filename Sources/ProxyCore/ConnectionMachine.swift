@@ -434,6 +434,16 @@ public struct ConnectionMachine {
         case .invalid, .cut:
             // Part of the body may already be upstream: that request is cut, never completed.
             fail(exchange, .malformedRequest("invalid chunked request body"), closeClient: true)
+        case .blocked(let finding):
+            // The engine forwarded only the bytes before the value and stopped: cut the hop (the
+            // origin never sees a complete request) and answer 403 if no response has started.
+            exchange.record.guardFinding = finding
+            let origin = exchange.hop.origin
+            fail(exchange, finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: "body", origin)
+                                                 : .secretEgressBlocked(secret: finding.secret, where: "body", origin),
+                 closeClient: true)
+        case .scrubbed:
+            break  // request bodies are guarded, never scrubbed
         }
     }
 
@@ -588,6 +598,10 @@ public struct ConnectionMachine {
         case .invalid, .cut:
             exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload)
             cut(exchange)
+        case .scrubbed(let findings):
+            exchange.record.scrubbed += findings
+        case .blocked:
+            break  // response bodies are scrubbed, never guarded
         }
     }
 

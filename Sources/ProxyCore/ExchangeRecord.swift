@@ -32,6 +32,12 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var tunnel: TunnelDecision?
     public var requestBody: ObservedBody?
     public var responseBody: ObservedBody?
+    /// Secrets whose placeholders were replaced by their values in this request (the log's `substituted`).
+    public var substituted: [String] = []
+    /// Injected or substituted values found in the response and masked (the log's `scrubbed`).
+    public var scrubbed: [SecretFinding] = []
+    /// What the egress guard stopped (a value or a placeholder that may not go to this origin).
+    public var guardFinding: SecretFinding?
 
     public init(id: String, client: String, method: String?, startedAt: UInt64) {
         self.id = id

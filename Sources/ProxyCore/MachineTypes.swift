@@ -1,4 +1,5 @@
 import HTTP1Codec
+import SecretScan
 
 // The vocabulary of the connection state machine: the events the engine reports and the actions it
 // carries out. Nothing here touches a socket.
@@ -54,6 +55,50 @@ public enum BodyProgress: Sendable, Equatable {
     case invalid
     /// The source closed before the body ended.
     case cut
+    /// Response scrub: these secrets were found (and masked) in the bytes moved since the last
+    /// report. Reported before the `moved`/`complete` that carries those bytes.
+    case scrubbed([SecretFinding])
+    /// Egress guard: a secret the hop's origin may not receive was found in the request body. The
+    /// engine forwarded only the bytes before it and stopped pumping; the hop must be cut.
+    case blocked(SecretFinding)
+}
+
+/// A secret value (or a placeholder) found in traffic: by name and form, never by value.
+public struct SecretFinding: Sendable, Equatable {
+    public let secret: String
+    public let encoding: SecretEncoding
+    /// The match was a placeholder of `secret`, not its value.
+    public let isPlaceholder: Bool
+
+    public init(secret: String, encoding: SecretEncoding, isPlaceholder: Bool) {
+        self.secret = secret
+        self.encoding = encoding
+        self.isPlaceholder = isPlaceholder
+    }
+}
+
+/// A compiled set of secret values (and placeholders) to look for in a body, with the name of each.
+/// Built once per set and shared by every exchange that needs it (compared by identity).
+public final class SecretWatch: Sendable, Equatable {
+    public let scanner: SecretScanner
+    /// Indexed by `SecretPattern.secret`.
+    public let secrets: [String]
+    /// Indexed like `secrets`: the pattern is that secret's placeholder, not its value.
+    public let placeholders: [Bool]
+
+    public init(scanner: SecretScanner, secrets: [String], placeholders: [Bool]) {
+        precondition(secrets.count == placeholders.count)
+        self.scanner = scanner
+        self.secrets = secrets
+        self.placeholders = placeholders
+    }
+
+    public func finding(_ match: SecretMatch) -> SecretFinding {
+        SecretFinding(secret: secrets[match.pattern.secret], encoding: match.pattern.encoding,
+                      isPlaceholder: placeholders[match.pattern.secret])
+    }
+
+    public static func == (lhs: SecretWatch, rhs: SecretWatch) -> Bool { lhs === rhs }
 }
 
 /// What the engine knows when a request head arrives.
@@ -136,9 +181,13 @@ public enum ConnectionAction: Sendable, Equatable {
     case collectRequestBody(BodyFraming, limit: Int)
     /// Stream the client's request body to the hop. `capture`: keep up to that many bytes for a
     /// replay; `observe`: keep the first bytes for the log.
-    case pumpRequestBody(HopID, BodyFraming, capture: Int?, observe: Int?)
+    /// `guard`: the egress guard's watch for this hop (values its origin may not receive): only bytes
+    /// known not to start one are forwarded; a complete one stops the pump (`blocked`).
+    case pumpRequestBody(HopID, BodyFraming, capture: Int?, observe: Int?, guard: SecretWatch? = nil)
     /// Stream the hop's response body to the client, decoded from `inbound` and re-framed as `outbound`.
-    case relayResponseBody(HopID, inbound: BodyFraming, outbound: BodyFraming, observe: Int?)
+    /// `scrub`: values this exchange injected or substituted, masked with `*` (same length) in the
+    /// body as it passes, found across any piece boundary (`scrubbed` reports them).
+    case relayResponseBody(HopID, inbound: BodyFraming, outbound: BodyFraming, observe: Int?, scrub: SecretWatch? = nil)
     /// Move bytes both ways between the client and the hop (CONNECT, or an upgrade after 101).
     case splice(HopID)
     /// One side of a tunnel hung up: hand the other side what was sent, then close everything.

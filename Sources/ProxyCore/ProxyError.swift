@@ -45,6 +45,12 @@ public enum ProxyError: Error, Equatable, Sendable {
     case interceptionFailed(Origin, InterceptionFailure)
     /// Inside an intercepted tunnel: a target for another origin than the tunnel's.
     case tunnelOriginMismatch
+    /// A placeholder of `secret` in a request to an origin no scope substitutes it for (`where`:
+    /// "target", a header name, or "body"). Nothing of the request was sent (a body: nothing
+    /// from the placeholder on).
+    case placeholderOutOfScope(secret: String, where: String, Origin)
+    /// The value of `secret` (in some encoding) in a request to an origin outside its scopes.
+    case secretEgressBlocked(secret: String, where: String, Origin)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -60,7 +66,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var status: Int {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
-        case .tunnelDenied: 403
+        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
         case .credentialUnavailable, .redirectBlocked: 502
@@ -109,6 +115,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamTLSHandshake: "upstream_tls_handshake"
         case .interceptionFailed: "interception_failed"
         case .tunnelOriginMismatch: "tunnel_origin_mismatch"
+        case .placeholderOutOfScope: "placeholder_out_of_scope"
+        case .secretEgressBlocked: "secret_egress_blocked"
         }
     }
 
@@ -150,6 +158,10 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
+        case .placeholderOutOfScope(let secret, let place, let origin):
+            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
+        case .secretEgressBlocked(let secret, let place, let origin):
+            "the value of secret '\(secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         }
     }
 

@@ -133,11 +133,11 @@ final class ClientConnection: UpstreamLegOwner {
         case .collectRequestBody(let framing, let limit):
             collector = BodyCollector(framing: framing, limit: limit)
             collectRequestBody()
-        case .pumpRequestBody(let hop, let framing, let capture, let observe):
+        case .pumpRequestBody(let hop, let framing, let capture, let observe, _):
             guard let leg, leg.hop == hop else { return }
             leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe)
             pumpRequestBody()
-        case .relayResponseBody(let hop, let inbound, let outbound, let observe):
+        case .relayResponseBody(let hop, let inbound, let outbound, let observe, _):
             guard let leg, leg.hop == hop else { return }
             leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe)
             pumpResponseBody()

@@ -184,10 +184,10 @@ struct InvariantTests {
                     issues.append("the client's Authorization went to \(origins[id].map(String.init(describing:)) ?? "?")")
                 }
                 checkCurrent(action, id)
-            case .pumpRequestBody(let id, _, _, _):
+            case .pumpRequestBody(let id, _, _, _, _):
                 pumping.insert(id)
                 checkCurrent(action, id)
-            case .relayResponseBody(let id, _, _, _):
+            case .relayResponseBody(let id, _, _, _, _):
                 relaying.insert(id)
                 checkCurrent(action, id)
             case .splice(let id):
