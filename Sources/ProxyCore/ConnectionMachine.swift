@@ -325,17 +325,37 @@ public struct ConnectionMachine {
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery
-            if request.framing != .none,
-               arrival.scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                                        contentType: head.fields.first("content-type"), client: request.client.name) {
-                // The scope decision depends on the body (a form's `_method`): read it first.
+            if let limit = bodyReadFirst(request, scope: arrival.scope) {
+                // The scope decision depends on the body (a form's `_method`), or placeholders in
+                // it are replaced: read it first.
                 state = .collecting(Collection(request: request, scope: arrival.scope, record: record))
-                actions.append(.collectRequestBody(request.framing, limit: settings.limits.maxInspectedBody))
+                actions.append(.collectRequestBody(request.framing, limit: limit))
                 arm(.stall)
                 return
             }
             plan(request, body: request.framing == .none ? .none : .streamed(request.framing), scope: arrival.scope, record: record)
         }
+    }
+
+    /// How much of the request body is read whole before its hop is planned; nil: it streams.
+    /// A form to a scope limiting `methods:` may carry `_method`; a JSON or form body to an origin
+    /// whose scopes substitute placeholders has them replaced (up to `maxSubstitutedBody`; a
+    /// larger one announced by Content-Length streams, and the guard refuses any placeholder in it).
+    private func bodyReadFirst(_ request: ClientRequest, scope: ScopeContext) -> Int? {
+        guard request.framing != .none else { return nil }
+        let head = request.head
+        var limit: Int?
+        if scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
+                                            contentType: head.fields.first("content-type"), client: request.client.name) {
+            limit = settings.limits.maxInspectedBody
+        }
+        if !scope.values.placeholders.isEmpty, scope.policy.substitutes(for: request.origin, client: request.client.name),
+           PlaceholderSite.body(contentType: head.fields.first("content-type"),
+                                contentEncoding: head.fields.first("content-encoding")) != nil {
+            let fits = if case .contentLength(let length) = request.framing { length <= UInt64(settings.limits.maxSubstitutedBody) } else { true }
+            if fits { limit = max(limit ?? 0, settings.limits.maxSubstitutedBody) }
+        }
+        return limit
     }
 
     /// The client's own hop: scoped, then started.
@@ -344,10 +364,11 @@ public struct ConnectionMachine {
         let target = HopTarget(origin: request.origin, method: request.head.method, pathAndQuery: request.pathAndQuery)
         switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: scope, requestID: record.id) {
         case .failure(let error):
-            let consumed = body.framing == .none || { if case .replayed = body { true } else { false } }()
+            let consumed = { if case .streamed = body { false } else { true } }()
             reject(error, record: record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
         case .success(let hop):
             record.note(hop.decision)
+            record.substituted = hop.substituted
             let exchange = Exchange(request: request, scope: scope, record: record, hop: hop, hopID: nextHopID(),
                                     requestBody: { if case .streamed = body { .streaming } else { .complete } }())
             if case .replayed(let bytes) = body {
@@ -398,14 +419,15 @@ public struct ConnectionMachine {
             return
         }
         var bytes = exchange.hop.head
-        if case .replayed(let body) = exchange.hop.body { bytes += body }
+        if let body = exchange.hop.outgoingBody { bytes += body }
         actions.append(.sendToUpstream(hop, bytes))
         if exchange.requestBody == .complete {
             arm(.responseHead)
         } else {
             let capture = exchange.scope.redirects.mode == .follow ? settings.limits.maxReplayBody : nil
             let observe = settings.logBodies ? settings.limits.maxObservedBody : nil
-            actions.append(.pumpRequestBody(hop, exchange.request.framing, capture: capture, observe: observe))
+            actions.append(.pumpRequestBody(hop, exchange.request.framing, capture: capture, observe: observe,
+                                            guard: exchange.hop.bodyGuard))
             arm(.stall)
         }
     }
@@ -527,6 +549,16 @@ public struct ConnectionMachine {
             && clientFraming != .untilClose && exchange.requestBody == .complete
         var clientHead = Forwarding.clientResponse(from: head, framing: clientFraming, clientVersion: version, keepAlive: keepAlive)
         clientHead.fields.set(name: "X-Request-ID", value: exchange.record.id)
+        var bodyScrub = exchange.hop.scrub
+        if let scrub = exchange.hop.scrub {
+            exchange.record.scrubbed += ResponseScrub.scrubFields(&clientHead.fields, with: scrub)
+            if let encoding = ResponseScrub.unscannableEncoding(clientHead.fields) {
+                // Said in the log, never silent: a compressed body passes unscanned (`scrub: strict`
+                // asks scoped origins for identity bodies).
+                exchange.record.scrubSkipped = encoding
+                bodyScrub = nil
+            }
+        }
         let bytes = clientHead.serialized()
         exchange.record.status = head.status
         exchange.record.responseFields = clientHead.fields
@@ -535,7 +567,7 @@ public struct ConnectionMachine {
                                       keepAlive: keepAlive, payload: 0)
         actions.append(.writeToClient(bytes))
         actions.append(.relayResponseBody(exchange.hopID, inbound: framing, outbound: clientFraming,
-                                          observe: settings.logBodies ? settings.limits.maxObservedBody : nil))
+                                          observe: settings.logBodies ? settings.limits.maxObservedBody : nil, scrub: bodyScrub))
         arm(.stall)
     }
 
@@ -563,6 +595,7 @@ public struct ConnectionMachine {
                    clientVersion: exchange.request.head.version)
         case .success(let hop):
             next.note(hop.decision)
+            next.substituted = hop.substituted
             exchange.record = next
             exchange.chain = chain
             exchange.hop = hop

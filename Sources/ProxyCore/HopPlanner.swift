@@ -1,21 +1,15 @@
 import HTTP1Codec
 import ScopePolicy
+import SecretScan
 
 /// How a hop's request body gets upstream.
 public enum HopBody: Sendable, Equatable {
     case none
     /// Read from the client as it arrives, decoded and re-framed.
     case streamed(BodyFraming)
-    /// A followed 307/308 (or 301/302 of a non-POST): the body the client sent, kept in memory.
+    /// A followed 307/308 (or 301/302 of a non-POST), or a body read before planning: the body the
+    /// client sent, kept in memory (as the client sent it: placeholders are replaced per hop).
     case replayed([UInt8])
-
-    var framing: BodyFraming {
-        switch self {
-        case .none: .none
-        case .streamed(let framing): framing
-        case .replayed(let bytes): bytes.isEmpty ? .none : .contentLength(UInt64(bytes.count))
-        }
-    }
 }
 
 /// Where a hop goes: the client's own target, or a redirect's.
@@ -48,14 +42,38 @@ public struct Hop: Sendable, Equatable {
     /// The serialized head sent upstream (kept whole so a stale pooled connection can be retried).
     public let head: [UInt8]
     public let body: HopBody
+    /// A body held in memory as it goes upstream (placeholders replaced); `body` keeps the
+    /// client's bytes for a replay to the next hop.
+    public let outgoingBody: [UInt8]?
     /// `Connection: upgrade` request: a 101 turns the exchange into a tunnel.
     public let isUpgrade: Bool
+    /// Secrets whose placeholders were replaced by their values in this hop.
+    public let substituted: [String]
+    /// What the response scrub masks (values this hop sent), if anything.
+    public let scrub: SecretWatch?
+    /// What the egress guard looks for in a streamed body (values and placeholders this origin may
+    /// not receive), if anything.
+    public let bodyGuard: SecretWatch?
+
+    public init(target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
+                isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil) {
+        self.target = target
+        self.decision = decision
+        self.head = head
+        self.body = body
+        self.outgoingBody = outgoingBody
+        self.isUpgrade = isUpgrade
+        self.substituted = substituted
+        self.scrub = scrub
+        self.bodyGuard = bodyGuard
+    }
 
     public var origin: Origin { target.origin }
 }
 
 /// Hop planning: the scope decision and the upstream head, for the client's request or for one hop
-/// of a redirect chain the proxy follows. The step where credentials are stripped or injected.
+/// of a redirect chain the proxy follows. The step where credentials are stripped, injected or
+/// substituted, and where the egress guard reads the head before anything is sent.
 public enum HopPlanner {
     public static func plan(
         _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
@@ -64,15 +82,77 @@ public enum HopPlanner {
         var chainContext = chain.context
         // Finding 3 of the review: a client's credentials were meant for the origin it addressed.
         if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
-        let scoped: ScopedRequest
         var replayed: [UInt8]?
         if case .replayed(let bytes) = body { replayed = bytes }
         let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
                                              contentType: request.head.fields.first("content-type"))
+        let client = request.client.name
+
+        // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
+        var fields = request.head.fields
+        var pathAndQuery = target.pathAndQuery
+        var outgoingBody = replayed
+        var vouched: Set<String> = []
+        var substituted: [String] = []
+        if !scope.values.placeholders.isEmpty {
+            let names = scope.policy.substitutable(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                                                   client: client, chain: chainContext, methodOverride: override)
+            if let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: scope.secrets) {
+                func apply(_ bytes: [UInt8], _ site: PlaceholderSite) -> Result<[UInt8]?, ProxyError> {
+                    switch substitution.rewrite(bytes, at: site) {
+                    case .unchanged:
+                        return .success(nil)
+                    case .rewritten(let rewritten, let secrets):
+                        for secret in secrets where !substituted.contains(secret) { substituted.append(secret) }
+                        return .success(rewritten)
+                    case .refused(let secret):
+                        return .failure(.placeholderOutOfScope(secret: secret, where: site.label, target.origin))
+                    case .unavailable(let secret):
+                        let owner = scope.policy.covering(target.origin, client: client).first { $0.substitute.contains(secret) }
+                        return .failure(.credentialUnavailable(scope: owner?.name ?? "substitute", secret: secret))
+                    }
+                }
+                switch apply(Array(pathAndQuery.utf8), .target) {
+                case .failure(let error): return .failure(error)
+                case .success(let rewritten?): pathAndQuery = String(decoding: rewritten, as: UTF8.self)
+                case .success(nil): break
+                }
+                var rewrittenFields = HTTPFields()
+                rewrittenFields.reserveCapacity(fields.count)
+                for field in fields {
+                    switch apply(HTTPField.wireBytes(of: field.value), .header(field.name)) {
+                    case .failure(let error): return .failure(error)
+                    case .success(let rewritten?):
+                        rewrittenFields.append(name: field.name, value: HTTPField.value(wireBytes: rewritten))
+                        vouched.insert(SensitiveHeaders.canonicalName(field.name))
+                    case .success(nil):
+                        rewrittenFields.append(name: field.name, value: field.value)
+                    }
+                }
+                fields = rewrittenFields
+                if let bytes = replayed, !bytes.isEmpty {
+                    // Only JSON and forms are rewritten (escaped for their syntax); a placeholder in
+                    // any other body is refused by `rewrite` finding it at a site it cannot serve.
+                    let site = PlaceholderSite.body(contentType: fields.first("content-type"),
+                                                    contentEncoding: fields.first("content-encoding"))
+                    switch apply(bytes, site ?? .jsonBody) {
+                    case .failure(let error): return .failure(error)
+                    case .success(let rewritten?):
+                        guard site != nil else {
+                            return .failure(.placeholderOutOfScope(secret: substituted.last ?? "", where: "body", target.origin))
+                        }
+                        outgoingBody = rewritten
+                    case .success(nil): break
+                    }
+                }
+            }
+        }
+
+        let scoped: ScopedRequest
         switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                  fields: request.head.fields, hasUserinfo: request.userinfo != nil,
+                                  fields: fields, hasUserinfo: request.userinfo != nil,
                                   secrets: scope.secrets, chain: chainContext, methodOverride: override,
-                                  client: request.client.name) {
+                                  client: client, vouched: vouched) {
         case .failure(.secretUnavailable(let scopeName, let secret)):
             return .failure(.credentialUnavailable(scope: scopeName, secret: secret))
         case .success(let result):
@@ -93,9 +173,62 @@ public enum HopPlanner {
             outgoing.fields.append(name: "Authorization",
                                    value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
         }
-        let head = Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                              framing: body.framing, upgrade: request.isUpgrade)
-        return .success(Hop(target: target, decision: scoped.decision, head: head.serialized(), body: body,
-                            isUpgrade: request.isUpgrade))
+        if scope.protection.scrub == .strict, !scoped.decision.scopes.isEmpty {
+            // A compressed body cannot be scanned in flight: ask scoped origins for identity.
+            outgoing.fields.set(name: "Accept-Encoding", value: "identity")
+        }
+        let framing: BodyFraming = switch body {
+        case .none: .none
+        case .streamed(let framing): framing
+        case .replayed: (outgoingBody ?? []).isEmpty ? .none : .contentLength(UInt64(outgoingBody!.count))
+        }
+        let head = Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
+                                              framing: framing, upgrade: request.isUpgrade).serialized()
+
+        // The egress guard: the head (and a body in memory) must carry no value of a secret this
+        // origin's scopes do not send, and no placeholder left unreplaced. Nothing was sent yet.
+        let guarding = scope.protection.guardMode == .on
+        let watch = scope.values.guardWatch(allowed: guarding ? scope.policy.secretsSent(to: target.origin, client: client) : [],
+                                            values: guarding, placeholders: true)
+        if let watch {
+            if let match = watch.firstMatch(in: head) {
+                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin))
+            }
+            if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
+                return .failure(blocked(watch.finding(match), where: "body", target.origin))
+            }
+        }
+        let sent = sentSecrets(scoped.decision, substituted: substituted, policy: scope.policy)
+        let scrub = scope.protection.scrub == .off ? nil : scope.values.scrubWatch(sent)
+        var streamedGuard: SecretWatch?
+        if case .streamed = body { streamedGuard = watch }
+        return .success(Hop(target: target, decision: scoped.decision, head: head, body: body, outgoingBody: outgoingBody,
+                            isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard))
+    }
+
+    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin) -> ProxyError {
+        finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin)
+            : .secretEgressBlocked(secret: finding.secret, where: site, origin)
+    }
+
+    /// "target" or "header NAME": the line of a serialized head a match lies in.
+    static func site(of match: SecretMatch, in head: [UInt8]) -> String {
+        let lineStart = head[..<match.range.lowerBound].lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0
+        guard lineStart > 0 else { return "target" }
+        let line = head[lineStart...].prefix { $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "\r") }
+        return "header " + String(decoding: line, as: UTF8.self)
+    }
+
+    /// The secrets whose values this hop carries: those of the templates it injected, and those it substituted.
+    static func sentSecrets(_ decision: ScopeDecision, substituted: [String], policy: ScopePolicy) -> Set<String> {
+        var names = Set(substituted)
+        guard !decision.injected.isEmpty else { return names }
+        let injected = Set(decision.injected.map { $0.lowercased() })
+        for scope in policy.scopes where decision.scopes.contains(scope.name) {
+            for injection in scope.inject where injected.contains(injection.header.lowercased()) {
+                names.formUnion(injection.template.secretNames)
+            }
+        }
+        return names
     }
 }

@@ -13,12 +13,20 @@ public final class ScopeContext: Sendable {
     public let clients: ClientDirectory
     /// CONNECT hosts (normalized) whose TLS the proxy terminates with its local CA.
     public let interceptHosts: Set<String>
+    /// `scrub:` and `guard:`.
+    public let protection: SecretProtection
+    /// Secret values and placeholders as the scrub and the guard look for them (updated when the
+    /// store re-reads a rotated value).
+    public let values: SecretValueIndex
 
     /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
     /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
     /// `clients` is given: the config refuses both at once).
     public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
-                proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = []) {
+                proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
+                protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex()) {
+        self.protection = protection
+        self.values = values
         self.policy = policy
         self.redirects = redirects
         self.secrets = secrets

@@ -37,6 +37,8 @@ public struct Limits: Sendable, Equatable {
     /// A request body read whole before it is scoped (a form to a scope that limits `methods:`,
     /// which may carry `_method`); larger ones are refused with 413.
     public var maxInspectedBody = 64 * 1024
+    /// A JSON or form request body read whole to replace placeholders in it (`substitute:`).
+    public var maxSubstitutedBody = 1024 * 1024
     /// With `log.bodies`: how much of each body is kept to summarize (the summary itself is <= 2 KB).
     public var maxObservedBody = 16 * 1024
     /// Per direction: the most a bufferevent reads ahead, and the output level at which the proxy

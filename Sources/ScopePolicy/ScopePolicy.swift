@@ -187,7 +187,7 @@ public struct ScopePolicy: Sendable {
     public func apply(
         method: String, origin: Origin, pathAndQuery: String, fields: HTTPFields, hasUserinfo: Bool,
         secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none,
-        client: String? = nil
+        client: String? = nil, vouched: Set<String> = []
     ) -> Result<ScopedRequest, ScopeError> {
         var decision = ScopeDecision()
         let listing = covering(origin)
@@ -233,7 +233,10 @@ public struct ScopePolicy: Sendable {
             // where the dashed name passes: CGI/WSGI read `X_Api_Key` as `X-Api-Key`, so it would
             // arrive as a second value beside the proxy's (or reach a name the scope never passed).
             let isAlias = field.name.utf8.contains(UInt8(ascii: "_"))
-            let allowed = !isAlias && chain.clientCredentialsAllowed && passed.contains(name) && !strippedEarlier.contains(name)
+            // `vouched`: the client's value had a placeholder the proxy replaced by a secret this
+            // origin's scopes substitute: the value is the proxy's credential, not the client's.
+            let allowed = !isAlias && chain.clientCredentialsAllowed
+                && (passed.contains(name) || vouched.contains(name)) && !strippedEarlier.contains(name)
             // `methods:` limits what a credential may do; a method-override header would undo it.
             let overridesMethod = limitsMethods && SensitiveHeaders.methodOverride.contains(name)
             if (sensitive && !allowed) || overridesMethod {
@@ -268,6 +271,35 @@ public struct ScopePolicy: Sendable {
         let keepUserinfo = hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization") && !strippedEarlier.contains("authorization")
         decision.userinfoRemoved = hasUserinfo && !keepUserinfo
         return .success(ScopedRequest(fields: output, keepUserinfo: keepUserinfo, decision: decision))
+    }
+
+    /// The secrets whose placeholders are replaced by their values in this request: listed in
+    /// `substitute` by a scope covering the origin for this client, under the same conditions as
+    /// its injection (https, `methods:`, `paths:`; never TRACE, never after a downgrade).
+    public func substitutable(method: String, origin: Origin, pathAndQuery: String, client: String?,
+                              chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none) -> Set<String> {
+        guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return [] }
+        var names: Set<String> = []
+        for scope in scopes where !scope.substitute.isEmpty && scope.origins.contains(origin) && scope.serves(client) {
+            if injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery, override: methodOverride) == nil {
+                names.formUnion(scope.substitute)
+            }
+        }
+        return names
+    }
+
+    /// Whether some scope could substitute a placeholder for this origin and client (the body of a
+    /// request there is read first when it is JSON or a form).
+    public func substitutes(for origin: Origin, client: String?) -> Bool {
+        scopes.contains { !$0.substitute.isEmpty && $0.origins.contains(origin) && $0.serves(client) }
+    }
+
+    /// The secrets the egress guard lets go to this origin: those its scopes (for this client)
+    /// inject or substitute. Every other secret's value is refused there.
+    public func secretsSent(to origin: Origin, client: String?) -> Set<String> {
+        var names: Set<String> = []
+        for scope in scopes where scope.origins.contains(origin) && scope.serves(client) { names.formUnion(scope.secretNames) }
+        return names
     }
 
     func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,

@@ -30,6 +30,8 @@ public struct SecretValue: Sendable, Equatable, CustomStringConvertible, CustomD
 /// Where the policy gets current secret values; the store re-reads rotated files behind it.
 public protocol SecretLookup: Sendable {
     func value(of name: String) -> SecretValue?
+    /// Every value there is now, by name (the scrub and the egress guard compile them).
+    var currentValues: [String: SecretValue] { get }
 }
 
 /// A fixed set of values (tests, and the `env` source, which never changes while running).
@@ -46,4 +48,5 @@ public struct StaticSecrets: SecretLookup {
     }
 
     public func value(of name: String) -> SecretValue? { values[name] }
+    public var currentValues: [String: SecretValue] { values }
 }

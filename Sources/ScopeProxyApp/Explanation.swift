@@ -267,6 +267,8 @@ public enum Explanation {
     /// Secret values for the report: each secret's own reference, so the head shows where it goes.
     private struct PreviewSecrets: SecretLookup {
         func value(of name: String) -> SecretValue? { SecretValue("${\(name)}") }
+        /// The report shows where values go; it has none to scan for.
+        var currentValues: [String: SecretValue] { [:] }
     }
 
     private struct Report {

@@ -11,9 +11,19 @@ import Glibc
 
 /// Turns a validated configuration and its loaded secrets into what the engine runs on.
 public enum Runtime {
-    public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup) -> ScopeContext {
-        ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
-                     clients: config.clients, interceptHosts: interceptHosts(config))
+    /// `placeholders`: derived with the per-install key (`placeholderTable`).
+    public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup,
+                                    placeholders: PlaceholderTable = .empty) -> ScopeContext {
+        let values = SecretValueIndex(placeholders: placeholders, values: secrets.currentValues.mapValues(\.exposedBytes))
+        return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
+                            clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values)
+    }
+
+    /// Secrets too long to scan for (said at start, at each rotation and reload: never silently unguarded).
+    static func reportExclusions(_ values: SecretValueIndex) {
+        for exclusion in values.exclusions {
+            Diagnostics.error("secret_not_scanned", [("secret", exclusion.secret), ("reason", exclusion.description)])
+        }
     }
 
     /// `tls.intercept`: the listed hosts, or with `scoped` every host of every https scope origin.
@@ -95,7 +105,12 @@ final class RunningProxy: Sendable {
     func rotateSecrets() {
         let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
-        if !result.changed.isEmpty { engine.accessLog?.updateSecrets(secrets.allValues) }
+        if !result.changed.isEmpty || !result.errors.isEmpty {
+            engine.accessLog?.updateSecrets(secrets.allValues)
+            let values = holder.context.values
+            values.update(values: secrets.currentValues.mapValues(\.exposedBytes))
+            Runtime.reportExclusions(values)
+        }
         for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
         for error in result.errors { Diagnostics.error("secret_unavailable", [("secret", error.name), ("reason", error.reason)]) }
     }

@@ -67,6 +67,8 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         values.withLock { $0[name] }
     }
 
+    public var currentValues: [String: SecretValue] { values.withLock { $0 } }
+
     /// Every secret's value as it is now (the redactor scans log lines for them).
     public var allValues: [SecretValue] { values.withLock { Array($0.values) } }
 

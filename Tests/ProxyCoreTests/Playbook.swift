@@ -76,8 +76,13 @@ struct Fixture: Sendable {
         case .hosts(let hosts): Set(hosts)
         case .scoped: Set(configuration.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
         }
+        // The scrub and the guard run with the configured `scrub:`/`guard:` (on by default) over
+        // the canary values: every table of this suite runs with them on.
+        let values = SecretValueIndex(placeholders: PlaceholderTable(configuration.placeholders, key: Fixture.placeholderKey),
+                                      values: secrets.mapValues { Array($0.utf8) })
         scope = ScopeContext(policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
-                             proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts)
+                             proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts,
+                             protection: configuration.protection, values: values)
     }
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
@@ -87,6 +92,9 @@ struct Fixture: Sendable {
 
     /// No scope: every sensitive header stripped everywhere.
     static let stripEverything = Fixture("")
+
+    /// The per-install key of the tables (fixed: placeholders are the same in every run).
+    static let placeholderKey = [UInt8](repeating: 7, count: 32)
 }
 
 // MARK: Expectations
@@ -172,6 +180,10 @@ enum Expect: CustomStringConvertible {
     case send(HopID, startingWith: String, containing: [String] = [], excluding: [String] = [])
     /// `emit` of a record with these fields.
     case emit([RecordField])
+    /// `pumpRequestBody`; `guards`: the secrets its egress guard watch looks for (nil: not checked).
+    case pumpBody(HopID, BodyFraming, capture: Int?, observe: Int?, guards: [String]?)
+    /// `relayResponseBody`; `scrubs`: the secrets its scrub watch masks (nil: not checked).
+    case relayBody(HopID, BodyFraming, BodyFraming, observe: Int?, scrubs: [String]?)
 
     static func emit(_ fields: RecordField...) -> Expect { .emit(fields) }
     static var cancelTimer: Expect { .exactly(.cancelTimer) }
@@ -181,11 +193,11 @@ enum Expect: CustomStringConvertible {
         .exactly(.connect(hop, origin, transport, reusePooled: reusePooled))
     }
     static func release(_ hop: HopID, reuse: Bool) -> Expect { .exactly(.releaseUpstream(hop, reuse: reuse)) }
-    static func pump(_ hop: HopID, _ framing: BodyFraming, capture: Int?, observe: Int?) -> Expect {
-        .exactly(.pumpRequestBody(hop, framing, capture: capture, observe: observe))
+    static func pump(_ hop: HopID, _ framing: BodyFraming, capture: Int?, observe: Int?, guards: [String]? = nil) -> Expect {
+        .pumpBody(hop, framing, capture: capture, observe: observe, guards: guards)
     }
-    static func relay(_ hop: HopID, _ inbound: BodyFraming, _ outbound: BodyFraming, observe: Int? = nil) -> Expect {
-        .exactly(.relayResponseBody(hop, inbound: inbound, outbound: outbound, observe: observe))
+    static func relay(_ hop: HopID, _ inbound: BodyFraming, _ outbound: BodyFraming, observe: Int? = nil, scrubs: [String]? = nil) -> Expect {
+        .relayBody(hop, inbound, outbound, observe: observe, scrubs: scrubs)
     }
     static func splice(_ hop: HopID) -> Expect { .exactly(.splice(hop)) }
     static func finishTunnel(_ hop: HopID, _ side: TunnelSide) -> Expect { .exactly(.finishTunnel(hop, closedSide: side)) }
@@ -211,6 +223,14 @@ enum Expect: CustomStringConvertible {
             guard case .emit(let record) = action else { return "expected \(self)" }
             let wrong = fields.compactMap { $0.mismatch(record) }
             return wrong.isEmpty ? nil : "record: " + wrong.joined(separator: "; ")
+        case .pumpBody(let hop, let framing, let capture, let observe, let guards):
+            guard case .pumpRequestBody(hop, framing, capture, observe, let watch) = action else { return "expected \(self)" }
+            if let guards, Set(guards) != Set(watch?.secrets ?? []) { return "guard watches \(watch?.secrets ?? []), expected \(guards)" }
+            return nil
+        case .relayBody(let hop, let inbound, let outbound, let observe, let scrubs):
+            guard case .relayResponseBody(hop, inbound, outbound, observe, let watch) = action else { return "expected \(self)" }
+            if let scrubs, Set(scrubs) != Set(watch?.secrets ?? []) { return "scrub masks \(watch?.secrets ?? []), expected \(scrubs)" }
+            return nil
         }
     }
 
@@ -230,6 +250,10 @@ enum Expect: CustomStringConvertible {
             "writeToClient(\(quoted(prefix))…" + shape(containing, excluding) + ")"
         case .send(let hop, let prefix, let containing, let excluding):
             "sendToUpstream(\(hop), \(quoted(prefix))…" + shape(containing, excluding) + ")"
+        case .pumpBody(let hop, let framing, let capture, let observe, let guards):
+            "pumpRequestBody(\(hop), \(framing), capture: \(capture.map(String.init) ?? "nil"), observe: \(observe.map(String.init) ?? "nil"), guards: \(guards.map { "\($0)" } ?? "any"))"
+        case .relayBody(let hop, let inbound, let outbound, let observe, let scrubs):
+            "relayResponseBody(\(hop), \(inbound) -> \(outbound), observe: \(observe.map(String.init) ?? "nil"), scrubs: \(scrubs.map { "\($0)" } ?? "any"))"
         case .emit(let fields): "emit(\(fields.map(\.description).joined(separator: ", ")))"
         }
     }

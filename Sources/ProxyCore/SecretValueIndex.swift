@@ -1,0 +1,153 @@
+import PosixSupport
+import ScopePolicy
+import SecretScan
+
+/// The secret values and placeholders the proxy looks for in traffic (response scrub, egress
+/// guard, placeholder refusal), compiled into `SecretWatch`es on demand and cached per set. The
+/// values change when the store re-reads a rotated file (`update`); watches built from older
+/// values are never handed out again after that.
+public final class SecretValueIndex: Sendable {
+    /// The most one watch's transition table may take. A set of secrets that would need more
+    /// (long values in many encodings) is cut down, largest first, and each left out is named in
+    /// `update`'s answer, which the proxy logs: never silently unguarded.
+    public static let tableLimit = 64 * 1024 * 1024
+
+    private enum WatchKey: Hashable {
+        /// Values of every secret but `allowed` (when `values`), and every placeholder (when `placeholders`).
+        case guarding(allowed: [String], values: Bool, placeholders: Bool)
+        /// The values of these secrets.
+        case scrubbing([String])
+    }
+
+    private final class Snapshot: Sendable {
+        let values: [String: [UInt8]]
+        let exclusions: [Exclusion]
+        let watches = Locked<[WatchKey: SecretWatch?]>([:])
+
+        init(values: [String: [UInt8]], exclusions: [Exclusion]) {
+            self.values = values
+            self.exclusions = exclusions
+        }
+    }
+
+    public let placeholders: PlaceholderTable
+    private let current: Locked<Snapshot>
+
+    public init(placeholders: PlaceholderTable = .empty, values: [String: [UInt8]] = [:]) {
+        self.placeholders = placeholders
+        current = Locked(Snapshot(values: [:], exclusions: []))
+        _ = update(values: values)
+    }
+
+    /// A secret left out of scanning, and why (said in the log at start and at each change).
+    public struct Exclusion: Sendable, Equatable, CustomStringConvertible {
+        public let secret: String
+        public let length: Int
+
+        public var description: String {
+            "secret '\(secret)' (\(length) bytes) is too long for the response scrub and the egress guard to look for "
+                + "with the other secrets (their tables would exceed \(SecretValueIndex.tableLimit / 1024 / 1024) MiB): "
+                + "it is neither scrubbed nor guarded; shorten it, or set `scrub: off` and `guard: off` to say so"
+        }
+    }
+
+    /// New values (after a load or a rotation). Returns the secrets that cannot be scanned.
+    @discardableResult
+    public func update(values: [String: [UInt8]]) -> [Exclusion] {
+        var kept = values.filter { !$0.value.isEmpty }
+        var excluded: [Exclusion] = []
+        // The widest watch holds every value and every placeholder: if it fits, every watch fits.
+        while !kept.isEmpty, Self.estimatedTableBytes(Array(kept.values) + placeholders.secrets.keys) > Self.tableLimit {
+            let largest = kept.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }!
+            excluded.append(Exclusion(secret: largest.key, length: largest.value.count))
+            kept[largest.key] = nil
+        }
+        let snapshot = Snapshot(values: kept, exclusions: excluded)
+        current.withLock { $0 = snapshot }
+        return excluded
+    }
+
+    /// An upper bound of the table `SecretScanner` would build: states <= pattern bytes + 1, and
+    /// one column per distinct byte (+1), 4 bytes per entry.
+    static func estimatedTableBytes(_ secrets: [[UInt8]]) -> Int {
+        var states = 1
+        var distinct = Set<UInt8>()
+        for secret in secrets {
+            for form in SecretEncoding.forms(of: secret) {
+                states += form.bytes.count
+                distinct.formUnion(form.bytes)
+            }
+        }
+        return states * (distinct.count + 1) * 4
+    }
+
+    /// What the egress guard looks for in a request to an origin whose scopes send `allowed`:
+    /// the value of every other secret (`values`), and every placeholder (`placeholders`). nil
+    /// when there is nothing to look for.
+    public func guardWatch(allowed: Set<String>, values: Bool, placeholders: Bool) -> SecretWatch? {
+        guard values || (placeholders && !self.placeholders.isEmpty) else { return nil }
+        let snapshot = current.withLock { $0 }
+        let key = WatchKey.guarding(allowed: values ? allowed.sorted() : [], values: values, placeholders: placeholders)
+        return watch(key, snapshot) {
+            var names: [String] = []
+            var bytes: [[UInt8]] = []
+            var isPlaceholder: [Bool] = []
+            if values {
+                for (name, value) in snapshot.values.sorted(by: { $0.key < $1.key }) where !allowed.contains(name) {
+                    names.append(name); bytes.append(value); isPlaceholder.append(false)
+                }
+            }
+            if placeholders {
+                for (name, text) in self.placeholders.texts.sorted(by: { $0.key < $1.key }) {
+                    names.append(name); bytes.append(Array(text.utf8)); isPlaceholder.append(true)
+                }
+            }
+            return (names, bytes, isPlaceholder)
+        }
+    }
+
+    /// What the response scrub masks after an exchange that sent the values of `secrets`.
+    public func scrubWatch(_ secrets: Set<String>) -> SecretWatch? {
+        guard !secrets.isEmpty else { return nil }
+        let snapshot = current.withLock { $0 }
+        return watch(.scrubbing(secrets.sorted()), snapshot) {
+            let names = secrets.sorted().filter { snapshot.values[$0] != nil }
+            return (names, names.map { snapshot.values[$0]! }, names.map { _ in false })
+        }
+    }
+
+    /// The secrets the current values leave out of scanning (too long; see `Exclusion`).
+    public var exclusions: [Exclusion] { current.withLock { $0 }.exclusions }
+
+    private func watch(_ key: WatchKey, _ snapshot: Snapshot,
+                       build: () -> (names: [String], bytes: [[UInt8]], placeholders: [Bool])) -> SecretWatch? {
+        if let cached = snapshot.watches.withLock({ $0[key] }) { return cached }
+        // Built outside the lock (a large set takes milliseconds); two threads may both build the
+        // same watch once, and the first stored wins.
+        let parts = build()
+        let built: SecretWatch? = parts.names.isEmpty ? nil
+            : SecretWatch(scanner: SecretScanner(secrets: parts.bytes), secrets: parts.names, placeholders: parts.placeholders)
+        return snapshot.watches.withLock { watches in
+            if let existing = watches[key] { return existing }
+            watches[key] = built
+            return built
+        }
+    }
+}
+
+extension SecretWatch {
+    /// The first match in one complete buffer (a header value, a target, a collected body).
+    public func firstMatch(in bytes: UnsafeBufferPointer<UInt8>) -> SecretMatch? {
+        var stream = scanner.makeStream()
+        var found: SecretMatch?
+        stream.scan(bytes) { match in if found == nil { found = match } }
+        return found
+    }
+
+    public func firstMatch(in bytes: [UInt8]) -> SecretMatch? {
+        bytes.withUnsafeBufferPointer { firstMatch(in: $0) }
+    }
+
+    /// Every match in one complete buffer.
+    public func matches(in bytes: [UInt8]) -> [SecretMatch] { scanner.matches(in: bytes) }
+}
