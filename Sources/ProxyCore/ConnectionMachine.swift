@@ -553,6 +553,13 @@ public struct ConnectionMachine {
         if let scrub = exchange.hop.scrub {
             exchange.record.scrubbed += ResponseScrub.scrubFields(&clientHead.fields, with: scrub)
             if let encoding = ResponseScrub.unscannableEncoding(clientHead.fields) {
+                guard exchange.scope.protection.scrub != .strict else {
+                    // Strict asked for identity; an origin that compresses anyway is not relayed
+                    // unscanned: fail closed, the body never reaches the client.
+                    fail(exchange, .badUpstreamResponse(exchange.hop.origin,
+                                                        "\(encoding) body despite Accept-Encoding: identity (scrub: strict cannot scan it)"))
+                    return
+                }
                 // Said in the log, never silent: a compressed body passes unscanned (`scrub: strict`
                 // asks scoped origins for identity bodies).
                 exchange.record.scrubSkipped = encoding

@@ -178,6 +178,15 @@ struct SecretTrafficTests {
         #expect(other.contains("Accept-Encoding: gzip\r\n"))
     }
 
+    @Test("scrub: strict refuses a compressed body from a scoped origin (it asked for identity): 502, nothing of it relayed")
+    func strictRefusesCompressed() {
+        var p = Playbook(Fixture(Self.yaml + "scrub: strict\n", secrets: Self.secrets))
+        p.sent(["GET https://a.example/ HTTP/1.1", "Host: a.example"], to: origin("https://a.example"))
+        let returned = p.feed(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Encoding: gzip", "Content-Length: 10")))
+        #expect(!returned.contains { if case .relayResponseBody = $0 { true } else { false } })
+        #expect(p.emitted.last?.status == 502)
+    }
+
     @Test("guard: off lets a value through (placeholders are still refused); scrub: off hands the relay no watch")
     func switchedOff() throws {
         let off = Fixture(Self.yaml + "guard: off\nscrub: off\n", secrets: Self.secrets)
