@@ -105,8 +105,12 @@ private func fixture(_ yaml: String, secrets: [String: String]) -> MachineFixtur
     case .hosts(let hosts): Set(hosts)
     case .scoped: Set(config.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
     }
+    // The guard and the scrub run over the canaries (on, as by default): their paths are walked too.
+    let values = SecretValueIndex(placeholders: PlaceholderTable(config.placeholders, key: [UInt8](repeating: 1, count: 32)),
+                                  values: secrets.mapValues { Array($0.utf8) })
     let scope = ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
-                             proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept)
+                             proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept,
+                             protection: config.protection, values: values)
     var limits = config.limits
     limits.maxInformationalResponses = 3
     let settings = ConnectionMachine.Settings(
@@ -321,7 +325,7 @@ private struct Harness {
         if tracing { printTrace(event, actions) }
         switch event {
         case .upstreamConnected(let hop, _): hops[hop.value]?.connectedEvent = true
-        case .requestBody(let hop, .complete), .requestBody(let hop, .invalid), .requestBody(let hop, .cut):
+        case .requestBody(let hop, .complete), .requestBody(let hop, .invalid), .requestBody(let hop, .cut), .requestBody(let hop, .blocked):
             hops[hop.value]?.requestComplete = true
         default: break
         }
@@ -383,10 +387,10 @@ private struct Harness {
                 checkCredentials(bytes, to: state)
             case .collectRequestBody:
                 if hops.contains(where: { !$0.value.released }) { fail("a body is read for scoping while a hop is live") }
-            case .pumpRequestBody(let hop, _, _, _):
+            case .pumpRequestBody(let hop, _, _, _, _):
                 _ = liveHop(hop, "pumpRequestBody")
                 hops[hop.value]!.pumping = true
-            case .relayResponseBody(let hop, _, _, _):
+            case .relayResponseBody(let hop, _, _, _, _):
                 _ = liveHop(hop, "relayResponseBody")
                 hops[hop.value]!.relaying = true
             case .splice(let hop):
@@ -603,7 +607,9 @@ private struct Harness {
     mutating func progress(_ input: inout Input) -> BodyProgress {
         let kind = input.byte()
         let payload = UInt64(input.byte() % 8)
-        switch kind % 6 {
+        switch kind % 8 {
+        case 6: return .scrubbed([SecretFinding(secret: "api_token", encoding: .raw, isPlaceholder: false)])
+        case 7: return .blocked(SecretFinding(secret: "cdn_token", encoding: .percentUppercase, isPlaceholder: kind & 0x40 != 0))
         case 0, 1: return .moved(payload: payload, consumed: payload + UInt64(kind % 3))
         case 2, 3:
             let captured: [UInt8]? = switch kind % 3 { case 0: nil; case 1: []; default: Array("hello".utf8) }

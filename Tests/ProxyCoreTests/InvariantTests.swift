@@ -52,6 +52,8 @@ struct InvariantTests {
         .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil),
         .complete(payload: 3, consumed: 3, captured: nil, observed: nil),
         .invalid, .cut,
+        .scrubbed([SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)]),
+        .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)),
     ]
 
     static func randomEvent(_ rng: inout SeededRandom, hops: UInt32, scope: ScopeContext) -> ConnectionEvent {
@@ -117,6 +119,7 @@ struct InvariantTests {
             if seen.relaying.contains(id) {
                 return pick([.responseBody(id, .moved(payload: 2, consumed: 2)), .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
                              .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)), .responseBody(id, .cut),
+                             .responseBody(id, .scrubbed([SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)])),
                              .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall), .clientFailed])
             }
             var events: [ConnectionEvent] = [.responseHead(id, someResponse), .responseHead(id, someResponse), .responseHead(id, someResponse),
@@ -125,6 +128,7 @@ struct InvariantTests {
                 events += [.requestBody(id, .moved(payload: 2, consumed: 2)),
                            .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
                            .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
+                           .requestBody(id, .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false))),
                            .clientInputClosed(bufferedBytes: 0), .timerFired(.stall)]
             }
             return pick(events)
