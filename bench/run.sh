@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark, one run, one table: a loopback nginx directly and through scopeproxy (full:
-# one scope injecting a token, JSON access log to a file; engine: no scope, no access log), tinyproxy
+# one scope injecting a token, JSON access log to a file, response scrub and egress guard on as by
+# default; unguarded: the same with `scrub: off` and `guard: off`; engine: no scope, no access log), tinyproxy
 # and squid. wrk rows (interleaved repeats, median), streamed uploads to bench/upload_sink.py
 # (Content-Length and chunked), a download through a CONNECT tunnel; each cell is the ratio to direct
 # with the proxy's CPU (from /proc/PID/stat). Then the TLS table of bench/tls_bench.py (scopeproxy
@@ -55,15 +56,21 @@ scopes:
 log: { output: $WORK/access.log }
 tls: { tunnel: allow }
 YAML
+# unguarded: full without the response scrub and the egress guard (what they cost is the difference).
+sed "s|$WORK/access.log|$WORK/access-unguarded.log|" "$WORK/full.yaml" > "$WORK/unguarded.yaml"
+printf 'scrub: off\nguard: off\n' >> "$WORK/unguarded.yaml"
 # engine: no scope; started with --no-access-log.
 echo "tls: { tunnel: allow }" > "$WORK/engine.yaml"
-for config in full engine; do
+for config in full unguarded engine; do
   "$BINARY" check --config "$WORK/$config.yaml" >"$WORK/check-$config.txt" 2>&1 \
     || { cat "$WORK/check-$config.txt" >&2; echo "scopeproxy check refused $WORK/$config.yaml" >&2; exit 1; }
 done
 FULL_PORT=$(free_port)
 BENCH_TOKEN=bench-token-0123456789 taskset -c 0 "$BINARY" run --config "$WORK/full.yaml" --listen "127.0.0.1:$FULL_PORT" --threads 1 \
   >/dev/null 2>"$WORK/full.err" & FULL_PID=$!; PIDS+=($FULL_PID)
+UNGUARDED_PORT=$(free_port)
+BENCH_TOKEN=bench-token-0123456789 taskset -c 0 "$BINARY" run --config "$WORK/unguarded.yaml" --listen "127.0.0.1:$UNGUARDED_PORT" --threads 1 \
+  >/dev/null 2>"$WORK/unguarded.err" & UNGUARDED_PID=$!; PIDS+=($UNGUARDED_PID)
 ENGINE_PORT=$(free_port)
 taskset -c 0 "$BINARY" run --config "$WORK/engine.yaml" --listen "127.0.0.1:$ENGINE_PORT" --threads 1 --no-access-log \
   >/dev/null 2>"$WORK/engine.err" & ENGINE_PID=$!; PIDS+=($ENGINE_PID)
@@ -100,16 +107,16 @@ shutdown_lifetime 0 seconds
 CONF
 taskset -c 0 squid -N -f "$WORK/squid.conf" >/dev/null 2>&1 & SQUID_PID=$!; PIDS+=($SQUID_PID)
 
-wait_port "$FULL_PORT"; wait_port "$ENGINE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
+wait_port "$FULL_PORT"; wait_port "$UNGUARDED_PORT"; wait_port "$ENGINE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
 # Measure the process that owns each listening socket (squid may run its worker as a child).
 listener_pid() { ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | awk -F= 'NR == 1 {print $2}' || true; }
 sleep 1
 SQUID_WORKER=$(listener_pid "$SQUID_PORT"); SQUID_WORKER=${SQUID_WORKER:-$SQUID_PID}
 
-PROXIES="full engine tinyproxy squid"
+PROXIES="full unguarded engine tinyproxy squid"
 TARGETS="direct $PROXIES"
-declare -A PORT_OF=([direct]=$NGINX_PORT [full]=$FULL_PORT [engine]=$ENGINE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
-declare -A PID_OF=([direct]= [full]=$FULL_PID [engine]=$ENGINE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
+declare -A PORT_OF=([direct]=$NGINX_PORT [full]=$FULL_PORT [unguarded]=$UNGUARDED_PORT [engine]=$ENGINE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
+declare -A PID_OF=([direct]= [full]=$FULL_PID [unguarded]=$UNGUARDED_PID [engine]=$ENGINE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
 
 # Every proxy must carry a plain request and a CONNECT tunnel to the origin before anything is measured.
 for proxy in $PROXIES; do
@@ -258,8 +265,8 @@ declare -A LABEL=(
   [tunnel]="CONNECT tunnel, $(size_label "$TUNNEL_MIB") download (CPU s)"
 )
 table() {
-  echo "| work | direct | scopeproxy full | scopeproxy engine | tinyproxy | squid |"
-  echo "|---|---|---|---|---|---|"
+  echo "| work | direct | scopeproxy full | full, scrub + guard off | scopeproxy engine | tinyproxy | squid |"
+  echo "|---|---|---|---|---|---|---|"
   local work unit target line
   for work in $WRK_WORK upload-content-length upload-chunked tunnel; do
     unit=req/s; case $work in upload*|tunnel) unit=MB/s ;; esac
@@ -270,7 +277,7 @@ table() {
 }
 rss_line() {
   local proxy out="" peak
-  local -A names=([full]="scopeproxy full" [engine]="scopeproxy engine" [tinyproxy]=tinyproxy [squid]=squid)
+  local -A names=([full]="scopeproxy full" [unguarded]="full, scrub + guard off" [engine]="scopeproxy engine" [tinyproxy]=tinyproxy [squid]=squid)
   for proxy in $PROXIES; do out+="${out:+; }${names[$proxy]} $(mib "${RSS_BEFORE[$proxy]}") → $(mib "${HWM_UPLOADS[$proxy]}")"; done
   echo "RSS during the uploads, MiB (VmRSS before → VmHWM after): $out."
   out=""
@@ -308,7 +315,8 @@ REPORT="$WORK/report.md"
   echo "loopback. wrk -t1 -c$CONNECTIONS -d${DURATION}s; every cell the median of $REPEATS interleaved runs. Each cell: throughput ÷ direct"
   echo "(the direct cell gives the absolute figure), with the proxy's CPU (user + system, /proc/PID/stat) in parentheses: µs per request"
   echo "for wrk rows, seconds for the whole transfer below. scopeproxy full: one scope injecting \`Authorization: Bearer \${bench_token}\`"
-  echo "into the origin's requests, JSON access log to a file; engine: no scope, \`--no-access-log\`. Uploads: \`curl -T\` of a sparse"
+  echo "into the origin's requests, JSON access log to a file, response scrub and egress guard on (the defaults); \"scrub + guard off\":"
+  echo "the same with \`scrub: off\` and \`guard: off\`; engine: no scope, \`--no-access-log\`. Uploads: \`curl -T\` of a sparse"
   echo "file to bench/upload_sink.py, without \`Expect: 100-continue\`; tunnel: \`curl -p -x PROXY\` of a sparse file from nginx."
   echo
   table
