@@ -19,8 +19,9 @@ sed "s|\${DEMO_DIR}|$WORK|g" config/demo/demo.yaml > "$WORK/demo.yaml"
 
 python3 config/demo/origin.py cdn 18766 & PIDS+=($!)
 python3 config/demo/origin.py api 18765 "http://127.0.0.1:18766/files/report.pdf" & PIDS+=($!)
-python3 config/demo/origin.py secure-api 18767 - "$WORK/origin.pem" "$WORK/origin.key" & PIDS+=($!)
-DEMO_API_TOKEN=demo-api-token-123 DEMO_CDN_TOKEN=demo-cdn-token-456 \
+python3 config/demo/origin.py secure-api 18767 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-secure-api.log" & PIDS+=($!)
+python3 config/demo/origin.py github 18768 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-github.log" & PIDS+=($!)
+DEMO_API_TOKEN=demo-api-token-123 DEMO_CDN_TOKEN=demo-cdn-token-456 DEMO_GH_TOKEN=demo-gh-token-789 \
   "$BINARY" run --config "$WORK/demo.yaml" --listen 127.0.0.1:18080 2>"$WORK/proxy.log" & PIDS+=($!)
 for _ in $(seq 1 50); do grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && break; sleep 0.1; done
 sleep 0.3
@@ -39,6 +40,19 @@ echo "== https: trust scopeproxy's local CA (never -k), and the token is injecte
 echo '   scopeproxy ca --config demo.yaml > scopeproxy-ca.pem'
 echo '   curl --cacert scopeproxy-ca.pem -x http://127.0.0.1:18080 https://localhost:18767/v1/me'
 curl -sS --cacert "$WORK/scopeproxy-ca.pem" -x http://127.0.0.1:18080 https://localhost:18767/v1/me
+echo "   what the origin received (its own log): $(tail -1 "$WORK/origin-secure-api.log")"
+echo "   (the origin echoed the token; scopeproxy's response scrub masked it before the client saw it)"
+echo
+echo "== a placeholder: the client holds a stand-in, the origin gets the value, nobody else gets anything:"
+echo '   eval "$(scopeproxy env --config demo.yaml)"'
+eval "$("$BINARY" env --config "$WORK/demo.yaml")"
+echo "   GITHUB_TOKEN=$GITHUB_TOKEN"
+echo '   curl --cacert scopeproxy-ca.pem -x http://127.0.0.1:18080 -H "Authorization: token $GITHUB_TOKEN" https://localhost:18768/user'
+curl -sS --cacert "$WORK/scopeproxy-ca.pem" -x http://127.0.0.1:18080 -H "Authorization: token $GITHUB_TOKEN" https://localhost:18768/user
+echo "   what the origin received (its own log): $(tail -1 "$WORK/origin-github.log")"
+echo '   the same placeholder sent to the api, which does not substitute it:'
+echo '   curl -x http://127.0.0.1:18080 -H "X-Token: $GITHUB_TOKEN" http://127.0.0.1:18765/v1/books'
+curl -sS -x http://127.0.0.1:18080 -H "X-Token: $GITHUB_TOKEN" http://127.0.0.1:18765/v1/books
 echo
 sleep 0.3
 echo "== scopeproxy's access log (redacted):"
