@@ -104,8 +104,11 @@ struct BodyPump {
         case .untilClose: mode = .untilClose
         }
         reframeChunked = inbound == .chunked && outbound == .chunked
-        // A watch with no patterns (no value known) would find nothing: keep the zero-copy path.
-        if let egress, !egress.scanner.patterns.isEmpty {
+        // No body (HEAD, 204, Content-Length: 0), or a watch with no patterns (no value known):
+        // nothing to look at, so no filter and the zero-copy path.
+        if case .complete = mode {
+            filter = nil
+        } else if let egress, !egress.scanner.patterns.isEmpty {
             filter = BodyFilter(.guardEgress, watch: egress)
         } else if let scrub, !scrub.scanner.patterns.isEmpty {
             filter = BodyFilter(.scrub, watch: scrub)

@@ -385,6 +385,33 @@ struct BodyFilterPumpTests {
 
     // MARK: No filter
 
+    @Test("no filter: body chains are handed over, not copied (the destination holds the source's memory)")
+    func unfilteredIsZeroCopy() throws {
+        let body = [UInt8](repeating: filler, count: 64 * 1024)
+        try body.withUnsafeBytes { memory in
+            let source = evbuffer_new()!, destination = evbuffer_new()!
+            defer { evbuffer_free(source); evbuffer_free(destination) }
+            // A reference chain: libevent points at `memory` instead of copying it in.
+            _ = evbuffer_add_reference(source, memory.baseAddress, memory.count, nil, nil)
+            var pump = BodyPump(inbound: .contentLength(UInt64(body.count)), outbound: .contentLength(UInt64(body.count)),
+                                scrub: SecretWatch(scanner: SecretScanner(secrets: []), secrets: [], placeholders: []))
+            let complete = try pump.pump(from: source, to: destination, highWatermark: .max)
+            #expect(complete && evbuffer_get_length(destination) == body.count)
+            var vector = iovec()
+            #expect(evbuffer_peek(destination, -1, nil, &vector, 1) == 1)
+            #expect(UnsafeRawPointer(vector.iov_base) == memory.baseAddress)
+        }
+    }
+
+    @Test("no body (Content-Length: 0, HEAD): a watch changes nothing and the pump is complete at once")
+    func emptyBodyWithWatch() throws {
+        let pump = BodyPump(inbound: .contentLength(0), outbound: .contentLength(0), scrub: watch())
+        #expect(pump.isComplete)
+        let driver = PumpDriver(pump)
+        try driver.feed([][...])
+        #expect(driver.written.isEmpty && driver.completed)
+    }
+
     @Test("no watch, or a watch with nothing in it: the pump moves bytes as before")
     func unfilteredPump() throws {
         let body = Array("plain body, no values".utf8) + canary
