@@ -29,9 +29,11 @@ final class BodyFilter {
     /// Scrub findings not yet reported. Each pattern (a secret in one encoding) is reported once per
     /// body, so a response that echoes a value a million times makes one finding, not a million;
     /// the repeats are only counted (per secret, for the metric), never kept.
+    /// Both allocated at the first match: most bodies have none, and a filtered body should cost
+    /// as few allocations as it can (the filter exists for every response of a scoped exchange).
     private var unreported: [SecretFinding] = []
-    private var reportedPattern: [Bool]
-    private var repeats: [UInt64]
+    private var reportedPattern: [Bool] = []
+    private var repeats: [UInt64] = []
     private var hasRepeats = false
 
     init(_ kind: Kind, watch: SecretWatch) {
@@ -46,12 +48,14 @@ final class BodyFilter {
             egressGuard = EgressGuard(scanner: watch.scanner)
             held.reserveCapacity(longest)
         }
-        reportedPattern = [Bool](repeating: false, count: watch.scanner.patterns.count)
-        repeats = [UInt64](repeating: 0, count: watch.secrets.count)
     }
 
     /// A match the scrubber masked.
     func masked(_ match: SecretMatch) {
+        if reportedPattern.isEmpty {
+            reportedPattern = [Bool](repeating: false, count: watch.scanner.patterns.count)
+            repeats = [UInt64](repeating: 0, count: watch.secrets.count)
+        }
         if reportedPattern[match.pattern.id] {
             repeats[match.pattern.secret] += 1
             hasRepeats = true
