@@ -228,8 +228,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// The record names each masked form once; the metric counts every match, so the repeats go
     /// to it directly (the record's findings are counted when the record is emitted).
     private func countRepeatedMatches() {
-        let metrics = worker.configuration.metrics
-        responsePump?.takeRepeats { secret, count in metrics.countScrubbed(secret: secret, matches: count) }
+        // The closure runs only when there are repeats: an unfiltered relay does not touch the metrics.
+        responsePump?.takeRepeats { secret, count in
+            worker.configuration.metrics.countScrubbed(secret: secret, matches: count)
+        }
     }
 
     fileprivate func readable() { owner?.legReadable(self) }
