@@ -157,7 +157,8 @@ struct BodyPump {
                 let moved = transfer(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
                 bodyBytes += UInt64(moved)
                 consumedBytes += UInt64(moved)
-                if isBlocked { return false }
+                // Nothing taken (nothing the filter could look at yet): wait for the next read, never spin.
+                if isBlocked || moved == 0 { return false }
                 let left = remaining - UInt64(moved)
                 if left == 0 {
                     finishFilter(to: destination)
@@ -172,7 +173,7 @@ struct BodyPump {
                 let moved = UInt64(transfer(from: source, to: destination, count: available))
                 bodyBytes += moved
                 consumedBytes += moved
-                if isBlocked { return false }
+                if isBlocked || moved == 0 { return false }
 
             case .chunked:
                 guard let extent = EventBuffer.firstExtent(source) else { return false }
@@ -190,7 +191,7 @@ struct BodyPump {
                     let moved = transfer(from: source, to: destination, count: min(size, available))
                     bodyBytes += UInt64(moved)
                     consumedBytes += UInt64(moved)
-                    if isBlocked { return false }
+                    if isBlocked || moved == 0 { return false }
                     decoder.didConsumeData(moved)
                 case .done:
                     // Trailers were parsed and are dropped: a trailer is a place a credential could
@@ -220,8 +221,13 @@ struct BodyPump {
             return moved
         }
         var taken = 0
-        while taken < count, !isBlocked, let extent = EventBuffer.firstExtent(source) {
-            // One contiguous piece, looked at where libevent keeps it (no copy to scan it).
+        while taken < count, !isBlocked {
+            // One contiguous piece, looked at where libevent keeps it (no copy to scan it). Should
+            // the first chain ever be empty (libevent keeps data first; this is defensive), the
+            // bytes are pulled up instead of waiting forever on a peek that shows nothing.
+            let extent = EventBuffer.firstExtent(source)
+                ?? EventBuffer.contiguousPrefix(source, min(count - taken, Self.filterPiece))
+            guard extent.count > 0 else { break }
             let length = min(extent.count, count - taken, Self.filterPiece)
             let piece = UnsafeBufferPointer(start: extent.baseAddress!.assumingMemoryBound(to: UInt8.self), count: length)
             // A replay sends the request as the client wrote it (its next hop is guarded on its own).

@@ -383,6 +383,36 @@ struct BodyFilterPumpTests {
         }
     }
 
+    /// libevent hands the bytes over ahead of the reserved chain, so the pump's fallback for an
+    /// empty first extent (a pullup) is not reached here; this pins the outcome either way.
+    @Test("scrub: a source with reserved, uncommitted space (as a socket read leaves it) still moves")
+    func emptyFirstChain() throws {
+        let body = Array("x=".utf8) + canary + Array("&y=1".utf8)
+        let driver = PumpDriver(Framing.contentLength.pump(body, scrub: watch()))
+        var reserved = iovec()
+        #expect(evbuffer_reserve_space(driver.source, 4096, &reserved, 1) == 1)
+        let chain = evbuffer_new()!
+        defer { evbuffer_free(chain) }
+        _ = body.withUnsafeBytes { evbuffer_add(chain, $0.baseAddress, $0.count) }
+        evbuffer_add_buffer(driver.source, chain)
+        try driver.run()
+        #expect(driver.completed && driver.written.count == body.count && !contains(driver.written, canary))
+    }
+
+    @Test("guard: a large body under backpressure: values past the 16 KiB piece edges still stop it before they leave")
+    func guardLargeBodyBackpressure() throws {
+        for offset in [BodyPump.filterPiece - 3, 2 * BodyPump.filterPiece - canary.count, 2 * BodyPump.filterPiece + 7] {
+            var body = [UInt8](repeating: filler, count: 3 * BodyPump.filterPiece)
+            body.replaceSubrange(offset..<(offset + canary.count), with: canary)
+            for highWatermark in [Int.max, 1000] {
+                let driver = PumpDriver(Framing.contentLength.pump(body, guard: watch()))
+                try driver.feed(body[...], highWatermark: highWatermark)
+                let prefix = driver.written == Array(body[..<offset])
+                #expect(prefix && driver.blocked != nil && !driver.completed, "offset \(offset) watermark \(highWatermark)")
+            }
+        }
+    }
+
     // MARK: No filter
 
     @Test("no filter: body chains are handed over, not copied (the destination holds the source's memory)")
