@@ -258,7 +258,7 @@ struct BodyPump {
     private mutating func guardPiece(_ piece: UnsafeBufferPointer<UInt8>, _ filter: BodyFilter,
                                      from source: OpaquePointer, to destination: OpaquePointer) {
         let verdict = filter.egressGuard!.inspect(piece)
-        // `piece` is not touched after this: moving bytes out of the source may free its memory.
+        // `piece`'s bytes are not read after this: moving bytes out of the source may free them.
         let fromHeld = min(verdict.forwardable, filter.held.count)
         let fromPiece = verdict.forwardable - fromHeld
         if verdict.forwardable > 0 {
