@@ -188,6 +188,16 @@ public final class AccessLog: Sendable {
             if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
             line.array("injected", record.injected)
             line.array("stripped", record.stripped)
+            // Secrets by name only, never by value; present when something happened.
+            if !record.substituted.isEmpty { line.array("substituted", record.substituted) }
+            if !record.scrubbed.isEmpty { line.array("scrubbed", Self.scrubbedNames(record)) }
+            if let finding = record.guardFinding {
+                line.beginObject("guard")
+                line.string("secret", finding.secret)
+                line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
+                line.string("encoding", finding.encoding.description)
+                line.endObject()
+            }
             let reasons = record.skipped.map(\.description) + (record.failure?.reason.map { [$0] } ?? [])
             if !reasons.isEmpty { line.string("reason", reasons.joined(separator: "; ")) }
             if let redirect = record.redirect {
@@ -204,6 +214,14 @@ public final class AccessLog: Sendable {
         }
         line.optionalString("error", record.failure?.code)
         return line.finishLine()
+    }
+
+    /// The names of the secrets masked in the response, each once, in the order first found (the
+    /// record has one finding per form of a value; the metric counts them).
+    static func scrubbedNames(_ record: ExchangeRecord) -> [String] {
+        var names: [String] = []
+        for finding in record.scrubbed where !names.contains(finding.secret) { names.append(finding.secret) }
+        return names
     }
 
     private func summary(_ body: ExchangeRecord.ObservedBody) -> String {
@@ -228,6 +246,11 @@ public final class AccessLog: Sendable {
             parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
             if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
             if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
+            if !record.substituted.isEmpty { parts.append("substituted=\(record.substituted.joined(separator: ","))") }
+            if !record.scrubbed.isEmpty { parts.append("scrubbed=\(Self.scrubbedNames(record).joined(separator: ","))") }
+            if let finding = record.guardFinding {
+                parts.append("guard=\(finding.secret):\(finding.isPlaceholder ? "placeholder" : "value"):\(finding.encoding)")
+            }
             if !record.skipped.isEmpty { parts.append("reason=\(record.skipped.map { "\($0.scope):\($0.why.rawValue)" }.joined(separator: ","))") }
             if let redirect = record.redirect {
                 parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")

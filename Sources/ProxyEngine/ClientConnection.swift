@@ -133,13 +133,14 @@ final class ClientConnection: UpstreamLegOwner {
         case .collectRequestBody(let framing, let limit):
             collector = BodyCollector(framing: framing, limit: limit)
             collectRequestBody()
-        case .pumpRequestBody(let hop, let framing, let capture, let observe, _):
+        case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
             guard let leg, leg.hop == hop else { return }
-            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe)
+            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe,
+                                       guard: egressGuard)
             pumpRequestBody()
-        case .relayResponseBody(let hop, let inbound, let outbound, let observe, _):
+        case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
             guard let leg, leg.hop == hop else { return }
-            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe)
+            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe, scrub: scrub)
             pumpResponseBody()
         case .splice(let hop):
             guard let leg, leg.hop == hop else { return }
@@ -290,18 +291,21 @@ final class ClientConnection: UpstreamLegOwner {
 
     private func pumpRequestBody() {
         guard let leg else { return }
-        if let progress = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue()) {
-            deliver(.requestBody(leg.hop, progress))
-        }
+        let reports = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue())
+        if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
+        // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
+        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding))) }
         if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
             deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
         }
     }
 
     private func pumpResponseBody() {
-        guard let leg, let progress = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark,
-                                                           reportProgress: progressDue()) else { return }
-        deliver(.responseBody(leg.hop, progress))
+        guard let leg else { return }
+        let reports = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark, reportProgress: progressDue())
+        // The findings first: a `complete` ends the exchange, and its record must already name them.
+        if let findings = reports.scrubbed { deliver(.responseBody(leg.hop, .scrubbed(findings))) }
+        if let progress = reports.progress { deliver(.responseBody(leg.hop, progress)) }
     }
 
     private func pumpTunnel() {

@@ -40,6 +40,14 @@ public final class Metrics: Sendable {
         var upstreamErrors: [String: UInt64] = [:]
         var rateLimited: [String: UInt64] = [:]
         var clientRefusals: [String: UInt64] = [:]
+        /// Matches masked in responses, by secret name.
+        var scrubbed: [String: UInt64] = [:]
+        /// Requests the egress guard stopped, by secret name and whether a placeholder was found.
+        var egressBlocked: [BlockKey: UInt64] = [:]
+        struct BlockKey: Hashable {
+            var secret: String
+            var placeholder: Bool
+        }
     }
 
     private let exchanges = Locked(ExchangeCounters())
@@ -61,7 +69,18 @@ public final class Metrics: Sendable {
             for name in record.stripped { counters.stripped[name, default: 0] += 1 }
             if let redirect = record.redirect { counters.redirects[redirect.decision, default: 0] += 1 }
             if let upstreamError { counters.upstreamErrors[upstreamError, default: 0] += 1 }
+            // Findings by name only: the core's (head values) and the engine's (bodies) alike.
+            for finding in record.scrubbed { counters.scrubbed[finding.secret, default: 0] += 1 }
+            if let finding = record.guardFinding {
+                counters.egressBlocked[.init(secret: finding.secret, placeholder: finding.isPlaceholder), default: 0] += 1
+            }
         }
+    }
+
+    /// Matches masked in a response body beyond those its record names (a record names each form
+    /// of a value once; the metric counts every match).
+    func countScrubbed(secret: String, matches: UInt64) {
+        exchanges.withLock { $0.scrubbed[secret, default: 0] += matches }
     }
 
     private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx", "none"]
@@ -85,6 +104,10 @@ public final class Metrics: Sendable {
         for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
         for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
         for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
+        for (secret, count) in exchange.scrubbed { add("scopeproxy_scrubbed_total", ["secret", secret], count) }
+        for (key, count) in exchange.egressBlocked {
+            add("scopeproxy_egress_blocked_total", ["secret", key.secret, "kind", key.placeholder ? "placeholder" : "value"], count)
+        }
         return result
     }
 
@@ -123,6 +146,8 @@ public final class Metrics: Sendable {
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
         "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
         "scopeproxy_redirects_total": ("counter", "Redirect decisions."),
+        "scopeproxy_scrubbed_total": ("counter", "Injected or substituted values masked in responses (every match), by secret name."),
+        "scopeproxy_egress_blocked_total": ("counter", "Requests stopped because they carried a secret's value or placeholder toward an origin outside its scopes, by secret name and kind (value or placeholder)."),
         "scopeproxy_upstream_errors_total": ("counter", "Exchanges that failed upstream, by kind."),
         "scopeproxy_bytes_in_total": ("counter", "Bytes received from clients."),
         "scopeproxy_bytes_out_total": ("counter", "Bytes sent to clients."),

@@ -11,6 +11,15 @@ protocol UpstreamLegOwner: AnyObject {
     func legClosed(_ leg: UpstreamLeg)
 }
 
+/// What one run of a body pump tells the machine, in the order it must hear it: the values the
+/// scrubber masked (before the progress that carries those bytes), the progress, and the guard's
+/// block (after the bytes forwarded before the value; a blocked body never reports `complete`).
+struct PumpReports {
+    var scrubbed: [SecretFinding]?
+    var progress: BodyProgress?
+    var blocked: SecretFinding?
+}
+
 /// The upstream side of one hop: its connector while connecting, then its bufferevent, and the body
 /// pumps and response-head scanner that belong to that connection. Created by the `connect` action
 /// and gone after `releaseUpstream`.
@@ -152,20 +161,27 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     // MARK: Bodies (the pumps move bytes; the machine hears what moved)
 
-    /// Client → upstream, as far as backpressure allows. nil: nothing to report. With
-    /// `reportProgress` false a body that is not finished reports nothing yet (its bytes are
-    /// counted in the next report): the engine reports bulk progress a few times a second, not
-    /// for every read.
-    func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> BodyProgress? {
+    /// Client → upstream, as far as backpressure allows. With `reportProgress` false a body that
+    /// is not finished reports no `moved` yet (its bytes are counted in the next report): the
+    /// engine reports bulk progress a few times a second, not for every read. A guard's block is
+    /// reported at once, after the bytes forwarded before the value, and ends the body (never
+    /// `complete`).
+    func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> PumpReports {
         // The pump is mutated where it is stored: a copy would copy the body it captures, every time.
-        guard requestPump?.isComplete == false, let output else { return nil }
+        guard requestPump?.expectsMore == true, let output else { return PumpReports() }
         do {
             _ = try requestPump!.pump(from: clientInput, to: output, highWatermark: highWatermark)
         } catch {
-            return .invalid
+            return PumpReports(progress: .invalid)
         }
-        guard reportProgress || requestPump!.isComplete else { return nil }
-        let progress = requestPump!.progress()
+        if let leak = requestPump!.takeBlock() {
+            return PumpReports(progress: nonEmpty(requestPump!.progress()), blocked: leak)
+        }
+        guard reportProgress || requestPump!.isComplete else { return PumpReports() }
+        return PumpReports(progress: nonEmpty(requestPump!.progress()))
+    }
+
+    private func nonEmpty(_ progress: BodyProgress) -> BodyProgress? {
         if case .moved(0, 0) = progress { return nil }
         return progress
     }
@@ -179,25 +195,43 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         return .moved(payload: payload, consumed: consumed)
     }
 
-    /// The request body still expects bytes from the client.
-    var awaitsRequestBytes: Bool { requestPump.map { !$0.isComplete } ?? false }
+    /// The request body still expects bytes from the client (not once the guard stopped it).
+    var awaitsRequestBytes: Bool { requestPump?.expectsMore ?? false }
 
     /// Upstream → client, as far as backpressure allows. An origin that hung up ends a
     /// close-delimited body, and cuts any other, once what it sent before closing has gone out.
-    func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> BodyProgress? {
-        guard responsePump != nil, let input else { return nil }
+    /// Values the scrubber masked are reported in the same run, before the progress that carries
+    /// them (a throttled `moved` comes later still, never earlier).
+    func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> PumpReports {
+        guard responsePump != nil, let input else { return PumpReports() }
+        var reports = PumpReports()
+        defer { countRepeatedMatches() }
         do {
             _ = try responsePump!.pump(from: input, to: clientOutput, highWatermark: highWatermark)
         } catch {
-            return .invalid
+            reports.scrubbed = responsePump!.takeFindings()
+            reports.progress = .invalid
+            return reports
         }
         let drainedAfterClose = closed && EventBuffer.length(input) == 0
-        if drainedAfterClose, !responsePump!.isComplete { responsePump!.sourceClosed() }
-        if drainedAfterClose, !responsePump!.isComplete { return .cut }
-        guard reportProgress || responsePump!.isComplete else { return nil }
-        let progress = responsePump!.progress()
-        if case .moved(0, 0) = progress { return nil }
-        return progress
+        if drainedAfterClose, !responsePump!.isComplete { responsePump!.sourceClosed(destination: clientOutput) }
+        reports.scrubbed = responsePump!.takeFindings()
+        if drainedAfterClose, !responsePump!.isComplete {
+            reports.progress = .cut
+            return reports
+        }
+        guard reportProgress || responsePump!.isComplete else { return reports }
+        reports.progress = nonEmpty(responsePump!.progress())
+        return reports
+    }
+
+    /// The record names each masked form once; the metric counts every match, so the repeats go
+    /// to it directly (the record's findings are counted when the record is emitted).
+    private func countRepeatedMatches() {
+        // The closure runs only when there are repeats: an unfiltered relay does not touch the metrics.
+        responsePump?.takeRepeats { secret, count in
+            worker.configuration.metrics.countScrubbed(secret: secret, matches: count)
+        }
     }
 
     fileprivate func readable() { owner?.legReadable(self) }
