@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),
+        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
@@ -63,7 +63,7 @@ let package = Package(
         // The exchange core's state machine, driven by tables of events (no sockets).
         .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig"]),
         .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec"]),
-        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "TestSupport"]),
+        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "TestSupport"]),
         // The command line through the built binary (and the pieces it is generated from).
         .testTarget(name: "CLITests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],
