@@ -188,8 +188,11 @@ public enum HopPlanner {
         // The egress guard: the head (and a body in memory) must carry no value of a secret this
         // origin's scopes do not send, and no placeholder left unreplaced. Nothing was sent yet.
         let guarding = scope.protection.guardMode == .on
-        let watch = scope.values.guardWatch(allowed: guarding ? scope.policy.secretsSent(to: target.origin, client: client) : [],
-                                            values: guarding, placeholders: true)
+        let policy = scope.policy
+        let watch = scope.values.guardWatch(
+            allowedKey: policy.coveringMask(target.origin, client: client).map { .scopes($0) }
+                ?? .names(policy.secretsSent(to: target.origin, client: client).sorted()),
+            allowed: { policy.secretsSent(to: target.origin, client: client) }, values: guarding, placeholders: true)
         if let watch {
             if let match = watch.firstMatch(in: head) {
                 return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin))
@@ -198,8 +201,16 @@ public enum HopPlanner {
                 return .failure(blocked(watch.finding(match), where: "body", target.origin))
             }
         }
-        let sent = sentSecrets(scoped.decision, substituted: substituted, policy: scope.policy)
-        let scrub = scope.protection.scrub == .off ? nil : scope.values.scrubWatch(sent)
+        var scrub: SecretWatch?
+        if scope.protection.scrub != .off, !scoped.decision.injected.isEmpty || !substituted.isEmpty {
+            let decision = scoped.decision
+            let sent = { sentSecrets(decision, substituted: substituted, policy: policy) }
+            if substituted.isEmpty, let mask = policy.injectingMask(decision) {
+                scrub = scope.values.scrubWatch(key: .scopes(mask), secrets: sent)
+            } else {
+                scrub = scope.values.scrubWatch(sent())
+            }
+        }
         var streamedGuard: SecretWatch?
         if case .streamed = body { streamedGuard = watch }
         return .success(Hop(target: target, decision: scoped.decision, head: head, body: body, outgoingBody: outgoingBody,
@@ -223,11 +234,10 @@ public enum HopPlanner {
     static func sentSecrets(_ decision: ScopeDecision, substituted: [String], policy: ScopePolicy) -> Set<String> {
         var names = Set(substituted)
         guard !decision.injected.isEmpty else { return names }
-        let injected = Set(decision.injected.map { $0.lowercased() })
-        for scope in policy.scopes where decision.scopes.contains(scope.name) {
-            for injection in scope.inject where injected.contains(injection.header.lowercased()) {
-                names.formUnion(injection.template.secretNames)
-            }
+        // A scope injects all of its headers or none (skipped, with the reason in the decision).
+        for scope in policy.scopes where !scope.inject.isEmpty && decision.scopes.contains(scope.name)
+            && !decision.skipped.contains(where: { $0.scope == scope.name }) {
+            names.formUnion(scope.injectedSecretNames)
         }
         return names
     }

@@ -10,6 +10,14 @@ public enum ResponseScrub {
         var findings: [SecretFinding] = []
         var scrubbed: HTTPFields?
         for (index, field) in fields.enumerated() {
+            // Most values are ASCII, whose UTF-8 is their wire bytes: scanned in place, no copy.
+            let clean = field.value.utf8.withContiguousStorageIfAvailable { utf8 in
+                utf8.allSatisfy { $0 < 0x80 } && watch.firstMatch(in: utf8) == nil
+            }
+            if clean == true {
+                scrubbed?.append(name: field.name, value: field.value)
+                continue
+            }
             var bytes = HTTPField.wireBytes(of: field.value)
             let matches = watch.matches(in: bytes)
             if matches.isEmpty {

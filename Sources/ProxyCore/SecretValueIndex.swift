@@ -12,11 +12,18 @@ public final class SecretValueIndex: Sendable {
     /// `update`'s answer, which the proxy logs: never silently unguarded.
     public static let tableLimit = 64 * 1024 * 1024
 
+    /// What a set of secret names is cached under: the bit set of the scopes it comes from (made
+    /// per request without allocating), or the names themselves.
+    public enum SetKey: Hashable, Sendable {
+        case scopes(UInt64)
+        case names([String])
+    }
+
     private enum WatchKey: Hashable {
-        /// Values of every secret but `allowed` (when `values`), and every placeholder (when `placeholders`).
-        case guarding(allowed: [String], values: Bool, placeholders: Bool)
-        /// The values of these secrets.
-        case scrubbing([String])
+        /// Values of every secret but the `allowed` set's (when `values`), and every placeholder (when `placeholders`).
+        case guarding(allowed: SetKey, values: Bool, placeholders: Bool)
+        /// The values of the set's secrets.
+        case scrubbing(SetKey)
     }
 
     private final class Snapshot: Sendable {
@@ -85,10 +92,17 @@ public final class SecretValueIndex: Sendable {
     /// the value of every other secret (`values`), and every placeholder (`placeholders`). nil
     /// when there is nothing to look for.
     public func guardWatch(allowed: Set<String>, values: Bool, placeholders: Bool) -> SecretWatch? {
+        guardWatch(allowedKey: .names(values ? allowed.sorted() : []), allowed: { allowed }, values: values, placeholders: placeholders)
+    }
+
+    /// `guardWatch`, cached under `allowedKey`; `allowed` is asked only when the watch is built.
+    public func guardWatch(allowedKey: SetKey, allowed computeAllowed: () -> Set<String>, values: Bool,
+                           placeholders: Bool) -> SecretWatch? {
         guard values || (placeholders && !self.placeholders.isEmpty) else { return nil }
         let snapshot = current.withLock { $0 }
-        let key = WatchKey.guarding(allowed: values ? allowed.sorted() : [], values: values, placeholders: placeholders)
+        let key = WatchKey.guarding(allowed: values ? allowedKey : .names([]), values: values, placeholders: placeholders)
         return watch(key, snapshot) {
+            let allowed = values ? computeAllowed() : []
             var names: [String] = []
             var bytes: [[UInt8]] = []
             var isPlaceholder: [Bool] = []
@@ -109,8 +123,14 @@ public final class SecretValueIndex: Sendable {
     /// What the response scrub masks after an exchange that sent the values of `secrets`.
     public func scrubWatch(_ secrets: Set<String>) -> SecretWatch? {
         guard !secrets.isEmpty else { return nil }
+        return scrubWatch(key: .names(secrets.sorted()), secrets: { secrets })
+    }
+
+    /// `scrubWatch`, cached under `key`; `secrets` is asked only when the watch is built.
+    public func scrubWatch(key: SetKey, secrets computeSecrets: () -> Set<String>) -> SecretWatch? {
         let snapshot = current.withLock { $0 }
-        return watch(.scrubbing(secrets.sorted()), snapshot) {
+        return watch(.scrubbing(key), snapshot) {
+            let secrets = computeSecrets()
             let names = secrets.sorted().filter { snapshot.values[$0] != nil }
             return (names, names.map { snapshot.values[$0]! }, names.map { _ in false })
         }

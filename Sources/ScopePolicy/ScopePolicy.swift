@@ -40,6 +40,8 @@ public struct Scope: Sendable, Equatable {
     ) {
         self.clients = clients
         self.substitute = substitute
+        injectedSecretNames = Set(inject.flatMap(\.template.secretNames))
+        secretNames = substitute.union(injectedSecretNames)
         self.name = name
         self.origins = origins
         self.requireHTTPS = requireHTTPS
@@ -55,9 +57,9 @@ public struct Scope: Sendable, Equatable {
     /// clients never serves an unnamed one (fail closed).
     /// Every secret this scope sends to its origins: referenced by an `inject` template or listed in
     /// `substitute`. The egress guard lets these (and only these) values reach the scope's origins.
-    public var secretNames: Set<String> {
-        substitute.union(inject.flatMap(\.template.secretNames))
-    }
+    public let secretNames: Set<String>
+    /// The secrets its `inject` templates render (what the response scrub masks after an injection).
+    public let injectedSecretNames: Set<String>
 
     public func serves(_ client: String?) -> Bool {
         guard let clients else { return true }
@@ -300,6 +302,36 @@ public struct ScopePolicy: Sendable {
         var names: Set<String> = []
         for scope in scopes where scope.origins.contains(origin) && scope.serves(client) { names.formUnion(scope.secretNames) }
         return names
+    }
+
+    /// The scopes covering the origin for this client as a bit set of their positions (nil beyond
+    /// 64 scopes): a key for what is cached per scope set, made without allocating.
+    public func coveringMask(_ origin: Origin, client: String?) -> UInt64? {
+        guard scopes.count <= 64 else { return nil }
+        var mask: UInt64 = 0
+        for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && scope.serves(client) {
+            mask |= 1 << UInt64(index)
+        }
+        return mask
+    }
+
+    /// The scopes of a decision that injected (named in `scopes`, not skipped) as a bit set (nil
+    /// beyond 64 scopes).
+    public func injectingMask(_ decision: ScopeDecision) -> UInt64? {
+        guard scopes.count <= 64, !decision.injected.isEmpty else { return decision.injected.isEmpty ? 0 : nil }
+        var mask: UInt64 = 0
+        for (index, scope) in scopes.enumerated() where !scope.inject.isEmpty && decision.scopes.contains(scope.name)
+            && !decision.skipped.contains(where: { $0.scope == scope.name }) {
+            mask |= 1 << UInt64(index)
+        }
+        return mask
+    }
+
+    /// The union of `names` over the scopes of a mask.
+    public func secretNames(inMask mask: UInt64, _ names: (Scope) -> Set<String>) -> Set<String> {
+        var union: Set<String> = []
+        for (index, scope) in scopes.enumerated() where mask & (1 << UInt64(index)) != 0 { union.formUnion(names(scope)) }
+        return union
     }
 
     func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
