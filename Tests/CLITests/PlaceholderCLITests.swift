@@ -210,6 +210,7 @@ struct PlaceholderCLITests {
         let checked = try run(["check", "--config", path])
         #expect(checked.status == 0)
         #expect(checked.stdout.hasPrefix("valid: "))
+        #expect(checked.stdout.contains(", 1 secret(s), 1 placeholder(s), "), "\(checked.stdout)")
         #expect(checked.stderr == "warning: secret 'lonely' has a placeholder but no scope substitutes it: every request carrying it is refused "
                 + "(403 placeholder_out_of_scope); list it in a scope's substitute\n")
     }
