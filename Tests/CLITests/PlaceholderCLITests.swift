@@ -79,6 +79,23 @@ struct PlaceholderCLITests {
         #expect(elsewhere.stdout != first.stdout)
     }
 
+    @Test("processes creating the key at once all end up with one key (the first link wins; nothing is replaced)")
+    func concurrentCreation() throws {
+        let scratch = ScratchDirectory()
+        let path = Self.config(scratch)
+        let outputs = Outputs()
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let outcome = try? runBinary(["placeholders", "--config", path], environment: Self.canaries)
+            outputs.append(outcome.map { "\($0.status) \($0.stdout)" } ?? "failed to run")
+        }
+        let seen = outputs.all
+        #expect(seen.count == 8)
+        #expect(Set(seen).count == 1, "\(Set(seen))")
+        #expect(seen.first?.hasPrefix("0 github_token scopeproxy-ph-") == true)
+        let left = try FileManager.default.contentsOfDirectory(atPath: scratch.path + "/ca")
+        #expect(left == ["placeholder.key"], "temporary files left behind: \(left)")
+    }
+
     @Test("env: export lines for secrets with env_var, which a POSIX shell evaluates to the placeholder")
     func environment() throws {
         let scratch = ScratchDirectory()
@@ -272,4 +289,11 @@ struct PlaceholderCLITests {
         let help = try run(["env", "--help"])
         #expect(help.stdout.hasPrefix("usage: scopeproxy env [--config FILE]\n"))
     }
+}
+
+private final class Outputs: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
 }
