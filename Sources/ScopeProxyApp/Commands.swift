@@ -9,7 +9,8 @@ import Glibc
 #endif
 
 /// The command line of the contract: `run` (default), `check`, `secret set|list|rm`,
-/// `placeholders`, `env`, `ca`, `health`, `config print`, `explain`, `help`. What each accepts is `CommandTable`; this file runs them.
+/// `placeholders`, `env`, `ca`, `health`, `config print`, `explain`, `help`. What each accepts is
+/// `CommandTable`; this file runs them.
 public enum Commands {
     /// Runs a command and returns the process exit status.
     public static func main(_ arguments: [String]) -> Int32 {
