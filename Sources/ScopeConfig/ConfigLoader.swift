@@ -32,6 +32,8 @@ struct Decoder {
     let file: String
     let home: String
     private var secretNames: Set<String> = []
+    /// Secrets declared with `placeholder: true`: the only ones a scope may `substitute`.
+    private var placeholderNames: Set<String> = []
     /// Names of the configured clients (`clients:`), which scopes refer to.
     private var clientNames: Set<String> = []
 
@@ -51,11 +53,13 @@ struct Decoder {
         config.sourcePath = file
         let keys = try mapping(root, allowed: [
             "listen", "proxy_auth", "clients", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
-            "redirects", "tls", "timeouts", "limits", "log",
+            "redirects", "tls", "timeouts", "limits", "log", "scrub", "guard",
         ], context: "the config")
         // Secrets first: scopes and proxy_auth refer to them.
         if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: file) }
-        if let node = keys["secrets"] { config.secrets = try secrets(node) }
+        if let node = keys["secrets"] {
+            (config.secrets, config.placeholders) = try secrets(node)
+        }
         if let node = keys["listen"] { config.listen = try hostPort(node) }
         if let node = keys["admin"], !node.isNull { config.admin = try hostPort(node) }
         if let node = keys["clients"], !node.isNull {
@@ -84,20 +88,27 @@ struct Decoder {
         if let node = keys["timeouts"] { config.timeouts = try timeouts(node) }
         if let node = keys["limits"] { config.limits = try limits(node) }
         if let node = keys["log"] { config.log = try log(node) }
+        if let node = keys["scrub"] { config.protection.scrub = try word(node, key: "scrub", as: ScrubMode.self) }
+        if let node = keys["guard"] { config.protection.guardMode = try word(node, key: "guard", as: GuardMode.self) }
         return config
     }
 
     // MARK: Secrets
 
-    mutating func secrets(_ node: YAMLNode) throws(ConfigError) -> [String: SecretSource] {
+    /// The sources by name, and the secrets that have a placeholder (in name order).
+    mutating func secrets(_ node: YAMLNode) throws(ConfigError) -> ([String: SecretSource], [PlaceholderSecret]) {
         guard case .mapping(let pairs) = node.value else { throw error(node, "'secrets' must be a mapping of name -> source") }
         var result: [String: SecretSource] = [:]
+        var placeholders: [PlaceholderSecret] = []
+        // env_var -> the secret that exports it: two secrets in one variable would shadow each other.
+        var variables: [String: String] = [:]
         for (keyNode, valueNode) in pairs {
             let name = try string(keyNode)
             guard !name.isEmpty, name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
                 throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
             }
-            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "allow_group_read"], context: "secret '\(name)'")
+            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "allow_group_read", "placeholder", "env_var"],
+                                     context: "secret '\(name)'")
             let sources = ["env", "file", "store"].filter { fields[$0] != nil }
             guard sources.count == 1 else {
                 throw error(valueNode, "secret '\(name)' needs exactly one source: env, file or store")
@@ -119,9 +130,36 @@ struct Decoder {
                 let allowGroup = try fields["allow_group_read"].map { node throws(ConfigError) in try bool(node) } ?? false
                 result[name] = .file(path: path, allowGroupRead: allowGroup)
             }
+            let hasPlaceholder = try fields["placeholder"].map { node throws(ConfigError) in try bool(node) } ?? false
+            var variable: String?
+            if let variableNode = fields["env_var"] {
+                // The variable carries the placeholder; without one there is nothing to export.
+                guard hasPlaceholder else {
+                    throw error(variableNode, "env_var exports the secret's placeholder: add `placeholder: true` to secret '\(name)'")
+                }
+                let text = try nonEmptyString(variableNode)
+                guard Self.isShellVariableName(text) else {
+                    throw error(variableNode, "env_var '\(text)' is not a shell variable name: use letters, digits and '_', not starting with a digit")
+                }
+                if let other = variables[text] {
+                    throw error(variableNode, "secrets '\(other)' and '\(name)' both use env_var \(text): each variable can hold one placeholder")
+                }
+                variables[text] = name
+                variable = text
+            }
+            if hasPlaceholder { placeholders.append(PlaceholderSecret(secret: name, environmentVariable: variable)) }
         }
         secretNames = Set(result.keys)
-        return result
+        placeholderNames = Set(placeholders.map(\.secret))
+        return (result, placeholders.sorted { $0.secret < $1.secret })
+    }
+
+    /// `[A-Za-z_][A-Za-z0-9_]*`: what `export NAME=...` accepts in every POSIX shell.
+    static func isShellVariableName(_ text: String) -> Bool {
+        guard let first = text.utf8.first, !(first >= 0x30 && first <= 0x39) else { return false }
+        return text.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: "_")
+        }
     }
 
     func secretReference(_ node: YAMLNode) throws(ConfigError) -> String {
@@ -138,7 +176,8 @@ struct Decoder {
         // header (lowercased) injected at an origin -> the scopes that inject it there, and whom they serve
         var injectors: [Origin: [String: [(scope: String, clients: Set<String>?)]]] = [:]
         for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients"], context: "a scope")
+            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute"],
+                                   context: "a scope")
             guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
             let name = try nonEmptyString(nameNode)
             guard names.insert(name).inserted else { throw error(nameNode, "duplicate scope name '\(name)'") }
@@ -197,7 +236,9 @@ struct Decoder {
                 }
                 return served
             }
-            let givesCredentials = !injections.isEmpty || !pass.isEmpty
+            let substitute = try keys["substitute"].map { node throws(ConfigError) in try substituted(node) } ?? []
+            // A substituted placeholder puts the secret's value on the wire, as an injection does.
+            let givesCredentials = !injections.isEmpty || !pass.isEmpty || !substitute.isEmpty
             var origins: Set<Origin> = []
             for originNode in try list(originsNode) {
                 let text = try string(originNode)
@@ -229,9 +270,22 @@ struct Decoder {
                 }
             }
             scopes.append(Scope(name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
-                                pass: Set(pass), methods: methods, paths: paths, clients: servedClients))
+                                pass: Set(pass), methods: methods, paths: paths, clients: servedClients, substitute: substitute))
         }
         return scopes
+    }
+
+    /// `substitute: [secret, ...]`: declared secrets that have a placeholder, each once.
+    func substituted(_ node: YAMLNode) throws(ConfigError) -> Set<String> {
+        var names: Set<String> = []
+        for item in try list(node) {
+            let name = try secretReference(item)
+            guard placeholderNames.contains(name) else {
+                throw error(item, "secret '\(name)' has no placeholder to substitute: add `placeholder: true` to secret '\(name)'")
+            }
+            guard names.insert(name).inserted else { throw error(item, "'\(name)' is listed twice in substitute") }
+        }
+        return names
     }
 
     // MARK: Clients
@@ -503,6 +557,21 @@ struct Decoder {
         case "false", "False", "FALSE": return false
         default: throw error(node, "expected true or false")
         }
+    }
+
+    /// One word of a closed set (`scrub: strict`). Plain `on`/`off` stay words: YAMLDocument keeps
+    /// scalars as written, so YAML 1.1's boolean reading of them never happens here.
+    func word<Word: RawRepresentable & CaseIterable>(_ node: YAMLNode, key: String, as: Word.Type) throws(ConfigError) -> Word
+    where Word.RawValue == String {
+        let allowed = Word.allCases.map(\.rawValue)
+        let wordList = allowed.dropLast().joined(separator: ", ") + " or " + allowed.last!
+        guard case .scalar(let text, _) = node.value else { throw error(node, "\(key) must be \(wordList)") }
+        guard let value = Word(rawValue: text) else {
+            let hint = ["true", "yes"].contains(text.lowercased()) ? " (for \(text) write on)"
+                : ["false", "no"].contains(text.lowercased()) ? " (for \(text) write off)" : ""
+            throw error(node, "\(key) must be \(wordList), not '\(text)'\(hint)")
+        }
+        return value
     }
 
     func int(_ node: YAMLNode) throws(ConfigError) -> Int {

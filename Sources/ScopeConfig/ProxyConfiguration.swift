@@ -60,7 +60,8 @@ public struct ProxyConfiguration: Sendable {
         let injected = policy.scopes.reduce(0) { $0 + $1.inject.count }
         return "valid: listen \(listen), \(policy.scopes.count) scope(s), \(injected) injected header(s), "
             + (clients.isEmpty ? "" : "\(clients.count) client(s), ")
-            + "\(secrets.count) secret(s), redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue)"
+            + "\(secrets.count) secret(s), " + (placeholders.isEmpty ? "" : "\(placeholders.count) placeholder(s), ")
+            + "redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue)"
     }
 }
 

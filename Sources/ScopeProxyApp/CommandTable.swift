@@ -148,7 +148,7 @@ enum CommandTable {
             OptionSpec("man", "print the manual page (roff) and exit; used by 'make install'"),
             OptionSpec("bash-completion", "print the bash completion script and exit; used by 'make install'"),
         ],
-        subcommands: [run, check, secret, ca, health, config, explain, help],
+        subcommands: [run, check, secret, placeholders, env, ca, health, config, explain, help],
         examples: [
             "scopeproxy check --config ~/.config/scopeproxy/config.yaml",
             "scopeproxy run --config ~/.config/scopeproxy/config.yaml",
@@ -213,6 +213,34 @@ enum CommandTable {
             CommandSpec(["secret", "rm"], "remove a secret from the store", options: [configOption],
                         arguments: [ArgumentSpec("NAME", "the store name", completion: .secretNames)], action: Commands.secretRemove),
         ])
+
+    static let placeholders = CommandSpec(
+        ["placeholders"], "print each placeholder secret's placeholder (NAME PLACEHOLDER lines)",
+        details: [
+            "One line per secret declared with 'placeholder: true', in name order: the secret's name, a space, its placeholder. "
+                + "A client holds the placeholder instead of the value; the proxy replaces it with the value in requests to the "
+                + "origins of scopes that list the secret in 'substitute', and refuses it (403 placeholder_out_of_scope) everywhere else.",
+            "A placeholder is derived from the secret's name and a per-install key (placeholder.key in tls.ca_dir, mode 0600), never "
+                + "from the value: it stays the same across restarts and value rotations. The key is created on first use; a key file "
+                + "that is not a 32-byte regular file of this user with mode 0600 is refused (exit 1). With no placeholder secret "
+                + "configured nothing is printed and a hint goes to standard error.",
+        ],
+        options: [configOption],
+        examples: ["scopeproxy placeholders --config config.yaml"],
+        action: Commands.placeholders)
+
+    static let env = CommandSpec(
+        ["env"], "print export lines that give clients placeholders instead of secrets",
+        details: [
+            "One 'export VARIABLE=PLACEHOLDER' line per secret that declares 'env_var' (with 'placeholder: true'), in secret name "
+                + "order, ready for eval in a POSIX shell: placeholders consist of letters, digits, '_', '.' and '-' only. Tools "
+                + "that refuse to start without a token (GITHUB_TOKEN, OPENAI_API_KEY) get one that is worthless outside the proxy.",
+            "The key is the one 'scopeproxy placeholders' uses (created on first use). With no env_var configured nothing is "
+                + "printed and a hint goes to standard error.",
+        ],
+        options: [configOption],
+        examples: ["eval \"$(scopeproxy env --config config.yaml)\""],
+        action: Commands.environment)
 
     static let ca = CommandSpec(
         ["ca"], "print the local CA certificate (PEM), creating the CA if missing",

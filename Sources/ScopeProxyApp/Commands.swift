@@ -8,8 +8,9 @@ import SecretStore
 import Glibc
 #endif
 
-/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`, `ca`,
-/// `health`, `config print`, `explain`, `help`. What each accepts is `CommandTable`; this file runs them.
+/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`,
+/// `placeholders`, `env`, `ca`, `health`, `config print`, `explain`, `help`. What each accepts is
+/// `CommandTable`; this file runs them.
 public enum Commands {
     /// Runs a command and returns the process exit status.
     public static func main(_ arguments: [String]) -> Int32 {
@@ -88,8 +89,23 @@ public enum Commands {
         guard let config = loadConfig(source) else { return 2 }
         writeStandardOutput(config.summary + "\n")
         // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
-        for problem in Preflight.problems(config) { writeStandardError("warning: \(problem)\n") }
+        for problem in Preflight.problems(config) + placeholderWarnings(config) { writeStandardError("warning: \(problem)\n") }
         return 0
+    }
+
+    /// A placeholder no scope substitutes is refused everywhere (valid, but likely a forgotten
+    /// `substitute:`); a key file run would refuse. Nothing is created here.
+    static func placeholderWarnings(_ config: ProxyConfiguration) -> [String] {
+        var found: [String] = []
+        let substituted = config.policy.scopes.reduce(into: Set<String>()) { $0.formUnion($1.substitute) }
+        for declared in config.placeholders where !substituted.contains(declared.secret) {
+            found.append("secret '\(declared.secret)' has a placeholder but no scope substitutes it: every request carrying it "
+                         + "is refused (403 placeholder_out_of_scope); list it in a scope's substitute")
+        }
+        if !config.placeholders.isEmpty {
+            do { _ = try PlaceholderKey.load(path: config.placeholderKeyPath) } catch { found.append("\(error.description); run would refuse to start") }
+        }
+        return found
     }
 
     // MARK: run
@@ -112,9 +128,18 @@ public enum Commands {
             for problem in problems.isEmpty ? [error] : problems { fail(problem.description) }
             return 1
         }
+        // Before anything listens: placeholders handed out earlier must keep their meaning, so a
+        // key that cannot be trusted stops the start instead of being replaced.
+        let placeholders: PlaceholderTable
+        do {
+            placeholders = try Runtime.placeholderTable(config)
+        } catch {
+            fail(error.description)
+            return 1
+        }
         let logEnabled = !invocation.flag("no-access-log")
         let presentation = LogPresentation.forProcess(config.log)
-        let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets))
+        let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders))
         var engine = EngineConfiguration()
         do {
             engine = try Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: logEnabled, presentation: presentation)
@@ -147,6 +172,68 @@ public enum Commands {
         let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         return 0
+    }
+
+    // MARK: placeholders, env
+
+    /// `NAME PLACEHOLDER` per placeholder secret, in name order.
+    static func placeholders(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        guard !config.placeholders.isEmpty else {
+            fail("no secret has `placeholder: true` in \(invocation.configPath?.described ?? "the embedded default"): nothing to print")
+            return 0
+        }
+        guard let table = placeholderTable(config) else { return 1 }
+        var out = ""
+        for declared in config.placeholders {
+            guard let text = shellSafe(table, declared.secret) else { return 1 }
+            out += "\(declared.secret) \(text)\n"
+        }
+        writeStandardOutput(out)
+        return 0
+    }
+
+    /// `export VARIABLE=PLACEHOLDER` per secret with `env_var`, in secret name order, for `eval`.
+    static func environment(_ invocation: Invocation) -> Int32 {
+        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        let exported = config.placeholders.filter { $0.environmentVariable != nil }
+        guard !exported.isEmpty else {
+            fail("no secret declares `env_var` (with `placeholder: true`) in \(invocation.configPath?.described ?? "the embedded default"): "
+                 + "nothing to export")
+            return 0
+        }
+        guard let table = placeholderTable(config) else { return 1 }
+        var out = ""
+        for declared in exported {
+            guard let variable = declared.environmentVariable, let text = shellSafe(table, declared.secret) else { return 1 }
+            out += "export \(variable)=\(text)\n"
+        }
+        writeStandardOutput(out)
+        return 0
+    }
+
+    /// The table, or nil after saying why the key cannot be used (the caller exits 1).
+    private static func placeholderTable(_ config: ProxyConfiguration) -> PlaceholderTable? {
+        do {
+            return try Runtime.placeholderTable(config)
+        } catch {
+            fail(error.description)
+            return nil
+        }
+    }
+
+    /// The secret's placeholder when it needs no quoting in a shell (letters, digits, `_`, `.`,
+    /// `-`: what secret names and lowercase hex are made of), else nil after saying so. Printed
+    /// unquoted for `eval`, so this is checked, not assumed.
+    private static func shellSafe(_ table: PlaceholderTable, _ secret: String) -> String? {
+        guard let text = table.texts[secret], !text.isEmpty, text.utf8.allSatisfy({ byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+        }) else {
+            fail("the placeholder of secret '\(secret)' is not shell-safe; nothing printed")
+            return nil
+        }
+        return text
     }
 
     // MARK: ca

@@ -38,13 +38,18 @@ enum ConfigPrinter {
         out += "store_dir: \(scalar(config.storeDirectory))\n"
 
         out += "secrets:" + (config.secrets.isEmpty ? " {}\n" : "\n")
+        let placeholders = Dictionary(uniqueKeysWithValues: config.placeholders.map { ($0.secret, $0) })
         for name in config.secrets.keys.sorted() {
-            let source: String
+            var source: String
             switch config.secrets[name]! {
             case .env(let variable): source = "{ env: \(scalar(variable)) }"
             case .store(let store): source = "{ store: \(scalar(store)) }"
             case .file(let path, let allowGroupRead):
                 source = "{ file: \(scalar(path))" + (allowGroupRead ? ", allow_group_read: true }" : " }")
+            }
+            if let placeholder = placeholders[name] {
+                source = String(source.dropLast(2)) + ", placeholder: true"
+                    + (placeholder.environmentVariable.map { ", env_var: \(scalar($0))" } ?? "") + " }"
             }
             out += "  \(scalar(name)): \(source)\n"
         }
@@ -69,7 +74,13 @@ enum ConfigPrinter {
             if let methods = scope.methods { out += "    methods: \(flowList(methods.sorted()))\n" } else { out += "    # methods: every method\n" }
             if let paths = scope.paths { out += "    paths: \(flowList(paths))\n" } else { out += "    # paths: every path\n" }
             if let clients = scope.clients { out += "    clients: \(flowList(clients.sorted()))\n" } else { out += "    # clients: every client\n" }
+            out += "    substitute: \(flowList(scope.substitute.sorted()))\n"
         }
+
+        // Words, never booleans: `on`/`off` are quoted by `scalar` for YAML 1.1 readers.
+        out += "# scrub: on | strict (also asks scoped origins for identity bodies) | off; guard: on | off\n"
+        out += "scrub: \(scalar(config.protection.scrub.rawValue))\n"
+        out += "guard: \(scalar(config.protection.guardMode.rawValue))\n"
 
         out += "routes:" + (config.routes.isEmpty ? " []\n" : "\n")
         for route in config.routes {

@@ -41,7 +41,8 @@ public enum Explanation {
         guard case .absolute(let origin, let pathAndQuery, _) = target else {
             return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
         }
-        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets())
+        let placeholders = previewPlaceholders(config)
+        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets(), placeholders: placeholders)
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
             var nearest: (name: String, distance: Int)?
@@ -105,7 +106,9 @@ public enum Explanation {
         case .success(let planned):
             hop = planned
         }
-        let checkedSecrets = describe(hop, client: client, covering: covering, config: config, into: &out)
+        let substituted = config.policy.substitutable(method: method, origin: origin, pathAndQuery: client.pathAndQuery, client: identity.name)
+        var checkedSecrets = describe(hop, client: client, covering: covering, config: config, into: &out)
+        checkedSecrets.formUnion(describePlaceholders(config, substituted: substituted, covering: covering, into: &out))
         if let location = request.location {
             explainRedirect(to: location, from: hop, client: client, mode: mode, scope: scope, config: config, into: &out)
         } else {
@@ -151,6 +154,9 @@ public enum Explanation {
                 verdict = "replaced: the proxy injects \(field.name) here"
             } else if stripped.contains(name) {
                 verdict = "stripped: " + stripReason(field.name, decision: decision, covering: covering, client: client, hop: hop)
+            } else if config.policy.isSensitive(field.name), !covering.contains(where: { $0.pass.contains(name) }) {
+                // Not stripped, not passed: kept only because it carries a placeholder (raw or in Basic credentials).
+                verdict = "kept: its value carries a placeholder substituted here (the value is the proxy's credential)"
             } else if config.policy.isSensitive(field.name) {
                 verdict = "passed: a covering scope lists it in pass"
             } else {
@@ -190,6 +196,39 @@ public enum Explanation {
         case .httpsDowngrade: "an https -> http redirect hop carries no credential"
         case .clientNotServed: "the scope's clients do not include this client: for it the scope covers nothing"
         }
+    }
+
+    // MARK: Placeholders
+
+    /// Which secrets' placeholders this request may carry (by name: explain never prints a
+    /// placeholder, it may be on a shared screen), and that any other is refused. Silent when the
+    /// config declares no placeholder.
+    /// Returns the secrets whose loading it reported on (the substituted ones).
+    private static func describePlaceholders(_ config: ProxyConfiguration, substituted: Set<String>, covering: [Scope],
+                                             into out: inout Report) -> Set<String> {
+        guard !config.placeholders.isEmpty else { return [] }
+        let declared = config.placeholders.map(\.secret)
+        if substituted.isEmpty {
+            out.line("substituted", "nothing: no scope substitutes a placeholder for this request")
+        }
+        for secret in declared where substituted.contains(secret) {
+            let scopes = covering.filter { $0.substitute.contains(secret) }.map(\.name)
+            out.line("substituted", "\(secret): its placeholder is replaced by the value (scope \(scopes.joined(separator: ", ")))")
+            if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
+        }
+        let refused = declared.filter { !substituted.contains($0) }
+        if !refused.isEmpty {
+            out.line("placeholders", "of \(refused.joined(separator: ", ")): refused here (403 placeholder_out_of_scope, nothing sent)")
+        }
+        return substituted
+    }
+
+    /// The placeholders as `run` would know them when the key already exists, so a placeholder
+    /// given with -H is shown substituted (as its secret's name) or refused. explain creates no
+    /// key: without one, no client can hold a placeholder yet.
+    private static func previewPlaceholders(_ config: ProxyConfiguration) -> PlaceholderTable {
+        guard !config.placeholders.isEmpty, let key = try? PlaceholderKey.load(path: config.placeholderKeyPath) else { return .empty }
+        return PlaceholderTable(config.placeholders, key: key)
     }
 
     // MARK: Redirects

@@ -10,7 +10,7 @@ enum Usage {
 
     static let exitStatus: [(String, String)] = [
         ("0", "success (and 'check' on a structurally valid file, even with warnings)"),
-        ("1", "a runtime failure: a secret or TLS file run cannot use, a port it cannot bind, an unhealthy proxy"),
+        ("1", "a runtime failure: a secret, TLS or placeholder key file run cannot use, a port it cannot bind, an unhealthy proxy"),
         ("2", "a usage error (unknown command, option or argument; a missing value) or an invalid config"),
     ]
 
@@ -23,6 +23,7 @@ enum Usage {
         ("~/.config/scopeproxy/config.yaml", "a conventional config location (the systemd user unit uses it)"),
         ("~/.local/share/scopeproxy/secrets/", "the default secret store (store_dir)"),
         ("~/.local/share/scopeproxy/ca/scopeproxy-ca.pem", "the local CA certificate (default ca_dir), its key next to it"),
+        ("~/.local/share/scopeproxy/ca/placeholder.key", "the per-install key placeholders are derived from (0600; created on first use)"),
     ]
 
     // MARK: --help
