@@ -462,7 +462,7 @@ public struct ConnectionMachine {
             exchange.record.guardFinding = finding
             let origin = exchange.hop.origin
             fail(exchange, finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: "body", origin)
-                                                 : .secretEgressBlocked(secret: finding.secret, where: "body", origin),
+                                                 : .secretEgressBlocked(finding, where: "body", origin),
                  closeClient: true)
         case .scrubbed:
             break  // request bodies are guarded, never scrubbed
@@ -819,6 +819,14 @@ public struct ConnectionMachine {
         record.failure = .proxy(error)
         record.bytesOut += UInt64(response.count)
         if case .tunnelDenied = error { record.tunnel = .deny }
+        // What the guard stopped, for the log and the metrics (a body's finding is already there).
+        switch error {
+        case .secretEgressBlocked(let finding, _, _) where record.guardFinding == nil:
+            record.guardFinding = finding
+        case .placeholderOutOfScope(let secret, _, _) where record.guardFinding == nil:
+            record.guardFinding = SecretFinding(secret: secret, encoding: .raw, isPlaceholder: true)
+        default: break
+        }
         actions.append(.writeToClient(response))
         emit(record)
         if keepAlive {

@@ -219,7 +219,7 @@ public enum HopPlanner {
 
     static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin) -> ProxyError {
         finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin)
-            : .secretEgressBlocked(secret: finding.secret, where: site, origin)
+            : .secretEgressBlocked(finding, where: site, origin)
     }
 
     /// "target" or "header NAME": the line of a serialized head a match lies in.

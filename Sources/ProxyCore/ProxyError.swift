@@ -49,8 +49,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// "target", a header name, or "body"). Nothing of the request was sent (a body: nothing
     /// from the placeholder on).
     case placeholderOutOfScope(secret: String, where: String, Origin)
-    /// The value of `secret` (in some encoding) in a request to an origin outside its scopes.
-    case secretEgressBlocked(secret: String, where: String, Origin)
+    /// The value of a secret (in the finding's encoding) in a request to an origin outside its scopes.
+    case secretEgressBlocked(SecretFinding, where: String, Origin)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -160,8 +160,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
         case .placeholderOutOfScope(let secret, let place, let origin):
             "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
-        case .secretEgressBlocked(let secret, let place, let origin):
-            "the value of secret '\(secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
+        case .secretEgressBlocked(let finding, let place, let origin):
+            "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         }
     }
 

@@ -140,6 +140,7 @@ public enum Commands {
         let logEnabled = !invocation.flag("no-access-log")
         let presentation = LogPresentation.forProcess(config.log)
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders))
+        Runtime.reportExclusions(holder.context.values)
         var engine = EngineConfiguration()
         do {
             engine = try Runtime.engineConfiguration(config, scope: holder, secrets: secrets, accessLog: logEnabled, presentation: presentation)

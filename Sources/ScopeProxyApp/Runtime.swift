@@ -120,7 +120,10 @@ final class RunningProxy: Sendable {
             let config = try Runtime.loadConfiguration(path: configPath)
             let secrets = Runtime.secretStore(config)
             try secrets.load()
-            holder.replace(with: Runtime.scopeContext(config, secrets: secrets))
+            let placeholders = try Runtime.placeholderTable(config)
+            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders)
+            holder.replace(with: context)
+            Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(secrets.allValues)
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
@@ -128,6 +131,8 @@ final class RunningProxy: Sendable {
         } catch let error as ConfigError {
             reloadFailed(error.description)
         } catch let error as SecretError {
+            reloadFailed(error.description)
+        } catch let error as PlaceholderKeyError {
             reloadFailed(error.description)
         } catch {
             reloadFailed("unexpected error")

@@ -109,7 +109,7 @@ struct SecretTrafficTests {
             .arm(.stall),
         ])
         p.on(.requestBody(hop(1), .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false))), [
-            .release(hop(1), reuse: false), .write(startingWith: "HTTP/1.1 403 ", containing: ["secret_egress_blocked", "a_token"]),
+            .release(hop(1), reuse: false), .cancelTimer, .write(startingWith: "HTTP/1.1 403 ", containing: ["secret_egress_blocked", "a_token"]),
             .emit(.status(403)), .close(.afterFlush),
         ])
     }
@@ -119,7 +119,7 @@ struct SecretTrafficTests {
             ["GET https://unscoped.example/?x=A-INJECTED-7c1e HTTP/1.1", "Host: unscoped.example"],
             ["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "X-Debug: A-INJECTED-7c1e"],
             ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "X-B64: \(Base64.encode(Array("A-INJECTED-7c1e".utf8)))"],
-            ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Cookie: t=GH-REAL-VALUE-5e1d"],
+            ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "X-Note: t=GH-REAL-VALUE-5e1d"],
           ])
     func headGuard(_ lines: [String]) {
         var p = Playbook(Self.fixture)
@@ -131,6 +131,13 @@ struct SecretTrafficTests {
         #expect(written.contains("secret_egress_blocked"))
         #expect(!written.contains("A-INJECTED") && !written.contains("GH-REAL"), "the answer names the secret, never its value")
         #expect(p.emitted.first?.guardFinding != nil)
+    }
+
+    @Test("a secret's value in a sensitive header toward another origin is stripped by the scope rules: nothing to block")
+    func strippedNotBlocked() throws {
+        let sent = try #require(sentUpstream(["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Cookie: t=GH-REAL-VALUE-5e1d"],
+                                             to: plain))
+        #expect(!sent.contains("GH-REAL-VALUE") && !sent.contains("Cookie"))
     }
 
     @Test("a secret's own value toward its own scope's origin passes the guard")
