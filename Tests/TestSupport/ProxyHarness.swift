@@ -23,12 +23,16 @@ public final class ProxyHarness: @unchecked Sendable {
     public convenience init(yaml: String, secrets: [String: String], threads: Int = 2,
                             _ adjust: (inout EngineConfiguration) -> Void = { _ in }) throws {
         let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
-        let context = Runtime.scopeContext(config, secrets: StaticSecrets(secrets))
+        let context = Runtime.scopeContext(config, secrets: StaticSecrets(secrets),
+                                           placeholders: PlaceholderTable(config.placeholders, key: Self.placeholderKey))
         try self.init(threads: threads) { engine in
             engine.scope = ScopeContextHolder(context)
             adjust(&engine)
         }
     }
+
+    /// The per-install key of in-process proxies (fixed: `Placeholder.text(secret:key:)` gives their placeholders).
+    public static let placeholderKey = [UInt8](repeating: 42, count: 32)
 
     /// A scope context from YAML, for swapping into a running harness (reload tests).
     public static func context(yaml: String, secrets: [String: String]) throws -> ScopeContext {
