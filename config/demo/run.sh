@@ -17,8 +17,8 @@ openssl x509 -req -in "$WORK/origin.csr" -CA "$WORK/origin-ca.pem" -CAkey "$WORK
   -out "$WORK/origin.pem" -days 1 -extfile "$WORK/origin.ext" 2>/dev/null
 sed "s|\${DEMO_DIR}|$WORK|g" config/demo/demo.yaml > "$WORK/demo.yaml"
 
-python3 config/demo/origin.py cdn 18766 & PIDS+=($!)
-python3 config/demo/origin.py api 18765 "http://127.0.0.1:18766/files/report.pdf" & PIDS+=($!)
+python3 config/demo/origin.py cdn 18766 2>"$WORK/origin-cdn.log" & PIDS+=($!)
+python3 config/demo/origin.py api 18765 "http://127.0.0.1:18766/files/report.pdf" 2>"$WORK/origin-api.log" & PIDS+=($!)
 python3 config/demo/origin.py secure-api 18767 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-secure-api.log" & PIDS+=($!)
 python3 config/demo/origin.py github 18768 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-github.log" & PIDS+=($!)
 DEMO_API_TOKEN=demo-api-token-123 DEMO_CDN_TOKEN=demo-cdn-token-456 DEMO_GH_TOKEN=demo-gh-token-789 \
@@ -28,12 +28,16 @@ sleep 0.3
 echo "== curl -L through scopeproxy, with a client-side X-API-Key the app should never have sent to a CDN:"
 echo '   curl -x http://127.0.0.1:18080 -L -H "X-API-Key: client-secret" http://127.0.0.1:18765/download'
 curl -sS -x http://127.0.0.1:18080 -L -H "X-API-Key: client-secret" http://127.0.0.1:18765/download
+echo "   what the cdn received (its own log): $(tail -1 "$WORK/origin-cdn.log")"
 echo
 echo "== the same without scopeproxy (what leaks today):"
 curl -sS -L -H "X-API-Key: client-secret" http://127.0.0.1:18765/download
+echo "   what the cdn received (its own log): $(tail -1 "$WORK/origin-cdn.log")"
 echo
 echo "== a direct call to the api through scopeproxy (token injected, client holds no secret):"
 curl -sS -x http://127.0.0.1:18080 http://127.0.0.1:18765/v1/books?limit=5
+echo "   what the api received (its own log): $(tail -1 "$WORK/origin-api.log")"
+echo "   (the origins echo what they get; scopeproxy's response scrub masks the tokens it injected before the client sees them)"
 echo
 echo "== https: trust scopeproxy's local CA (never -k), and the token is injected inside TLS:"
 "$BINARY" ca --config "$WORK/demo.yaml" > "$WORK/scopeproxy-ca.pem"
@@ -41,7 +45,6 @@ echo '   scopeproxy ca --config demo.yaml > scopeproxy-ca.pem'
 echo '   curl --cacert scopeproxy-ca.pem -x http://127.0.0.1:18080 https://localhost:18767/v1/me'
 curl -sS --cacert "$WORK/scopeproxy-ca.pem" -x http://127.0.0.1:18080 https://localhost:18767/v1/me
 echo "   what the origin received (its own log): $(tail -1 "$WORK/origin-secure-api.log")"
-echo "   (the origin echoed the token; scopeproxy's response scrub masked it before the client saw it)"
 echo
 echo "== a placeholder: the client holds a stand-in, the origin gets the value, nobody else gets anything:"
 echo '   eval "$(scopeproxy env --config demo.yaml)"'
