@@ -191,6 +191,7 @@ public final class AccessLog: Sendable {
             // Secrets by name only, never by value; present when something happened.
             if !record.substituted.isEmpty { line.array("substituted", record.substituted) }
             if !record.scrubbed.isEmpty { line.array("scrubbed", Self.scrubbedNames(record)) }
+            if let encoding = record.scrubSkipped { line.string("scrub_skipped", encoding) }
             if let finding = record.guardFinding {
                 line.beginObject("guard")
                 line.string("secret", finding.secret)
@@ -248,6 +249,7 @@ public final class AccessLog: Sendable {
             if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
             if !record.substituted.isEmpty { parts.append("substituted=\(record.substituted.joined(separator: ","))") }
             if !record.scrubbed.isEmpty { parts.append("scrubbed=\(Self.scrubbedNames(record).joined(separator: ","))") }
+            if let encoding = record.scrubSkipped { parts.append("scrub_skipped=\(encoding)") }
             if let finding = record.guardFinding {
                 parts.append("guard=\(finding.secret):\(finding.isPlaceholder ? "placeholder" : "value"):\(finding.encoding)")
             }
