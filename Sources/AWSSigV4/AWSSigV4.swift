@@ -30,9 +30,11 @@ import HTTP1Codec
 ///   set and `/` percent-encoded, including the `%` of escapes already there: the documented
 ///   "encode twice", since the path on the wire is already encoded once (botocore:
 ///   `quote(normalize_url_path(path), safe='/~')`).
-/// - URI, S3 (`s3`): the path exactly as sent (already URI-encoded once; S3 object keys may hold
-///   `//` and `.` segments, so nothing is normalized). botocore's `S3SigV4Auth` and the CRT signer
-///   sign the serialized path verbatim in the same way.
+/// - URI, S3 (`s3`): the object key's single URI encoding: the path percent-decoded (`+` as a
+///   space, as S3 reads a path) and encoded once, `/` kept, nothing normalized (keys may hold `//`
+///   and `.` segments). For a path an SDK serialized (everything but the unreserved set and `/`
+///   escaped) this is the path as sent, which botocore's `S3SigV4Auth` and the CRT signer sign;
+///   for a raw `(` or `=` from a plain HTTP client it is what S3 computes from the key.
 /// - Query: each `name=value` pair percent-decoded (`+` as a space, as AWS's query APIs and the Go
 ///   SDK read it) and re-encoded with the unreserved set (`%20` for a space), sorted by encoded name
 ///   then value; a pair without `=` gets an empty value. `AWSSigV4Signature.canonicalQuery` is that

@@ -22,10 +22,18 @@ enum AWSSigV4Canonical {
         return leading + segments.map { PercentEncoding.encode(Array($0.utf8)) }.joined(separator: "/") + trailing
     }
 
-    /// S3: the path exactly as sent. It is already URI-encoded once (what S3 expects), and object
-    /// keys may contain `//`, `.` and `..`, which normalizing would change into another key.
+    /// S3: the object key's single URI encoding, not normalized (keys may hold `//`, `.` and `..`).
+    /// S3 computes it from the key it decodes out of the path, not from the path's spelling: a
+    /// path an SDK sent (every byte but the unreserved set and `/` already escaped, as botocore's
+    /// serializer does it) comes out unchanged, which is what botocore and the CRT signer sign; a
+    /// path a plain HTTP client sent with `(`, `!`, `=` or `$` raw is signed as S3 will see it
+    /// (`%28`, ...). `+` decodes to a space, as S3 reads a path (its canonical request for
+    /// `/libstdc++-docs` reads `/libstdc%20%20-docs`); an escaped `%2F` is the key's `/`.
     static func s3URI(_ path: String) -> String {
-        path.isEmpty ? "/" : path
+        guard !path.isEmpty else { return "/" }
+        let key = PercentEncoding.decode(Substring(path), plusAsSpace: true)
+        return key.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+            .map { PercentEncoding.encode(Array($0)) }.joined(separator: "/")
     }
 
     /// Pairs decoded (`+` as a space) and re-encoded with the unreserved set, sorted by encoded name

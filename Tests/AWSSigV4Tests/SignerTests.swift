@@ -70,13 +70,16 @@ struct SignerTests {
         }
     }
 
-    @Test("S3 keeps the path as sent; other services normalize and encode it again", arguments: [
+    @Test("S3 encodes the key once, unnormalized; other services normalize the path and encode it again", arguments: [
         ("/a//b/./c/../d", "/a/b/d", "/a//b/./c/../d"),
         ("/a%20b/caf%C3%A9", "/a%2520b/caf%25C3%25A9", "/a%20b/caf%C3%A9"),
         ("", "/", "/"),
         ("/..", "/", "/.."),
         ("/a/b/", "/a/b/", "/a/b/"),
-        ("/~x/a+b=c$d", "/~x/a%2Bb%3Dc%24d", "/~x/a+b=c$d"),
+        ("/~x/a+b=c$d", "/~x/a%2Bb%3Dc%24d", "/~x/a%20b%3Dc%24d"),
+        ("/b/file(1)!.txt", "/b/file%281%29%21.txt", "/b/file%281%29%21.txt"),
+        ("/b/a%2fb%7e%2B%25", "/b/a%252fb%257e%252B%2525", "/b/a/b~%2B%25"),
+        ("/b/caf%c3%a9", "/b/caf%25c3%25a9", "/b/caf%C3%A9"),
     ])
     func canonicalURI(_ path: String, _ other: String, _ s3: String) {
         #expect(AWSSigV4Canonical.normalizedURI(path) == other)
