@@ -43,6 +43,12 @@ import HTTP1Codec
 /// - Headers: lowercase names, sorted; values with leading/trailing whitespace removed and runs of
 ///   whitespace collapsed to one space; fields of one name joined with `,` in the order sent.
 ///   Values are hashed as the bytes that go on the wire.
+///
+/// **Verified against** (AWSSigV4Tests): all 34 cases of the AWS SigV4 test suite (canonical
+/// request, string to sign and Authorization byte for byte), and botocore's `SigV4Auth` /
+/// `S3SigV4Auth` (Debian bookworm's python3-botocore 1.29.27, and PyPI's 1.43.11 where a python3 on
+/// PATH has it) over GET/PUT/POST requests to s3, execute-api, sts and dynamodb, with and without a
+/// session token, in both header selections.
 public enum AWSSigV4 {
     /// The payload hash S3 accepts instead of a body digest (the body is then not signed; TLS
     /// protects it in transit).
@@ -207,7 +213,7 @@ public struct AWSSigV4Timestamp: Sendable, Equatable {
 }
 
 /// The fields a signature adds, and what the access log may say about it.
-public struct AWSSigV4Signature: Sendable, CustomStringConvertible {
+public struct AWSSigV4Signature: Sendable, CustomStringConvertible, CustomReflectable {
     /// To append to the request, in this order: X-Amz-Date, X-Amz-Security-Token (with a session
     /// token), X-Amz-Content-Sha256 (S3), Authorization. The token is a secret: never log these.
     public let fields: [HTTPField]
@@ -218,6 +224,8 @@ public struct AWSSigV4Signature: Sendable, CustomStringConvertible {
     public let canonicalQuery: String
 
     public var description: String { "AWSSigV4Signature(signed: \(signedHeaders.joined(separator: ";")))" }
+    /// `dump` and test-failure expansions show the signed names, never the fields (the token).
+    public var customMirror: Mirror { Mirror(self, children: ["signedHeaders": signedHeaders]) }
 }
 
 /// Signs requests for one service in one region with one set of credentials.
@@ -251,7 +259,7 @@ public struct AWSSigV4Signer: Sendable {
             && text.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D }
     }
 
-    /// S3's rules: the path is not normalized or encoded again, and X-Amz-Content-Sha256 is sent.
+    /// S3's rules: the key is encoded once and not normalized, and X-Amz-Content-Sha256 is sent.
     public var usesS3Rules: Bool { service == "s3" }
 
     public func sign(_ request: AWSSigV4Request, at time: AWSSigV4Timestamp) throws(AWSSigV4Error) -> AWSSigV4Signature {

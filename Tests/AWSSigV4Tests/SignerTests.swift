@@ -135,6 +135,7 @@ struct SignerTests {
         var dumped = ""
         dump(creds, to: &dumped)
         dump(signer, to: &dumped)
+        dump(signature, to: &dumped)
         let texts = [String(describing: creds), String(reflecting: creds), "\(signer)", String(reflecting: signer), "\(signature)", dumped]
             + [AWSSigV4Error.invalidAccessKeyID, .emptySecretAccessKey, .invalidSessionToken, .invalidRegion, .invalidService, .invalidPayloadHash].map(\.description)
         for text in texts {
