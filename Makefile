@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx valgrind nginx-light
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-botocore valgrind nginx-light
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -36,6 +36,8 @@ packages-test: packages-build
 	@python3 -c 'import h11' 2>/dev/null || python3 -m pip install -q h11
 	@# httpx is a real client in the recipe tests (HTTP_PROXY / SSL_CERT_FILE)
 	@python3 -c 'import httpx' 2>/dev/null || python3 -m pip install -q httpx
+	@# botocore's signer is the reference of the AWS SigV4 differential test
+	@python3 -c 'import botocore' 2>/dev/null || python3 -m pip install -q botocore
 	@# Node's WHATWG URL parser is the reference of the Location differential test
 	@command -v node >/dev/null || $(MAKE) --no-print-directory packages-node
 

@@ -29,6 +29,8 @@ let package = Package(
         // SHA-256, HMAC and random bytes over OpenSSL (placeholders, AWS SigV4).
         .target(name: "Digests", dependencies: ["COpenSSL"]),
         .target(name: "ScopePolicy", dependencies: ["HTTP1Codec", "Digests"]),
+        // AWS Signature Version 4: canonical request, signing key, the fields to add (no clock).
+        .target(name: "AWSSigV4", dependencies: ["Digests", "HTTP1Codec"]),
         // Secret values found in byte streams in all their encodings (one automaton per secret set),
         // for response scrubbing and the egress guard. The log tripwire takes its encodings from
         // here but keeps its own search.
@@ -54,6 +56,8 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyCore", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "JSONTextTests", dependencies: ["JSONText"]),
+        // The AWS SigV4 test suite's vectors (Vectors/) and botocore's signer (python3) as references.
+        .testTarget(name: "AWSSigV4Tests", dependencies: ["AWSSigV4", "HTTP1Codec"], exclude: ["Vectors", "botocore_sign.py"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
         .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
