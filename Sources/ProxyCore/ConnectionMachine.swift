@@ -65,6 +65,8 @@ public struct ConnectionMachine {
         let request: ClientRequest
         /// The scope context the exchange started with (a reload does not change it mid-flight).
         let scope: ScopeContext
+        /// When the request arrived (seconds since 1970): every hop's signature is made at it.
+        let wallClock: Int64
         var record: ExchangeRecord
         var chain = RedirectChain()
         var hop: Hop
@@ -83,9 +85,11 @@ public struct ConnectionMachine {
         var response: ResponseState = .awaiting(interims: 0)
         var upstreamClosed = false
 
-        init(request: ClientRequest, scope: ScopeContext, record: ExchangeRecord, hop: Hop, hopID: HopID, requestBody: BodyState) {
+        init(request: ClientRequest, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord, hop: Hop, hopID: HopID,
+             requestBody: BodyState) {
             self.request = request
             self.scope = scope
+            self.wallClock = wallClock
             self.record = record
             self.hop = hop
             self.hopID = hopID
@@ -99,12 +103,20 @@ public struct ConnectionMachine {
     public final class Collection {
         let request: ClientRequest
         let scope: ScopeContext
+        let wallClock: Int64
         let record: ExchangeRecord
+        /// The most that is read; beyond it the request is refused (413).
+        let limit: Int
+        /// Set when a SigV4 scope needs the body whole to hash it (the 413 names that scope).
+        let signingScope: String?
 
-        init(request: ClientRequest, scope: ScopeContext, record: ExchangeRecord) {
+        init(request: ClientRequest, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord, limit: Int, signingScope: String?) {
             self.request = request
             self.scope = scope
+            self.wallClock = wallClock
             self.record = record
+            self.limit = limit
+            self.signingScope = signingScope
         }
     }
 
@@ -320,20 +332,26 @@ public struct ConnectionMachine {
             let request = ClientRequest(head: head, origin: origin, pathAndQuery: "", userinfo: nil, framing: .none, client: client)
             let hop = Hop(target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), decision: ScopeDecision(),
                           head: [], body: .none, isUpgrade: false)
-            start(Exchange(request: request, scope: arrival.scope, record: record, hop: hop, hopID: nextHopID(),
+            start(Exchange(request: request, scope: arrival.scope, wallClock: arrival.wallClock, record: record, hop: hop, hopID: nextHopID(),
                            requestBody: .complete), transport: .raw)
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery
-            if let limit = bodyReadFirst(request, scope: arrival.scope) {
-                // The scope decision depends on the body (a form's `_method`), or placeholders in
-                // it are replaced: read it first.
-                state = .collecting(Collection(request: request, scope: arrival.scope, record: record))
+            switch bodyReadFirst(request, scope: arrival.scope) {
+            case .refuse(let error):
+                // Known from the head alone (a Content-Length over the limit): nothing is read.
+                reject(error, record: record, consumedBody: false)
+            case .read(let limit, let signingScope):
+                // The scope decision depends on the body (a form's `_method`), placeholders in it
+                // are replaced, or a signature hashes it: read it first.
+                state = .collecting(Collection(request: request, scope: arrival.scope, wallClock: arrival.wallClock, record: record,
+                                               limit: limit, signingScope: signingScope))
                 actions.append(.collectRequestBody(request.framing, limit: limit))
                 arm(.stall)
-                return
+            case .stream:
+                plan(request, body: request.framing == .none ? .none : .streamed(request.framing), scope: arrival.scope,
+                     wallClock: arrival.wallClock, record: record)
             }
-            plan(request, body: request.framing == .none ? .none : .streamed(request.framing), scope: arrival.scope, record: record)
         }
     }
 
@@ -341,8 +359,14 @@ public struct ConnectionMachine {
     /// A form to a scope limiting `methods:` may carry `_method`; a JSON or form body to an origin
     /// whose scopes substitute placeholders has them replaced (up to `maxSubstitutedBody`; a
     /// larger one announced by Content-Length streams, and the guard refuses any placeholder in it).
-    private func bodyReadFirst(_ request: ClientRequest, scope: ScopeContext) -> Int? {
-        guard request.framing != .none else { return nil }
+    private enum BodyRead {
+        case stream
+        case read(limit: Int, signingScope: String?)
+        case refuse(ProxyError)
+    }
+
+    private func bodyReadFirst(_ request: ClientRequest, scope: ScopeContext) -> BodyRead {
+        guard request.framing != .none else { return .stream }
         let head = request.head
         var limit: Int?
         if scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
@@ -355,21 +379,32 @@ public struct ConnectionMachine {
             let fits = if case .contentLength(let length) = request.framing { length <= UInt64(settings.limits.maxSubstitutedBody) } else { true }
             if fits { limit = max(limit ?? 0, settings.limits.maxSubstitutedBody) }
         }
-        return limit
+        // A SigV4 scope that hashes bodies (not s3) needs this one whole, up to its limit.
+        if let signer = scope.policy.signingScope(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
+                                                  client: request.client.name),
+           case .awsSigV4(let spec) = signer.signing, case .hashBody(let hashLimit) = spec.payloadHashing {
+            if case .contentLength(let length) = request.framing, length > UInt64(hashLimit) {
+                return .refuse(.bodyTooLargeToSign(scope: signer.name, limit: hashLimit))
+            }
+            return .read(limit: max(limit ?? 0, hashLimit), signingScope: signer.name)
+        }
+        return limit.map { .read(limit: $0, signingScope: nil) } ?? .stream
     }
 
     /// The client's own hop: scoped, then started.
-    private mutating func plan(_ request: ClientRequest, body: HopBody, scope: ScopeContext, record: ExchangeRecord) {
+    private mutating func plan(_ request: ClientRequest, body: HopBody, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord) {
         var record = record
         let target = HopTarget(origin: request.origin, method: request.head.method, pathAndQuery: request.pathAndQuery)
-        switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: scope, requestID: record.id) {
+        switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: scope, requestID: record.id,
+                               wallClock: wallClock) {
         case .failure(let error):
             let consumed = { if case .streamed = body { false } else { true } }()
             reject(error, record: record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
         case .success(let hop):
             record.note(hop.decision)
             record.substituted = hop.substituted
-            let exchange = Exchange(request: request, scope: scope, record: record, hop: hop, hopID: nextHopID(),
+            record.signed = hop.signed
+            let exchange = Exchange(request: request, scope: scope, wallClock: wallClock, record: record, hop: hop, hopID: nextHopID(),
                                     requestBody: { if case .streamed = body { .streaming } else { .complete } }())
             if case .replayed(let bytes) = body {
                 exchange.captured = bytes
@@ -387,10 +422,13 @@ public struct ConnectionMachine {
             arm(.stall)
         case .complete(let bytes):
             cancelTimer()
-            plan(collection.request, body: .replayed(bytes), scope: collection.scope, record: collection.record)
+            plan(collection.request, body: .replayed(bytes), scope: collection.scope, wallClock: collection.wallClock,
+                 record: collection.record)
         case .tooLarge:
             // Fail closed: a body the proxy cannot inspect cannot be shown to stay within the scope.
-            reject(.bodyTooLargeToInspect(limit: settings.limits.maxInspectedBody), record: collection.record, consumedBody: false)
+            let error: ProxyError = collection.signingScope.map { .bodyTooLargeToSign(scope: $0, limit: collection.limit) }
+                ?? .bodyTooLargeToInspect(limit: collection.limit)
+            reject(error, record: collection.record, consumedBody: false)
         case .invalid:
             reject(.malformedRequest("invalid chunked request body"), record: collection.record, consumedBody: false)
         }
@@ -596,13 +634,15 @@ public struct ConnectionMachine {
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = exchange.request.head.fields
-        switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id) {
+        switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id,
+                               wallClock: exchange.wallClock) {
         case .failure(let error):
             reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive,
                    clientVersion: exchange.request.head.version)
         case .success(let hop):
             next.note(hop.decision)
             next.substituted = hop.substituted
+            next.signed = hop.signed
             exchange.record = next
             exchange.chain = chain
             exchange.hop = hop

@@ -36,6 +36,8 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var substituted: [String] = []
     /// Injected or substituted values found in the response and masked (the log's `scrubbed`).
     public var scrubbed: [SecretFinding] = []
+    /// The signature the proxy made for this request (`aws_sigv4`), if any (the log's `signed`).
+    public var signed: String?
     /// A response body the scrub could not read, by its Content-Encoding (`gzip`): it passed as it was.
     public var scrubSkipped: String?
     /// What the egress guard stopped (a value or a placeholder that may not go to this origin).

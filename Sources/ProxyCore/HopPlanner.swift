@@ -1,3 +1,4 @@
+import AWSSigV4
 import HTTP1Codec
 import ScopePolicy
 import SecretScan
@@ -54,9 +55,13 @@ public struct Hop: Sendable, Equatable {
     /// What the egress guard looks for in a streamed body (values and placeholders this origin may
     /// not receive), if anything.
     public let bodyGuard: SecretWatch?
+    /// The signature this hop carries (`aws_sigv4`), if a scope signed it.
+    public let signed: String?
 
     public init(target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
-                isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil) {
+                isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
+                signed: String? = nil) {
+        self.signed = signed
         self.target = target
         self.decision = decision
         self.head = head
@@ -75,9 +80,10 @@ public struct Hop: Sendable, Equatable {
 /// of a redirect chain the proxy follows. The step where credentials are stripped, injected or
 /// substituted, and where the egress guard reads the head before anything is sent.
 public enum HopPlanner {
+    /// `wallClock`: seconds since 1970 (UTC), the time a signature is made at.
     public static func plan(
         _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
-        requestID: String
+        requestID: String, wallClock: Int64
     ) -> Result<Hop, ProxyError> {
         var chainContext = chain.context
         // Finding 3 of the review: a client's credentials were meant for the origin it addressed.
@@ -177,6 +183,16 @@ public enum HopPlanner {
             // A compressed body cannot be scanned in flight: ask scoped origins for identity.
             outgoing.fields.set(name: "Accept-Encoding", value: "identity")
         }
+        var signed: String?
+        if let signer = scope.policy.signingScope(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                                                  client: client, chain: chainContext, methodOverride: override),
+           let signing = signer.signing {
+            switch sign(&outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
+                        scope: signer, spec: signing, secrets: scope.secrets, wallClock: wallClock) {
+            case .failure(let error): return .failure(error)
+            case .success: signed = signing.kind
+            }
+        }
         let framing: BodyFraming = switch body {
         case .none: .none
         case .streamed(let framing): framing
@@ -202,8 +218,11 @@ public enum HopPlanner {
             }
         }
         var scrub: SecretWatch?
-        if scope.protection.scrub != .off, !scoped.decision.injected.isEmpty || !substituted.isEmpty {
-            let decision = scoped.decision
+        var decision = scoped.decision
+        if signed != nil, !decision.injected.contains(where: { $0.lowercased() == "authorization" }) {
+            decision.injected.append("Authorization")
+        }
+        if scope.protection.scrub != .off, !decision.injected.isEmpty || !substituted.isEmpty {
             let sent = { sentSecrets(decision, substituted: substituted, policy: policy) }
             if substituted.isEmpty, let mask = policy.injectingMask(decision) {
                 scrub = scope.values.scrubWatch(key: .scopes(mask), secrets: sent)
@@ -213,8 +232,54 @@ public enum HopPlanner {
         }
         var streamedGuard: SecretWatch?
         if case .streamed = body { streamedGuard = watch }
-        return .success(Hop(target: target, decision: scoped.decision, head: head, body: body, outgoingBody: outgoingBody,
-                            isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard))
+        return .success(Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
+                            isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard,
+                            signed: signed))
+    }
+
+    /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query
+    /// goes out in its canonical form (what was signed is exactly what the origin reads, `+` included).
+    static func sign(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
+                     outgoingBody: [UInt8]?, scope: Scope, spec: SigningSpec, secrets: any SecretLookup,
+                     wallClock: Int64) -> Result<Void, ProxyError> {
+        guard case .awsSigV4(let aws) = spec else { return .success(()) }
+        let payloadHash: String
+        switch (aws.payloadHashing, body) {
+        case (.unsignedPayload, _):
+            payloadHash = AWSSigV4.unsignedPayload
+        case (.hashBody, .streamed):
+            // The machine reads a body it must hash before planning; one that streams was too large.
+            return .failure(.bodyTooLargeToSign(scope: scope.name, limit: AWSSigV4Spec.maxHashedBodyBytes))
+        case (.hashBody, .none), (.hashBody, .replayed):
+            payloadHash = AWSSigV4.payloadHash(body: outgoingBody ?? [])
+        }
+        guard let keyID = secrets.value(of: aws.accessKeyIDSecret) else {
+            return .failure(.credentialUnavailable(scope: scope.name, secret: aws.accessKeyIDSecret))
+        }
+        guard let secretKey = secrets.value(of: aws.secretAccessKeySecret) else {
+            return .failure(.credentialUnavailable(scope: scope.name, secret: aws.secretAccessKeySecret))
+        }
+        var token: SecretValue?
+        if let name = aws.sessionTokenSecret {
+            guard let value = secrets.value(of: name) else { return .failure(.credentialUnavailable(scope: scope.name, secret: name)) }
+            token = value
+        }
+        AWSSigV4.removeClientSigningFields(from: &outgoing.fields)
+        let path = String(pathAndQuery.prefix { $0 != "?" })
+        let query = pathAndQuery.firstIndex(of: "?").map { String(pathAndQuery[pathAndQuery.index(after: $0)...]) } ?? ""
+        do {
+            let credentials = try AWSCredentials(accessKeyID: keyID.exposedBytes, secretAccessKey: secretKey.exposedBytes,
+                                                 sessionToken: token?.exposedBytes)
+            let signer = try AWSSigV4Signer(service: aws.service, region: aws.region, credentials: credentials)
+            let signature = try signer.sign(AWSSigV4Request(method: outgoing.method, authority: origin.authority, path: path,
+                                                            query: query, fields: outgoing.fields, payloadHash: payloadHash),
+                                            at: AWSSigV4Timestamp(secondsSinceEpoch: wallClock))
+            for field in signature.fields { outgoing.fields.append(name: field.name, value: field.value) }
+            pathAndQuery = signature.canonicalQuery.isEmpty ? path : path + "?" + signature.canonicalQuery
+            return .success(())
+        } catch {
+            return .failure(.signingFailed(scope: scope.name, reason: error.description))
+        }
     }
 
     static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin) -> ProxyError {
@@ -235,7 +300,7 @@ public enum HopPlanner {
         var names = Set(substituted)
         guard !decision.injected.isEmpty else { return names }
         // A scope injects all of its headers or none (skipped, with the reason in the decision).
-        for scope in policy.scopes where !scope.inject.isEmpty && decision.scopes.contains(scope.name)
+        for scope in policy.scopes where (!scope.inject.isEmpty || scope.signing != nil) && decision.scopes.contains(scope.name)
             && !decision.skipped.contains(where: { $0.scope == scope.name }) {
             names.formUnion(scope.injectedSecretNames)
         }

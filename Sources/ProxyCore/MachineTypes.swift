@@ -107,10 +107,14 @@ public struct Arrival: Sendable {
     public var now: UInt64
     /// The scope context in force (a reload swaps it; an exchange keeps the one it started with).
     public var scope: ScopeContext
+    /// Seconds since 1970, UTC: the time signatures are made at (the engine reads the clock; tables
+    /// that sign nothing leave it 0).
+    public var wallClock: Int64
 
-    public init(now: UInt64, scope: ScopeContext) {
+    public init(now: UInt64, scope: ScopeContext, wallClock: Int64 = 0) {
         self.now = now
         self.scope = scope
+        self.wallClock = wallClock
     }
 }
 

@@ -21,6 +21,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     case requestBodyTimeout
     /// A body the scope decision depends on is larger than the proxy reads to decide.
     case bodyTooLargeToInspect(limit: Int)
+    /// A body a non-s3 SigV4 scope must hash is over the limit (it is buffered to be hashed).
+    case bodyTooLargeToSign(scope: String, limit: Int)
+    /// A signing credential's value is not one the signature can use (the reason names no value).
+    case signingFailed(scope: String, reason: String)
     case dnsFailure(Origin)
     case upstreamRefused(Origin)
     case connectTimeout(Origin)
@@ -69,12 +73,12 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
-        case .credentialUnavailable, .redirectBlocked: 502
+        case .credentialUnavailable, .redirectBlocked, .signingFailed: 502
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
         case .requestHeadTimeout, .requestBodyTimeout: 408
-        case .bodyTooLargeToInspect: 413
+        case .bodyTooLargeToInspect, .bodyTooLargeToSign: 413
         case .targetTooLong: 414
         case .headTooLarge, .tooManyFields: 431
         case .unsupportedTransferCoding: 501
@@ -100,6 +104,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .requestHeadTimeout: "request_head_timeout"
         case .requestBodyTimeout: "request_body_timeout"
         case .bodyTooLargeToInspect: "body_too_large_to_inspect"
+        case .bodyTooLargeToSign: "body_too_large_to_sign"
+        case .signingFailed: "credential_unavailable"
         case .dnsFailure: "dns_failure"
         case .upstreamRefused: "upstream_refused"
         case .connectTimeout: "connect_timeout"
@@ -151,6 +157,9 @@ public enum ProxyError: Error, Equatable, Sendable {
             }
         case .rateLimited(let client, _): "client '\(client)' is over its rate limit"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
+        case .bodyTooLargeToSign(let scope, let limit):
+            "scope '\(scope)' signs the request body's SHA-256, which needs the body whole: it is over \(limit / 1024) KiB"
+        case .signingFailed(let scope, let reason): "scope '\(scope)' cannot sign the request: \(reason)"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"

@@ -189,6 +189,7 @@ public final class AccessLog: Sendable {
             line.array("injected", record.injected)
             line.array("stripped", record.stripped)
             // Secrets by name only, never by value; present when something happened.
+            if let signed = record.signed { line.string("signed", signed) }
             if !record.substituted.isEmpty { line.array("substituted", record.substituted) }
             if !record.scrubbed.isEmpty { line.array("scrubbed", Self.scrubbedNames(record)) }
             if let encoding = record.scrubSkipped { line.string("scrub_skipped", encoding) }
@@ -247,6 +248,7 @@ public final class AccessLog: Sendable {
             parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
             if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
             if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
+            if let signed = record.signed { parts.append("signed=\(signed)") }
             if !record.substituted.isEmpty { parts.append("substituted=\(record.substituted.joined(separator: ","))") }
             if !record.scrubbed.isEmpty { parts.append("scrubbed=\(Self.scrubbedNames(record).joined(separator: ","))") }
             if let encoding = record.scrubSkipped { parts.append("scrub_skipped=\(encoding)") }

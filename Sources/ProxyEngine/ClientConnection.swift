@@ -175,7 +175,7 @@ final class ClientConnection: UpstreamLegOwner {
     }
 
     private func arrival() -> Arrival {
-        Arrival(now: monotonicMicroseconds(), scope: configuration.scope.context)
+        Arrival(now: monotonicMicroseconds(), scope: configuration.scope.context, wallClock: Int64(time(nil)))
     }
 
     // MARK: Upstream legs

@@ -42,6 +42,8 @@ public final class Metrics: Sendable {
         var clientRefusals: [String: UInt64] = [:]
         /// Matches masked in responses, by secret name.
         var scrubbed: [String: UInt64] = [:]
+        /// Requests the proxy signed, by kind of signature (`aws_sigv4`).
+        var signed: [String: UInt64] = [:]
         /// Requests the egress guard stopped, by secret name and whether a placeholder was found.
         var egressBlocked: [BlockKey: UInt64] = [:]
         struct BlockKey: Hashable {
@@ -71,6 +73,7 @@ public final class Metrics: Sendable {
             if let upstreamError { counters.upstreamErrors[upstreamError, default: 0] += 1 }
             // Findings by name only: the core's (head values) and the engine's (bodies) alike.
             for finding in record.scrubbed { counters.scrubbed[finding.secret, default: 0] += 1 }
+            if let signed = record.signed { counters.signed[signed, default: 0] += 1 }
             if let finding = record.guardFinding {
                 counters.egressBlocked[.init(secret: finding.secret, placeholder: finding.isPlaceholder), default: 0] += 1
             }
@@ -105,6 +108,7 @@ public final class Metrics: Sendable {
         for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
         for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
         for (secret, count) in exchange.scrubbed { add("scopeproxy_scrubbed_total", ["secret", secret], count) }
+        for (kind, count) in exchange.signed { add("scopeproxy_signed_total", ["kind", kind], count) }
         for (key, count) in exchange.egressBlocked {
             add("scopeproxy_egress_blocked_total", ["secret", key.secret, "kind", key.placeholder ? "placeholder" : "value"], count)
         }
@@ -144,6 +148,7 @@ public final class Metrics: Sendable {
         "scopeproxy_rate_limited_total": ("counter", "Requests refused with 429 because their client was over its rate, by client."),
         "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
+        "scopeproxy_signed_total": ("counter", "Requests the proxy signed, by kind of signature (aws_sigv4)."),
         "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
         "scopeproxy_redirects_total": ("counter", "Redirect decisions."),
         "scopeproxy_scrubbed_total": ("counter", "Injected or substituted values masked in responses (every match), by secret name."),

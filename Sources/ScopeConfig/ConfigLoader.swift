@@ -176,7 +176,7 @@ struct Decoder {
         // header (lowercased) injected at an origin -> the scopes that inject it there, and whom they serve
         var injectors: [Origin: [String: [(scope: String, clients: Set<String>?)]]] = [:]
         for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute"],
+            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"],
                                    context: "a scope")
             guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
             let name = try nonEmptyString(nameNode)
@@ -237,8 +237,12 @@ struct Decoder {
                 return served
             }
             let substitute = try keys["substitute"].map { node throws(ConfigError) in try substituted(node) } ?? []
-            // A substituted placeholder puts the secret's value on the wire, as an injection does.
-            let givesCredentials = !injections.isEmpty || !pass.isEmpty || !substitute.isEmpty
+            let signing = try keys["sign"].map { node throws(ConfigError) in try self.signing(node, scope: name) }
+            if let signNode = keys["sign"], let injected = injections.first(where: { $0.header.lowercased() == "authorization" }) {
+                throw error(signNode, "scope '\(name)' both signs and injects \(injected.header): the signature is the Authorization header; remove the inject")
+            }
+            // A substituted placeholder or a signature puts a credential on the wire, as an injection does.
+            let givesCredentials = !injections.isEmpty || !pass.isEmpty || !substitute.isEmpty || signing != nil
             var origins: Set<Origin> = []
             for originNode in try list(originsNode) {
                 let text = try string(originNode)
@@ -256,13 +260,14 @@ struct Decoder {
                         throw self.error(originNode, "http origin \(origin) would get credentials in clear text: set require_https: false on scope '\(name)' if that is really meant")
                     }
                 }
-                for injection in injections {
-                    let header = injection.header.lowercased()
+                // A signature sets Authorization: it counts as injecting it.
+                for header in injections.map({ $0.header.lowercased() }) + (signing != nil ? ["authorization"] : []) {
+                    let shown = injections.first { $0.header.lowercased() == header }?.header ?? "Authorization (sign)"
                     // Two scopes may inject the same header at one origin only for disjoint clients:
                     // then each request gets exactly one of them.
                     for other in injectors[origin]?[header] ?? [] {
                         guard let mine = servedClients, let theirs = other.clients, mine.isDisjoint(with: theirs) else {
-                            throw self.error(originNode, "scopes '\(other.scope)' and '\(name)' both inject \(injection.header) at \(origin)"
+                            throw self.error(originNode, "scopes '\(other.scope)' and '\(name)' both inject \(shown) at \(origin)"
                                              + (servedClients != nil || other.clients != nil ? " for the same client" : ""))
                         }
                     }
@@ -270,7 +275,8 @@ struct Decoder {
                 }
             }
             scopes.append(Scope(name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
-                                pass: Set(pass), methods: methods, paths: paths, clients: servedClients, substitute: substitute))
+                                pass: Set(pass), methods: methods, paths: paths, clients: servedClients, substitute: substitute,
+                                signing: signing))
         }
         return scopes
     }

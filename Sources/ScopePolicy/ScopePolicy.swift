@@ -32,15 +32,20 @@ public struct Scope: Sendable, Equatable {
     /// `substitute:` secrets (each declared with `placeholder: true`) whose placeholders are swapped
     /// for their values in requests to these origins.
     public let substitute: Set<String>
+    /// `sign:`: the scope signs the requests it covers (AWS SigV4) instead of or besides injecting.
+    public let signing: SigningSpec?
 
     public init(
         name: String, origins: Set<Origin>, requireHTTPS: Bool = true, inject: [Injection] = [],
         pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil, clients: Set<String>? = nil,
-        substitute: Set<String> = []
+        substitute: Set<String> = [], signing: SigningSpec? = nil
     ) {
         self.clients = clients
         self.substitute = substitute
-        injectedSecretNames = Set(inject.flatMap(\.template.secretNames))
+        self.signing = signing
+        // A signature carries the access key id and the session token (never the secret key, which
+        // only keys the HMAC): those go to the scope's origins like an injected value.
+        injectedSecretNames = Set(inject.flatMap(\.template.secretNames)).union(signing?.sentSecretNames ?? [])
         secretNames = substitute.union(injectedSecretNames)
         self.name = name
         self.origins = origins
@@ -290,6 +295,17 @@ public struct ScopePolicy: Sendable {
         return names
     }
 
+    /// The scope that signs this request (the first covering one with `sign:`, under the same
+    /// conditions as its injection); nil when none does.
+    public func signingScope(method: String, origin: Origin, pathAndQuery: String, client: String?,
+                             chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none) -> Scope? {
+        guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return nil }
+        return scopes.first { scope in
+            scope.signing != nil && scope.origins.contains(origin) && scope.serves(client)
+                && injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery, override: methodOverride) == nil
+        }
+    }
+
     /// Whether some scope could substitute a placeholder for this origin and client (the body of a
     /// request there is read first when it is JSON or a form).
     public func substitutes(for origin: Origin, client: String?) -> Bool {
@@ -320,7 +336,7 @@ public struct ScopePolicy: Sendable {
     public func injectingMask(_ decision: ScopeDecision) -> UInt64? {
         guard scopes.count <= 64, !decision.injected.isEmpty else { return decision.injected.isEmpty ? 0 : nil }
         var mask: UInt64 = 0
-        for (index, scope) in scopes.enumerated() where !scope.inject.isEmpty && decision.scopes.contains(scope.name)
+        for (index, scope) in scopes.enumerated() where (!scope.inject.isEmpty || scope.signing != nil) && decision.scopes.contains(scope.name)
             && !decision.skipped.contains(where: { $0.scope == scope.name }) {
             mask |= 1 << UInt64(index)
         }

@@ -9,6 +9,21 @@ public enum SigningSpec: Sendable, Equatable {
         case .awsSigV4(let spec): spec.secretNames
         }
     }
+
+    /// The secrets whose values go on the wire with a signature (the access key id in
+    /// `Authorization`, the session token in `X-Amz-Security-Token`), never the secret key.
+    public var sentSecretNames: [String] {
+        switch self {
+        case .awsSigV4(let spec): [spec.accessKeyIDSecret] + (spec.sessionTokenSecret.map { [$0] } ?? [])
+        }
+    }
+
+    /// For the log's `signed` field and metrics: `aws_sigv4`.
+    public var kind: String {
+        switch self {
+        case .awsSigV4: "aws_sigv4"
+        }
+    }
 }
 
 /// AWS Signature Version 4 for one service in one region. The credentials are secret *names*;

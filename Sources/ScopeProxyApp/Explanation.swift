@@ -3,6 +3,9 @@ import ProxyCore
 import ScopeConfig
 import ScopePolicy
 import SecretStore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `scopeproxy explain`: what the proxy would do with one request, without sending it. It runs the
 /// same admission, hop planning and redirect direction the engine runs, with the secrets' names in
@@ -99,7 +102,7 @@ public enum Explanation {
                                    userinfo: admitted.userinfo, framing: admitted.framing, client: identity)
         let hopTarget = HopTarget(origin: origin, method: method, pathAndQuery: client.pathAndQuery)
         let hop: Hop
-        switch HopPlanner.plan(client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>") {
+        switch HopPlanner.plan(client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>", wallClock: Int64(time(nil))) {
         case .failure(let error):
             out.line("answer", "\(error.status) \(error.code): \(error.message)")
             return (out.text, 0)
@@ -257,7 +260,7 @@ public enum Explanation {
         case .follow(let target, let body, _):
             out.line("redirect", "a 302 to \(location): followed by the proxy to \(target.origin)")
             let chain = ResponseDirector.chain(after: RedirectChain(), hop: hop, to: target, request: client)
-            if case .success(let next) = HopPlanner.plan(client, to: target, body: body, chain: chain, scope: scope, requestID: "<request id>") {
+            if case .success(let next) = HopPlanner.plan(client, to: target, body: body, chain: chain, scope: scope, requestID: "<request id>", wallClock: Int64(time(nil))) {
                 out.line("", "the next hop gets injected: \(next.decision.injected.isEmpty ? "nothing" : next.decision.injected.joined(separator: ", ")); "
                          + "stripped: \(next.decision.stripped.isEmpty ? "nothing" : next.decision.stripped.joined(separator: ", "))"
                          + (target.origin != client.origin ? " (the client's own credentials never go to another origin)" : ""))
