@@ -45,7 +45,10 @@ public enum Explanation {
             return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
         }
         let placeholders = previewPlaceholders(config)
-        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets(), placeholders: placeholders)
+        let accessKeyIDs = Set(config.policy.scopes.compactMap { scope -> String? in
+            if case .awsSigV4(let spec)? = scope.signing { spec.accessKeyIDSecret } else { nil }
+        })
+        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets(accessKeyIDs: accessKeyIDs), placeholders: placeholders)
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
             var nearest: (name: String, distance: Int)?
@@ -136,6 +139,13 @@ public enum Explanation {
         let decision = hop.decision
         if decision.injected.isEmpty {
             out.line("injected", "nothing")
+        }
+        if hop.signed != nil, let signer = covering.first(where: { $0.signing != nil }), case .awsSigV4(let spec)? = signer.signing {
+            out.line("signed", "AWS SigV4 by scope \(signer.name): service \(spec.service), region \(spec.region), access key id from secret "
+                     + "'\(spec.accessKeyIDSecret)', secret key from '\(spec.secretAccessKeySecret)'"
+                     + (spec.sessionTokenSecret.map { ", session token from '\($0)'" } ?? "")
+                     + (spec.service == "s3" ? "; payload UNSIGNED-PAYLOAD" : "; the body's SHA-256 (bodies up to 1 MiB)")
+                     + ". The signature below is made from stand-ins, not the values.")
         }
         for scope in covering {
             for injection in scope.inject where decision.injected.contains(injection.header) {
@@ -308,7 +318,14 @@ public enum Explanation {
 
     /// Secret values for the report: each secret's own reference, so the head shows where it goes.
     private struct PreviewSecrets: SecretLookup {
-        func value(of name: String) -> SecretValue? { SecretValue("${\(name)}") }
+        /// Secrets used as AWS access key ids, whose syntax (letters, digits, `_`) a `${name}`
+        /// reference would break: they preview as `EXPLAIN_name`.
+        var accessKeyIDs: Set<String> = []
+
+        func value(of name: String) -> SecretValue? {
+            guard accessKeyIDs.contains(name) else { return SecretValue("${\(name)}") }
+            return SecretValue("EXPLAIN_" + String(name.map { $0.isLetter || $0.isNumber ? $0 : "_" }))
+        }
         /// The report shows where values go; it has none to scan for.
         var currentValues: [String: SecretValue] { [:] }
     }
