@@ -154,6 +154,14 @@ public final class OAuth2TokenCache: Sendable {
         }
     }
 
+    /// The token a request would be given now (for the log tripwire, which must know its value).
+    public var current: OAuth2AccessToken? {
+        guarded.withLock { guarded in
+            if case .valid(let token) = guarded.state { return token }
+            return nil
+        }
+    }
+
     /// How many wait for the fetch in flight (tests, metrics).
     public var waiting: Int {
         guarded.withLock { guarded in

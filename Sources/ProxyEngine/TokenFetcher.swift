@@ -28,12 +28,14 @@ final class TokenFetcher: @unchecked Sendable {
     private let metrics: Metrics
     private let responseLimit: Int
     private let clock: @Sendable () -> UInt64
+    private let observer: (@Sendable (String, SecretValue) -> Void)?
     // Touched only on the loop's thread:
     private var exchanges: [ObjectIdentifier: (exchange: TokenExchange, job: Job)] = [:]
     private var rotations: [String: Rotation] = [:]
 
     init(configuration: EngineConfiguration, secrets: SecretLookup, sink: RefreshTokenSink?, responseLimit: Int,
-         clock: @escaping @Sendable () -> UInt64) throws(EngineError) {
+         clock: @escaping @Sendable () -> UInt64, observer: (@Sendable (String, SecretValue) -> Void)?) throws(EngineError) {
+        self.observer = observer
         var configuration = configuration
         if configuration.tls == nil { configuration.tls = try? TLSContexts(authority: nil, upstreamCA: nil) }
         loop = try MailboxLoop(name: "scopeproxy-token", configuration: configuration)
@@ -98,9 +100,13 @@ final class TokenFetcher: @unchecked Sendable {
         case .success(let response):
             result = OAuth2TokenResponse.parse(status: response.status, body: response.body).mapError(failure)
         }
-        if case .success(let grant) = result, case .refreshToken(let name) = job.spec.grant,
-           let rotated = grant.refreshToken, rotated != refreshTokenSent {
-            keepRotated(name, rotated, replacing: refreshTokenSent, for: job)
+        if case .success(let grant) = result {
+            // The tripwire learns a value before any request can carry it.
+            observer?(job.secret, grant.accessToken)
+            if case .refreshToken(let name) = job.spec.grant, let rotated = grant.refreshToken, rotated != refreshTokenSent {
+                observer?(name, rotated)
+                keepRotated(name, rotated, replacing: refreshTokenSent, for: job)
+            }
         }
         complete(job, result)
     }

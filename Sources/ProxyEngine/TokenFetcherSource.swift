@@ -19,16 +19,20 @@ public final class OAuth2Tokens: Sendable {
 
     /// `specs`: the OAuth2 secrets by name. `secrets`: where client secrets and refresh tokens are
     /// read (the secret store). `sink`: where rotated refresh tokens are saved (the store; nil keeps
-    /// them in memory). `clock`: monotonic milliseconds (tests move it). The fetcher's thread starts
-    /// now; nothing is fetched until a request needs a token.
+    /// them in memory). `clock`: monotonic milliseconds (tests move it). `observer`: told every new
+    /// access token and rotated refresh token (secret name, value), on the fetcher's thread, before
+    /// any waiter gets it: the log tripwire must know them. The fetcher's thread starts now; nothing
+    /// is fetched until a request needs a token.
     public init(specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
                 policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
-                clock: (@Sendable () -> UInt64)? = nil) throws(EngineError) {
+                clock: (@Sendable () -> UInt64)? = nil,
+                observer: (@Sendable (_ secret: String, _ value: SecretValue) -> Void)? = nil) throws(EngineError) {
         let clock = clock ?? { monotonicMilliseconds() }
         entries = Dictionary(uniqueKeysWithValues: specs.map { name, spec in
             (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))
         })
-        fetcher = try TokenFetcher(configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock)
+        fetcher = try TokenFetcher(configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
+                                   observer: observer)
         self.clock = clock
     }
 
@@ -74,6 +78,9 @@ public final class OAuth2Tokens: Sendable {
     public func markStale(secret: String, token: OAuth2AccessToken) -> Bool {
         entries[secret]?.cache.markStale(token) ?? false
     }
+
+    /// The access tokens requests would be given now (the log tripwire's list).
+    public var currentValues: [SecretValue] { entries.values.compactMap { $0.cache.current?.value } }
 
     /// The cache of `secret` (tests; metrics of waiters).
     public func cache(for secret: String) -> OAuth2TokenCache? { entries[secret]?.cache }

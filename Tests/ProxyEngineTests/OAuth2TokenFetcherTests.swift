@@ -48,14 +48,16 @@ private final class Rig {
     let loops: [MailboxLoop]
     let tokens: OAuth2Tokens
     let answers = Answers()
+    /// What the observer (the tripwire's feed) was told.
+    let observed = Locked<[(String, SecretValue)]>([])
 
     init(workers: Int = 5, grant: OAuth2Spec.Grant = .clientCredentials, secrets: SecretLookup? = nil, sink: RefreshTokenSink? = nil,
-         trustTestCA: Bool = true, endpointURL: ((TokenEndpointFixture) -> String)? = nil) throws {
+         trustTestCA: Bool = true, endpointURL: ((TokenEndpointFixture) -> String)? = nil, upstreamTimeout: Int = 3_000) throws {
         pki = try TestPKI()
         endpoint = try TokenEndpointFixture(pki: pki)
         var configuration = EngineConfiguration()
         configuration.tls = try TLSContexts(authority: nil, upstreamCA: trustTestCA ? pki.caPath : nil)
-        configuration.timeouts = Timeouts(connect: 3_000, upstream: 3_000)
+        configuration.timeouts = Timeouts(connect: 3_000, upstream: upstreamTimeout)
         loops = try (0..<workers).map { index throws in try MailboxLoop(name: "test-worker-\(index)", configuration: configuration) }
         let url = endpointURL?(endpoint) ?? endpoint.url
         guard case .absolute(let origin, let path, _) = try RequestTarget.parse(url, method: "POST") else { throw FixtureFailed() }
@@ -64,7 +66,8 @@ private final class Rig {
         let clock = clock
         tokens = try OAuth2Tokens(specs: ["partner": spec],
                                   secrets: secrets ?? StaticSecrets(["client_secret": Rig.clientSecret]),
-                                  sink: sink, configuration: configuration, clock: { clock.read() })
+                                  sink: sink, configuration: configuration, clock: { clock.read() },
+                                  observer: { [observed] secret, value in observed.withLock { $0.append((secret, value)) } })
     }
 
     static let clientSecret = "CANARY-client-secret-\(UInt32.random(in: 0...UInt32.max))"
@@ -220,6 +223,34 @@ struct OAuth2TokenFetcherTests {
         #expect(rig.answers.tokens.last == "CANARY-at-3")
         #expect(rig.endpoint.requests.last?.body.contains("refresh_token=CANARY-rt-2&") == true)
         #expect(try String(contentsOfFile: path, encoding: .utf8) == "CANARY-rt-3")
+    }
+
+    @Test("an endpoint slower than the upstream timeout: every waiter gets response_timeout, the loops never block")
+    func responseTimeout() throws {
+        let rig = try Rig(workers: 2, upstreamTimeout: 300)
+        rig.endpoint.set(.grant, delay: 1.5)
+        let started = Date()
+        rig.acquire(6)
+        // While the fetch is pending the workers' loops keep running their other work.
+        let echoed = Locked(0)
+        for loop in rig.loops { loop.mailbox.post { echoed.withLock { $0 += 1 } } }
+        usleep(100_000)
+        #expect(echoed.withLock { $0 } == 2)
+        #expect(rig.answers.all.isEmpty)
+        #expect(rig.answers.wait(for: 6))
+        #expect(Date().timeIntervalSince(started) < 1.4)
+        #expect(rig.answers.failures.map(\.reason) == Array(repeating: .responseTimeout, count: 6))
+        #expect(rig.answers.failures.first?.reasonCode == "response_timeout")
+    }
+
+    @Test("the observer (the tripwire's feed) learns every access token and rotated refresh token; currentValues lists the live token")
+    func observer() throws {
+        let rig = try Rig(workers: 1)
+        rig.acquire(1)
+        #expect(rig.answers.wait(for: 1))
+        #expect(rig.observed.withLock { $0.map(\.0) } == ["partner"])
+        #expect(rig.observed.withLock { $0.map(\.1) } == [SecretValue("CANARY-at-1")])
+        #expect(rig.tokens.currentValues == [SecretValue("CANARY-at-1")])
     }
 
     @Test("canaries: client secret, access and refresh tokens, and the endpoint's error text appear in no failure text")
