@@ -6,6 +6,15 @@ import ScopePolicy
 /// The OAuth2 secrets of a configuration: one single-flight cache each, and the fetcher that
 /// obtains their tokens. Shared by every worker; what a worker asks for, it is answered on its
 /// own loop thread.
+///
+/// Wiring (the composition root and the worker):
+/// - `OAuth2Tokens(specs:secrets:sink:configuration:observer:)` once per configuration, with the
+///   secret store as `secrets` and `sink`, and the tripwire's feed as `observer`; `stop()` at shutdown.
+/// - Each `Worker` owns an `EventMailbox(base:)` made after its base, and closes it (`close()`) in
+///   `deinit` before `event_base_free`.
+/// - A request that needs the token calls `acquire(secret:mailbox:onReady:)` on its worker's thread;
+///   `onReady` runs on that thread (at once when cached). A 401 from an origin the token went to:
+///   `markStale(secret:token:)`.
 public final class OAuth2Tokens: Sendable {
     private struct Entry: Sendable {
         let spec: OAuth2Spec
