@@ -49,7 +49,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         var changedNanoseconds: Int
     }
 
-    private let sources: [String: SecretSource]
+    let sources: [String: SecretSource]  // internal: SecretStore+Rotation.swift reads it
     private let storeDirectory: String
     /// The config file these sources come from, named in the `secret set` hint: without
     /// `--config` that command writes to the default store, not to this config's `store_dir`.

@@ -1,0 +1,172 @@
+import PosixSupport
+import ScopePolicy
+
+/// An access token as the cache hands it out. `generation` identifies it (a 401 marks this one
+/// stale, not whichever token is current by then); its value prints as `<redacted>`.
+public struct OAuth2AccessToken: Sendable, Equatable {
+    public let value: SecretValue
+    public let generation: UInt64
+    /// Monotonic milliseconds after which the cache fetches a new one.
+    public let validUntil: UInt64
+}
+
+/// How long tokens are trusted, and how soon a failed endpoint is tried again (the contract's numbers).
+public struct TokenCachePolicy: Sendable, Equatable {
+    /// Tokens are renewed this long before the endpoint's `expires_in` ends.
+    public var marginMilliseconds: UInt64 = 30_000
+    /// The lifetime of a token that came without `expires_in`.
+    public var defaultLifetimeMilliseconds: UInt64 = 300_000
+    /// After a failure, requests fail at once for this long: a broken endpoint is not hammered.
+    public var retryFloorMilliseconds: UInt64 = 1_000
+
+    public init() {}
+
+    /// `expires_in` minus the margin; a lifetime shorter than twice the margin keeps half of itself
+    /// (a 40 s token must not be renewed after 10 s, nor used for all 40).
+    public func lifetime(expiresIn: Int?) -> UInt64 {
+        guard let expiresIn else { return defaultLifetimeMilliseconds }
+        let full = UInt64(max(0, expiresIn)) * 1000
+        return full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2
+    }
+}
+
+/// Handed to the one caller that must start a fetch; `complete` takes it back.
+public struct TokenFetchTicket: Sendable, Equatable {
+    public let number: UInt64
+}
+
+/// Someone waiting for a token: `deliver` is called once, outside the cache's lock, by whoever
+/// completes the fetch (the engine's `deliver` posts the result to the waiter's own worker thread).
+public struct TokenWaiter: Sendable {
+    public let id: UInt64
+    public let deliver: @Sendable (Result<OAuth2AccessToken, TokenFailure>) -> Void
+
+    public init(id: UInt64, deliver: @escaping @Sendable (Result<OAuth2AccessToken, TokenFailure>) -> Void) {
+        self.id = id
+        self.deliver = deliver
+    }
+}
+
+/// What `acquire` decided.
+public enum TokenAcquisition: Sendable, Equatable {
+    /// A valid token: use it now (the waiter was not registered).
+    case ready(OAuth2AccessToken)
+    /// A fetch is in flight; the waiter is registered and will be delivered the result.
+    case wait
+    /// The caller must start the fetch and `complete` it with this ticket. Its waiter is
+    /// registered too and is delivered the result like every other.
+    case fetch(TokenFetchTicket)
+    /// The last fetch failed less than the retry floor ago: fail closed now (not registered).
+    case failed(TokenFailure)
+}
+
+/// The single-flight authority for one OAuth2 secret, shared by every worker thread. Pure: it
+/// starts nothing and calls nothing under its lock; the time is given.
+public final class OAuth2TokenCache: Sendable {
+    private enum State {
+        case empty
+        case fetching(TokenFetchTicket, waiters: [TokenWaiter])
+        case valid(OAuth2AccessToken)
+        case failed(TokenFailure, retryAt: UInt64)
+    }
+
+    private struct Guarded {
+        var state: State = .empty
+        var nextTicket: UInt64 = 1
+        var nextGeneration: UInt64 = 1
+    }
+
+    public let secret: String
+    public let policy: TokenCachePolicy
+    private let guarded = Locked(Guarded())
+
+    public init(secret: String, policy: TokenCachePolicy = TokenCachePolicy()) {
+        self.secret = secret
+        self.policy = policy
+    }
+
+    /// `now`: monotonic milliseconds.
+    public func acquire(now: UInt64, waiter: TokenWaiter) -> TokenAcquisition {
+        guarded.withLock { guarded in
+            switch guarded.state {
+            case .valid(let token) where now < token.validUntil:
+                return .ready(token)
+            case .fetching(let ticket, var waiters):
+                waiters.append(waiter)
+                guarded.state = .fetching(ticket, waiters: waiters)
+                return .wait
+            case .failed(let failure, let retryAt) where now < retryAt:
+                return .failed(failure)
+            case .empty, .valid, .failed:
+                let ticket = TokenFetchTicket(number: guarded.nextTicket)
+                guarded.nextTicket += 1
+                guarded.state = .fetching(ticket, waiters: [waiter])
+                return .fetch(ticket)
+            }
+        }
+    }
+
+    /// Ends the fetch `ticket` started. Returns the waiters to deliver `result` to (the caller
+    /// calls their `deliver`, outside any lock), and the result as they get it. A ticket that is
+    /// not the current fetch's changes nothing.
+    public func complete(_ ticket: TokenFetchTicket, _ result: Result<OAuth2TokenGrant, TokenFailure>, now: UInt64)
+        -> (waiters: [TokenWaiter], result: Result<OAuth2AccessToken, TokenFailure>)
+    {
+        guarded.withLock { guarded in
+            guard case .fetching(let current, let waiters) = guarded.state, current == ticket else {
+                return ([], result.map { OAuth2AccessToken(value: $0.accessToken, generation: 0, validUntil: now) })
+            }
+            switch result {
+            case .success(let grant):
+                let token = OAuth2AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
+                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn))
+                guarded.nextGeneration += 1
+                guarded.state = .valid(token)
+                return (waiters, .success(token))
+            case .failure(let failure):
+                guarded.state = .failed(failure, retryAt: now + policy.retryFloorMilliseconds)
+                return (waiters, .failure(failure))
+            }
+        }
+    }
+
+    /// A 401 came from an origin `token` was injected into: if it is still the current token, the
+    /// next `acquire` fetches a new one. A late 401 for an older token changes nothing. Returns
+    /// whether the token was dropped.
+    @discardableResult
+    public func markStale(_ token: OAuth2AccessToken) -> Bool {
+        guarded.withLock { guarded in
+            guard case .valid(let current) = guarded.state, current.generation == token.generation else { return false }
+            guarded.state = .empty
+            return true
+        }
+    }
+
+    /// A waiter that no longer wants the result (its client left). Returns whether it was waiting.
+    @discardableResult
+    public func withdraw(waiterID: UInt64) -> Bool {
+        guarded.withLock { guarded in
+            guard case .fetching(let ticket, var waiters) = guarded.state,
+                  let index = waiters.firstIndex(where: { $0.id == waiterID }) else { return false }
+            waiters.remove(at: index)
+            guarded.state = .fetching(ticket, waiters: waiters)
+            return true
+        }
+    }
+
+    /// The token a request would be given now (for the log tripwire, which must know its value).
+    public var current: OAuth2AccessToken? {
+        guarded.withLock { guarded in
+            if case .valid(let token) = guarded.state { return token }
+            return nil
+        }
+    }
+
+    /// How many wait for the fetch in flight (tests, metrics).
+    public var waiting: Int {
+        guarded.withLock { guarded in
+            if case .fetching(_, let waiters) = guarded.state { return waiters.count }
+            return 0
+        }
+    }
+}
