@@ -128,7 +128,7 @@ struct SigV4EngineTests {
             .appendingPathComponent("Fixtures/sigv4_origin_check.py").path
         let result = try SigV4Origin.runBounded(python, [script], seconds: 120)
         #expect(result.status == 0, "sigv4_origin_check.py:\n\(result.output)")
-        print(result.output.split(separator: "\n").last ?? "")
+        print("SigV4 origin fixture: " + (result.output.split(separator: "\n").last.map(String.init) ?? ""))
     }
 
     @Test("GET with a query to a non-s3 service, no session token: verified, query pairs intact, no payload or token field")

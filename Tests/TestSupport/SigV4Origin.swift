@@ -48,10 +48,12 @@ public final class SigV4Origin: @unchecked Sendable {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Fixtures")
     }
 
-    /// The first python3 that imports botocore: Debian's /usr/bin/python3 (python3-botocore, `make
+    /// The first python3 that imports botocore: $SCOPEPROXY_BOTOCORE_PYTHON when set (to run the
+    /// suite against another botocore release), Debian's /usr/bin/python3 (python3-botocore, `make
     /// packages-test`), else the python3 on PATH. Nil when none does.
     public static let botocorePython: String? = {
         var candidates = ["/usr/bin/python3"]
+        if let chosen = ProcessInfo.processInfo.environment["SCOPEPROXY_BOTOCORE_PYTHON"] { candidates = [chosen] }
         for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
             candidates.append("\(directory)/python3")
         }
