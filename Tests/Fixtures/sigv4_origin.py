@@ -29,6 +29,8 @@ Verification, as an AWS service does it, with botocore as the reference:
   (AWS requires it), and a received X-Amz-Content-Sha256 other than UNSIGNED-PAYLOAD must be the
   body's hash; a service other than s3 must not send UNSIGNED-PAYLOAD.
 
+A verified request to /redirect/PORT/REST is answered 302 with Location http://127.0.0.1:PORT/REST.
+
 Answers 200 {"verified": true, "signed_headers": [...], "saw_client_authorization": bool, ...} or
 403 {"verified": false, "why": "...", ...}; both name the botocore version. saw_client_authorization
 is true when more than one Authorization field arrived (a client's next to the proxy's).
@@ -262,7 +264,14 @@ def make_handler(credentials, log_path):
             record["why"] = document.get("why")
             self.append(record)
             payload = json.dumps(document).encode()
+            # A verified request whose path is /redirect/PORT/REST is sent on to 127.0.0.1:PORT/REST
+            # (302), for the tests of signing per hop.
+            redirect = re.match(r"^/redirect/(\d+)(/.*)$", self.path)
+            if redirect and document["verified"]:
+                status = 302
             self.send_response(status)
+            if status == 302:
+                self.send_header("Location", f"http://127.0.0.1:{redirect.group(1)}{redirect.group(2)}")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

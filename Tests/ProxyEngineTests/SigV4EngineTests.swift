@@ -293,6 +293,34 @@ struct SigV4EngineTests {
         }
     }
 
+    @Test("signing is per hop: a followed redirect is signed for its own origin's scope, or not at all")
+    func redirectSignedPerHop() throws {
+        let origin = try SigV4Origin(credentials: [AWS.plain, AWS.tokened], ports: 5)
+        defer { origin.stop() }
+        let proxy = try ProxyHarness(yaml: AWS.yaml(origin) + "\nredirects: { cross_origin: follow }\n", secrets: AWS.secrets)
+        defer { proxy.stop() }
+
+        let toS3 = try send(proxy.port, origin, 1, "GET", "/redirect/\(origin.ports[3])/bucket/landed?x=1")
+        #expect(toS3.response.status == 200, "\(toS3.why)")
+        #expect(toS3.verified, "the second hop is signed for the s3 scope: \(toS3.why)")
+        let landed = try #require(origin.received.last)
+        #expect(landed.port == origin.ports[3] && landed.path == "/bucket/landed")
+        expectAuthorization(landed, keyID: AWS.tokened.accessKeyID, region: "eu-west-1", service: "s3")
+        #expect(landed.headers("x-amz-content-sha256") == ["UNSIGNED-PAYLOAD"])
+
+        let before = origin.received.count
+        let away = try send(proxy.port, origin, 1, "GET", "/redirect/\(origin.ports[4])/elsewhere")
+        let hops = origin.received.dropFirst(before)
+        #expect(hops.count == 2, "the signed first hop and the followed one")
+        #expect(hops.first?.verified == true, "\(hops.first?.why ?? "")")
+        let unscoped = try #require(hops.last)
+        #expect(unscoped.port == origin.ports[4] && unscoped.path == "/elsewhere")
+        #expect(away.response.status == 403 && away.why == "no Authorization", "the followed hop is not signed")
+        #expect(unscoped.header("authorization") == nil)
+        #expect(unscoped.header("x-amz-date") == nil && unscoped.header("x-amz-security-token") == nil)
+        #expect(!unscoped.allText.contains(AWS.tokened.sessionToken!) && !unscoped.allText.contains(AWS.tokened.accessKeyID))
+    }
+
     @Test("a non-s3 body over 1 MiB (Content-Length) is refused with 413 body_too_large_to_sign, and the origin receives nothing")
     func tooLargeToSign() throws {
         let origin = try SigV4Origin(credentials: [AWS.plain, AWS.tokened], ports: 5)
