@@ -21,6 +21,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
 import sigv4_origin  # noqa: E402 (its clock freezing, for a stale signature)
 PLAIN = ("AKIDPLAINEXAMPLE", "plainSecretKeyEXAMPLE/K7MDENG+bPxRfiCY")
