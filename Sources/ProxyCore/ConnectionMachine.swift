@@ -51,6 +51,9 @@ public struct ConnectionMachine {
         case handshaking(ExchangeRecord)
         /// Reading a request body the scope decision depends on, before anything goes upstream.
         case collecting(Collection)
+        /// A hop's injection needs an access token the proxy is obtaining (`acquireToken`): the hop
+        /// is planned when it arrives. Nothing was sent; no loop waits.
+        case awaitingToken(PendingHop)
         case exchange(Exchange)
         case tunnel(Tunnel)
         /// The answer is written; the transport flushes it and closes. Nothing more is read.
@@ -84,6 +87,8 @@ public struct ConnectionMachine {
         var requestObserved: ExchangeRecord.ObservedBody?
         var response: ResponseState = .awaiting(interims: 0)
         var upstreamClosed = false
+        /// The access tokens the current hop carries (a 401 marks them stale).
+        var tokens: [String: OAuth2AccessToken] = [:]
 
         init(request: ClientRequest, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord, hop: Hop, hopID: HopID,
              requestBody: BodyState) {
@@ -117,6 +122,42 @@ public struct ConnectionMachine {
             self.record = record
             self.limit = limit
             self.signingScope = signingScope
+        }
+    }
+
+    /// A hop waiting for access tokens: what planning it needs, and the tokens it has so far.
+    public final class PendingHop {
+        enum Resume {
+            /// The client's own request.
+            case first(ClientRequest, HopBody, ScopeContext, wallClock: Int64)
+            /// The next hop of a chain the proxy follows.
+            case follow(Exchange, HopTarget, HopBody, RedirectChain)
+        }
+
+        let resume: Resume
+        let record: ExchangeRecord
+        var tokens: [String: OAuth2AccessToken]
+        let waitingFor: String
+
+        init(resume: Resume, record: ExchangeRecord, tokens: [String: OAuth2AccessToken], waitingFor: String) {
+            self.resume = resume
+            self.record = record
+            self.tokens = tokens
+            self.waitingFor = waitingFor
+        }
+
+        var request: ClientRequest {
+            switch resume {
+            case .first(let request, _, _, _): request
+            case .follow(let exchange, _, _, _): exchange.request
+            }
+        }
+
+        var scopeContext: ScopeContext {
+            switch resume {
+            case .first(_, _, let scope, _): scope
+            case .follow(let exchange, _, _, _): exchange.scope
+            }
         }
     }
 
@@ -290,6 +331,14 @@ public struct ConnectionMachine {
             if case .awaitingHead(let wait) = state, wait != .started { closeNow() }
         case .connectionClosed:
             connectionClosed()
+        case .tokenReady(let secret, let token):
+            guard case .awaitingToken(let pending) = state, pending.waitingFor == secret else { break }
+            var tokens = pending.tokens
+            tokens[secret] = token
+            resume(pending, tokens: tokens)
+        case .tokenFailed(let secret, let endpoint, let reason):
+            guard case .awaitingToken(let pending) = state, pending.waitingFor == secret else { break }
+            tokenFailed(pending, secret: secret, endpoint: endpoint, reason: reason)
         }
     }
 
@@ -392,11 +441,17 @@ public struct ConnectionMachine {
     }
 
     /// The client's own hop: scoped, then started.
-    private mutating func plan(_ request: ClientRequest, body: HopBody, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord) {
+    private mutating func plan(_ request: ClientRequest, body: HopBody, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord,
+                               tokens: [String: OAuth2AccessToken] = [:]) {
         var record = record
         let target = HopTarget(origin: request.origin, method: request.head.method, pathAndQuery: request.pathAndQuery)
+        if let missing = missingToken(request, target, chain: RedirectChain(), scope: scope, have: tokens) {
+            awaitToken(missing, PendingHop(resume: .first(request, body, scope, wallClock: wallClock), record: record, tokens: tokens,
+                                           waitingFor: missing), scope: scope)
+            return
+        }
         switch HopPlanner.plan(request, to: target, body: body, chain: RedirectChain(), scope: scope, requestID: record.id,
-                               wallClock: wallClock) {
+                               wallClock: wallClock, tokens: tokens.mapValues(\.value)) {
         case .failure(let error):
             let consumed = { if case .streamed = body { false } else { true } }()
             reject(error, record: record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
@@ -406,6 +461,7 @@ public struct ConnectionMachine {
             record.signed = hop.signed
             let exchange = Exchange(request: request, scope: scope, wallClock: wallClock, record: record, hop: hop, hopID: nextHopID(),
                                     requestBody: { if case .streamed = body { .streaming } else { .complete } }())
+            exchange.tokens = tokens
             if case .replayed(let bytes) = body {
                 exchange.captured = bytes
                 exchange.requestPayload = UInt64(bytes.count)
@@ -550,6 +606,13 @@ public struct ConnectionMachine {
             return
         }
 
+        if head.status == 401 {
+            // The origin refused the token this hop carried: the next request gets a new one (the
+            // source ignores this if a newer token has replaced it meanwhile).
+            for (secret, token) in exchange.tokens.sorted(by: { $0.key < $1.key }) {
+                actions.append(.markTokenStale(secret: secret, token, from: exchange.scope))
+            }
+        }
         let context = ResponseDirector.Context(
             request: exchange.request, hop: exchange.hop, chain: exchange.chain, mode: mode, scope: exchange.scope,
             requestComplete: exchange.requestBody == .complete,
@@ -634,8 +697,20 @@ public struct ConnectionMachine {
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = exchange.request.head.fields
-        switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: record.id,
-                               wallClock: exchange.wallClock) {
+        planFollowed(exchange, to: target, body: body, chain: chain, record: next)
+    }
+
+    /// A followed hop, planned (once any access token it needs is here) and started.
+    private mutating func planFollowed(_ exchange: Exchange, to target: HopTarget, body: HopBody, chain: RedirectChain,
+                                       record next: ExchangeRecord, tokens: [String: OAuth2AccessToken] = [:]) {
+        var next = next
+        if let missing = missingToken(exchange.request, target, chain: chain, scope: exchange.scope, have: tokens) {
+            awaitToken(missing, PendingHop(resume: .follow(exchange, target, body, chain), record: next, tokens: tokens, waitingFor: missing),
+                       scope: exchange.scope)
+            return
+        }
+        switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: next.id,
+                               wallClock: exchange.wallClock, tokens: tokens.mapValues(\.value)) {
         case .failure(let error):
             reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive,
                    clientVersion: exchange.request.head.version)
@@ -654,8 +729,55 @@ public struct ConnectionMachine {
             exchange.requestConsumed = 0
             exchange.response = .awaiting(interims: 0)
             exchange.upstreamClosed = false
+            exchange.tokens = tokens
             start(exchange, transport: hop.origin.scheme == .https ? .tls : .plain)
         }
+    }
+
+    // MARK: Access tokens
+
+    /// The first access token (`oauth2:` secret) this hop's injections need that the exchange does
+    /// not hold yet; nil when it holds them all (or needs none).
+    private func missingToken(_ request: ClientRequest, _ target: HopTarget, chain: RedirectChain, scope: ScopeContext,
+                              have: [String: OAuth2AccessToken]) -> String? {
+        guard !scope.tokenSecrets.isEmpty else { return nil }
+        var context = chain.context
+        if target.origin != request.origin { context.clientCredentialsAllowed = false }
+        let needed = scope.policy.injectedSecrets(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                                                  client: request.client.name, chain: context)
+        return needed.filter { scope.tokenSecrets.contains($0) && have[$0] == nil }.sorted().first
+    }
+
+    /// Nothing goes upstream until the token is here; no timer runs (the token source has its own
+    /// timeouts and always answers), and the client's bytes wait in their buffer.
+    private mutating func awaitToken(_ secret: String, _ pending: PendingHop, scope: ScopeContext) {
+        state = .awaitingToken(pending)
+        actions.append(.acquireToken(secret: secret, from: scope))
+    }
+
+    private mutating func resume(_ pending: PendingHop, tokens: [String: OAuth2AccessToken]) {
+        switch pending.resume {
+        case .first(let request, let body, let scope, let wallClock):
+            plan(request, body: body, scope: scope, wallClock: wallClock, record: pending.record, tokens: tokens)
+        case .follow(let exchange, let target, let body, let chain):
+            state = .exchange(exchange)
+            planFollowed(exchange, to: target, body: body, chain: chain, record: pending.record, tokens: tokens)
+        }
+    }
+
+    /// Fail closed: 502 naming the scope and the token endpoint's origin, never what it said.
+    private mutating func tokenFailed(_ pending: PendingHop, secret: String, endpoint: Origin?, reason: String) {
+        let request = pending.request
+        let owner = (pending.record.origin.map { pending.scopeContext.policy.covering($0, client: request.client.name) } ?? [])
+            .first { $0.inject.contains { $0.template.secretNames.contains(secret) } }
+        let consumed = { () -> Bool in
+            switch pending.resume {
+            case .first(_, let body, _, _): if case .streamed = body { false } else { true }
+            case .follow: true
+            }
+        }()
+        reject(.tokenUnavailable(scope: owner?.name ?? "?", secret: secret, endpoint: endpoint, reason: reason),
+               record: pending.record, consumedBody: consumed && request.head.wantsKeepAlive, clientVersion: request.head.version)
     }
 
     // MARK: Response body → client
@@ -758,6 +880,9 @@ public struct ConnectionMachine {
             closeAfterFlush()
         case .collecting:
             if buffered == 0 { closeNow() }
+        case .awaitingToken(let pending):
+            // A body that has not arrived whole cannot arrive any more: nothing was sent, close.
+            if pending.request.framing != .none, buffered == 0 { closeNow() }
         case .exchange(let exchange):
             // A client may half-close once its request is sent; the response still goes out. Gone
             // mid-body with nothing left buffered, the request can never complete.
@@ -905,6 +1030,10 @@ public struct ConnectionMachine {
             emit(tunnel.record)
         case .collecting(let collection):
             var record = collection.record
+            record.failure = .clientClosed
+            emit(record)
+        case .awaitingToken(let pending):
+            var record = pending.record
             record.failure = .clientClosed
             emit(record)
         case .handshaking(var record):

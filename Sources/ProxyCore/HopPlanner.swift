@@ -83,8 +83,10 @@ public enum HopPlanner {
     /// `wallClock`: seconds since 1970 (UTC), the time a signature is made at.
     public static func plan(
         _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
-        requestID: String, wallClock: Int64
+        requestID: String, wallClock: Int64, tokens: [String: SecretValue] = [:]
     ) -> Result<Hop, ProxyError> {
+        // Access tokens the exchange obtained (`oauth2:` secrets) render like any secret.
+        let secrets: any SecretLookup = tokens.isEmpty ? scope.secrets : TokenOverlay(base: scope.secrets, tokens: tokens)
         var chainContext = chain.context
         // Finding 3 of the review: a client's credentials were meant for the origin it addressed.
         if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
@@ -103,7 +105,7 @@ public enum HopPlanner {
         if !scope.values.placeholders.isEmpty {
             let names = scope.policy.substitutable(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                                    client: client, chain: chainContext, methodOverride: override)
-            if let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: scope.secrets) {
+            if let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) {
                 func apply(_ bytes: [UInt8], _ site: PlaceholderSite) -> Result<[UInt8]?, ProxyError> {
                     switch substitution.rewrite(bytes, at: site) {
                     case .unchanged:
@@ -157,7 +159,7 @@ public enum HopPlanner {
         let scoped: ScopedRequest
         switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                   fields: fields, hasUserinfo: request.userinfo != nil,
-                                  secrets: scope.secrets, chain: chainContext, methodOverride: override,
+                                  secrets: secrets, chain: chainContext, methodOverride: override,
                                   client: client, vouched: vouched) {
         case .failure(.secretUnavailable(let scopeName, let secret)):
             return .failure(.credentialUnavailable(scope: scopeName, secret: secret))
@@ -188,7 +190,7 @@ public enum HopPlanner {
                                                   client: client, chain: chainContext, methodOverride: override),
            let signing = signer.signing {
             switch sign(&outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
-                        scope: signer, spec: signing, secrets: scope.secrets, wallClock: wallClock) {
+                        scope: signer, spec: signing, secrets: secrets, wallClock: wallClock) {
             case .failure(let error): return .failure(error)
             case .success: signed = signing.kind
             }
@@ -306,4 +308,13 @@ public enum HopPlanner {
         }
         return names
     }
+}
+
+/// The store's secrets with an exchange's access tokens on top.
+struct TokenOverlay: SecretLookup {
+    let base: any SecretLookup
+    let tokens: [String: SecretValue]
+
+    func value(of name: String) -> SecretValue? { tokens[name] ?? base.value(of: name) }
+    var currentValues: [String: SecretValue] { base.currentValues.merging(tokens) { _, token in token } }
 }

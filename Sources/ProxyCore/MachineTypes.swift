@@ -161,6 +161,10 @@ public enum ConnectionEvent: Sendable {
     case drain
     /// The client connection is gone (after a close the machine asked for, or any other way).
     case connectionClosed
+    /// The access token the machine asked for (`acquireToken`) is here, or could not be had.
+    case tokenReady(secret: String, OAuth2AccessToken)
+    /// `reason`: a fixed code (`refused`, `rejected`, ...), never what the endpoint said.
+    case tokenFailed(secret: String, endpoint: Origin?, reason: String)
 }
 
 public enum ClientClose: Sendable, Equatable {
@@ -201,6 +205,11 @@ public enum ConnectionAction: Sendable, Equatable {
     case releaseUpstream(HopID, reuse: Bool)
     case armTimer(TimerPurpose, milliseconds: Int)
     case cancelTimer
+    /// Get `secret`'s access token from the context's token source (`tokenReady`/`tokenFailed`
+    /// come back, possibly at once when it is cached). The request waits; no loop blocks.
+    case acquireToken(secret: String, from: ScopeContext)
+    /// A 401 came back from an origin this token went to: the next request gets a new one.
+    case markTokenStale(secret: String, OAuth2AccessToken, from: ScopeContext)
     /// One access-log line (and its metrics). Boxed: the record is far larger than every other
     /// action, and would otherwise set the size of all of them.
     indirect case emit(ExchangeRecord)

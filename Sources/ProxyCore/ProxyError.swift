@@ -23,6 +23,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     case bodyTooLargeToInspect(limit: Int)
     /// A body a non-s3 SigV4 scope must hash is over the limit (it is buffered to be hashed).
     case bodyTooLargeToSign(scope: String, limit: Int)
+    /// An access token could not be had from its endpoint (502 credential_unavailable naming the
+    /// scope and the endpoint's origin, never what the endpoint said).
+    case tokenUnavailable(scope: String, secret: String, endpoint: Origin?, reason: String)
     /// A signing credential's value is not one the signature can use (the reason names no value).
     case signingFailed(scope: String, reason: String)
     case dnsFailure(Origin)
@@ -73,7 +76,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
-        case .credentialUnavailable, .redirectBlocked, .signingFailed: 502
+        case .credentialUnavailable, .redirectBlocked, .signingFailed, .tokenUnavailable: 502
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
@@ -105,7 +108,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .requestBodyTimeout: "request_body_timeout"
         case .bodyTooLargeToInspect: "body_too_large_to_inspect"
         case .bodyTooLargeToSign: "body_too_large_to_sign"
-        case .signingFailed: "credential_unavailable"
+        case .signingFailed, .tokenUnavailable: "credential_unavailable"
         case .dnsFailure: "dns_failure"
         case .upstreamRefused: "upstream_refused"
         case .connectTimeout: "connect_timeout"
@@ -160,6 +163,9 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .bodyTooLargeToSign(let scope, let limit):
             "scope '\(scope)' signs the request body's SHA-256, which needs the body whole: it is over \(limit / 1024) KiB"
         case .signingFailed(let scope, let reason): "scope '\(scope)' cannot sign the request: \(reason)"
+        case .tokenUnavailable(let scope, let secret, let endpoint, let reason):
+            "scope '\(scope)' needs the access token '\(secret)', which could not be obtained from "
+                + (endpoint.map { "\($0)" } ?? "its token endpoint") + " (\(reason)); the next request tries again (at most once a second)"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
@@ -180,7 +186,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
              .badUpstreamResponse, .notProxyRequest, .hostMismatch,
-             .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake:
+             .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
+             .tokenUnavailable:
             true
         default:
             false

@@ -18,15 +18,22 @@ public final class ScopeContext: Sendable {
     /// Secret values and placeholders as the scrub and the guard look for them (updated when the
     /// store re-reads a rotated value).
     public let values: SecretValueIndex
+    /// Where access tokens the proxy obtains (`oauth2:` secrets) come from; nil without any.
+    public let tokens: (any AccessTokenSource)?
+    /// The `oauth2:` secrets' names (a request that injects one waits for its token first).
+    public let tokenSecrets: Set<String>
 
     /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
     /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
     /// `clients` is given: the config refuses both at once).
     public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
                 proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
-                protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex()) {
+                protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
+                tokens: (any AccessTokenSource)? = nil) {
         self.protection = protection
         self.values = values
+        self.tokens = tokens
+        tokenSecrets = tokens?.secretNames ?? []
         self.policy = policy
         self.redirects = redirects
         self.secrets = secrets
@@ -63,4 +70,18 @@ public final class ScopeContextHolder: Sendable {
     public func replace(with context: ScopeContext) {
         current.withLock { $0 = context }
     }
+}
+
+/// Access tokens the proxy obtains and caches (OAuth2): the engine's token source, as the exchange
+/// core sees it. Fetching is the engine's (`acquireToken`); the core only decides when to wait.
+public protocol AccessTokenSource: AnyObject, Sendable {
+    /// The secrets whose value is a token from this source.
+    var secretNames: Set<String> { get }
+    /// The token endpoint's origin (the 502 names it).
+    func endpoint(of secret: String) -> Origin?
+}
+
+extension ScopeContext: Equatable {
+    /// Contexts are compared by identity: a reload makes a new one.
+    public static func == (lhs: ScopeContext, rhs: ScopeContext) -> Bool { lhs === rhs }
 }

@@ -158,6 +158,27 @@ final class ClientConnection: UpstreamLegOwner {
             event_del(timer)
         case .emit(let record):
             emit(record)
+        case .acquireToken(let secret, let scope):
+            acquireToken(secret, from: scope)
+        case .markTokenStale(let secret, let token, let scope):
+            (scope.tokens as? OAuth2Tokens)?.markStale(secret: secret, token: token)
+        }
+    }
+
+    /// The token comes back as an event on this loop (at once when cached, else from the worker's
+    /// mailbox once the one fetch in flight ends); a connection gone by then ignores it.
+    private func acquireToken(_ secret: String, from scope: ScopeContext) {
+        let requested = (scope.tokens as? OAuth2Tokens)?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
+            guard let self, !self.isClosed else { return }
+            switch result {
+            case .success(let token): self.deliver(.tokenReady(secret: secret, token))
+            case .failure(let failure):
+                self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reasonCode))
+            }
+        }
+        if requested != true {
+            // The context's source does not know the secret (a reload removed it): fail closed.
+            deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: "no_token_source"))
         }
     }
 

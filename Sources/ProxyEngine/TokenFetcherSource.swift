@@ -22,6 +22,7 @@ public final class OAuth2Tokens: Sendable {
     }
 
     private let entries: [String: Entry]
+    private let names: Set<String>
     private let fetcher: TokenFetcher
     private let clock: @Sendable () -> UInt64
     private let waiterIDs = Locked<UInt64>(0)
@@ -40,6 +41,7 @@ public final class OAuth2Tokens: Sendable {
         entries = Dictionary(uniqueKeysWithValues: specs.map { name, spec in
             (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))
         })
+        names = Set(specs.keys)
         fetcher = try TokenFetcher(configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
                                    observer: observer)
         self.clock = clock
@@ -100,4 +102,8 @@ public final class OAuth2Tokens: Sendable {
 private final class LoopBound<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
+}
+
+extension OAuth2Tokens: AccessTokenSource {
+    public var secretNames: Set<String> { names }
 }

@@ -62,6 +62,8 @@ final class Worker: @unchecked Sendable {
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
     private let commands = Locked<[Command]>([])
+    /// Where access tokens fetched on the token thread are handed back to this loop.
+    private(set) var tokenMailbox: EventMailbox!
 
     init(index: Int, configuration: EngineConfiguration, slots: ConnectionSlots) throws(EngineError) {
         self.index = index
@@ -88,9 +90,13 @@ final class Worker: @unchecked Sendable {
             Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().housekeeping()
         }, context)
         sp_event_add_ms(housekeepingEvent, 1000)
+        guard let mailbox = EventMailbox(base: base) else { throw .eventBase }
+        tokenMailbox = mailbox
     }
 
     deinit {
+        // Before the base goes: the mailbox's event lives in it.
+        tokenMailbox?.close()
         for listener in listeners { evconnlistener_free(listener) }
         event_free(wakeEvent)
         event_free(resumeAcceptEvent)

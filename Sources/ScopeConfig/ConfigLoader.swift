@@ -58,7 +58,7 @@ struct Decoder {
         // Secrets first: scopes and proxy_auth refer to them.
         if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: file) }
         if let node = keys["secrets"] {
-            (config.secrets, config.placeholders) = try secrets(node)
+            (config.secrets, config.placeholders, config.oauth2) = try secrets(node)
         }
         if let node = keys["listen"] { config.listen = try hostPort(node) }
         if let node = keys["admin"], !node.isNull { config.admin = try hostPort(node) }
@@ -96,9 +96,11 @@ struct Decoder {
     // MARK: Secrets
 
     /// The sources by name, and the secrets that have a placeholder (in name order).
-    mutating func secrets(_ node: YAMLNode) throws(ConfigError) -> ([String: SecretSource], [PlaceholderSecret]) {
+    mutating func secrets(_ node: YAMLNode) throws(ConfigError) -> ([String: SecretSource], [PlaceholderSecret], [String: OAuth2Spec]) {
         guard case .mapping(let pairs) = node.value else { throw error(node, "'secrets' must be a mapping of name -> source") }
         var result: [String: SecretSource] = [:]
+        // `oauth2:` secrets: their value is a token the proxy obtains; read once every name is known.
+        var oauth2Nodes: [(name: String, node: YAMLNode)] = []
         var placeholders: [PlaceholderSecret] = []
         // env_var -> the secret that exports it: two secrets in one variable would shadow each other.
         var variables: [String: String] = [:]
@@ -107,11 +109,18 @@ struct Decoder {
             guard !name.isEmpty, name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
                 throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
             }
-            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "allow_group_read", "placeholder", "env_var"],
+            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"],
                                      context: "secret '\(name)'")
-            let sources = ["env", "file", "store"].filter { fields[$0] != nil }
+            let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }
             guard sources.count == 1 else {
-                throw error(valueNode, "secret '\(name)' needs exactly one source: env, file or store")
+                throw error(valueNode, "secret '\(name)' needs exactly one source: env, file, store or oauth2")
+            }
+            if let oauth2Node = fields["oauth2"] {
+                if let extra = ["allow_group_read", "placeholder", "env_var"].first(where: { fields[$0] != nil }) {
+                    throw error(fields[extra]!, "\(extra) does not apply to an oauth2 secret (its value is a token the proxy obtains)")
+                }
+                oauth2Nodes.append((name, oauth2Node))
+                continue
             }
             if let groupNode = fields["allow_group_read"], fields["file"] == nil {
                 throw error(groupNode, "allow_group_read applies to file secrets only")
@@ -149,9 +158,13 @@ struct Decoder {
             }
             if hasPlaceholder { placeholders.append(PlaceholderSecret(secret: name, environmentVariable: variable)) }
         }
-        secretNames = Set(result.keys)
+        // The inputs of a token request (client secret, refresh token) are ordinary secrets.
+        let inputs = Set(result.keys)
+        var oauth2: [String: OAuth2Spec] = [:]
+        for (name, node) in oauth2Nodes { oauth2[name] = try self.oauth2(node, secret: name, inputSecrets: inputs) }
+        secretNames = inputs.union(oauth2.keys)
         placeholderNames = Set(placeholders.map(\.secret))
-        return (result, placeholders.sorted { $0.secret < $1.secret })
+        return (result, placeholders.sorted { $0.secret < $1.secret }, oauth2)
     }
 
     /// `[A-Za-z_][A-Za-z0-9_]*`: what `export NAME=...` accepts in every POSIX shell.

@@ -15,6 +15,9 @@ public struct ProxyConfiguration: Sendable {
     public var admin: HostPort?
     public var storeDirectory: String
     public var secrets: [String: SecretSource]
+    /// `oauth2:` secrets by name: their value is an access token the proxy obtains (not in `secrets`,
+    /// which the store reads).
+    public var oauth2: [String: OAuth2Spec] = [:]
     /// Secrets declared with `placeholder: true` (and their `env_var`), in name order.
     public var placeholders: [PlaceholderSecret] = []
     /// `scrub:` and `guard:`.

@@ -295,6 +295,19 @@ public struct ScopePolicy: Sendable {
         return names
     }
 
+    /// The secrets this request's injections render: those of the covering scopes that inject into
+    /// it (same conditions as `apply`). A request that needs an access token waits for it first.
+    public func injectedSecrets(method: String, origin: Origin, pathAndQuery: String, client: String?,
+                                chain: ChainContext = ChainContext()) -> Set<String> {
+        guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return [] }
+        var names: Set<String> = []
+        for scope in scopes where !scope.inject.isEmpty && scope.origins.contains(origin) && scope.serves(client)
+            && injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) == nil {
+            names.formUnion(scope.inject.flatMap(\.template.secretNames))
+        }
+        return names
+    }
+
     /// The scope that signs this request (the first covering one with `sign:`, under the same
     /// conditions as its injection); nil when none does.
     public func signingScope(method: String, origin: Origin, pathAndQuery: String, client: String?,

@@ -155,6 +155,18 @@ public enum Commands {
         if let listen = invocation.value("listen").flatMap(ListenAddress.parse) { engine.listen = listen }
         if let threads = invocation.value("threads").flatMap({ Int($0) }) { engine.threads = threads }
         if let tunnel = invocation.value("tunnel").flatMap(TunnelPolicy.init(rawValue:)) { engine.tunnel = tunnel }
+        // OAuth2 tokens are fetched when first needed (never at start), over the upstream TLS above.
+        let minted = MintedTokens()
+        let tokens: OAuth2Tokens?
+        do {
+            tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
+        } catch {
+            fail(error.description)
+            return 1
+        }
+        if tokens != nil {
+            holder.replace(with: Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted))
+        }
 
         let server = ProxyServer(configuration: engine)
         let address: ListenAddress
@@ -170,8 +182,9 @@ public enum Commands {
                             clientListen: server.clientListenAddress)
         // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
         writeStandardError(banner.text + "listening on \(address)\n")
-        let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine)
+        let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
+        running.stop()
         return 0
     }
 

@@ -13,10 +13,26 @@ import Glibc
 public enum Runtime {
     /// `placeholders`: derived with the per-install key (`placeholderTable`).
     public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup,
-                                    placeholders: PlaceholderTable = .empty) -> ScopeContext {
-        let values = SecretValueIndex(placeholders: placeholders, values: secrets.currentValues.mapValues(\.exposedBytes))
+                                    placeholders: PlaceholderTable = .empty, tokens: OAuth2Tokens? = nil,
+                                    minted: MintedTokens? = nil) -> ScopeContext {
+        let values = SecretValueIndex(placeholders: placeholders,
+                                      values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes))
         return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
-                            clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values)
+                            clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
+                            tokens: tokens)
+    }
+
+    /// The OAuth2 token source of a config (nil without `oauth2:` secrets). Every token it obtains
+    /// (and every rotated refresh token) is told to the log tripwire and to the scrub/guard index
+    /// before any request gets it.
+    static func tokenSource(_ config: ProxyConfiguration, secrets: SecretStore, engine: EngineConfiguration,
+                            holder: ScopeContextHolder, minted: MintedTokens) throws(EngineError) -> OAuth2Tokens? {
+        guard !config.oauth2.isEmpty else { return nil }
+        return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value in
+            minted.add(name, value)
+            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
+            holder.context.values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
+        })
     }
 
     /// Secrets too long to scan for (said at start, at each rotation and reload: never silently unguarded).
@@ -86,6 +102,26 @@ public enum Runtime {
     }
 }
 
+/// Values the proxy obtained at run time (access tokens, rotated refresh tokens), by the secret
+/// they belong to: the last two of each, so a line logged just after a refresh is still redacted.
+public final class MintedTokens: Sendable {
+    private let values = Locked<[String: [SecretValue]]>([:])
+
+    public init() {}
+
+    func add(_ secret: String, _ value: SecretValue) {
+        values.withLock { $0[secret] = Array((($0[secret] ?? []) + [value]).suffix(2)) }
+    }
+
+    var all: [SecretValue] { values.withLock { Array($0.values.joined()) } }
+
+    /// `store` with the newest token of each secret (the scrub and guard look for current values).
+    func merged(into store: [String: SecretValue]) -> [String: SecretValue] {
+        let newest = values.withLock { $0.compactMapValues(\.last) }
+        return store.merging(newest) { _, token in token }
+    }
+}
+
 /// A running proxy with its config: rotates file secrets every second and reloads on SIGHUP. A bad
 /// reload logs its error and keeps the old config serving; listen address and threads need a restart.
 final class RunningProxy: Sendable {
@@ -94,21 +130,29 @@ final class RunningProxy: Sendable {
     /// The store the current config's secrets come from; a reload replaces it.
     private let secrets: Locked<SecretStore>
     private let engine: EngineConfiguration
+    /// The token source of the current config (a reload replaces and stops it), and what it minted.
+    private let tokens: Locked<OAuth2Tokens?>
+    private let minted: MintedTokens
 
-    init(configPath: String?, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration) {
+    init(configPath: String?, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
+         tokens: OAuth2Tokens?, minted: MintedTokens) {
         self.configPath = configPath
         self.holder = holder
         self.engine = engine
         self.secrets = Locked(secrets)
+        self.tokens = Locked(tokens)
+        self.minted = minted
     }
+
+    func stop() { tokens.withLock { $0?.stop() } }
 
     func rotateSecrets() {
         let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
         if !result.changed.isEmpty || !result.errors.isEmpty {
-            engine.accessLog?.updateSecrets(secrets.allValues)
+            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
             let values = holder.context.values
-            values.update(values: secrets.currentValues.mapValues(\.exposedBytes))
+            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
             Runtime.reportExclusions(values)
         }
         for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
@@ -121,11 +165,17 @@ final class RunningProxy: Sendable {
             let secrets = Runtime.secretStore(config)
             try secrets.load()
             let placeholders = try Runtime.placeholderTable(config)
-            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders)
+            // A new token source for the new config: its tokens are fetched again when first needed.
+            let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
+            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted)
             holder.replace(with: context)
+            self.tokens.withLock { old in
+                old?.stop()
+                old = tokens
+            }
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
-            engine.accessLog?.updateSecrets(secrets.allValues)
+            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count)), ("clients", String(config.clients.count))])
         } catch let error as ConfigError {
@@ -133,6 +183,8 @@ final class RunningProxy: Sendable {
         } catch let error as SecretError {
             reloadFailed(error.description)
         } catch let error as PlaceholderKeyError {
+            reloadFailed(error.description)
+        } catch let error as EngineError {
             reloadFailed(error.description)
         } catch {
             reloadFailed("unexpected error")
