@@ -8,6 +8,12 @@ public struct OAuth2AccessToken: Sendable, Equatable {
     public let generation: UInt64
     /// Monotonic milliseconds after which the cache fetches a new one.
     public let validUntil: UInt64
+
+    public init(value: SecretValue, generation: UInt64, validUntil: UInt64) {
+        self.value = value
+        self.generation = generation
+        self.validUntil = validUntil
+    }
 }
 
 /// How long tokens are trusted, and how soon a failed endpoint is tried again (the contract's numbers).

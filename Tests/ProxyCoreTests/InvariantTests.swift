@@ -1,5 +1,6 @@
 import HTTP1Codec
 import ProxyCore
+import ScopePolicy
 import Testing
 
 /// SplitMix64: a fixed sequence per seed, so a failing walk can be replayed.
@@ -17,7 +18,11 @@ struct SeededRandom: RandomNumberGenerator {
 /// Random walks of events, plausible and not, checked against the machine's documented invariants.
 @Suite("Machine: invariants over seeded random event sequences")
 struct InvariantTests {
-    static let fixtures = [Configs.follow, Configs.block, Configs.pass, Configs.tunnelAllowed, Configs.intercept, Configs.followOneHop]
+    /// Follow mode where scope a's credential is an OAuth2 token: requests to a.example wait for it.
+    static let tokens = Fixture(Configs.scopes.replacing("a_token: { env: A_TOKEN }",
+                                                         with: #"a_token: { oauth2: { token_url: "https://auth.example/t", grant: client_credentials, client_id: me, client_secret: b_token } }"#)
+                                + Configs.redirects("follow"), tokens: FakeTokenSource(["a_token"]))
+    static let fixtures = [Configs.follow, Configs.block, Configs.pass, Configs.tunnelAllowed, Configs.intercept, Configs.followOneHop, tokens]
 
     static let requests: [[String]] = [
         get,
@@ -103,6 +108,11 @@ struct InvariantTests {
                          .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain])
         case .awaitingHead:
             return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
+        case .awaitingToken(let pending):
+            let token = OAuth2AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
+            return pick([.tokenReady(secret: pending.waitingForSecret, token), .tokenReady(secret: "other", token),
+                         .tokenFailed(secret: pending.waitingForSecret, endpoint: nil, reason: "refused"),
+                         .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall)])
         case .collecting:
             return pick([.collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),
                          .collectedBody(.tooLarge), .collectedBody(.invalid), .timerFired(.stall), .clientInputClosed(bufferedBytes: 0)])

@@ -66,7 +66,7 @@ struct Fixture: Sendable {
     let scope: ScopeContext
     let configuration: ProxyConfiguration
 
-    init(_ yaml: String, secrets: [String: String] = Fixture.secretValues) {
+    init(_ yaml: String, secrets: [String: String] = Fixture.secretValues, tokens: (any AccessTokenSource)? = nil) {
         do {
             configuration = try ConfigLoader.parse(yaml, file: "playbook.yaml", home: "/home/tester")
         } catch {
@@ -82,7 +82,7 @@ struct Fixture: Sendable {
                                       values: secrets.mapValues { Array($0.utf8) })
         scope = ScopeContext(policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
                              proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts,
-                             protection: configuration.protection, values: values)
+                             protection: configuration.protection, values: values, tokens: tokens)
     }
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
