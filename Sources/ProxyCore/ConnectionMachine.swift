@@ -396,6 +396,12 @@ public struct ConnectionMachine {
             case .read(let limit, let signingScope):
                 // The scope decision depends on the body (a form's `_method`), placeholders in it
                 // are replaced, or a signature hashes it: read it first.
+                if head.version == .http1_1, head.fields.containsListToken("expect", "100-continue") {
+                    // The body is read here, not by the origin: the client waiting for the origin's
+                    // 100 would otherwise wait for nothing (RFC 9110 §10.1.1 lets a proxy answer it).
+                    actions.append(.writeToClient(Self.continueResponse))
+                    record.bytesOut += UInt64(Self.continueResponse.count)
+                }
                 state = .collecting(Collection(request: request, scope: arrival.scope, wallClock: arrival.wallClock, record: record,
                                                limit: limit, signingScope: signingScope))
                 actions.append(.collectRequestBody(request.framing, limit: limit))
@@ -584,9 +590,11 @@ public struct ConnectionMachine {
                          closeClient: true)
                     return
                 }
-                let switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: exchange.request.head.version,
+                var switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: exchange.request.head.version,
                                                           keepAlive: true, switchingProtocols: true)
                 var record = exchange.record
+                // The 101's head is scrubbed; the tunnel after it is not (bytes are spliced).
+                if let scrub = exchange.hop.scrub { record.scrubbed += ResponseScrub.scrubHead(&switching, with: scrub) }
                 record.status = 101
                 record.responseFields = switching.fields
                 record.bytesIn += exchange.requestPayload
@@ -603,7 +611,8 @@ public struct ConnectionMachine {
             exchange.response = .awaiting(interims: interims + 1)
             // 1xx must not go to an HTTP/1.0 client (RFC 9110 §15.2).
             if exchange.request.head.version == .http1_1 {
-                let interim = Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true)
+                var interim = Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true)
+                if let scrub = exchange.hop.scrub { exchange.record.scrubbed += ResponseScrub.scrubHead(&interim, with: scrub) }
                 actions.append(.writeToClient(interim.serialized()))
             }
             return
@@ -655,7 +664,7 @@ public struct ConnectionMachine {
         clientHead.fields.set(name: "X-Request-ID", value: exchange.record.id)
         var bodyScrub = exchange.hop.scrub
         if let scrub = exchange.hop.scrub {
-            exchange.record.scrubbed += ResponseScrub.scrubFields(&clientHead.fields, with: scrub)
+            exchange.record.scrubbed += ResponseScrub.scrubHead(&clientHead, with: scrub)
             if let encoding = ResponseScrub.unscannableEncoding(clientHead.fields) {
                 guard exchange.scope.protection.scrub != .strict else {
                     // Strict asked for identity; an origin that compresses anyway is not relayed
@@ -715,8 +724,9 @@ public struct ConnectionMachine {
         switch HopPlanner.plan(exchange.request, to: target, body: body, chain: chain, scope: exchange.scope, requestID: next.id,
                                wallClock: exchange.wallClock, tokens: tokens.mapValues(\.value)) {
         case .failure(let error):
+            // The previous hop's scrub: its origin may have put a value into this hop's target.
             reject(error, record: next, consumedBody: exchange.request.head.wantsKeepAlive,
-                   clientVersion: exchange.request.head.version)
+                   clientVersion: exchange.request.head.version, scrub: exchange.hop.scrub)
         case .success(let hop):
             next.note(hop.decision)
             next.substituted = hop.substituted
@@ -960,7 +970,7 @@ public struct ConnectionMachine {
         if !exchange.connected { record.injected = [] }
         let consumed = !closeClient && exchange.requestBody == .complete && exchange.request.head.wantsKeepAlive
         state = .closing  // the hop is gone; reject decides what comes next
-        reject(error, record: record, consumedBody: consumed, clientVersion: exchange.request.head.version)
+        reject(error, record: record, consumedBody: consumed, clientVersion: exchange.request.head.version, scrub: exchange.hop.scrub)
     }
 
     /// The response was already under way: close without completing it (a chunked body is left
@@ -977,11 +987,14 @@ public struct ConnectionMachine {
 
     /// Answers a request the proxy will not (or can no longer) forward. Keeps the connection only
     /// when the request was read whole and the error leaves the byte stream in a known state.
+    /// `scrub`: what the exchange's responses are scrubbed of; the proxy's own answer too (its
+    /// message names origins, and a redirect can put a value into one).
     private mutating func reject(_ error: ProxyError, record: ExchangeRecord, consumedBody: Bool,
-                                 clientVersion: HTTPVersion = .http1_1) {
+                                 clientVersion: HTTPVersion = .http1_1, scrub: SecretWatch? = nil) {
         cancelTimer()
         let keepAlive = consumedBody && error.allowsKeepAlive && !draining && !clientInputClosed
-        let response = error.response(keepAlive: keepAlive, requestID: record.id, clientVersion: clientVersion)
+        var response = error.response(keepAlive: keepAlive, requestID: record.id, clientVersion: clientVersion)
+        if let scrub { ResponseScrub.mask(&response, with: scrub) }
         var record = record
         record.status = error.status
         record.failure = .proxy(error)
@@ -1087,4 +1100,5 @@ public struct ConnectionMachine {
     static let idempotentMethods: Set<String> = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]
 
     static let connectionEstablished = Array("HTTP/1.1 200 Connection Established\r\n\r\n".utf8)
+    static let continueResponse = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
 }

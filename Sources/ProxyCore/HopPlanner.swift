@@ -29,6 +29,12 @@ public struct HopTarget: Sendable, Equatable {
 /// The redirects the proxy followed for one client request so far.
 public struct RedirectChain: Sendable, Equatable {
     public var hops = 0
+    /// The scopes (bit set, `ScopePolicy.coveringMask`) whose secrets earlier hops of the chain
+    /// may have sent: the scrub of every later hop masks them too (an origin's redirect can carry a
+    /// value into the next hop's target, which echoes it).
+    public var scrubScopes: UInt64 = 0
+    /// The same, by name, when the config has more than 64 scopes.
+    public var scrubNames: Set<String> = []
     /// What the scope rules must remember across hops (stripped names, downgrade, whose credentials).
     public var context = ChainContext()
 
@@ -57,11 +63,16 @@ public struct Hop: Sendable, Equatable {
     public let bodyGuard: SecretWatch?
     /// The signature this hop carries (`aws_sigv4`), if a scope signed it.
     public let signed: String?
+    /// What this hop's scrub covers (for the next hop of a followed chain).
+    public let scrubScopes: UInt64
+    public let scrubNames: Set<String>
 
     public init(target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
                 isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
-                signed: String? = nil) {
+                signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = []) {
         self.signed = signed
+        self.scrubScopes = scrubScopes
+        self.scrubNames = scrubNames
         self.target = target
         self.decision = decision
         self.head = head
@@ -100,14 +111,25 @@ public enum HopPlanner {
         var fields = request.head.fields
         var pathAndQuery = target.pathAndQuery
         var outgoingBody = replayed
-        var vouched: Set<String> = []
+        var vouched: Set<Int> = []
         var substituted: [String] = []
         if !scope.values.placeholders.isEmpty {
             let names = scope.policy.substitutable(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                                    client: client, chain: chainContext, methodOverride: override)
             if let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) {
+                // A client may not make the proxy build a head over the size it accepts from clients,
+                // nor a body far over the one it reads (a long value times many placeholders).
+                var headBudget = Self.maxSubstitutedHead
                 func apply(_ bytes: [UInt8], _ site: PlaceholderSite) -> Result<[UInt8]?, ProxyError> {
-                    switch substitution.rewrite(bytes, at: site) {
+                    let isBody = site == .jsonBody || site == .formBody
+                    let limit = isBody ? Self.maxSubstitutedBodyOutput : headBudget
+                    let outcome = substitution.rewrite(bytes, at: site, limit: limit)
+                    if !isBody {
+                        if case .rewritten(let rewritten, _) = outcome { headBudget -= rewritten.count } else { headBudget -= bytes.count }
+                    }
+                    switch outcome {
+                    case .tooLarge:
+                        return .failure(isBody ? .bodyTooLargeToInspect(limit: Self.maxSubstitutedBodyOutput) : .headTooLarge)
                     case .unchanged:
                         return .success(nil)
                     case .rewritten(let rewritten, let secrets):
@@ -131,8 +153,8 @@ public enum HopPlanner {
                     switch apply(HTTPField.wireBytes(of: field.value), .header(field.name)) {
                     case .failure(let error): return .failure(error)
                     case .success(let rewritten?):
+                        vouched.insert(rewrittenFields.count)
                         rewrittenFields.append(name: field.name, value: HTTPField.value(wireBytes: rewritten))
-                        vouched.insert(SensitiveHeaders.canonicalName(field.name))
                     case .success(nil):
                         rewrittenFields.append(name: field.name, value: field.value)
                     }
@@ -219,24 +241,34 @@ public enum HopPlanner {
                 return .failure(blocked(watch.finding(match), where: "body", target.origin))
             }
         }
-        var scrub: SecretWatch?
         var decision = scoped.decision
         if signed != nil, !decision.injected.contains(where: { $0.lowercased() == "authorization" }) {
             decision.injected.append("Authorization")
         }
-        if scope.protection.scrub != .off, !decision.injected.isEmpty || !substituted.isEmpty {
-            let sent = { sentSecrets(decision, substituted: substituted, policy: policy) }
-            if substituted.isEmpty, let mask = policy.injectingMask(decision) {
-                scrub = scope.values.scrubWatch(key: .scopes(mask), secrets: sent)
+        // The scrub masks every secret this origin's scopes send (whether or not this request got
+        // it: a value written through an API comes back in a later read), and those of the chain's
+        // earlier hops. One watch per scope set: a client cannot make the proxy build more.
+        var scrub: SecretWatch?
+        var scrubScopes: UInt64 = 0
+        var scrubNames: Set<String> = []
+        if scope.protection.scrub != .off {
+            if let mask = policy.coveringMask(target.origin, client: client), chain.scrubNames.isEmpty {
+                scrubScopes = mask | chain.scrubScopes
+                if scrubScopes != 0 {
+                    let scopes = scrubScopes
+                    scrub = scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) })
+                }
             } else {
-                scrub = scope.values.scrubWatch(sent())
+                scrubNames = policy.secretsSent(to: target.origin, client: client)
+                    .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
+                scrub = scope.values.scrubWatch(scrubNames)
             }
         }
         var streamedGuard: SecretWatch?
         if case .streamed = body { streamedGuard = watch }
         return .success(Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
                             isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard,
-                            signed: signed))
+                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames))
     }
 
     /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query
@@ -284,6 +316,11 @@ public enum HopPlanner {
         }
     }
 
+    /// The most a head may grow to by substitution (the codec's own head limit).
+    static let maxSubstitutedHead = 64 * 1024
+    /// The most a body may grow to by substitution.
+    static let maxSubstitutedBodyOutput = 4 * 1024 * 1024
+
     static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin) -> ProxyError {
         finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin)
             : .secretEgressBlocked(finding, where: site, origin)
@@ -295,18 +332,6 @@ public enum HopPlanner {
         guard lineStart > 0 else { return "target" }
         let line = head[lineStart...].prefix { $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: "\r") }
         return "header " + String(decoding: line, as: UTF8.self)
-    }
-
-    /// The secrets whose values this hop carries: those of the templates it injected, and those it substituted.
-    static func sentSecrets(_ decision: ScopeDecision, substituted: [String], policy: ScopePolicy) -> Set<String> {
-        var names = Set(substituted)
-        guard !decision.injected.isEmpty else { return names }
-        // A scope injects all of its headers or none (skipped, with the reason in the decision).
-        for scope in policy.scopes where (!scope.inject.isEmpty || scope.signing != nil) && decision.scopes.contains(scope.name)
-            && !decision.skipped.contains(where: { $0.scope == scope.name }) {
-            names.formUnion(scope.injectedSecretNames)
-        }
-        return names
     }
 }
 

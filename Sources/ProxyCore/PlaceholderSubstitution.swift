@@ -43,6 +43,8 @@ public struct PlaceholderSubstitution {
         case refused(secret: String)
         /// A substituted secret has no value right now.
         case unavailable(secret: String)
+        /// The rewritten bytes would pass `limit` (long values, many placeholders): refused, never built.
+        case tooLarge
     }
 
     /// Placeholders only (every encoding of each: a base64 one is seen, and refused if it cannot be replaced).
@@ -59,20 +61,21 @@ public struct PlaceholderSubstitution {
         texts = index.placeholders.texts
     }
 
-    public func rewrite(_ bytes: [UInt8], at site: PlaceholderSite) -> Outcome {
+    public func rewrite(_ bytes: [UInt8], at site: PlaceholderSite, limit: Int = .max) -> Outcome {
         var matches = watch.matches(in: bytes)
         guard !matches.isEmpty else { return .unchanged }
         var input = bytes
         var substituted: [String] = []
         // `Authorization: Basic base64(user:placeholder)` (git, many CLIs): decode, replace, re-encode.
         if case .header = site, let inner = Self.basicCredentials(bytes) {
-            switch rewrite(inner, at: .header("")) {
+            switch rewrite(inner, at: .header(""), limit: limit) {
             case .rewritten(let replaced, let names):
                 input = Array("Basic ".utf8) + Array(Base64.encode(replaced).utf8)
                 substituted += names
                 matches = watch.matches(in: input)
             case .refused(let secret): return .refused(secret: secret)
             case .unavailable(let secret): return .unavailable(secret: secret)
+            case .tooLarge: return .tooLarge
             case .unchanged: break
             }
         }
@@ -86,12 +89,15 @@ public struct PlaceholderSubstitution {
             }
             guard match.range.lowerBound >= copied else { continue }  // the same text found as two forms
             guard let value = secrets.value(of: secret) else { return .unavailable(secret: secret) }
+            // Worst case 6 bytes per value byte (`\u00XX`): checked before anything is built.
+            guard output.count + (match.range.lowerBound - copied) + value.exposedBytes.count * 6 <= limit else { return .tooLarge }
             output += input[copied..<match.range.lowerBound]
             Self.append(value.exposedBytes, escapedFor: site, to: &output)
             copied = match.range.upperBound
             if !substituted.contains(secret) { substituted.append(secret) }
         }
         output += input[copied...]
+        guard output.count <= limit else { return .tooLarge }
         return .rewritten(output, secrets: substituted)
     }
 

@@ -101,6 +101,9 @@ public enum ResponseDirector {
         // Once the chain has left the origin the client addressed, coming back does not restore
         // the client's credentials either.
         if target.origin != request.origin { next.context.clientCredentialsAllowed = false }
+        // What this hop's response scrub covered, the next hop's covers too.
+        next.scrubScopes |= hop.scrubScopes
+        next.scrubNames.formUnion(hop.scrubNames)
         return next
     }
 }

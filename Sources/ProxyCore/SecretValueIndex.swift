@@ -64,7 +64,7 @@ public final class SecretValueIndex: Sendable {
         var kept = values.filter { !$0.value.isEmpty }
         var excluded: [Exclusion] = []
         // The widest watch holds every value and every placeholder: if it fits, every watch fits.
-        while !kept.isEmpty, Self.estimatedTableBytes(Array(kept.values) + placeholders.secrets.keys) > Self.tableLimit {
+        while !kept.isEmpty, Self.estimatedTableBytes(kept.values.flatMap(Self.variants) + placeholders.secrets.keys) > Self.tableLimit {
             let largest = kept.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }!
             excluded.append(Exclusion(secret: largest.key, length: largest.value.count))
             kept[largest.key] = nil
@@ -72,6 +72,19 @@ public final class SecretValueIndex: Sendable {
         let snapshot = Snapshot(values: kept, exclusions: excluded)
         current.withLock { $0 = snapshot }
         return excluded
+    }
+
+    /// A value as the scanner looks for it (each then in every `SecretEncoding`): as it is; in
+    /// lowercase (a host name carries it so, after a redirect or DNS); escaped inside a JSON string
+    /// (how the proxy itself writes a substituted value into a JSON body).
+    public static func variants(of value: [UInt8]) -> [[UInt8]] {
+        var variants = [value]
+        let lowercase = value.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        if lowercase != value { variants.append(lowercase) }
+        var json: [UInt8] = []
+        PlaceholderSubstitution.append(value, escapedFor: .jsonBody, to: &json)
+        if json != value { variants.append(json) }
+        return variants
     }
 
     /// An upper bound of the table `SecretScanner` would build: states <= pattern bytes + 1, and
@@ -108,7 +121,7 @@ public final class SecretValueIndex: Sendable {
             var isPlaceholder: [Bool] = []
             if values {
                 for (name, value) in snapshot.values.sorted(by: { $0.key < $1.key }) where !allowed.contains(name) {
-                    names.append(name); bytes.append(value); isPlaceholder.append(false)
+                    for variant in Self.variants(of: value) { names.append(name); bytes.append(variant); isPlaceholder.append(false) }
                 }
             }
             if placeholders {
@@ -131,8 +144,13 @@ public final class SecretValueIndex: Sendable {
         let snapshot = current.withLock { $0 }
         return watch(.scrubbing(key), snapshot) {
             let secrets = computeSecrets()
-            let names = secrets.sorted().filter { snapshot.values[$0] != nil }
-            return (names, names.map { snapshot.values[$0]! }, names.map { _ in false })
+            var names: [String] = []
+            var bytes: [[UInt8]] = []
+            for name in secrets.sorted() {
+                guard let value = snapshot.values[name] else { continue }
+                for variant in Self.variants(of: value) { names.append(name); bytes.append(variant) }
+            }
+            return (names, bytes, names.map { _ in false })
         }
     }
 

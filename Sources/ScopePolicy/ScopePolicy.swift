@@ -194,7 +194,7 @@ public struct ScopePolicy: Sendable {
     public func apply(
         method: String, origin: Origin, pathAndQuery: String, fields: HTTPFields, hasUserinfo: Bool,
         secrets: any SecretLookup, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none,
-        client: String? = nil, vouched: Set<String> = []
+        client: String? = nil, vouched: Set<Int> = []
     ) -> Result<ScopedRequest, ScopeError> {
         var decision = ScopeDecision()
         let listing = covering(origin)
@@ -233,17 +233,18 @@ public struct ScopePolicy: Sendable {
         var output = HTTPFields()
         output.reserveCapacity(fields.count + covering.reduce(0) { $0 + $1.inject.count })
         var stripped: [String] = []
-        for field in fields {
+        for (index, field) in fields.enumerated() {
             let name = SensitiveHeaders.canonicalName(field.name)
             let sensitive = sensitiveHeaders.contains(name) || injectedNames.contains(name)
             // An underscore spelling of a sensitive or injected name is never forwarded, even
             // where the dashed name passes: CGI/WSGI read `X_Api_Key` as `X-Api-Key`, so it would
             // arrive as a second value beside the proxy's (or reach a name the scope never passed).
             let isAlias = field.name.utf8.contains(UInt8(ascii: "_"))
-            // `vouched`: the client's value had a placeholder the proxy replaced by a secret this
-            // origin's scopes substitute: the value is the proxy's credential, not the client's.
+            // `vouched` (field positions): the client's value had a placeholder the proxy replaced by
+            // a secret this origin's scopes substitute: that field is the proxy's credential, not the
+            // client's (another field of the same name is not).
             let allowed = !isAlias && chain.clientCredentialsAllowed
-                && (passed.contains(name) || vouched.contains(name)) && !strippedEarlier.contains(name)
+                && (passed.contains(name) || vouched.contains(index)) && !strippedEarlier.contains(name)
             // `methods:` limits what a credential may do; a method-override header would undo it.
             let overridesMethod = limitsMethods && SensitiveHeaders.methodOverride.contains(name)
             if (sensitive && !allowed) || overridesMethod {
@@ -339,18 +340,6 @@ public struct ScopePolicy: Sendable {
         guard scopes.count <= 64 else { return nil }
         var mask: UInt64 = 0
         for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && scope.serves(client) {
-            mask |= 1 << UInt64(index)
-        }
-        return mask
-    }
-
-    /// The scopes of a decision that injected (named in `scopes`, not skipped) as a bit set (nil
-    /// beyond 64 scopes).
-    public func injectingMask(_ decision: ScopeDecision) -> UInt64? {
-        guard scopes.count <= 64, !decision.injected.isEmpty else { return decision.injected.isEmpty ? 0 : nil }
-        var mask: UInt64 = 0
-        for (index, scope) in scopes.enumerated() where (!scope.inject.isEmpty || scope.signing != nil) && decision.scopes.contains(scope.name)
-            && !decision.skipped.contains(where: { $0.scope == scope.name }) {
             mask |= 1 << UInt64(index)
         }
         return mask

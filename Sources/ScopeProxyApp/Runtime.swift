@@ -30,9 +30,15 @@ public enum Runtime {
         guard !config.oauth2.isEmpty else { return nil }
         return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value in
             minted.add(name, value)
-            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
+            engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             holder.context.values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
         })
+    }
+
+    /// What the log tripwire looks for: every value also lowercased and JSON-escaped (the forms a
+    /// value takes in a host name or in a body the proxy wrote), as the scrub and the guard do.
+    static func tripwireValues(_ values: [SecretValue]) -> [SecretValue] {
+        values.flatMap { SecretValueIndex.variants(of: $0.exposedBytes).map(SecretValue.init(bytes:)) }
     }
 
     /// Secrets too long to scan for (said at start, at each rotation and reload: never silently unguarded).
@@ -82,7 +88,7 @@ public enum Runtime {
         let presentation = presentation ?? LogPresentation(format: settings.format, colour: false)
         return try AccessLog(format: presentation.format, colour: presentation.colour, output: settings.output,
                          rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
-                         logBodies: settings.bodies, secretValues: secrets.allValues, metrics: metrics, observer: observer)
+                         logBodies: settings.bodies, secretValues: tripwireValues(secrets.allValues), metrics: metrics, observer: observer)
     }
 
     /// The config's secrets; a missing store entry's hint names this config file (its store_dir).
@@ -150,7 +156,7 @@ final class RunningProxy: Sendable {
         let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
         if !result.changed.isEmpty || !result.errors.isEmpty {
-            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
+            engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             let values = holder.context.values
             values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
             Runtime.reportExclusions(values)
@@ -175,7 +181,7 @@ final class RunningProxy: Sendable {
             }
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
-            engine.accessLog?.updateSecrets(secrets.allValues + minted.all)
+            engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count)), ("clients", String(config.clients.count))])
         } catch let error as ConfigError {

@@ -219,3 +219,110 @@ extension Playbook {
         .requestHead(requestHead(lines), headBytes: lines.joined(separator: "\r\n").utf8.count + 4, Arrival(now: now, scope: fixture.scope))
     }
 }
+
+/// The outside attack on issue 15 (a client holding only a placeholder, a hostile origin): each
+/// finding as a table that failed before its fix.
+@Suite("Machine: the attack on placeholders, scrub and guard")
+struct SecretTrafficAttackTests {
+    static let follow = Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\n", secrets: SecretTrafficTests.secrets)
+    static let gh = SecretTrafficTests.gh
+    static let placeholder = SecretTrafficTests.placeholder
+    static let value = SecretTrafficTests.ghValue
+
+    func relayedScrub(_ returned: [ConnectionAction]) -> [String]? {
+        for action in returned { if case .relayResponseBody(_, _, _, _, let watch) = action { return watch?.secrets } }
+        return nil
+    }
+
+    @Test("F1: a followed hop's scrub also masks what earlier hops substituted (with guard: off the value can reach another scope's origin)")
+    func followedChainScrubbed() {
+        var p = Playbook(Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\nguard: off\n", secrets: SecretTrafficTests.secrets))
+        p.start([.arm(.clientHead)])
+        _ = p.feed(p.head("GET https://gh.example/redir?to=\(Self.placeholder) HTTP/1.1", "Host: gh.example"))
+        _ = p.feed(.upstreamConnected(hop(1), reused: false))
+        _ = p.feed(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://a.example/echo?v=\(Self.value)", "Content-Length: 0")))
+        _ = p.feed(.upstreamConnected(hop(2), reused: false))
+        let returned = p.feed(.responseHead(hop(2), response("HTTP/1.1 200 OK", "X-Echo: v=\(Self.value)", "Content-Length: 9")))
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(!written.contains(Self.value))
+        #expect(Set(relayedScrub(returned) ?? []) == ["a_token", "gh_token"], "the body relay masks gh_token too")
+    }
+
+    @Test("F2: a redirect that puts the value (lowercased) into a host: blocked, and the 403 does not echo it")
+    func valueInRedirectHost() {
+        let fixture = Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\n",
+                              secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": "MiXeDcAsEvAlUe77"])
+        var p = Playbook(fixture)
+        p.start([.arm(.clientHead)])
+        _ = p.feed(p.head("GET https://gh.example/redir?to=\(Self.placeholder) HTTP/1.1", "Host: gh.example"))
+        _ = p.feed(.upstreamConnected(hop(1), reused: false))
+        let returned = p.feed(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: http://MiXeDcAsEvAlUe77.invalid/", "Content-Length: 0")))
+        #expect(p.connected == [hop(1)], "the value's host is never connected to (nor resolved)")
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(written.hasPrefix("HTTP/1.1 403 ") && written.contains("secret_egress_blocked"))
+        #expect(!written.lowercased().contains("mixedcasevalue77"), "the proxy's own answer is scrubbed")
+    }
+
+    @Test("F3: a scoped origin's responses are scrubbed of its secrets even when this request sent none")
+    func scopedOriginAlwaysScrubbed() {
+        var p = Playbook(SecretTrafficTests.fixture)
+        p.sent(["GET https://gh.example/issues/1 HTTP/1.1", "Host: gh.example"], to: Self.gh)
+        let returned = p.feed(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 4")))
+        #expect(Set(relayedScrub(returned) ?? []) == ["gh_token"])
+    }
+
+    @Test("F5: interim heads, the reason phrase and header names are scrubbed too")
+    func wholeHeadScrubbed() {
+        var p = Playbook(SecretTrafficTests.fixture)
+        p.sent(["GET https://a.example/ HTTP/1.1", "Host: a.example"], to: origin("https://a.example"))
+        let interim = p.feed(.responseHead(hop(1), response("HTTP/1.1 103 Early Hints", "Link: </x?k=A-INJECTED-7c1e>")))
+        let final = p.feed(.responseHead(hop(1), response("HTTP/1.1 200 A-INJECTED-7c1e", "X-A-INJECTED-7c1e: 1", "Content-Length: 0")))
+        let written = (interim + final).compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(!written.contains("A-INJECTED-7c1e"))
+        #expect(written.contains("HTTP/1.1 200 ***************\r\n") && written.contains("X-***************: 1\r\n"))
+    }
+
+    @Test("F6: the value as the proxy wrote it into JSON (escaped) is masked in an echo")
+    func jsonEscapedMasked() {
+        let fixture = Fixture(SecretTrafficTests.yaml, secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": "q\"uo\\te-9"])
+        var p = Playbook(fixture)
+        p.sent(["GET https://gh.example/ HTTP/1.1", "Host: gh.example"], to: Self.gh)
+        let returned = p.feed(.responseHead(hop(1), response("HTTP/1.1 200 OK", #"X-Echo: {"t":"q\"uo\\te-9"}"#, "Content-Length: 0")))
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(!written.contains(#"q\"uo\\te-9"#))
+    }
+
+    @Test("F8: substitution cannot build a head past 64 KiB (431), nothing connected")
+    func amplificationRefused() {
+        let long = String(repeating: "v", count: 16 * 1024)
+        let fixture = Fixture(SecretTrafficTests.yaml, secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": long])
+        var p = Playbook(fixture)
+        p.start([.arm(.clientHead)])
+        _ = p.feed(p.head("GET https://gh.example/ HTTP/1.1", "Host: gh.example",
+                          "X-1: \(Self.placeholder)", "X-2: \(Self.placeholder)", "X-3: \(Self.placeholder)",
+                          "X-4: \(Self.placeholder)", "X-5: \(Self.placeholder)"))
+        #expect(p.connected.isEmpty)
+        #expect(p.emitted.last?.status == 431)
+    }
+
+    @Test("F9: a substituted Cookie field is kept, another Cookie field of the client is still stripped")
+    func vouchedPerField() throws {
+        var p = Playbook(SecretTrafficTests.fixture)
+        p.requested(["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "Cookie: t=\(Self.placeholder)", "Cookie: sid=CLIENT-SID-CANARY"],
+                    to: Self.gh)
+        _ = p.feed(.upstreamConnected(hop(1), reused: false))
+        let sent = try #require(p.sent(to: hop(1)))
+        #expect(sent.contains("Cookie: t=\(Self.value)\r\n"))
+        #expect(!sent.contains("CLIENT-SID-CANARY"))
+    }
+
+    @Test("F10: a body read first for substitution gets 100 Continue when the client expects it")
+    func continueForCollectedBody() {
+        var p = Playbook(SecretTrafficTests.fixture)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("POST https://gh.example/graphql HTTP/1.1", "Host: gh.example", "Content-Type: application/json",
+                    "Content-Length: 10", "Expect: 100-continue"),
+             [.cancelTimer, .writeExactly("HTTP/1.1 100 Continue\r\n\r\n"),
+              .exactly(.collectRequestBody(.contentLength(10), limit: p.settings.limits.maxSubstitutedBody)), .arm(.stall)])
+    }
+}
