@@ -21,7 +21,10 @@ python3 config/demo/origin.py cdn 18766 2>"$WORK/origin-cdn.log" & PIDS+=($!)
 python3 config/demo/origin.py api 18765 "http://127.0.0.1:18766/files/report.pdf" 2>"$WORK/origin-api.log" & PIDS+=($!)
 python3 config/demo/origin.py secure-api 18767 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-secure-api.log" & PIDS+=($!)
 python3 config/demo/origin.py github 18768 - "$WORK/origin.pem" "$WORK/origin.key" 2>"$WORK/origin-github.log" & PIDS+=($!)
+python3 config/demo/token_endpoint.py 18769 demo-client demo-client-secret-000 2>"$WORK/token-endpoint.log" & PIDS+=($!)
+python3 config/demo/origin.py partner 18770 2>"$WORK/origin-partner.log" & PIDS+=($!)
 DEMO_API_TOKEN=demo-api-token-123 DEMO_CDN_TOKEN=demo-cdn-token-456 DEMO_GH_TOKEN=demo-gh-token-789 \
+  DEMO_PARTNER_CLIENT_SECRET=demo-client-secret-000 \
   "$BINARY" run --config "$WORK/demo.yaml" --listen 127.0.0.1:18080 2>"$WORK/proxy.log" & PIDS+=($!)
 for _ in $(seq 1 50); do grep -q "listening on" "$WORK/proxy.log" 2>/dev/null && break; sleep 0.1; done
 sleep 0.3
@@ -56,6 +59,15 @@ echo "   what the origin received (its own log): $(tail -1 "$WORK/origin-github.
 echo '   the same placeholder sent to the api, which does not substitute it:'
 echo '   curl -x http://127.0.0.1:18080 -H "X-Token: $GITHUB_TOKEN" http://127.0.0.1:18765/v1/books'
 curl -sS -x http://127.0.0.1:18080 -H "X-Token: $GITHUB_TOKEN" http://127.0.0.1:18765/v1/books
+echo
+echo "== OAuth2: the proxy obtains a token from the partner's token endpoint (once) and injects it; the client holds nothing:"
+echo '   curl -x http://127.0.0.1:18080 http://127.0.0.1:18770/v1/orders   (three times, at once)'
+CURLS=()
+for n in 1 2 3; do curl -sS -x http://127.0.0.1:18080 http://127.0.0.1:18770/v1/orders >"$WORK/partner.$n" & CURLS+=($!); done
+wait "${CURLS[@]}"
+cat "$WORK/partner.1"
+echo "   what the partner received (its own log): $(tail -1 "$WORK/origin-partner.log")"
+echo "   what the token endpoint saw (its own log): $(cat "$WORK/token-endpoint.log")"
 echo
 sleep 0.3
 echo "== scopeproxy's access log (redacted):"
