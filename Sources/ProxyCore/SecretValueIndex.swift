@@ -52,17 +52,29 @@ public final class SecretValueIndex: Sendable {
         public let length: Int
 
         public var description: String {
-            "secret '\(secret)' (\(length) bytes) is too long for the response scrub and the egress guard to look for "
+            guard length >= SecretValueIndex.minimumScannedLength else {
+                return "secret '\(secret)' (\(length) bytes) is too short for the response scrub and the egress guard to look for "
+                    + "(under \(SecretValueIndex.minimumScannedLength) bytes it would match ordinary traffic): it is neither scrubbed nor guarded"
+            }
+            return "secret '\(secret)' (\(length) bytes) is too long for the response scrub and the egress guard to look for "
                 + "with the other secrets (their tables would exceed \(SecretValueIndex.tableLimit / 1024 / 1024) MiB): "
                 + "it is neither scrubbed nor guarded; shorten it, or set `scrub: off` and `guard: off` to say so"
         }
     }
+
+    /// Values shorter than this are not looked for: a two-letter secret is in half of all traffic,
+    /// and the guard would block it everywhere (each left out is named at start, as too long ones are).
+    public static let minimumScannedLength = 8
 
     /// New values (after a load or a rotation). Returns the secrets that cannot be scanned.
     @discardableResult
     public func update(values: [String: [UInt8]]) -> [Exclusion] {
         var kept = values.filter { !$0.value.isEmpty }
         var excluded: [Exclusion] = []
+        for (name, value) in kept.sorted(by: { $0.key < $1.key }) where value.count < Self.minimumScannedLength {
+            excluded.append(Exclusion(secret: name, length: value.count))
+            kept[name] = nil
+        }
         // The widest watch holds every value and every placeholder: if it fits, every watch fits.
         while !kept.isEmpty, Self.estimatedTableBytes(kept.values.flatMap(Self.variants) + placeholders.secrets.keys) > Self.tableLimit {
             let largest = kept.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }!

@@ -170,11 +170,15 @@ final class ClientConnection: UpstreamLegOwner {
     private func acquireToken(_ secret: String, from scope: ScopeContext) {
         let requested = (scope.tokens as? OAuth2Tokens)?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
             guard let self, !self.isClosed else { return }
+            // From the mailbox this is a loop callback of its own: it flushes what it wrote, as the
+            // socket callbacks do (at once, inside `execute`, the running callback does).
+            let fromMailbox = !self.dispatching
             switch result {
             case .success(let token): self.deliver(.tokenReady(secret: secret, token))
             case .failure(let failure):
                 self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reasonCode))
             }
+            if fromMailbox, !self.isClosed { self.flushOutputs() }
         }
         if requested != true {
             // The context's source does not know the secret (a reload removed it): fail closed.
