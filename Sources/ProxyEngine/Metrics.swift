@@ -149,6 +149,8 @@ public final class Metrics: Sendable {
         "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
         "scopeproxy_signed_total": ("counter", "Requests the proxy signed, by kind of signature (aws_sigv4)."),
+        "scopeproxy_token_fetches_total": ("counter", "OAuth2 token requests, by secret and result (ok, or why it failed)."),
+        "scopeproxy_refresh_token_rotations_total": ("counter", "Rotated OAuth2 refresh tokens, by secret and what became of them (persisted, memory_only, write_failed)."),
         "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
         "scopeproxy_redirects_total": ("counter", "Redirect decisions."),
         "scopeproxy_scrubbed_total": ("counter", "Injected or substituted values masked in responses (every match), by secret name."),
