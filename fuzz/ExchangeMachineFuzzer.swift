@@ -94,7 +94,17 @@ private struct MachineFixture {
     let covered: Set<Origin>
 }
 
-private func fixture(_ yaml: String, secrets: [String: String]) -> MachineFixture {
+/// The engine's token source as the machine sees it: which secrets are OAuth2 tokens.
+private final class FuzzTokens: AccessTokenSource {
+    let secretNames: Set<String> = ["api_token"]
+    func endpoint(of secret: String) -> Origin? { try? Origin.parse("https://auth.test") }
+}
+
+/// The access token the fuzzer hands out: the api secret itself, so the usual checks (where it may
+/// go, never in a record) cover tokens too.
+private let fuzzToken = OAuth2AccessToken(value: SecretValue(apiSecret), generation: 1, validUntil: 0)
+
+private func fixture(_ yaml: String, secrets: [String: String], tokens: (any AccessTokenSource)? = nil) -> MachineFixture {
     let config: ProxyConfiguration
     do {
         config = try ConfigLoader.parse(yaml, file: "machine.yaml", home: "/home/fuzz")
@@ -110,7 +120,7 @@ private func fixture(_ yaml: String, secrets: [String: String]) -> MachineFixtur
                                   values: secrets.mapValues { Array($0.utf8) })
     let scope = ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
                              proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept,
-                             protection: config.protection, values: values)
+                             protection: config.protection, values: values, tokens: tokens)
     var limits = config.limits
     limits.maxInformationalResponses = 3
     let settings = ConnectionMachine.Settings(
@@ -190,6 +200,16 @@ private let fixtures: [MachineFixture] = [
         redirects: { cross_origin: follow }
         tls: { tunnel: allow }
         """, secrets: allSecrets),
+    // 5: the api's credential is an OAuth2 token: requests to it wait for the token (follow mode).
+    fixture("""
+        secrets:
+          api_token: { oauth2: { token_url: "https://auth.test/token", grant: client_credentials, client_id: c, client_secret: proxy_password } }
+          cdn_token: { env: CDN_TOKEN }
+          proxy_password: { env: PROXY_PASSWORD }
+        \(scopesYAML)
+        redirects: { cross_origin: follow, max_hops: 3 }
+        tls: { tunnel: allow }
+        """, secrets: allSecrets.filter { $0.key != "api_token" }, tokens: FuzzTokens()),
 ]
 
 // MARK: Response heads
@@ -542,6 +562,8 @@ private struct Harness {
         case 14: deliver(.drain)
         case 15: deliver(.connectionClosed)
         case 16: deliver(.collectedBody(collected(&input)))
+        case 17: deliver(.tokenReady(secret: input.bool() ? "api_token" : "cdn_token", fuzzToken))
+        case 18: deliver(.tokenFailed(secret: "api_token", endpoint: try? Origin.parse("https://auth.test"), reason: "refused"))
         case 25: deliver(.clientTLSEstablished)
         case 26: deliver(.clientTLSFailed(InterceptionFailure.allCases[input.pick(InterceptionFailure.allCases.count)]))
         default: automatic(&input)
@@ -558,6 +580,9 @@ private struct Harness {
     mutating func automatic(_ input: inout Input) {
         if closed {
             deliver(.drain)
+        } else if let secret = machine.awaitedToken {
+            deliver(input.byte() < 224 ? .tokenReady(secret: secret, fuzzToken)
+                                       : .tokenFailed(secret: secret, endpoint: nil, reason: "rejected"))
         } else if machine.isHandshaking {
             deliver(input.byte() < 224 ? .clientTLSEstablished : .clientTLSFailed(.clientRejectedCertificate))
         } else if machine.isAwaitingHead {

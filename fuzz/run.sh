@@ -9,7 +9,7 @@ seconds=${FUZZ_SECONDS:-60}
 fuzz/build.sh
 mkdir -p fuzz/artifacts
 failed=""
-for pair in RequestHead:request Chunked:chunked ResponseHead:response Config:config Redactor:redactor ExchangeMachine:machine ClientCredentials:credentials SecretScan:secretscan; do
+for pair in RequestHead:request Chunked:chunked ResponseHead:response Config:config Redactor:redactor ExchangeMachine:machine ClientCredentials:credentials SecretScan:secretscan TokenResponse:tokenresponse; do
   target=${pair%%:*}; corpus=${pair##*:}
   work=$(mktemp -d)
   cp fuzz/corpus/"$corpus"/* "$work"/

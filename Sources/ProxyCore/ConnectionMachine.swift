@@ -244,6 +244,12 @@ public struct ConnectionMachine {
         return false
     }
 
+    /// The secret whose access token the current request waits for, if it waits.
+    public var awaitedToken: String? {
+        if case .awaitingToken(let pending) = state { return pending.waitingFor }
+        return nil
+    }
+
     public var isAwaitingHead: Bool {
         if case .awaitingHead = state { return true }
         return false
