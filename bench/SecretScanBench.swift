@@ -20,7 +20,7 @@ enum SecretScanBench {
         let block = (0..<(1 << 20)).map { _ in alphabet.randomElement(using: &random)! }
         let pieceSize = 64 * 1024
         print("secretscan bench: \(mebibytes) MiB in \(pieceSize / 1024) KiB pieces, random JSON-ish text")
-        for secretCount in [10, 300] {
+        for secretCount in [1, 10, 300] {
             let tokenAlphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-".utf8)
             let secrets = (0..<secretCount).map { _ in (0..<40).map { _ in tokenAlphabet.randomElement(using: &random)! } }
             let buildStart = seconds()

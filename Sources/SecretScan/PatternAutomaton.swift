@@ -98,7 +98,21 @@ public struct PatternAutomaton: Sendable {
             let matches = ending[target] != -1 || output[target] != -1
             return UInt32(target * classCount) | (matches ? Self.matchFlag : 0)
         }
+        // Bytes that leave the start state: no pattern begins with any other byte.
+        var leaves = [UInt8](repeating: 0, count: 256)
+        for byte in 0..<256 where transitions[Int(byteClass[byte])] != 0 { leaves[byte] = 1 }
+        leavesStart = leaves
+        // Worth it only when few bytes can begin a pattern (a token or two): with many, text hits
+        // one every few bytes and the skip costs more than it saves (bench/secretscan.sh).
+        skipsStart = leaves.reduce(0) { $0 + Int($1) } <= Self.skipThreshold
     }
+
+    /// Per byte: 1 when it takes the start state anywhere else. When few bytes do, most bytes of
+    /// most bodies keep the start state: the scan skips them eight at a time (independent loads,
+    /// no chain through the table).
+    private let leavesStart: [UInt8]
+    private let skipsStart: Bool
+    static let skipThreshold = 10
 
     /// Patterns identical to the one a state records (by state): reported with it.
     private let duplicates: [Int32: [Int]]
@@ -113,6 +127,7 @@ public struct PatternAutomaton: Sendable {
     /// many bytes were consumed (all unless stopped).
     func scan(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
               onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+        if skipsStart { return scanSkippingStart(bytes, from: &state, onMatch: onMatch) }
         var row = state.row
         defer { state.row = row }
         return transitions.withUnsafeBufferPointer { table in
@@ -127,6 +142,43 @@ public struct PatternAutomaton: Sendable {
                     }
                 }
                 return index
+            }
+        }
+    }
+
+    /// `scan` for automata few bytes can leave the start state with: in the start state, bytes that
+    /// cannot begin a pattern are skipped eight at a time (independent loads, no chain through the
+    /// table); the same transitions otherwise.
+    private func scanSkippingStart(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+                                   onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+        var row = state.row
+        defer { state.row = row }
+        return transitions.withUnsafeBufferPointer { table in
+            byteClass.withUnsafeBufferPointer { classes in
+                leavesStart.withUnsafeBufferPointer { leaves in
+                    var index = 0
+                    let count = bytes.count
+                    while index < count {
+                        if row == 0 {
+                            while index &+ 8 <= count {
+                                let any = leaves[Int(bytes[index])] | leaves[Int(bytes[index &+ 1])] | leaves[Int(bytes[index &+ 2])]
+                                    | leaves[Int(bytes[index &+ 3])] | leaves[Int(bytes[index &+ 4])] | leaves[Int(bytes[index &+ 5])]
+                                    | leaves[Int(bytes[index &+ 6])] | leaves[Int(bytes[index &+ 7])]
+                                if any != 0 { break }
+                                index &+= 8
+                            }
+                            while index < count && leaves[Int(bytes[index])] == 0 { index &+= 1 }
+                            if index == count { break }
+                        }
+                        let entry = table[row &+ Int(classes[Int(bytes[index])])]
+                        row = Int(entry & ~Self.matchFlag)
+                        index &+= 1
+                        if entry & Self.matchFlag != 0 && !reportMatches(at: row / classCount, end: index, onMatch) {
+                            return index
+                        }
+                    }
+                    return index
+                }
             }
         }
     }
