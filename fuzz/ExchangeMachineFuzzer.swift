@@ -374,7 +374,7 @@ private struct Harness {
              .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
-             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed:
+             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed:
             nil
         }
     }
@@ -435,6 +435,12 @@ private struct Harness {
                     if units[unit].terminalRecords > 1 { fail("second record for one request: " + describe(.emit(record))) }
                 }
                 checkRecord(record)
+            case .acquireToken(let secret, let scope):
+                // Only for a secret the source hands out, and only while a request waits for it.
+                if !scope.tokenSecrets.contains(secret) { fail("acquireToken for \(secret), which is no token") }
+                if machine.awaitedToken != secret { fail("acquireToken for \(secret) while not waiting for it") }
+            case .markTokenStale(let secret, _, let scope):
+                if !scope.tokenSecrets.contains(secret) { fail("markTokenStale for \(secret), which is no token") }
             case .readNextRequest:
                 // RFC 9112 §9.6: after the response to a request with `close`, no further request is read.
                 if let unit = units.last, unit.closes, unit.finals > 0 {
