@@ -152,6 +152,12 @@ public enum Explanation {
                 out.line("injected", "\(injection.header): \(templateText(injection.template))   (scope \(scope.name))")
                 for secret in injection.template.secretNames where checkedSecrets.insert(secret).inserted {
                     if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
+                    if let spec = config.oauth2[secret] {
+                        // A token, not a stored value: say where it would come from (never the token).
+                        out.line("token", "\(secret) is an OAuth2 access token from \(spec.endpoint.scheme.rawValue)://\(spec.endpoint.authority)\(spec.path) (\(spec.grant.grantType), "
+                                 + "client \(spec.clientID)): fetched when a request first needs it, renewed before it expires; "
+                                 + "the request waits for it (502 credential_unavailable if the endpoint fails)")
+                    }
                 }
             }
         }
