@@ -8,11 +8,14 @@ public struct OAuth2AccessToken: Sendable, Equatable {
     public let generation: UInt64
     /// Monotonic milliseconds after which the cache fetches a new one.
     public let validUntil: UInt64
+    /// Monotonic milliseconds when it was obtained (a 401 drops it only once it is a second old).
+    public let obtainedAt: UInt64
 
-    public init(value: SecretValue, generation: UInt64, validUntil: UInt64) {
+    public init(value: SecretValue, generation: UInt64, validUntil: UInt64, obtainedAt: UInt64 = 0) {
         self.value = value
         self.generation = generation
         self.validUntil = validUntil
+        self.obtainedAt = obtainedAt
     }
 }
 
@@ -32,7 +35,9 @@ public struct TokenCachePolicy: Sendable, Equatable {
     public func lifetime(expiresIn: Int?) -> UInt64 {
         guard let expiresIn else { return defaultLifetimeMilliseconds }
         let full = UInt64(max(0, expiresIn)) * 1000
-        return full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2
+        // Never under the retry floor: an endpoint answering `expires_in: 0` would otherwise be
+        // asked again for every request.
+        return max(retryFloorMilliseconds, full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2)
     }
 }
 
@@ -125,7 +130,7 @@ public final class OAuth2TokenCache: Sendable {
             switch result {
             case .success(let grant):
                 let token = OAuth2AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
-                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn))
+                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now)
                 guarded.nextGeneration += 1
                 guarded.state = .valid(token)
                 return (waiters, .success(token))
@@ -137,12 +142,15 @@ public final class OAuth2TokenCache: Sendable {
     }
 
     /// A 401 came from an origin `token` was injected into: if it is still the current token, the
-    /// next `acquire` fetches a new one. A late 401 for an older token changes nothing. Returns
-    /// whether the token was dropped.
+    /// next `acquire` fetches a new one. A late 401 for an older token changes nothing, nor does one
+    /// for a token younger than the retry floor: a client that can make an origin answer 401 must
+    /// not make the proxy ask the endpoint for a token per request (the endpoint would lock the
+    /// client id out for everyone). Returns whether the token was dropped.
     @discardableResult
-    public func markStale(_ token: OAuth2AccessToken) -> Bool {
+    public func markStale(_ token: OAuth2AccessToken, now: UInt64 = .max) -> Bool {
         guarded.withLock { guarded in
-            guard case .valid(let current) = guarded.state, current.generation == token.generation else { return false }
+            guard case .valid(let current) = guarded.state, current.generation == token.generation,
+                  now >= current.obtainedAt &+ policy.retryFloorMilliseconds else { return false }
             guarded.state = .empty
             return true
         }

@@ -87,7 +87,7 @@ public final class OAuth2Tokens: Sendable {
     /// current token, the next request fetches a new one. Any thread.
     @discardableResult
     public func markStale(secret: String, token: OAuth2AccessToken) -> Bool {
-        entries[secret]?.cache.markStale(token) ?? false
+        entries[secret]?.cache.markStale(token, now: clock()) ?? false
     }
 
     /// The access tokens requests would be given now (the log tripwire's list).

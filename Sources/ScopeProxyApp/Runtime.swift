@@ -31,7 +31,10 @@ public enum Runtime {
         return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value in
             minted.add(name, value)
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
-            holder.context.values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
+            let values = holder.context.values
+            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
+            // A token the endpoint made too short or too long to look for is said, as a stored one is.
+            Runtime.reportExclusions(values)
         })
     }
 
@@ -175,10 +178,9 @@ final class RunningProxy: Sendable {
             let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
             let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted)
             holder.replace(with: context)
-            self.tokens.withLock { old in
-                old?.stop()
-                old = tokens
-            }
+            // The old source is not stopped: requests waiting on its fetch keep it (their exchange
+            // holds the old context) and get their token; it stops when the last of them lets go.
+            self.tokens.withLock { $0 = tokens }
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))

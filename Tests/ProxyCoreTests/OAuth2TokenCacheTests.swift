@@ -192,7 +192,7 @@ struct OAuth2TokenCacheTests {
         #expect(policy.lifetime(expiresIn: 3600) == 3_570_000)
         #expect(policy.lifetime(expiresIn: 60) == 30_000)
         #expect(policy.lifetime(expiresIn: 40) == 20_000)
-        #expect(policy.lifetime(expiresIn: 0) == 0)
+        #expect(policy.lifetime(expiresIn: 0) == 1_000, "never under the retry floor: expires_in 0 is not a token per request")
         #expect(policy.lifetime(expiresIn: nil) == 300_000)
     }
 

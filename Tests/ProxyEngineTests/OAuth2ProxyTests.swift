@@ -30,7 +30,7 @@ struct OAuth2ProxyTests {
             let once = unauthorizedOnce
             origin = try FixtureOrigin { connection in
                 while let request = connection.readRequest() {
-                    let refuse = request.target.hasPrefix("/refuse") && once.withLock { done in
+                    let refuse = request.target.hasPrefix("/refuse-all") || request.target.hasPrefix("/refuse") && once.withLock { done in
                         defer { done = true }
                         return !done
                     }
@@ -88,10 +88,20 @@ struct OAuth2ProxyTests {
     @Test("a 401 from the origin: the next request gets a new token (one more token request)")
     func unauthorizedRefreshes() throws {
         let rig = try Rig()
+        #expect(try rig.get("/v1")?.status == 200)
+        usleep(1_100_000)  // a token is dropped for a 401 only once it is a second old (a wait, not an assertion on time)
         #expect(try rig.get("/refuse")?.status == 401)
         #expect(try rig.get("/v1")?.status == 200)
         #expect(rig.endpoint.requests.count == 2)
-        #expect(rig.origin.requests.map { $0.header("authorization") } == ["Bearer CANARY-at-1", "Bearer CANARY-at-2"])
+        #expect(rig.origin.requests.map { $0.header("authorization") } == ["Bearer CANARY-at-1", "Bearer CANARY-at-1", "Bearer CANARY-at-2"])
+    }
+
+    @Test("a storm of 401s right after a token arrived: no new token request (the endpoint is not hammered)")
+    func unauthorizedStorm() throws {
+        let rig = try Rig()
+        rig.unauthorizedOnce.withLock { $0 = false }
+        for _ in 0..<20 { _ = try rig.get("/refuse-all") }
+        #expect(rig.endpoint.requests.count == 1)
     }
 
     @Test("the endpoint down: 502 credential_unavailable naming its origin, nothing reaches the origin; then it recovers")

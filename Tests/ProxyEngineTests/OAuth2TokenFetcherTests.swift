@@ -141,6 +141,8 @@ struct OAuth2TokenFetcherTests {
         rig.acquire(1)
         #expect(rig.answers.wait(for: 1))
         let first = try #require(rig.lastToken)
+        #expect(!rig.tokens.markStale(secret: "partner", token: first), "younger than the retry floor: kept")
+        rig.clock.advance(1_000)
         #expect(rig.tokens.markStale(secret: "partner", token: first))
         #expect(!rig.tokens.markStale(secret: "partner", token: first))
         rig.acquire(10)
@@ -210,6 +212,7 @@ struct OAuth2TokenFetcherTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: storeDirectory).sorted() == ["client", "refresh"])
 
         // Before the store re-reads the file the rotated value is used from memory...
+        rig.clock.advance(1_000)
         #expect(rig.tokens.markStale(secret: "partner", token: try #require(rig.lastToken)))
         rig.acquire(1)
         #expect(rig.answers.wait(for: 5))
@@ -217,6 +220,7 @@ struct OAuth2TokenFetcherTests {
         #expect(rig.endpoint.requests.last?.body.contains("refresh_token=CANARY-rt-1&") == true)
         // ...and after, from the store.
         #expect(store.refresh().changed == ["partner_refresh"])
+        rig.clock.advance(1_000)
         #expect(rig.tokens.markStale(secret: "partner", token: try #require(rig.lastToken)))
         rig.acquire(1)
         #expect(rig.answers.wait(for: 6))
