@@ -153,9 +153,6 @@ public struct ConnectionMachine {
             }
         }
 
-        /// The secret whose token the hop waits for.
-        public var waitingForSecret: String { waitingFor }
-
         var scopeContext: ScopeContext {
             switch resume {
             case .first(_, _, let scope, _): scope

@@ -13,6 +13,7 @@ its SIGNED_HEADERS_BLACKLIST); "aws_required" gives it only the ones scopeproxy'
 
 import datetime
 import json
+import os
 import sys
 import types
 from urllib.parse import parse_qsl
@@ -22,24 +23,8 @@ import botocore.auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-
-def freeze_clock(moment):
-    """botocore >= 1.35 asks get_current_datetime(); older releases call datetime.datetime.utcnow()."""
-
-    class FrozenDateTime(datetime.datetime):
-        @classmethod
-        def utcnow(cls):
-            return moment
-
-        @classmethod
-        def now(cls, tz=None):
-            return moment if tz is None else moment.replace(tzinfo=tz)
-
-    botocore.auth.datetime = types.SimpleNamespace(
-        datetime=FrozenDateTime, timezone=datetime.timezone, timedelta=datetime.timedelta
-    )
-    if hasattr(botocore.auth, "get_current_datetime"):
-        botocore.auth.get_current_datetime = lambda *args, **kwargs: moment
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Fixtures"))
+from botocore_clock import freeze_clock  # noqa: E402 (Tests/Fixtures/botocore_clock.py)
 
 
 def signed_by_default(name):

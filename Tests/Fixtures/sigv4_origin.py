@@ -52,6 +52,8 @@ import botocore.auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from botocore_clock import freeze_clock  # beside this file
+
 AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=([A-Za-z0-9_]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request, "
     r"SignedHeaders=([a-z0-9!#$%&'*+.^_`|~;-]+), Signature=([0-9a-f]{64})$"
@@ -62,25 +64,6 @@ MAX_SKEW = datetime.timedelta(minutes=15)
 # botocore's clock is module state: one signature at a time.
 signing_lock = threading.Lock()
 log_lock = threading.Lock()
-
-
-def freeze_clock(moment):
-    """botocore >= 1.35 asks get_current_datetime(); older releases call datetime.datetime.utcnow()."""
-
-    class FrozenDateTime(datetime.datetime):
-        @classmethod
-        def utcnow(cls):
-            return moment
-
-        @classmethod
-        def now(cls, tz=None):
-            return moment if tz is None else moment.replace(tzinfo=tz)
-
-    botocore.auth.datetime = types.SimpleNamespace(
-        datetime=FrozenDateTime, timezone=datetime.timezone, timedelta=datetime.timedelta
-    )
-    if hasattr(botocore.auth, "get_current_datetime"):
-        botocore.auth.get_current_datetime = lambda *args, **kwargs: moment
 
 
 def wire_text(value):

@@ -108,10 +108,11 @@ struct InvariantTests {
                          .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain])
         case .awaitingHead:
             return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
-        case .awaitingToken(let pending):
+        case .awaitingToken:
             let token = OAuth2AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
-            return pick([.tokenReady(secret: pending.waitingForSecret, token), .tokenReady(secret: "other", token),
-                         .tokenFailed(secret: pending.waitingForSecret, endpoint: nil, reason: "refused"),
+            let secret = machine.awaitedToken ?? "none"
+            return pick([.tokenReady(secret: secret, token), .tokenReady(secret: "other", token),
+                         .tokenFailed(secret: secret, endpoint: nil, reason: "refused"),
                          .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall)])
         case .collecting:
             return pick([.collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),

@@ -30,17 +30,8 @@ private func arrived(at origin: FixtureOrigin, among all: [String]) -> [Set<Stri
 
 /// Runs a program, optionally through `setpriv` as another user; returns (status, stdout).
 private func run(_ arguments: [String]) throws -> (Int32, String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: arguments[0])
-    process.arguments = Array(arguments.dropFirst())
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let outcome = try runProgram(arguments)
+    return (outcome.status, outcome.body)
 }
 
 private func logLines(_ path: String) -> [String] {

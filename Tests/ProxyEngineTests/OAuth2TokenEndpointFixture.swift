@@ -92,13 +92,7 @@ server.serve_forever()
         process.standardError = FileHandle.nullDevice
         Self.writeControl(directory, .grant, delay: 0, expiresIn: 3600, canary: "", initialRefresh: "")
         try process.run()
-        var text = ""
-        while !text.contains("\n") {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
-        }
-        guard let port = UInt16(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        guard let port = readPortLine(output) else {
             process.terminate()
             throw FixtureFailed()
         }

@@ -80,13 +80,7 @@ public final class HTTPSOrigin: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        var text = ""
-        while !text.contains("\n") {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
-        }
-        guard let port = UInt16(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+        guard let port = readPortLine(output) else {
             process.terminate()
             throw TestSocketError("https origin did not start")
         }
