@@ -52,9 +52,6 @@ public final class OAuth2Tokens: Sendable {
 
     deinit { fetcher.stop() }
 
-    /// Whether `secret` is an OAuth2 secret of this configuration.
-    public func isOAuth2(_ secret: String) -> Bool { entries[secret] != nil }
-
     /// The token endpoint's origin (for `explain` and the 502 that names it).
     public func endpoint(of secret: String) -> Origin? { entries[secret]?.spec.endpoint }
 

@@ -40,16 +40,5 @@ public final class ClientPKI: @unchecked Sendable {
                  "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext"])
     }
 
-    private func run(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestSocketError("openssl \(arguments.prefix(2).joined(separator: " ")) failed") }
-    }
+    private func run(_ arguments: [String]) throws { try runOpenSSL(arguments, in: directory) }
 }

@@ -48,18 +48,7 @@ public final class TestPKI: @unchecked Sendable {
                  "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext"])
     }
 
-    private func run(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestSocketError("openssl \(arguments.prefix(2).joined(separator: " ")) failed") }
-    }
+    private func run(_ arguments: [String]) throws { try runOpenSSL(arguments, in: directory) }
 }
 
 /// The Python HTTPS origin (Tests/Fixtures/https_origin.py) on 127.0.0.1:0, stopped with the test.
@@ -102,4 +91,19 @@ public final class HTTPSOrigin: @unchecked Sendable {
     }
 
     deinit { stop() }
+}
+
+/// Runs `openssl` with `arguments` in `directory` (output discarded); throws when it fails. The
+/// test CAs (`TestPKI`, `ClientPKI`) are made with it.
+func runOpenSSL(_ arguments: [String], in directory: String) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+    process.arguments = arguments
+    process.currentDirectoryURL = URL(fileURLWithPath: directory)
+    process.standardInput = FileHandle.nullDevice
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { throw TestSocketError("openssl \(arguments.prefix(2).joined(separator: " ")) failed") }
 }
