@@ -105,9 +105,12 @@ public final class SecretValueIndex: Sendable {
         var states = 1
         var distinct = Set<UInt8>()
         for secret in secrets {
-            for form in SecretEncoding.forms(of: secret) {
-                states += form.bytes.count
-                distinct.formUnion(form.bytes)
+            let forms = SecretEncoding.forms(of: secret).map(\.bytes)
+            for (index, form) in forms.enumerated() {
+                // A base64 form's final run extends the run before it: one more state, not a path.
+                let shared = index > 0 && form.starts(with: forms[index - 1]) ? forms[index - 1].count : 0
+                states += form.count - shared
+                distinct.formUnion(form)
             }
         }
         return states * (distinct.count + 1) * 4

@@ -44,11 +44,21 @@ public enum SecretEncoding: Sendable, Hashable, CustomStringConvertible {
 
     /// Every encoding of `secret` with its bytes, an encoding that gives the same bytes as an
     /// earlier one left out (an all-unreserved secret is its own percent-encoding).
+    /// A base64 form comes twice: the run any surrounding text leaves intact, and that run with the
+    /// last character added for when the value ends the encoded text (`finalBase64Run`).
     public static func forms(of secret: [UInt8]) -> [(encoding: SecretEncoding, bytes: [UInt8])] {
         var forms: [(encoding: SecretEncoding, bytes: [UInt8])] = []
-        for encoding in all {
-            guard let bytes = encoding.encode(secret), !bytes.isEmpty, !forms.contains(where: { $0.bytes == bytes }) else { continue }
+        func add(_ encoding: SecretEncoding, _ bytes: [UInt8]?) {
+            guard let bytes, !bytes.isEmpty, !forms.contains(where: { $0.bytes == bytes }) else { return }
             forms.append((encoding, bytes))
+        }
+        for encoding in all {
+            add(encoding, encoding.encode(secret))
+            switch encoding {
+            case .base64(let alignment): add(encoding, finalBase64Run(secret, alignment: alignment, urlSafe: false))
+            case .base64URL(let alignment): add(encoding, finalBase64Run(secret, alignment: alignment, urlSafe: true))
+            case .raw, .percentUppercase, .percentLowercase: break
+            }
         }
         return forms
     }
@@ -65,6 +75,23 @@ public enum SecretEncoding: Sendable, Hashable, CustomStringConvertible {
         let encoded = urlSafe ? Base64.encodeURLSafe([UInt8](repeating: 0, count: alignment) + secret)
                               : Base64.encode([UInt8](repeating: 0, count: alignment) + secret)
         return Array(Array(encoded.utf8)[first..<end])
+    }
+
+    /// `base64Run` when the value ends the encoded text (a token encoded alone, the password that
+    /// closes `Basic` credentials): the character after the run holds the value's last bits and
+    /// zeros, which every encoder writes, so it is known as well; without it the scrub would leave
+    /// up to four bits of the last byte showing. Padding (`=`) is not part of it: it tells only the
+    /// length, which the mask shows anyway. nil when the value ends on a character boundary (then
+    /// the run already ends the text) or the form is too short.
+    static func finalBase64Run(_ secret: [UInt8], alignment: Int, urlSafe: Bool) -> [UInt8]? {
+        precondition((0...2).contains(alignment))
+        let startBit = 8 * alignment, endBit = 8 * (alignment + secret.count)
+        guard endBit % 6 != 0 else { return nil }
+        let first = (startBit + 5) / 6, end = endBit / 6 + 1
+        guard end - first >= minimumBase64Length else { return nil }
+        let plaintext = [UInt8](repeating: 0, count: alignment) + secret
+        let encoded = Array((urlSafe ? Base64.encodeURLSafe(plaintext) : Base64.encode(plaintext)).utf8)
+        return Array(encoded[first..<end])
     }
 
     /// `%XX` escapes with lowercase hex digits; other bytes unchanged (also the log tripwire's).

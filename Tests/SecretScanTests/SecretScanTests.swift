@@ -47,13 +47,44 @@ struct SecretScanTests {
 
     @Test("forms: an encoding equal to an earlier one is left out; base64 runs under 8 characters are dropped")
     func forms() {
+        // "abcdef" one or two bytes into a group: the runs are too short, the final runs are not.
         #expect(SecretEncoding.forms(of: bytes("abcdef")).map(\.encoding)
-            == [.raw, .base64(alignment: 0)])
+            == [.raw, .base64(alignment: 0), .base64(alignment: 1), .base64(alignment: 2)])
+        #expect(SecretEncoding.finalBase64Run(bytes("abcdef"), alignment: 1, urlSafe: false) == bytes("FiY2RlZg"))
+        #expect(SecretEncoding.finalBase64Run(bytes("abcdef"), alignment: 0, urlSafe: false) == nil, "ends on a character boundary")
         #expect(SecretEncoding.forms(of: bytes("abc")).map(\.encoding) == [.raw])
         #expect(SecretEncoding.forms(of: bytes("a b")).map(\.bytes) == [bytes("a b"), bytes("a%20b")])
         #expect(SecretEncoding.base64Run(bytes("abcdef"), alignment: 0, urlSafe: false) == bytes("YWJjZGVm"))
         // "xabcdefg" = eGFiY2RlZmc=: the first two characters and the last carry a neighbour's bits.
         #expect(SecretEncoding.base64Run(bytes("abcdefg"), alignment: 1, urlSafe: false) == bytes("FiY2RlZm"))
+    }
+
+    /// A value base64-encoded alone or closing the encoded text (the password of `user:password`),
+    /// for every length modulo 3 and every alignment, standard and URL-safe: every character that
+    /// holds only the value's bits is masked, the last one included; what stays is the padding and
+    /// a leading character shared with the neighbour before it (CI found the last character showing
+    /// for values of 23 bytes: the test's value had a random length).
+    @Test("a value ending the encoded text: masked to its last character, whatever its length and alignment",
+          arguments: [22, 23, 24], ["", "u", "us"])
+    func finalCharacterMasked(length: Int, prefix: String) {
+        let value = String("0123456789abcdefghijKLMNOPQRST~?>".prefix(length))
+        let scanner = SecretScanner(secrets: [bytes(value)])
+        let standard = Data((prefix + value).utf8).base64EncodedString()
+        let urlSafe = standard.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        for encoded in [standard, urlSafe] {
+            var scrubber = SecretScrubber(scanner: scanner)
+            var output: [UInt8] = []
+            scrubber.scrub(bytes("x=" + encoded + "&"), into: &output)
+            scrubber.finish(into: &output)
+            let shown = Array(output.dropFirst(2).dropLast())
+            // Characters before the value's first whole one: ceil(8·prefix / 6).
+            let leading = (8 * prefix.count + 5) / 6
+            let padding = encoded.utf8.reversed().prefix { $0 == UInt8(ascii: "=") }.count
+            let expected = Array(encoded.utf8.prefix(leading)) + Array(repeating: SecretScrubber.mask, count: shown.count - leading - padding)
+                + Array(repeating: UInt8(ascii: "="), count: padding)
+            #expect(shown == expected, "length \(length), prefix \(prefix.count), \(encoded == standard ? "base64" : "base64url")")
+        }
     }
 
     /// (secrets, body, expected matches as "secret/encoding@range").
@@ -105,7 +136,8 @@ struct SecretScanTests {
         let scanner = SecretScanner(secrets: [bytes("tok_9xQ2"), bytes("tok_9xQ2-long-Z"), bytes("pa ss")])
         let base64 = Data("user:tok_9xQ2-long-Z".utf8).base64EncodedString()
         let body = bytes("a=tok_9xQ2&b=pa%20ss&auth=" + base64 + "&c=tok_9xQ2-long-Z;tok_9x")
-        #expect(scanner.matches(in: body).count == 6)
+        // The Basic credentials' value is found twice: its run and, as it ends the text, its final run.
+        #expect(scanner.matches(in: body).count == 7)
         for cut in 0...body.count {
             #expect(NaiveSecretScan.disagreements(scanner, body, cuts: [cut]) == [], "cut at \(cut)")
             for second in cut...body.count {
