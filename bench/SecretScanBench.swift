@@ -17,9 +17,12 @@ enum SecretScanBench {
         var random = SystemRandomNumberGenerator()
         // Text like an API body: letters, digits and JSON punctuation (no secret in it).
         let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/=\"{}:, ".utf8)
-        let block = (0..<(1 << 20)).map { _ in alphabet.randomElement(using: &random)! }
+        let text = (0..<(1 << 20)).map { _ in alphabet.randomElement(using: &random)! }
+        // And bytes like an image or an archive: every value equally likely.
+        let binary = (0..<(1 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) }
         let pieceSize = 64 * 1024
-        print("secretscan bench: \(mebibytes) MiB in \(pieceSize / 1024) KiB pieces, random JSON-ish text")
+        for (kind, block) in [("random JSON-ish text", text), ("random bytes", binary)] {
+        print("secretscan bench: \(mebibytes) MiB in \(pieceSize / 1024) KiB pieces, \(kind)")
         for secretCount in [1, 10, 300] {
             let tokenAlphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-".utf8)
             let secrets = (0..<secretCount).map { _ in (0..<40).map { _ in tokenAlphabet.randomElement(using: &random)! } }
@@ -57,6 +60,7 @@ enum SecretScanBench {
             var forwarded = 0
             measure("guard") { piece in forwarded += egress.inspect(piece).forwardable }
             if matches != 0 || forwarded == 0 { print("  (unexpected: \(matches) matches, \(forwarded) forwarded)") }
+        }
         }
     }
 }

@@ -17,6 +17,10 @@ func fuzzSecretScan(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let cutBytes = take(Int(take(1).first ?? 0) % 9)
     let body = Array(input)
     let cuts = cutBytes.map { Int($0) * (body.count + 1) / 256 }
-    let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets), body, cuts: cuts)
-    fuzzCheck(problems.isEmpty, "secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
+    // Also with the laned pass taking every piece that can hold its four warm-ups (by default
+    // only pieces of 1 KiB and more, which few inputs here reach).
+    for lanedFrom in [nil, 0] {
+        let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets, lanedFrom: lanedFrom), body, cuts: cuts)
+        fuzzCheck(problems.isEmpty, "laned from \(lanedFrom ?? -1): secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
+    }
 }

@@ -189,9 +189,44 @@ struct SecretScanTests {
         for seed in UInt64(1)...300 {
             var random = SeededGenerator(state: seed)
             let (secrets, body, cuts) = Self.randomCase(&random)
-            let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets), body, cuts: cuts)
-            #expect(problems == [], "seed \(seed): secrets \(secrets) body \(body) cuts \(cuts)")
+            // The default scanner takes these small pieces one byte at a time; the second puts every
+            // piece that can hold four warm-ups through the laned pass.
+            for lanedFrom in [nil, 0] {
+                let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets, lanedFrom: lanedFrom), body, cuts: cuts)
+                #expect(problems == [], "seed \(seed), laned from \(lanedFrom ?? -1): secrets \(secrets) body \(body) cuts \(cuts)")
+            }
         }
+    }
+
+    /// The laned pass (four quarters walked at once, each after a warm-up of the longest pattern's
+    /// length) at its default size: a value planted at every offset near a boundary of bodies whose quarters
+    /// divide evenly or leave 1-3 bytes over, and a value begun in one large piece and completed in the next. An off-by-one in a quarter's
+    /// start, its warm-up or the leftover bytes misses or invents a match here.
+    @Test("the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces")
+    func lanedPassEveryOffset() {
+        let value = bytes("tok_Q9-laned")  // 12 bytes, so base64 forms too
+        let scanner = SecretScanner(secrets: [value])
+        let filler = Array(repeating: UInt8(ascii: "."), count: 1027)
+        for size in 1024...1027 {
+            let quarter = size / 4
+            // Every offset within 40 bytes of a quarter boundary, a warm-up or either end.
+            let near = [0, quarter, 2 * quarter, 3 * quarter, 4 * quarter, size].flatMap { ($0 - 40)...($0 + 40) }
+            for offset in Set(near).sorted() where offset >= 0 && offset + value.count <= size {
+                var body = Array(filler.prefix(size))
+                body.replaceSubrange(offset..<(offset + value.count), with: value)
+                let problems = NaiveSecretScan.disagreements(scanner, body, cuts: [])
+                #expect(problems == [], "size \(size) (quarters of \(quarter)), value at \(offset)")
+            }
+        }
+        // A piece of 2 KiB ending in the value's first k bytes, then one of 2 KiB beginning with
+        // the rest (and one with no value at all): the state crosses the pieces through lane 3
+        // and back into lane 0.
+        for k in 0...value.count {
+            let body = Array(repeating: UInt8(ascii: "."), count: 2048 - k) + value + Array(repeating: UInt8(ascii: "-"), count: 2048)
+            #expect(NaiveSecretScan.disagreements(scanner, body, cuts: [2048]) == [], "value split after \(k) bytes")
+        }
+        let clean = Array(repeating: UInt8(ascii: "t"), count: 4096)
+        #expect(NaiveSecretScan.disagreements(scanner, clean, cuts: [2048]) == [])
     }
 
     /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
