@@ -17,10 +17,11 @@ func fuzzSecretScan(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let cutBytes = take(Int(take(1).first ?? 0) % 9)
     let body = Array(input)
     let cuts = cutBytes.map { Int($0) * (body.count + 1) / 256 }
-    // Also with the laned pass taking every piece that can hold its four warm-ups (by default
-    // only pieces of 1 KiB and more, which few inputs here reach).
-    for lanedFrom in [nil, 0] {
-        let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets, lanedFrom: lanedFrom), body, cuts: cuts)
-        fuzzCheck(problems.isEmpty, "laned from \(lanedFrom ?? -1): secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
+    // Also with every piece that can hold the laned pass's four warm-ups taken as a large one (by
+    // default only pieces of 1 KiB and more, which few inputs here reach), each way.
+    for (lanedFrom, path) in NaiveSecretScan.largePiecePaths {
+        let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path)
+        let problems = NaiveSecretScan.disagreements(scanner, body, cuts: cuts)
+        fuzzCheck(problems.isEmpty, "laned from \(lanedFrom ?? -1) \(path): secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
     }
 }

@@ -29,8 +29,10 @@ public struct PatternAutomaton: Sendable {
 
     /// `lanedFrom`: the smallest piece the laned pass takes (`endRowIfNoMatch`), by default 1 KiB
     /// and 16 times the longest pattern (the three warm-ups then add under a fifth); tests and
-    /// the fuzzer lower it to put small bodies through that pass too.
-    public init(patterns: [[UInt8]], lanedFrom: Int? = nil) {
+    /// the fuzzer lower it to put small bodies through that pass too. `largePieces`: how such a
+    /// piece is taken when the start state can be skipped; tests force each way.
+    public init(patterns: [[UInt8]], lanedFrom: Int? = nil, largePieces: LargePiecePath = .probed) {
+        self.largePieces = largePieces
         patternLengths = patterns.map(\.count)
         let longest = patterns.map(\.count).max() ?? 0
         // Whatever is asked, each lane's warm-up must fit before its quarter.
@@ -111,6 +113,29 @@ public struct PatternAutomaton: Sendable {
         // Worth it only when few bytes can begin a pattern (a token or two): with many, text hits
         // one every few bytes and the skip costs more than it saves (bench/secretscan.sh).
         skipsStart = leaves.reduce(0) { $0 + Int($1) } <= Self.skipThreshold
+        // The same bytes, sixteen abreast: each compared with every byte that leaves the start
+        // state (the list padded with its first, which changes nothing).
+        let starters = (0..<256).filter { leaves[$0] != 0 }.map { UInt8($0) }
+        leavesStartNever = starters.isEmpty
+        startBytes = (0..<Self.skipThreshold).map { SIMD16(repeating: starters.isEmpty ? 0 : starters[min($0, starters.count - 1)]) }
+    }
+
+    /// How a piece of `lanedMinimum` bytes or more is scanned by an automaton that skips the
+    /// start state. Skipping runs at memory speed where no byte can begin a pattern (zeros, sparse
+    /// files: 9 GB/s), the laned pass at 1.7-1.8 GB/s whatever the bytes. But every byte that does
+    /// leave the start state breaks the skip off (a mispredicted branch, then the table) for some
+    /// 25 ns: on text where one byte in twenty can begin one of a single secret's forms, skipping
+    /// falls to 0.7 GB/s (bench/secretscan.sh).
+    public enum LargePiecePath: Sendable {
+        /// The default: the first eighth is skipped through, exactly, counting the bytes that
+        /// needed the table; if under one in fifty did (random bytes and one secret: about one
+        /// in sixty, the two ways within 10%), the rest is skipped through too, else the laned
+        /// pass takes it.
+        case probed
+        /// The first eighth as above, then the rest skipped through whatever the count (tests).
+        case probedThenSkipped
+        /// The first eighth as above, then the rest through the laned pass (tests).
+        case probedThenLaned
     }
 
     /// Per byte: 1 when it takes the start state anywhere else. When few bytes do, most bytes of
@@ -118,7 +143,11 @@ public struct PatternAutomaton: Sendable {
     /// no chain through the table).
     private let leavesStart: [UInt8]
     private let skipsStart: Bool
+    private let startBytes: [SIMD16<UInt8>]
+    /// No byte leaves the start state (no pattern at all): nothing can ever match.
+    private let leavesStartNever: Bool
     static let skipThreshold = 10
+    private let largePieces: LargePiecePath
 
     /// Patterns identical to the one a state records (by state): reported with it.
     private let duplicates: [Int32: [Int]]
@@ -133,13 +162,44 @@ public struct PatternAutomaton: Sendable {
     /// many bytes were consumed (all unless stopped).
     func scan(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
               onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+        if leavesStartNever { return bytes.count }
+        guard bytes.count >= lanedMinimum else { return scanExactly(bytes, from: &state, onMatch: onMatch) }
+        var done = 0
+        if skipsStart {
+            // Probe: skip through the first eighth exactly, counting the bytes the table took.
+            let probe = bytes.count / 8
+            var tableSteps = 0
+            var stopped = false
+            let probed = scanSkippingStart(UnsafeBufferPointer(rebasing: bytes[..<probe]), from: &state,
+                                           tableSteps: &tableSteps) { pattern, end in
+                stopped = !onMatch(pattern, end)
+                return !stopped
+            }
+            if stopped { return probed }
+            let sparse = tableSteps * 50 < probe
+            done = probe
+            if largePieces == .probedThenSkipped || (largePieces == .probed && sparse) {
+                return done + scanSkippingStart(UnsafeBufferPointer(rebasing: bytes[done...]), from: &state,
+                                                tableSteps: &tableSteps) { onMatch($0, done + $1) }
+            }
+        }
         // Nearly every body holds no secret: the laned pass proves that at several times the
-        // speed, and only a piece where it finds a match is scanned again, exactly, below.
-        if bytes.count >= lanedMinimum, let row = endRowIfNoMatch(bytes, from: state.row) {
+        // table walk's speed, and only a piece where it finds a match is scanned again, exactly.
+        let rest = UnsafeBufferPointer(rebasing: bytes[done...])
+        if rest.count / Self.laneCount >= longestPattern, let row = endRowIfNoMatch(rest, from: state.row) {
             state.row = row
             return bytes.count
         }
-        if skipsStart { return scanSkippingStart(bytes, from: &state, onMatch: onMatch) }
+        return done + scanExactly(rest, from: &state) { onMatch($0, done + $1) }
+    }
+
+    /// Every byte through the table (skipping the start state where that pays).
+    private func scanExactly(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+                             onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+        if skipsStart {
+            var tableSteps = 0
+            return scanSkippingStart(bytes, from: &state, tableSteps: &tableSteps, onMatch: onMatch)
+        }
         var row = state.row
         defer { state.row = row }
         return transitions.withUnsafeBufferPointer { table in
@@ -159,19 +219,33 @@ public struct PatternAutomaton: Sendable {
     }
 
     /// `scan` for automata few bytes can leave the start state with: in the start state, bytes that
-    /// cannot begin a pattern are skipped eight at a time (independent loads, no chain through the
-    /// table); the same transitions otherwise.
+    /// cannot begin a pattern are skipped sixteen at a time (vector compares with each byte that
+    /// can), then eight (independent loads, no chain through the table); the same transitions
+    /// otherwise. `tableSteps` grows by the bytes that went through the table.
     private func scanSkippingStart(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+                                   tableSteps: inout Int,
                                    onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
         var row = state.row
-        defer { state.row = row }
+        var steps = 0
+        defer { state.row = row; tableSteps += steps }
+        guard let base = bytes.baseAddress else { return 0 }
         return transitions.withUnsafeBufferPointer { table in
             byteClass.withUnsafeBufferPointer { classes in
                 leavesStart.withUnsafeBufferPointer { leaves in
+                    let s = startBytes
+                    let (s0, s1, s2, s3, s4) = (s[0], s[1], s[2], s[3], s[4])
+                    let (s5, s6, s7, s8, s9) = (s[5], s[6], s[7], s[8], s[9])
                     var index = 0
                     let count = bytes.count
                     while index < count {
                         if row == 0 {
+                            while index &+ 16 <= count {
+                                let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
+                                let hit = (v .== s0) .| (v .== s1) .| (v .== s2) .| (v .== s3) .| (v .== s4)
+                                    .| (v .== s5) .| (v .== s6) .| (v .== s7) .| (v .== s8) .| (v .== s9)
+                                if any(hit) { break }
+                                index &+= 16
+                            }
                             while index &+ 8 <= count {
                                 let any = leaves[Int(bytes[index])] | leaves[Int(bytes[index &+ 1])] | leaves[Int(bytes[index &+ 2])]
                                     | leaves[Int(bytes[index &+ 3])] | leaves[Int(bytes[index &+ 4])] | leaves[Int(bytes[index &+ 5])]
@@ -185,6 +259,7 @@ public struct PatternAutomaton: Sendable {
                         let entry = table[row &+ Int(classes[Int(bytes[index])])]
                         row = Int(entry & ~Self.matchFlag)
                         index &+= 1
+                        steps &+= 1
                         if entry & Self.matchFlag != 0 && !reportMatches(at: row / classCount, end: index, onMatch) {
                             return index
                         }

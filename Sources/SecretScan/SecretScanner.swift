@@ -21,9 +21,9 @@ public struct SecretScanner: Sendable {
     public let patterns: [SecretPattern]
     let automaton: PatternAutomaton
 
-    /// `secrets`: each secret's exact bytes; an empty one is ignored. `lanedFrom`: see
-    /// `PatternAutomaton.init`.
-    public init(secrets: [[UInt8]], lanedFrom: Int? = nil) {
+    /// `secrets`: each secret's exact bytes; an empty one is ignored. `lanedFrom`, `largePieces`:
+    /// see `PatternAutomaton.init`.
+    public init(secrets: [[UInt8]], lanedFrom: Int? = nil, largePieces: PatternAutomaton.LargePiecePath = .probed) {
         var patterns: [SecretPattern] = []
         for (secret, raw) in secrets.enumerated() where !raw.isEmpty {
             for form in SecretEncoding.forms(of: raw) {
@@ -31,7 +31,7 @@ public struct SecretScanner: Sendable {
             }
         }
         self.patterns = patterns
-        automaton = PatternAutomaton(patterns: patterns.map(\.bytes), lanedFrom: lanedFrom)
+        automaton = PatternAutomaton(patterns: patterns.map(\.bytes), lanedFrom: lanedFrom, largePieces: largePieces)
     }
 
     /// The most a stream ever holds back is one less than this.

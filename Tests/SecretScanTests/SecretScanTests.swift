@@ -189,11 +189,12 @@ struct SecretScanTests {
         for seed in UInt64(1)...300 {
             var random = SeededGenerator(state: seed)
             let (secrets, body, cuts) = Self.randomCase(&random)
-            // The default scanner takes these small pieces one byte at a time; the second puts every
-            // piece that can hold four warm-ups through the laned pass.
-            for lanedFrom in [nil, 0] {
-                let problems = NaiveSecretScan.disagreements(SecretScanner(secrets: secrets, lanedFrom: lanedFrom), body, cuts: cuts)
-                #expect(problems == [], "seed \(seed), laned from \(lanedFrom ?? -1): secrets \(secrets) body \(body) cuts \(cuts)")
+            // The default scanner takes these small pieces one byte at a time; the others take
+            // every piece that can hold four warm-ups as a large one: probed, then each way.
+            for (lanedFrom, path) in NaiveSecretScan.largePiecePaths {
+                let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path)
+                let problems = NaiveSecretScan.disagreements(scanner, body, cuts: cuts)
+                #expect(problems == [], "seed \(seed), laned from \(lanedFrom ?? -1) \(path): secrets \(secrets) body \(body) cuts \(cuts)")
             }
         }
     }
@@ -202,15 +203,18 @@ struct SecretScanTests {
     /// length) at its default size: a value planted at every offset near a boundary of bodies whose quarters
     /// divide evenly or leave 1-3 bytes over, and a value begun in one large piece and completed in the next. An off-by-one in a quarter's
     /// start, its warm-up or the leftover bytes misses or invents a match here.
-    @Test("the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces")
-    func lanedPassEveryOffset() {
+    /// Both ways a large piece goes after the probe of its first eighth, and the default, which
+    /// here (a filler that never leaves the start state) skips.
+    @Test("the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces",
+          arguments: [PatternAutomaton.LargePiecePath.probed, .probedThenSkipped, .probedThenLaned])
+    func lanedPassEveryOffset(path: PatternAutomaton.LargePiecePath) {
         let value = bytes("tok_Q9-laned")  // 12 bytes, so base64 forms too
-        let scanner = SecretScanner(secrets: [value])
+        let scanner = SecretScanner(secrets: [value], largePieces: path)
         let filler = Array(repeating: UInt8(ascii: "."), count: 1027)
         for size in 1024...1027 {
             let quarter = size / 4
             // Every offset within 40 bytes of a quarter boundary, a warm-up or either end.
-            let near = [0, quarter, 2 * quarter, 3 * quarter, 4 * quarter, size].flatMap { ($0 - 40)...($0 + 40) }
+            let near = [0, size / 8, quarter, 2 * quarter, 3 * quarter, 4 * quarter, size].flatMap { ($0 - 40)...($0 + 40) }
             for offset in Set(near).sorted() where offset >= 0 && offset + value.count <= size {
                 var body = Array(filler.prefix(size))
                 body.replaceSubrange(offset..<(offset + value.count), with: value)
@@ -227,6 +231,29 @@ struct SecretScanTests {
         }
         let clean = Array(repeating: UInt8(ascii: "t"), count: 4096)
         #expect(NaiveSecretScan.disagreements(scanner, clean, cuts: [2048]) == [])
+        // A value in each of two large pieces: the second's offsets count every byte of the first.
+        var twice = Array(repeating: UInt8(ascii: "t"), count: 4096)
+        twice.replaceSubrange(1500..<(1500 + value.count), with: value)
+        twice.replaceSubrange(3000..<(3000 + value.count), with: value)
+        #expect(NaiveSecretScan.disagreements(scanner, twice, cuts: [2048]) == [])
+    }
+
+    /// The start-state skip compares sixteen bytes at once with each byte a pattern can begin with
+    /// (up to ten). Each of ten patterns, alone in zeros at every position of a vector and of the
+    /// eight-byte step after it: a compare left out skips it.
+    @Test("the vector skip stops at every byte a pattern can begin with, in every lane")
+    func vectorSkipEveryStartingByte() {
+        let patterns = (0..<PatternAutomaton.skipThreshold).map { index in [UInt8(0x41 + index), 0x7E, UInt8(0x61 + index)] }
+        let automaton = PatternAutomaton(patterns: patterns)
+        for (index, pattern) in patterns.enumerated() {
+            for offset in 0..<40 {
+                var body = [UInt8](repeating: 0, count: 64)
+                body.replaceSubrange(offset..<(offset + 3), with: pattern)
+                var found: [Int: Range<Int>] = [:]
+                body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
+                #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset)")
+            }
+        }
     }
 
     /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
