@@ -71,7 +71,7 @@ run: release
 	.build/release/scopeproxy run $(ARGS)
 
 ## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
-## then the short fuzz pass (FUZZ_SECONDS each of the seven fuzz targets; CI runs this).
+## then the short fuzz pass (FUZZ_SECONDS each of the nine fuzz targets), then the allocation budget (CI runs this).
 test: packages-test
 	$(SWIFT) build
 	$(SWIFT) test --no-parallel

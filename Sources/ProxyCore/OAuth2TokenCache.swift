@@ -156,7 +156,16 @@ public final class OAuth2TokenCache: Sendable {
         }
     }
 
-    /// A waiter that no longer wants the result (its client left). Returns whether it was waiting.
+    /// How many waiters the fetch in flight will answer (0 when none is in flight).
+    public var waiterCount: Int {
+        guarded.withLock { guarded in
+            if case .fetching(_, let waiters) = guarded.state { return waiters.count }
+            return 0
+        }
+    }
+
+    /// A waiter that no longer wants the result (its client left): the fetch no longer holds its
+    /// callback, nor what the callback holds. Returns whether it was waiting.
     @discardableResult
     public func withdraw(waiterID: UInt64) -> Bool {
         guarded.withLock { guarded in

@@ -34,6 +34,8 @@ final class ClientConnection: UpstreamLegOwner {
     /// The machine's actions for the event being run (one buffer, reused).
     private var actions: [ConnectionAction] = []
     private var isClosed = false
+    /// The token fetch this connection waits for, withdrawn from if it closes first.
+    private var awaitedToken: (tokens: OAuth2Tokens, secret: String, waiterID: UInt64)?
     /// Bulk progress (body bytes, tunnel bytes) goes to the machine at most this often: it only
     /// restarts the stall timer and counts bytes, and a report per 4 KiB read cost more than the
     /// read. Bytes are never lost: the next report carries them.
@@ -168,8 +170,10 @@ final class ClientConnection: UpstreamLegOwner {
     /// The token comes back as an event on this loop (at once when cached, else from the worker's
     /// mailbox once the one fetch in flight ends); a connection gone by then ignores it.
     private func acquireToken(_ secret: String, from scope: ScopeContext) {
-        let requested = (scope.tokens as? OAuth2Tokens)?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
+        let tokens = scope.tokens as? OAuth2Tokens
+        let requested = tokens?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
             guard let self, !self.isClosed else { return }
+            self.awaitedToken = nil
             // From the mailbox this is a loop callback of its own: it flushes what it wrote, as the
             // socket callbacks do (at once, inside `execute`, the running callback does).
             let fromMailbox = !self.dispatching
@@ -180,7 +184,12 @@ final class ClientConnection: UpstreamLegOwner {
             }
             if fromMailbox, !self.isClosed { self.flushOutputs() }
         }
-        if requested != true {
+        switch requested {
+        case .answered:
+            break
+        case .waiting(let waiterID):
+            if let tokens { awaitedToken = (tokens, secret, waiterID) }
+        case nil:
             // The context's source does not know the secret (a reload removed it): fail closed.
             deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: "no_token_source"))
         }
@@ -521,6 +530,10 @@ final class ClientConnection: UpstreamLegOwner {
         guard !isClosed else { return }
         reportPendingProgress()
         isClosed = true
+        if let (tokens, secret, waiterID) = awaitedToken {
+            awaitedToken = nil
+            tokens.withdraw(secret: secret, waiterID: waiterID)
+        }
         collector = nil
         event_free(timer)
         transport.free()

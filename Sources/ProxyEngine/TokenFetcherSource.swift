@@ -55,13 +55,22 @@ public final class OAuth2Tokens: Sendable {
     /// The token endpoint's origin (for `explain` and the 502 that names it).
     public func endpoint(of secret: String) -> Origin? { entries[secret]?.spec.endpoint }
 
+    /// What `acquire` did with a request for a token.
+    enum Acquisition: Equatable {
+        /// `onReady` has run (a cached token, or a failure within the retry floor).
+        case answered
+        /// `onReady` runs once the fetch in flight ends, unless `withdraw(secret:waiterID:)` first.
+        case waiting(waiterID: UInt64)
+    }
+
     /// Asks for `secret`'s token on a worker's loop thread, whose mailbox is `mailbox`. `onReady` runs
     /// on that thread exactly once: before this returns when a valid token is cached (or the last
     /// fetch failed less than the retry floor ago), otherwise from the mailbox once the one fetch in
-    /// flight ends. Returns false (and never calls `onReady`) when `secret` is not an OAuth2 secret.
+    /// flight ends. Returns nil (and never calls `onReady`) when `secret` is not an OAuth2 secret.
     @discardableResult
-    func acquire(secret: String, mailbox: EventMailbox, onReady: @escaping (Result<OAuth2AccessToken, TokenFailure>) -> Void) -> Bool {
-        guard let entry = entries[secret] else { return false }
+    func acquire(secret: String, mailbox: EventMailbox,
+                 onReady: @escaping (Result<OAuth2AccessToken, TokenFailure>) -> Void) -> Acquisition? {
+        guard let entry = entries[secret] else { return nil }
         // The callback belongs to the caller's thread; it crosses threads only to be posted back.
         let callback = LoopBound(onReady)
         let id = waiterIDs.withLock { next in
@@ -72,12 +81,25 @@ public final class OAuth2Tokens: Sendable {
             mailbox.post { callback.value(result) }
         }
         switch entry.cache.acquire(now: clock(), waiter: waiter) {
-        case .ready(let token): onReady(.success(token))
-        case .failed(let failure): onReady(.failure(failure))
-        case .wait: break
-        case .fetch(let ticket): fetcher.fetch(TokenFetcher.Job(secret: secret, spec: entry.spec, cache: entry.cache, ticket: ticket))
+        case .ready(let token):
+            onReady(.success(token))
+            return .answered
+        case .failed(let failure):
+            onReady(.failure(failure))
+            return .answered
+        case .wait:
+            return .waiting(waiterID: id)
+        case .fetch(let ticket):
+            fetcher.fetch(TokenFetcher.Job(secret: secret, spec: entry.spec, cache: entry.cache, ticket: ticket))
+            return .waiting(waiterID: id)
         }
-        return true
+    }
+
+    /// A waiter gone before its answer (its client closed): the fetch in flight drops its callback
+    /// (and the connection the callback could reach). The fetch itself goes on: other waiters and
+    /// the next request want the token too. Loop thread of the waiter.
+    func withdraw(secret: String, waiterID: UInt64) {
+        entries[secret]?.cache.withdraw(waiterID: waiterID)
     }
 
     /// A 401 came back from an origin `token` (of `secret`) was injected into: if it is still the

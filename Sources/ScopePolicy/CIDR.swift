@@ -80,7 +80,7 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         withUnsafeMutableBytes(of: &raw) { $0.copyBytes(from: bytes) }
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &raw, &buffer, socklen_t(buffer.count)) != nil else { return "?" }
-        return String(cString: buffer)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         #else
         return "?"
         #endif

@@ -183,7 +183,7 @@ struct PlaceholderCLITests {
 
         // Another user's key: only root can make one to show it.
         if geteuid() == 0 {
-            FileManager.default.createFile(atPath: keyPath, contents: key, attributes: [.posixPermissions: 0o600])
+            _ = FileManager.default.createFile(atPath: keyPath, contents: key, attributes: [.posixPermissions: 0o600])
             chown(keyPath, 65534, 65534)
             let foreign = try run(["placeholders", "--config", path])
             #expect(foreign.status == 1)

@@ -104,6 +104,31 @@ struct OAuth2ProxyTests {
         #expect(rig.endpoint.requests.count == 1)
     }
 
+    /// The fetch answers every waiter through a callback that reaches its connection: a client gone
+    /// before the answer must not stay reachable (nor kept) until the fetch ends.
+    @Test("a client that hangs up mid-request while its token is fetched: closed at once, withdrawn from the fetch; the other waiter is served")
+    func hangUpWhileWaiting() throws {
+        let rig = try Rig()
+        rig.endpoint.set(.grant, delay: 3)  // the fetch stays in flight while the client leaves
+        let cache = try #require(rig.tokens.cache(for: "partner_token"))
+        let staying = try rig.proxy.connect()
+        try staying.send("GET \(rig.origin.url)/v1 HTTP/1.1\r\nHost: \(rig.origin.authority)\r\n\r\n")
+        let leaving = try rig.proxy.connect()
+        try leaving.send("POST \(rig.origin.url)/upload HTTP/1.1\r\nHost: \(rig.origin.authority)\r\nContent-Length: 100\r\n\r\n")
+        // Both wait for the one fetch (a bounded wait for the proxy to read them, not a timing check).
+        for _ in 0..<1000 where cache.waiterCount < 2 { usleep(10_000) }
+        #expect(cache.waiterCount == 2)
+        // Its body can no longer arrive: the proxy closes the connection without waiting for the
+        // token, and the fetch in flight no longer holds it.
+        leaving.shutdownWrite()
+        #expect(leaving.receiveUntilClose().isEmpty)
+        #expect(cache.waiterCount == 1, "the closed connection is still a waiter of the fetch")
+        let answer = String(decoding: try staying.receive(), as: UTF8.self)
+        #expect(answer.hasPrefix("HTTP/1.1 200 "))
+        #expect(rig.origin.requests.map(\.target) == ["/v1"], "the abandoned upload never reaches the origin")
+        #expect(rig.endpoint.requests.count == 1)
+    }
+
     @Test("the endpoint down: 502 credential_unavailable naming its origin, nothing reaches the origin; then it recovers")
     func endpointDown() throws {
         let rig = try Rig()

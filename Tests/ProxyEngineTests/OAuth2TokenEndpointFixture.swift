@@ -82,7 +82,7 @@ server.serve_forever()
     init(pki: TestPKI) throws {
         directory = ScratchDirectory()
         let scriptPath = directory.write("token_endpoint.py", Self.script)
-        FileManager.default.createFile(atPath: directory.path + "/requests.log", contents: Data())
+        _ = FileManager.default.createFile(atPath: directory.path + "/requests.log", contents: Data())
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         let certificate = pki.certificate("valid")

@@ -80,7 +80,7 @@ struct ExplainTests {
         let directory = NSTemporaryDirectory() + "scopeproxy-explain-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory + "/store", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        FileManager.default.createFile(atPath: directory + "/open_key", contents: Data("CANARY-explain-file\n".utf8),
+        _ = FileManager.default.createFile(atPath: directory + "/open_key", contents: Data("CANARY-explain-file\n".utf8),
                                        attributes: [.posixPermissions: 0o644])
         let loaded = try ConfigLoader.parse("""
             store_dir: store
