@@ -139,8 +139,8 @@ public struct PatternAutomaton: Sendable {
     }
 
     /// Per byte: 1 when it takes the start state anywhere else. When few bytes do, most bytes of
-    /// most bodies keep the start state: the scan skips them eight at a time (independent loads,
-    /// no chain through the table).
+    /// most bodies keep the start state: the scan skips them sixteen at a time (`startBytes`),
+    /// then eight (independent loads, no chain through the table).
     private let leavesStart: [UInt8]
     private let skipsStart: Bool
     private let startBytes: [SIMD16<UInt8>]
