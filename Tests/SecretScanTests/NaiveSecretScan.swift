@@ -65,13 +65,13 @@ enum NaiveSecretScan {
         return outcome
     }
 
-    /// Checks one cut of `body` against the reference; returns what disagrees (empty when all agree).
     /// The ways a scanner takes pieces, for the property test and the fuzzer: by default (small
     /// pieces byte by byte), and with every piece that can hold four warm-ups taken as a large
     /// one, probed and then left to the probe, skipped through, or laned.
     static let largePiecePaths: [(lanedFrom: Int?, path: PatternAutomaton.LargePiecePath)] =
         [(nil, .probed), (0, .probed), (0, .probedThenSkipped), (0, .probedThenLaned)]
 
+    /// Checks one cut of `body` against the reference; returns what disagrees (empty when all agree).
     static func disagreements(_ scanner: SecretScanner, _ body: [UInt8], cuts: [Int]) -> [String] {
         let expected = matches(scanner, in: body)
         let outcome = stream(scanner, pieces(body, cuts: cuts))
