@@ -1,6 +1,6 @@
 // Micro benchmark of the secret scanner (bench/secretscan.sh builds and runs it; not a test):
 // MB/s scanning, scrubbing and guarding 256 MiB in 64 KiB pieces of text, random bytes and zeros
-// with 1, 10 and 300 secrets.
+// with 1, 2, 3, 10 and 300 secrets.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -26,7 +26,7 @@ enum SecretScanBench {
         let zeros = [UInt8](repeating: 0, count: 1 << 20)
         for (kind, block) in [("random JSON-ish text", text), ("random bytes", binary), ("zeros", zeros)] {
         print("secretscan bench: \(mebibytes) MiB in \(pieceSize / 1024) KiB pieces, \(kind)")
-        for secretCount in [1, 10, 300] {
+        for secretCount in [1, 2, 3, 10, 300] {
             let tokenAlphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-".utf8)
             let secrets = (0..<secretCount).map { _ in (0..<40).map { _ in tokenAlphabet.randomElement(using: &random)! } }
             let buildStart = seconds()

@@ -110,27 +110,41 @@ public struct PatternAutomaton: Sendable {
         var leaves = [UInt8](repeating: 0, count: 256)
         for byte in 0..<256 where transitions[Int(byteClass[byte])] != 0 { leaves[byte] = 1 }
         leavesStart = leaves
-        // Worth it only when few bytes can begin a pattern (a token or two): with many, text hits
-        // one every few bytes and the skip costs more than it saves (bench/secretscan.sh).
-        skipsStart = leaves.reduce(0) { $0 + Int($1) } <= Self.skipThreshold
         // The same bytes, sixteen abreast: each compared with every byte that leaves the start
-        // state (the list padded with its first, which changes nothing).
+        // state (the list padded with its first, which changes nothing). Worth it only when few
+        // bytes can begin a pattern (a token or two): with many, text hits one every few bytes and
+        // the skip costs more than it saves (bench/secretscan.sh).
         let starters = (0..<256).filter { leaves[$0] != 0 }.map { UInt8($0) }
         leavesStartNever = starters.isEmpty
+        skipsStartBytes = starters.count <= Self.skipThreshold
         startBytes = (0..<Self.skipThreshold).map { SIMD16(repeating: starters.isEmpty ? 0 : starters[min($0, starters.count - 1)]) }
+        // The first two bytes of every pattern, when there are few such pairs and no pattern is a
+        // single byte: a pattern's first byte alone is common in text (one byte in twenty for one
+        // secret's forms), the pair rare (bench/secretscan.sh).
+        var pairs: [[UInt8]] = []
+        for pattern in patterns where pattern.count >= 2 && !pairs.contains([pattern[0], pattern[1]]) {
+            pairs.append([pattern[0], pattern[1]])
+        }
+        if patterns.contains(where: { $0.count == 1 }) || pairs.count > Self.pairLimit { pairs = [] }
+        pairCount = pairs.count
+        startPairs = (0..<Self.pairLimit).map { index in
+            let pair = pairs.isEmpty ? [0, 0] : pairs[min(index, pairs.count - 1)]
+            return (SIMD16(repeating: pair[0]), SIMD16(repeating: pair[1]))
+        }
+        skipsStart = skipsStartBytes || pairCount > 0
     }
 
     /// How a piece of `lanedMinimum` bytes or more is scanned by an automaton that skips the
-    /// start state. Skipping runs at memory speed where no byte can begin a pattern (zeros, sparse
-    /// files: 9 GB/s), the laned pass at 1.7-1.8 GB/s whatever the bytes. But every byte that does
-    /// leave the start state breaks the skip off (a mispredicted branch, then the table) for some
-    /// 25 ns: on text where one byte in twenty can begin one of a single secret's forms, skipping
+    /// start state. Skipping runs at 5-6 GB/s on any bytes when a pattern's first two bytes take
+    /// at most eight pairs (one or two secrets), at 9 GB/s by first bytes alone where none occurs
+    /// (zeros, sparse files); the laned pass at 1.8 GB/s whatever the bytes. But every position
+    /// that does begin a pattern breaks the skip off (a mispredicted branch, then the table) for
+    /// some 25 ns: on text where one byte in twenty can begin a pattern, skipping by first bytes
     /// falls to 0.7 GB/s (bench/secretscan.sh).
     public enum LargePiecePath: Sendable {
         /// The default: the first eighth is skipped through, exactly, counting the bytes that
-        /// needed the table; if under one in fifty did (random bytes and one secret: about one
-        /// in sixty, the two ways within 10%), the rest is skipped through too, else the laned
-        /// pass takes it.
+        /// needed the table; if under one in fifty did (a break costs about what fifty bytes
+        /// cost the laned pass), the rest is skipped through too, else the laned pass takes it.
         case probed
         /// The first eighth as above, then the rest skipped through whatever the count (tests).
         case probedThenSkipped
@@ -142,8 +156,16 @@ public struct PatternAutomaton: Sendable {
     /// most bodies keep the start state: the scan skips them sixteen at a time (`startBytes`),
     /// then eight (independent loads, no chain through the table).
     private let leavesStart: [UInt8]
+    /// The start state is skipped (by pairs, by bytes or both; the eight-byte step always works).
     private let skipsStart: Bool
+    /// At most `skipThreshold` bytes begin a pattern: `startBytes` holds them all.
+    private let skipsStartBytes: Bool
     private let startBytes: [SIMD16<UInt8>]
+    /// The (first, second) bytes of every pattern, padded with the first pair; `pairCount` of them
+    /// are distinct, 0 when the pair skip is off (more than `pairLimit`, or a one-byte pattern).
+    private let startPairs: [(SIMD16<UInt8>, SIMD16<UInt8>)]
+    let pairCount: Int
+    static let pairLimit = 8
     /// No byte leaves the start state (no pattern at all): nothing can ever match.
     private let leavesStartNever: Bool
     static let skipThreshold = 10
@@ -218,10 +240,11 @@ public struct PatternAutomaton: Sendable {
         }
     }
 
-    /// `scan` for automata few bytes can leave the start state with: in the start state, bytes that
-    /// cannot begin a pattern are skipped sixteen at a time (vector compares with each byte that
-    /// can), then eight (independent loads, no chain through the table); the same transitions
-    /// otherwise. `tableSteps` grows by the bytes that went through the table.
+    /// `scan` for automata few bytes or byte pairs can leave the start state with: in the start
+    /// state, positions that cannot begin a pattern are skipped sixteen at a time (vector compares
+    /// with each pair that can, then each byte), then eight (independent loads, no chain through
+    /// the table); the same transitions otherwise. `tableSteps` grows by the bytes that went
+    /// through the table.
     private func scanSkippingStart(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
                                    tableSteps: inout Int,
                                    onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
@@ -235,16 +258,39 @@ public struct PatternAutomaton: Sendable {
                     let s = startBytes
                     let (s0, s1, s2, s3, s4) = (s[0], s[1], s[2], s[3], s[4])
                     let (s5, s6, s7, s8, s9) = (s[5], s[6], s[7], s[8], s[9])
+                    let p = startPairs
+                    let (a0, b0) = p[0], (a1, b1) = p[1], (a2, b2) = p[2], (a3, b3) = p[3]
+                    let (a4, b4) = p[4], (a5, b5) = p[5], (a6, b6) = p[6], (a7, b7) = p[7]
                     var index = 0
                     let count = bytes.count
                     while index < count {
                         if row == 0 {
-                            while index &+ 16 <= count {
-                                let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
-                                let hit = (v .== s0) .| (v .== s1) .| (v .== s2) .| (v .== s3) .| (v .== s4)
-                                    .| (v .== s5) .| (v .== s6) .| (v .== s7) .| (v .== s8) .| (v .== s9)
-                                if any(hit) { break }
-                                index &+= 16
+                            // Sixteen positions at a time where none begins a pattern's first two
+                            // bytes. No match (two bytes or more) can then start in the block, and
+                            // the state after it is the start state or a first byte alone; the byte
+                            // after the block (in this piece: 17 <= count - index) does not continue
+                            // that first byte, its pair having been compared, so going on from the
+                            // start state there gives the same states and matches.
+                            if pairCount > 0 {
+                                while index &+ 17 <= count {
+                                    let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
+                                    let w = UnsafeRawPointer(base + (index &+ 1)).loadUnaligned(as: SIMD16<UInt8>.self)
+                                    let hits0 = ((v .== a0) .& (w .== b0)) .| ((v .== a1) .& (w .== b1))
+                                    let hits1 = ((v .== a2) .& (w .== b2)) .| ((v .== a3) .& (w .== b3))
+                                    let hits2 = ((v .== a4) .& (w .== b4)) .| ((v .== a5) .& (w .== b5))
+                                    let hits3 = ((v .== a6) .& (w .== b6)) .| ((v .== a7) .& (w .== b7))
+                                    if any(hits0 .| hits1 .| hits2 .| hits3) { break }
+                                    index &+= 16
+                                }
+                            }
+                            if skipsStartBytes {
+                                while index &+ 16 <= count {
+                                    let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
+                                    let hit = (v .== s0) .| (v .== s1) .| (v .== s2) .| (v .== s3) .| (v .== s4)
+                                        .| (v .== s5) .| (v .== s6) .| (v .== s7) .| (v .== s8) .| (v .== s9)
+                                    if any(hit) { break }
+                                    index &+= 16
+                                }
                             }
                             while index &+ 8 <= count {
                                 let any = leaves[Int(bytes[index])] | leaves[Int(bytes[index &+ 1])] | leaves[Int(bytes[index &+ 2])]

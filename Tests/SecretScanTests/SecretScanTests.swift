@@ -239,12 +239,13 @@ struct SecretScanTests {
     }
 
     /// The start-state skip compares sixteen bytes at once with each byte a pattern can begin with
-    /// (up to ten). Each of ten patterns, alone in zeros at every position of a vector and of the
-    /// eight-byte step after it: a compare left out skips it.
+    /// (up to ten). Each of ten patterns (ten pairs: too many for the pair skip), alone in zeros at
+    /// every position of a vector and of the eight-byte step after it: a compare left out skips it.
     @Test("the vector skip stops at every byte a pattern can begin with, in every lane")
     func vectorSkipEveryStartingByte() {
         let patterns = (0..<PatternAutomaton.skipThreshold).map { index in [UInt8(0x41 + index), 0x7E, UInt8(0x61 + index)] }
         let automaton = PatternAutomaton(patterns: patterns)
+        #expect(automaton.pairCount == 0)
         for (index, pattern) in patterns.enumerated() {
             for offset in 0..<40 {
                 var body = [UInt8](repeating: 0, count: 64)
@@ -254,6 +255,31 @@ struct SecretScanTests {
                 #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset)")
             }
         }
+    }
+
+    /// The pair skip compares sixteen positions at once with each pattern's first two bytes (up to
+    /// eight pairs). Each of eight patterns at every position of two vectors (a pair across their
+    /// boundary too), among zeros, among copies of the first pattern's first byte (every position
+    /// begins a pattern, none a pair: the state at each block's end is that byte alone), and among
+    /// copies of a second byte; and with a one-byte pattern, which turns the pair skip off.
+    @Test("the pair skip stops at every pair a pattern begins with, in every lane, whatever bytes surround it")
+    func pairSkipEveryStartingPair() {
+        let patterns = (0..<PatternAutomaton.pairLimit).map { index in [UInt8(0x41 + index), UInt8(0x61 + index), 0x7E] }
+        let automaton = PatternAutomaton(patterns: patterns)
+        #expect(automaton.pairCount == PatternAutomaton.pairLimit)
+        for filler: UInt8 in [0x00, 0x41, 0x61] {
+            for (index, pattern) in patterns.enumerated() {
+                for offset in 0..<40 {
+                    var body = [UInt8](repeating: filler, count: 64)
+                    body.replaceSubrange(offset..<(offset + 3), with: pattern)
+                    var found: [Int: Range<Int>] = [:]
+                    body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
+                    #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset) among \(filler)")
+                }
+            }
+        }
+        let withSingleByte = PatternAutomaton(patterns: patterns + [[0x7E]])
+        #expect(withSingleByte.pairCount == 0)
     }
 
     /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
