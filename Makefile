@@ -122,7 +122,7 @@ demo: release
 	config/demo/run.sh
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
-## exchange state machine
+## exchange state machine, client credentials, secret scanner, token response
 ## (FUZZ_SECONDS each, default 60).
 fuzz: packages-build
 	fuzz/run.sh
