@@ -56,7 +56,7 @@ public final class OAuth2Tokens: Sendable {
     public func endpoint(of secret: String) -> Origin? { entries[secret]?.spec.endpoint }
 
     /// What `acquire` did with a request for a token.
-    enum Acquisition: Equatable {
+    enum Acquisition {
         /// `onReady` has run (a cached token, or a failure within the retry floor).
         case answered
         /// `onReady` runs once the fetch in flight ends, unless `withdraw(secret:waiterID:)` first.

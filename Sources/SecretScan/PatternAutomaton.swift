@@ -131,7 +131,6 @@ public struct PatternAutomaton: Sendable {
             let pair = pairs.isEmpty ? [0, 0] : pairs[min(index, pairs.count - 1)]
             return (SIMD16(repeating: pair[0]), SIMD16(repeating: pair[1]))
         }
-        skipsStart = skipsStartBytes || pairCount > 0
     }
 
     /// How a piece of `lanedMinimum` bytes or more is scanned by an automaton that skips the
@@ -157,7 +156,7 @@ public struct PatternAutomaton: Sendable {
     /// then eight (independent loads, no chain through the table).
     private let leavesStart: [UInt8]
     /// The start state is skipped (by pairs, by bytes or both; the eight-byte step always works).
-    private let skipsStart: Bool
+    private var skipsStart: Bool { skipsStartBytes || pairCount > 0 }
     /// At most `skipThreshold` bytes begin a pattern: `startBytes` holds them all.
     private let skipsStartBytes: Bool
     private let startBytes: [SIMD16<UInt8>]

@@ -203,6 +203,7 @@ struct SecretScanTests {
     /// length) at its default size: a value planted at every offset near a boundary of bodies whose quarters
     /// divide evenly or leave 1-3 bytes over, and a value begun in one large piece and completed in the next. An off-by-one in a quarter's
     /// start, its warm-up or the leftover bytes misses or invents a match here.
+    ///
     /// Both ways a large piece goes after the probe of its first eighth, and the default, which
     /// here (a filler that never leaves the start state) skips.
     @Test("the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces",
