@@ -245,21 +245,22 @@ public enum HopPlanner {
         if signed != nil, !decision.injected.contains(where: { $0.lowercased() == "authorization" }) {
             decision.injected.append("Authorization")
         }
-        // The scrub masks every secret this origin's scopes send (whether or not this request got
-        // it: a value written through an API comes back in a later read), and those of the chain's
-        // earlier hops. One watch per scope set: a client cannot make the proxy build more.
+        // The scrub masks every secret this origin's scopes send, for any client (a value written
+        // through an API for one client comes back in another's read, whether or not this request
+        // got it), and those of the chain's earlier hops. One watch per scope set: a client cannot
+        // make the proxy build more.
         var scrub: SecretWatch?
         var scrubScopes: UInt64 = 0
         var scrubNames: Set<String> = []
         if scope.protection.scrub != .off {
-            if let mask = policy.coveringMask(target.origin, client: client), chain.scrubNames.isEmpty {
+            if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty {
                 scrubScopes = mask | chain.scrubScopes
                 if scrubScopes != 0 {
                     let scopes = scrubScopes
                     scrub = scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) })
                 }
             } else {
-                scrubNames = policy.secretsSent(to: target.origin, client: client)
+                scrubNames = policy.secretsSentToAnyClient(target.origin)
                     .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
                 scrub = scope.values.scrubWatch(scrubNames)
             }

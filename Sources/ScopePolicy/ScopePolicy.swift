@@ -337,12 +337,30 @@ public struct ScopePolicy: Sendable {
     /// The scopes covering the origin for this client as a bit set of their positions (nil beyond
     /// 64 scopes): a key for what is cached per scope set, made without allocating.
     public func coveringMask(_ origin: Origin, client: String?) -> UInt64? {
+        coveringMask(origin) { $0.serves(client) }
+    }
+
+    /// The scopes covering the origin for any client, as a bit set (nil beyond 64 scopes): the
+    /// response scrub masks what the origin is sent for anyone, since a value stored there for one
+    /// client can be read back by another (docs/security-model.md, "Response scrub").
+    public func coveringMaskForAnyClient(_ origin: Origin) -> UInt64? {
+        coveringMask(origin) { _ in true }
+    }
+
+    private func coveringMask(_ origin: Origin, where included: (Scope) -> Bool) -> UInt64? {
         guard scopes.count <= 64 else { return nil }
         var mask: UInt64 = 0
-        for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && scope.serves(client) {
+        for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && included(scope) {
             mask |= 1 << UInt64(index)
         }
         return mask
+    }
+
+    /// The secrets the origin's scopes send to anyone (the response scrub's set, by name).
+    public func secretsSentToAnyClient(_ origin: Origin) -> Set<String> {
+        var names: Set<String> = []
+        for scope in scopes where scope.origins.contains(origin) { names.formUnion(scope.secretNames) }
+        return names
     }
 
     /// The union of `names` over the scopes of a mask.
