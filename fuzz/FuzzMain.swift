@@ -8,6 +8,7 @@ private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "RequestHead": fuzzRequestHead, "Chunked": fuzzChunked, "ResponseHead": fuzzResponseHead,
     "Config": fuzzConfig, "Redactor": fuzzRedactor, "ExchangeMachine": fuzzExchangeMachine,
     "ClientCredentials": fuzzClientCredentials, "SecretScan": fuzzSecretScan, "TokenResponse": fuzzTokenResponse,
+    "Noninterference": fuzzNoninterference,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {
