@@ -67,7 +67,9 @@ public final class OwnSockets: @unchecked Sendable {
 
     /// `bufferevent_socket_connect`, with the socket's two ends registered before any listener of
     /// this process can accept the connection: the lock is held across the connect, and the
-    /// accepting side takes it to look (a loopback handshake completes inside connect(2)).
+    /// accepting side takes it to look (a loopback handshake completes inside connect(2)). No
+    /// callback of ours runs inside: libevent defers a connect's outcome to the loop (the connector
+    /// relies on that too: it records the attempt only after this returns).
     func connect(_ bev: OpaquePointer, to address: inout sockaddr_storage) -> Int32 {
         let length = SocketAddress.length(of: address)
         let remote = Self.endpoint(address)
