@@ -132,6 +132,9 @@ struct SelfConnectionEngineTests {
         defer { setup.stop() }
         let forward = setup.proxy.port
         let admin = try #require(setup.proxy.server.adminPort)
+        let known = setup.proxy.server.configuration.ownSockets.listeners.endpoints
+        #expect(Set(known.map(\.port)) == [forward, setup.routePort, admin], "read from the sockets as bound: every port 0 resolved")
+        #expect(known.allSatisfy { $0.address.isLoopback })
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(forward)/", host: "127.0.0.1:\(forward)")))
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(admin)/metrics", host: "127.0.0.1:\(admin)")))
         #expect(isLoopRefusal(try setup.proxy.exchange(Findings.request("http://0.0.0.0:\(admin)/healthz", host: "0.0.0.0:\(admin)"))),
