@@ -90,6 +90,9 @@ public enum RequestAdmission {
     /// monotonic microseconds (rate limits).
     public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
                              facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0) -> Admission {
+        // Before any client rule, and in every mode: the proxy's own connection must never borrow
+        // an identity (`uid:` is the proxy's user, `source:` this machine's address).
+        if facts.isProxyOwnConnection { return .reject(.loopRefused(nil)) }
         let client: ClientIdentity
         if case .intercepted(_, let established) = mode {
             // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits,

@@ -58,6 +58,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     case placeholderOutOfScope(secret: String, where: String, Origin)
     /// The value of a secret (in the finding's encoding) in a request to an origin outside its scopes.
     case secretEgressBlocked(SecretFinding, where: String, Origin)
+    /// The proxy never connects to its own listening sockets (docs/security-model.md, "Clients"):
+    /// the origin's resolved address and port reach one of them, and nothing was connected. Nil:
+    /// the refused connection is itself one the proxy opened, arriving back as a client.
+    case loopRefused(Origin?)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -73,7 +77,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var status: Int {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
-        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked: 403
+        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
         case .credentialUnavailable, .redirectBlocked, .signingFailed, .tokenUnavailable: 502
@@ -126,6 +130,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelOriginMismatch: "tunnel_origin_mismatch"
         case .placeholderOutOfScope: "placeholder_out_of_scope"
         case .secretEgressBlocked: "secret_egress_blocked"
+        case .loopRefused: "loop_refused"
         }
     }
 
@@ -177,6 +182,10 @@ public enum ProxyError: Error, Equatable, Sendable {
             "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
+        case .loopRefused(let origin?):
+            "\(origin) is this proxy's own listening address: the proxy never connects to itself; nothing was sent"
+        case .loopRefused(nil):
+            "this connection was opened by the proxy itself: it is never served as a client"
         }
     }
 

@@ -40,6 +40,9 @@ public final class Metrics: Sendable {
         var upstreamErrors: [String: UInt64] = [:]
         var rateLimited: [String: UInt64] = [:]
         var clientRefusals: [String: UInt64] = [:]
+        /// Requests refused because they led back to the proxy itself, by kind (`destination`,
+        /// `own_connection`).
+        var loopRefused: [String: UInt64] = [:]
         /// Matches masked in responses, by secret name.
         var scrubbed: [String: UInt64] = [:]
         /// Requests the proxy signed, by kind of signature (`aws_sigv4`).
@@ -63,6 +66,7 @@ public final class Metrics: Sendable {
             switch record.failure {
             case .proxy(.rateLimited(let client, _))?: counters.rateLimited[client, default: 0] += 1
             case .proxy(.proxyAuthenticationRequired(let refusal))?: counters.clientRefusals[refusal.reason.rawValue, default: 0] += 1
+            case .proxy(.loopRefused(let origin))?: counters.loopRefused[origin == nil ? "own_connection" : "destination", default: 0] += 1
             default: break
             }
             counters.bytesIn += record.bytesIn
@@ -107,6 +111,7 @@ public final class Metrics: Sendable {
         for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
         for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
         for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
+        for (kind, count) in exchange.loopRefused { add("scopeproxy_loop_refused_total", ["kind", kind], count) }
         for (secret, count) in exchange.scrubbed { add("scopeproxy_scrubbed_total", ["secret", secret], count) }
         for (kind, count) in exchange.signed { add("scopeproxy_signed_total", ["kind", kind], count) }
         for (key, count) in exchange.egressBlocked {
@@ -147,6 +152,7 @@ public final class Metrics: Sendable {
         "scopeproxy_requests_total": ("counter", "Exchanges by response status class, scope and client (configured names, or none)."),
         "scopeproxy_rate_limited_total": ("counter", "Requests refused with 429 because their client was over its rate, by client."),
         "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
+        "scopeproxy_loop_refused_total": ("counter", "Requests refused with 403 loop_refused: a destination that is the proxy's own listener, or a connection the proxy itself opened (own_connection)."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
         "scopeproxy_signed_total": ("counter", "Requests the proxy signed, by kind of signature (aws_sigv4)."),
         "scopeproxy_token_fetches_total": ("counter", "OAuth2 token requests, by secret and result (ok, or why it failed)."),
