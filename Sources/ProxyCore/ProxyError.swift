@@ -183,7 +183,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         case .loopRefused(let origin?):
-            "\(origin) is this proxy's own listening address: the proxy never connects to itself; nothing was sent"
+            "\(origin) resolves to this proxy's own listening port on this machine (or a listener on that port takes every address, 0.0.0.0 or ::): the proxy never connects to itself; nothing was sent; bind that listener to one address to reach this port on other hosts"
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
         }

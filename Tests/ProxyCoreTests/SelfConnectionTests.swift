@@ -184,7 +184,7 @@ struct OwnConnectionAdmissionTests {
         #expect(!error.allowsKeepAlive)
         let text = String(decoding: error.response(keepAlive: false, requestID: "r1"), as: UTF8.self)
         #expect(text.hasPrefix("HTTP/1.1 403 Forbidden\r\n"))
-        #expect(text.contains(#"{"error":"loop_refused","message":"http://127.0.0.1:8080 is this proxy's own listening address"#))
+        #expect(text.contains(#"{"error":"loop_refused","message":"http://127.0.0.1:8080 resolves to this proxy's own listening port"#))
         #expect(ProxyError.loopRefused(nil).message.contains("opened by the proxy itself"))
     }
 }
