@@ -103,11 +103,14 @@ public enum RequestAdmission {
             client = scope.clients.isEmpty ? .unnamed : established
         } else {
             // Two Proxy-Authorization fields are two claims of identity: refused like two Hosts,
-            // rather than letting the first one silently decide.
-            if head.fields.count("proxy-authorization") > 1 {
-                return .reject(.malformedRequest("more than one Proxy-Authorization header"))
+            // even when they agree, rather than letting the first one silently decide.
+            let proxyAuthorization: String?
+            switch head.fields.singleValue(of: "proxy-authorization") {
+            case .absent: proxyAuthorization = nil
+            case .one(let value): proxyAuthorization = value
+            case .repeated, .conflicting: return .reject(.malformedRequest("more than one Proxy-Authorization header"))
             }
-            switch scope.recognize(facts, proxyAuthorization: head.fields.first("proxy-authorization")) {
+            switch scope.recognize(facts, proxyAuthorization: proxyAuthorization) {
             case .refused(let refusal): return .reject(.proxyAuthenticationRequired(refusal))
             case .client(let identified): client = identified
             }
@@ -190,10 +193,11 @@ public enum RequestAdmission {
     /// proxy's own address there). Where the connection fixes the origin, a Host naming another one
     /// is refused rather than silently sent elsewhere than the client believes.
     static func hostProblem(_ head: RequestHead, target: RequestTarget, mode: ConnectionMode) -> ProxyError? {
-        let count = head.fields.count("host")
-        if count > 1 { return .malformedRequest("more than one Host header") }
-        guard let value = head.fields.first("host") else {
-            return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        let value: String
+        switch head.fields.singleValue(of: "host") {
+        case .absent: return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        case .one(let only): value = only
+        case .repeated, .conflicting: return .malformedRequest("more than one Host header")
         }
         // The usual case, a Host that spells the target's authority, needs no second parse.
         if case .absolute(let origin, _, _) = target, origin.isSpelled(byAuthority: value) { return nil }
