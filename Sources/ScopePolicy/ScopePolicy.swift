@@ -164,10 +164,29 @@ public struct ScopePolicy: Sendable {
     /// Built-in plus configured, as `SensitiveHeaders.canonicalName` spells them.
     public let sensitiveHeaders: Set<String>
 
+    /// Every header name the proxy strips or injects under this configuration, canonical: the
+    /// values a metric's `header` label may take (see `metricLabel(forHeader:)`).
+    public let metricHeaderNames: Set<String>
+
     public init(scopes: [Scope], extraSensitiveHeaders: [String] = []) {
         self.scopes = scopes
         sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map(SensitiveHeaders.canonicalName))
+        metricHeaderNames = sensitiveHeaders.union(SensitiveHeaders.methodOverride).union(scopes.flatMap(\.injectedNames))
     }
+
+    /// The `header` label of a metric for a header name taken from a request: the name as the
+    /// rules read it (`SensitiveHeaders.canonicalName`) when the configuration knows it, otherwise
+    /// `other`. A client chooses the spelling of every name it sends (`X-API-KEY`, `x_Api_key`,
+    /// 2^n case patterns of one name); a label taken from the wire as spelt would make one new
+    /// series per spelling, kept until the process exits. Through here a label can only be one of
+    /// `metricHeaderNames` or `other`, a set the configuration fixes.
+    public func metricLabel(forHeader name: String) -> String {
+        let canonical = SensitiveHeaders.canonicalName(name)
+        return metricHeaderNames.contains(canonical) ? canonical : Self.otherHeaderLabel
+    }
+
+    /// The one label of every header name the configuration does not know.
+    public static let otherHeaderLabel = "other"
 
     /// The embedded safe default: no scope, so every sensitive header is stripped everywhere.
     public static let stripEverything = ScopePolicy(scopes: [])
