@@ -167,11 +167,23 @@ public struct ScopePolicy: Sendable {
     /// Every header name the proxy strips or injects under this configuration, canonical: the
     /// values a metric's `header` label may take (see `metricLabel(forHeader:)`).
     public let metricHeaderNames: Set<String>
+    /// The label of each known name in its usual spellings (canonical, `Title-Case`, as configured),
+    /// so that counting them makes no new string; other spellings are canonicalised.
+    private let metricLabelBySpelling: [String: String]
 
     public init(scopes: [Scope], extraSensitiveHeaders: [String] = []) {
         self.scopes = scopes
         sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map(SensitiveHeaders.canonicalName))
         metricHeaderNames = sensitiveHeaders.union(SensitiveHeaders.methodOverride).union(scopes.flatMap(\.injectedNames))
+        var spellings: [String: String] = [:]
+        for name in metricHeaderNames {
+            spellings[name] = name
+            spellings[name.split(separator: "-").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined(separator: "-")] = name
+        }
+        for name in extraSensitiveHeaders + scopes.flatMap({ $0.inject.map(\.header) }) {
+            spellings[name] = SensitiveHeaders.canonicalName(name)
+        }
+        metricLabelBySpelling = spellings
     }
 
     /// The `header` label of a metric for a header name taken from a request: the name as the
@@ -181,6 +193,7 @@ public struct ScopePolicy: Sendable {
     /// series per spelling, kept until the process exits. Through here a label can only be one of
     /// `metricHeaderNames` or `other`, a set the configuration fixes.
     public func metricLabel(forHeader name: String) -> String {
+        if let label = metricLabelBySpelling[name] { return label }
         let canonical = SensitiveHeaders.canonicalName(name)
         return metricHeaderNames.contains(canonical) ? canonical : Self.otherHeaderLabel
     }

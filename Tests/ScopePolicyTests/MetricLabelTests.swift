@@ -15,7 +15,7 @@ struct MetricLabelTests {
         let rows: [(String, String)] = [
             ("Authorization", "authorization"), ("AUTHORIZATION", "authorization"), ("x_API_key", "x-api-key"),
             ("X-Custom-Secret", "x-custom-secret"), ("x_custom_SECRET", "x-custom-secret"), ("x-injected-key", "x-injected-key"),
-            ("X-HTTP-Method-Override", "x-http-method-override"),
+            ("X-HTTP-Method-Override", "x-http-method-override"), ("X-Injected_Key", "x-injected-key"), ("Ocp-Apim-Subscription-Key", "ocp-apim-subscription-key"),
             ("X-Unrelated", "other"), ("Accept", "other"), ("", "other"), ("authorization ", "other"), ("x-api-key\n", "other"),
         ]
         for (name, label) in rows { #expect(Self.policy.metricLabel(forHeader: name) == label, "\(name)") }
