@@ -64,10 +64,13 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
         return storage.first { $0.hasName(lowercaseName) }?.value
     }
 
-    /// The singleton fields whose value decides where a message goes, how long it is or who sent it.
-    /// Content-Length and Transfer-Encoding are read by `BodyFraming` (all fields, list members
-    /// compared); the others through `singleValue(of:)`.
-    public static let decidingNames: Set<String> = ["host", "location", "content-length", "transfer-encoding", "proxy-authorization"]
+    /// The fields whose value decides where a message goes, how long it is, who sent it or how the
+    /// proxy reads its body (Content-Type: whether a form's `_method` is checked, whether
+    /// placeholders are replaced). Content-Length and Transfer-Encoding are read by `BodyFraming`
+    /// (all fields, list members compared); the others through `singleValue(of:)`.
+    public static let decidingNames: Set<String> = [
+        "host", "location", "content-length", "transfer-encoding", "proxy-authorization", "content-type",
+    ]
 
     /// What the fields of one name say, for a field that must have one value (RFC 9110 §5.3: a
     /// singleton repeated is an error). Values are compared byte for byte, names case-insensitively.
@@ -154,6 +157,15 @@ public enum SingleFieldValue: Sendable, Equatable {
     public var only: String? {
         if case .one(let value) = self { return value }
         return nil
+    }
+
+    /// The value when every field says the same (one field or the same value repeated); nil when
+    /// absent or conflicting.
+    public var agreed: String? {
+        switch self {
+        case .one(let value), .repeated(let value): value
+        case .absent, .conflicting: nil
+        }
     }
 }
 

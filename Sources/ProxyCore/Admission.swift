@@ -153,6 +153,11 @@ public enum RequestAdmission {
             return .reject(.malformedRequest("an authority-form target is for CONNECT only"))
         }
         if let problem = hostProblem(head, target: target, mode: mode) { return .reject(problem) }
+        // The proxy reads a body by its Content-Type (a form's `_method`, placeholders in JSON or a
+        // form): two different ones could be read one way here and another way at the origin.
+        if case .conflicting = head.fields.singleValue(of: "content-type") {
+            return .reject(.malformedRequest("two different Content-Type headers"))
+        }
 
         let framing: BodyFraming
         do {

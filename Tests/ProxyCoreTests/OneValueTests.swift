@@ -130,6 +130,15 @@ struct OneValueTests {
               expected: .refused(400, "malformed_request")),
         .init(field: "Transfer-Encoding", variant: "beside a Content-Length", lines: ["Transfer-Encoding: chunked", "Content-Length: 5"],
               expected: .refused(400, "malformed_request")),
+        // How the proxy reads the body (a form's `_method` where a scope limits methods, placeholders
+        // in JSON or a form) follows Content-Type: text/plain first and a form last would be read
+        // as no form here and as a form by an origin that takes the last.
+        .init(field: "Content-Type", variant: "same value twice",
+              lines: ["Content-Type: application/json", "Content-Type: application/json"], expected: .accepted),
+        .init(field: "Content-Type", variant: "different values",
+              lines: ["Content-Type: text/plain", "Content-Type: application/x-www-form-urlencoded"], expected: .refused(400, "malformed_request")),
+        .init(field: "Content-Type", variant: "different case of the name",
+              lines: ["Content-Type: text/plain", "content-type: application/json"], expected: .refused(400, "malformed_request")),
         // Two claims of identity: refused even when they agree (stricter than a conflict alone).
         .init(field: "Proxy-Authorization", variant: "same value twice",
               lines: ["Proxy-Authorization: Bearer let-me-in", "Proxy-Authorization: Bearer let-me-in"], expected: .refused(400, "malformed_request")),
@@ -280,6 +289,7 @@ struct OneValueTests {
         #expect(fields(("Location", "/a"), ("Location", "/a"), ("Location", "/b")).singleValue(of: "location") == .conflicting)
         #expect(fields(("Location", "/b"), ("X", "1"), ("Location", "/a"), ("Location", "/b")).singleValue(of: "location") == .conflicting)
         #expect(SingleFieldValue.repeated("/a").only == nil && SingleFieldValue.one("/a").only == "/a")
-        #expect(HTTPFields.decidingNames == ["host", "location", "content-length", "transfer-encoding", "proxy-authorization"])
+        #expect(HTTPFields.decidingNames == ["host", "location", "content-length", "transfer-encoding", "proxy-authorization", "content-type"])
+        #expect(SingleFieldValue.repeated("/a").agreed == "/a" && SingleFieldValue.conflicting.agreed == nil)
     }
 }
