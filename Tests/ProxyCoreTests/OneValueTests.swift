@@ -291,5 +291,9 @@ struct OneValueTests {
         #expect(SingleFieldValue.repeated("/a").only == nil && SingleFieldValue.one("/a").only == "/a")
         #expect(HTTPFields.decidingNames == ["host", "location", "content-length", "transfer-encoding", "proxy-authorization", "content-type"])
         #expect(SingleFieldValue.repeated("/a").agreed == "/a" && SingleFieldValue.conflicting.agreed == nil)
+        // A body's codings are every Content-Encoding field's: identity first does not hide a gzip after it.
+        #expect(PlaceholderSite.body(of: fields(("Content-Type", "application/json"), ("Content-Encoding", "identity"), ("Content-Encoding", "gzip"))) == nil)
+        #expect(PlaceholderSite.body(of: fields(("Content-Type", "application/json"), ("Content-Encoding", "identity"))) == .jsonBody)
+        #expect(PlaceholderSite.body(of: fields(("Content-Type", "application/json"), ("content-type", "application/json"))) == .jsonBody)
     }
 }
