@@ -104,7 +104,7 @@ public enum HopPlanner {
         var replayed: [UInt8]?
         if case .replayed(let bytes) = body { replayed = bytes }
         let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
-                                             contentType: request.head.fields.first("content-type"))
+                                             contentType: request.head.fields.singleValue(of: "content-type").agreed)
         let client = request.client.name
 
         // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
@@ -163,8 +163,7 @@ public enum HopPlanner {
                 if let bytes = replayed, !bytes.isEmpty {
                     // Only JSON and forms are rewritten (escaped for their syntax); a placeholder in
                     // any other body is refused by `rewrite` finding it at a site it cannot serve.
-                    let site = PlaceholderSite.body(contentType: fields.first("content-type"),
-                                                    contentEncoding: fields.first("content-encoding"))
+                    let site = PlaceholderSite.body(of: fields)
                     switch apply(bytes, site ?? .jsonBody) {
                     case .failure(let error): return .failure(error)
                     case .success(let rewritten?):

@@ -44,6 +44,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// the Location names no http(s) origin the proxy can read.
     case redirectBlocked(Origin?)
     case redirectLoop
+    /// A response with two Location fields that differ: which one a client follows depends on the
+    /// client, so neither is relayed nor followed (docs/security-model.md, "Strict parsing").
+    case ambiguousLocation(Origin)
     /// Upstream certificate verification failed; nothing of the request was sent.
     case upstreamTLSVerification(Origin, String)
     case upstreamTLSHandshake(Origin)
@@ -80,7 +83,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
-        case .credentialUnavailable, .redirectBlocked, .signingFailed, .tokenUnavailable: 502
+        case .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .signingFailed, .tokenUnavailable: 502
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
@@ -124,6 +127,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .credentialUnavailable: "credential_unavailable"
         case .redirectBlocked: "redirect_blocked"
         case .redirectLoop: "redirect_loop"
+        case .ambiguousLocation: "ambiguous_location"
         case .upstreamTLSVerification: "upstream_tls_verification"
         case .upstreamTLSHandshake: "upstream_tls_handshake"
         case .interceptionFailed: "interception_failed"
@@ -174,6 +178,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
+        case .ambiguousLocation(let origin): "\(origin) answered with two different Location headers; neither is relayed or followed"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
@@ -195,7 +200,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
              .badUpstreamResponse, .notProxyRequest, .hostMismatch,
-             .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
+             .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
              .tokenUnavailable:
             true
         default:

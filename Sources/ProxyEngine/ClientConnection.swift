@@ -556,7 +556,7 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Access log and metrics
 
     private func emit(_ record: ExchangeRecord) {
-        configuration.metrics.count(record)
+        configuration.metrics.count(record, policy: configuration.scope.context.policy)
         configuration.accessLog?.record(record)
     }
 }

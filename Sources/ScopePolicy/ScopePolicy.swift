@@ -164,10 +164,42 @@ public struct ScopePolicy: Sendable {
     /// Built-in plus configured, as `SensitiveHeaders.canonicalName` spells them.
     public let sensitiveHeaders: Set<String>
 
+    /// Every header name the proxy strips or injects under this configuration, canonical: the
+    /// values a metric's `header` label may take (see `metricLabel(forHeader:)`).
+    public let metricHeaderNames: Set<String>
+    /// The label of each known name in its usual spellings (canonical, `Title-Case`, as configured),
+    /// so that counting them makes no new string; other spellings are canonicalised.
+    private let metricLabelBySpelling: [String: String]
+
     public init(scopes: [Scope], extraSensitiveHeaders: [String] = []) {
         self.scopes = scopes
         sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map(SensitiveHeaders.canonicalName))
+        metricHeaderNames = sensitiveHeaders.union(SensitiveHeaders.methodOverride).union(scopes.flatMap(\.injectedNames))
+        var spellings: [String: String] = [:]
+        for name in metricHeaderNames {
+            spellings[name] = name
+            spellings[name.split(separator: "-").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined(separator: "-")] = name
+        }
+        for name in extraSensitiveHeaders + scopes.flatMap({ $0.inject.map(\.header) }) {
+            spellings[name] = SensitiveHeaders.canonicalName(name)
+        }
+        metricLabelBySpelling = spellings
     }
+
+    /// The `header` label of a metric for a header name taken from a request: the name as the
+    /// rules read it (`SensitiveHeaders.canonicalName`) when the configuration knows it, otherwise
+    /// `other`. A client chooses the spelling of every name it sends (`X-API-KEY`, `x_Api_key`,
+    /// 2^n case patterns of one name); a label taken from the wire as spelt would make one new
+    /// series per spelling, kept until the process exits. Through here a label can only be one of
+    /// `metricHeaderNames` or `other`, a set the configuration fixes.
+    public func metricLabel(forHeader name: String) -> String {
+        if let label = metricLabelBySpelling[name] { return label }
+        let canonical = SensitiveHeaders.canonicalName(name)
+        return metricHeaderNames.contains(canonical) ? canonical : Self.otherHeaderLabel
+    }
+
+    /// The one label of every header name the configuration does not know.
+    public static let otherHeaderLabel = "other"
 
     /// The embedded safe default: no scope, so every sensitive header is stripped everywhere.
     public static let stripEverything = ScopePolicy(scopes: [])
