@@ -168,18 +168,6 @@ private func splits(of wire: [UInt8]) -> [[ArraySlice<UInt8>]] {
     return result
 }
 
-/// SplitMix64, seeded: a failing round replays from its seed.
-private struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 @Suite("BodyPump filters: response scrub and egress guard over evbuffers")
 struct BodyFilterPumpTests {
     enum Framing: CaseIterable {
@@ -318,7 +306,7 @@ struct BodyFilterPumpTests {
         func lengthsOnly(_ value: [UInt8]) -> SecretWatch {
             SecretWatch(scanner: SecretScanner(secrets: [value]), secrets: ["token"], placeholders: [false], holdBack: holdBack)
         }
-        var random = SplitMix(state: 22)
+        var random = SplitMix(seed: 22)
         for round in 0..<60 {
             var pieces: [[UInt8]] = []
             var releases: Set<Int> = []
