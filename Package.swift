@@ -49,7 +49,7 @@ let package = Package(
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Digests", "PosixSupport"]),
+        .target(name: "ScopeProxyApp", dependencies: ["HTTP1Codec", "ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Digests", "PosixSupport"]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).

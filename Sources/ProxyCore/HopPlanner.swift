@@ -252,14 +252,17 @@ public enum HopPlanner {
         var scrubScopes: UInt64 = 0
         var scrubNames: Set<String> = []
         if scope.protection.scrub != .off {
-            if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty {
+            // What the proxy sends this origin by itself (a token endpoint), or sent it under the
+            // configuration before a reload: masked too, for any client.
+            let extra = scope.values.extraScrubNames(for: target.origin)
+            if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty, extra.isEmpty {
                 scrubScopes = mask | chain.scrubScopes
                 if scrubScopes != 0 {
                     let scopes = scrubScopes
                     scrub = scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) })
                 }
             } else {
-                scrubNames = policy.secretsSentToAnyClient(target.origin)
+                scrubNames = policy.secretsSentToAnyClient(target.origin).union(extra)
                     .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
                 scrub = scope.values.scrubWatch(scrubNames)
             }

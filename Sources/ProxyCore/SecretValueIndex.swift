@@ -1,3 +1,4 @@
+import HTTP1Codec
 import PosixSupport
 import ScopePolicy
 import SecretScan
@@ -65,6 +66,18 @@ public final class SecretValueIndex: Sendable {
     public let placeholders: PlaceholderTable
     private let current: Locked<Snapshot>
 
+    /// Secrets an origin's responses are scrubbed of beyond what its scopes send now, by origin:
+    /// what the proxy itself sends there (a token endpoint gets the client secret and the refresh
+    /// token, and answers with the token), and after a reload what the old configuration sent
+    /// there, while those values may still be valid (`until`, monotonic milliseconds; `.max`: as
+    /// long as this configuration runs).
+    private struct ExtraScrub: Sendable {
+        let names: Set<String>
+        let until: UInt64
+    }
+
+    private let extraScrub = Locked<[Origin: [ExtraScrub]]>([:])
+
     public init(placeholders: PlaceholderTable = .empty, values: [String: [UInt8]] = [:]) {
         self.placeholders = placeholders
         current = Locked(.empty)
@@ -121,6 +134,7 @@ public final class SecretValueIndex: Sendable {
     /// Drops retired values whose time is up, and takes the token sources' still-valid earlier
     /// values (the proxy calls it every second); rebuilds the watches only when something changed.
     public func update(expiring earlier: [String: [[UInt8]]], now: UInt64) {
+        expireExtraScrub(now: now)
         let snapshot = current_()
         let expired = snapshot.retired.values.contains { $0.contains { $0.until <= now } }
         guard expired || earlier != snapshot.earlier else { return }
@@ -133,10 +147,59 @@ public final class SecretValueIndex: Sendable {
     }
 
     /// A new index for a reloaded configuration starts from the old one's values: what the new
-    /// values replace is retired as by `update` (a reload does not forget a value still in use).
+    /// values replace is retired as by `update` (a reload does not forget a value still in use),
+    /// and origins keep being scrubbed of what the old configuration sent them until its time is
+    /// up (`scrubFormerlySent`).
     public func inherit(from previous: SecretValueIndex) {
         let snapshot = previous.current_()
         current.withLock { $0 = snapshot }
+        let formerly = previous.extraScrub.withLock { $0.mapValues { $0.filter { $0.until != .max } } }.filter { !$0.value.isEmpty }
+        extraScrub.withLock { extra in extra.merge(formerly) { $0 + $1 } }
+    }
+
+    /// The origins the proxy sends secrets to by itself (token endpoints), with those secrets' names:
+    /// their responses are scrubbed of them whichever client asks (docs/security-model.md, "No oracle").
+    public func scrubAlways(_ names: [Origin: Set<String>]) {
+        extraScrub.withLock { extra in
+            for (origin, set) in names where !set.isEmpty { extra[origin, default: []].append(ExtraScrub(names: set, until: .max)) }
+        }
+    }
+
+    /// After a reload: what the old configuration sent each origin and the new one does not stays in
+    /// that origin's scrub until `until` (the values themselves stay watched as `update` keeps them).
+    public func scrubFormerlySent(_ names: [Origin: Set<String>], until: (String) -> UInt64) {
+        extraScrub.withLock { extra in
+            for (origin, set) in names {
+                var byTime: [UInt64: Set<String>] = [:]
+                for name in set { byTime[until(name), default: []].insert(name) }
+                for (time, group) in byTime { extra[origin, default: []].append(ExtraScrub(names: group, until: time)) }
+            }
+        }
+    }
+
+    /// What `scrubAlways` was given (a reload compares it with the new configuration's).
+    public var alwaysScrubbed: [Origin: Set<String>] {
+        extraScrub.withLock { extra in
+            extra.compactMapValues { entries in
+                let names = entries.filter { $0.until == .max }.reduce(into: Set<String>()) { $0.formUnion($1.names) }
+                return names.isEmpty ? nil : names
+            }
+        }
+    }
+
+    /// The secrets `origin`'s responses are scrubbed of besides its scopes' (empty for almost every origin).
+    public func extraScrubNames(for origin: Origin) -> Set<String> {
+        extraScrub.withLock { extra in
+            guard let entries = extra[origin] else { return [] }
+            return entries.reduce(into: Set<String>()) { $0.formUnion($1.names) }
+        }
+    }
+
+    private func expireExtraScrub(now: UInt64) {
+        extraScrub.withLock { extra in
+            guard extra.values.contains(where: { $0.contains { $0.until <= now } }) else { return }
+            extra = extra.mapValues { $0.filter { $0.until > now } }.filter { !$0.value.isEmpty }
+        }
     }
 
     private func current_() -> Snapshot { current.withLock { $0 } }

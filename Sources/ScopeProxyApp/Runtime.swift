@@ -1,3 +1,4 @@
+import HTTP1Codec
 import PosixSupport
 import ProxyCore
 import ProxyEngine
@@ -18,12 +19,36 @@ public enum Runtime {
         let values = SecretValueIndex(placeholders: placeholders)
         // After a reload the values the old configuration sent stay watched while they may be valid.
         if let previous { values.inherit(from: previous) }
+        values.scrubAlways(credentialEndpoints(config))
         let now = monotonicMilliseconds()
         values.update(values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes),
                       earlier: minted?.earlier(now: now) ?? [:], now: now)
         return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
                             clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
                             tokens: tokens)
+    }
+
+    /// The origins the proxy itself sends secrets to, with their names: each token endpoint gets the
+    /// client secret (and refresh token) and answers with the token.
+    static func credentialEndpoints(_ config: ProxyConfiguration) -> [Origin: Set<String>] {
+        var endpoints: [Origin: Set<String>] = [:]
+        for (name, spec) in config.oauth2 { endpoints[spec.endpoint, default: []].formUnion(spec.inputSecrets + [name]) }
+        return endpoints
+    }
+
+    /// What each origin was sent under `old` (for any client, by scopes or as a token endpoint) and is
+    /// not sent under `new`: after a reload it stays in that origin's scrub while the values may be valid.
+    static func formerlySent(old: ScopePolicy, oldEndpoints: [Origin: Set<String>], new: ScopePolicy,
+                             newEndpoints: [Origin: Set<String>]) -> [Origin: Set<String>] {
+        var result: [Origin: Set<String>] = [:]
+        let origins = Set(old.scopes.flatMap(\.origins)).union(oldEndpoints.keys)
+        for origin in origins {
+            let before = old.secretsSentToAnyClient(origin).union(oldEndpoints[origin] ?? [])
+            let after = new.secretsSentToAnyClient(origin).union(newEndpoints[origin] ?? [])
+            let dropped = before.subtracting(after)
+            if !dropped.isEmpty { result[origin] = dropped }
+        }
+        return result
     }
 
     /// The OAuth2 token source of a config (nil without `oauth2:` secrets). Every token it obtains
@@ -147,6 +172,9 @@ public final class MintedTokens: Sendable {
 
     var all: [SecretValue] { values.withLock { $0.values.flatMap { $0.map(\.value) } } }
 
+    /// When the last value obtained for `secret` stops working (nil: none obtained).
+    func expiry(of secret: String) -> UInt64? { values.withLock { $0[secret]?.map(\.until).max() } }
+
     /// The values each secret had before its newest that may still be valid.
     func earlier(now: UInt64) -> [String: [[UInt8]]] {
         values.withLock { values in
@@ -214,8 +242,17 @@ final class RunningProxy: Sendable {
             let placeholders = try Runtime.placeholderTable(config)
             // A new token source for the new config: its tokens are fetched again when first needed.
             let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
+            let previous = holder.context
             let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted,
-                                               previous: holder.context.values)
+                                               previous: previous.values)
+            // An origin the old configuration sent a value to keeps being scrubbed of it while the
+            // value may still be valid (a file or store value 10 minutes, a token until it expires).
+            let now = monotonicMilliseconds()
+            let dropped = Runtime.formerlySent(old: previous.policy, oldEndpoints: previous.values.alwaysScrubbed,
+                                               new: config.policy, newEndpoints: Runtime.credentialEndpoints(config))
+            context.values.scrubFormerlySent(dropped) { name in
+                max(now &+ SecretValueIndex.retiredRetentionMilliseconds, self.minted.expiry(of: name) ?? 0)
+            }
             holder.replace(with: context)
             // The old source is not stopped: requests waiting on its fetch keep it (their exchange
             // holds the old context) and get their token; it stops when the last of them lets go.

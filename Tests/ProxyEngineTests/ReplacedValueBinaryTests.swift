@@ -108,6 +108,106 @@ struct ReplacedValueBinaryTests {
     }
 }
 
+extension ReplacedValueBinaryTests {
+    /// Waits (bounded) until the proxy's stderr says `reloaded` `count` times.
+    static func waitForReload(_ proxy: ConfiguredProxy, count: Int) -> Bool {
+        for _ in 0..<100 {
+            if proxy.process.standardError.components(separatedBy: "reloaded").count - 1 >= count { return true }
+            usleep(50_000)
+        }
+        return false
+    }
+
+    @Test("after a reload that moves the scope away or removes the secret, the old origin's responses are still scrubbed of it")
+    func reloadKeepsFormerOriginScrubbed() throws {
+        let origin = try Self.recordingOrigin()
+        defer { origin.stop() }
+        let elsewhere = try FixtureOrigin()
+        defer { elsewhere.stop() }
+        let scratch = ScratchDirectory()
+        let value = "FILE-KEPT-\(UInt32.random(in: 0...UInt32.max))-cccc"
+        let secretPath = scratch.write("key", value + "\n")
+        func config(_ scopeOrigin: String, withSecret: Bool) -> String {
+            withSecret ? """
+                secrets:
+                  key: { file: "\(secretPath)" }
+                scopes:
+                  - { name: keyed, origins: ["\(scopeOrigin)"], inject: { X-Key: "${key}" } }
+
+                """ : "scopes: []\n"
+        }
+        let proxy = try ConfiguredProxy { log in "log: { output: \"\(log)\" }\n" + config(origin.url, withSecret: true) }
+        defer { _ = proxy.process.terminate() }
+        #expect(try Self.get(proxy, origin, "/v1/store")?.status == 200)
+        #expect(origin.requests.last?.header("x-key") == value)
+        let admin = "admin: \"127.0.0.1:\(proxy.adminPort)\"\n"
+
+        // The scope moves to another origin: the first one got the value and may hand it back.
+        _ = proxy.scratch.write("c.yaml", admin + "log: { output: \"\(proxy.logPath)\" }\n" + config(elsewhere.url, withSecret: true))
+        proxy.process.signal(SIGHUP)
+        try #require(Self.waitForReload(proxy, count: 1))
+        let moved = try #require(try Self.get(proxy, origin, "/history"))
+        let shownAfterMove = moved.bodyText.contains(value)
+        #expect(!shownAfterMove, "masked after the scope moved away")
+        #expect(moved.bodyText.contains("X-Key") == false && moved.bodyText.contains("****"))
+
+        // The secret leaves the configuration: still masked there while it may be valid.
+        _ = proxy.scratch.write("c.yaml", admin + "log: { output: \"\(proxy.logPath)\" }\n" + config(elsewhere.url, withSecret: false))
+        proxy.process.signal(SIGHUP)
+        try #require(Self.waitForReload(proxy, count: 2))
+        let removed = try #require(try Self.get(proxy, origin, "/history"))
+        let shownAfterRemoval = removed.bodyText.contains(value)
+        #expect(!shownAfterRemoval, "masked after the secret left the configuration")
+    }
+
+    @Test("a token endpoint's responses are scrubbed of the client secret and the token, for any client")
+    func tokenEndpointScrubbed() throws {
+        // A plain-http token endpoint on loopback that hands back, at /debug, the Authorization
+        // it got (the client secret, in Basic) and the token it issued.
+        let lastAuthorization = Locked("")
+        let endpoint = try FixtureOrigin { connection in
+            while let request = connection.readRequest() {
+                if request.method == "POST" {
+                    lastAuthorization.withLock { $0 = request.header("authorization") ?? "" }
+                    connection.respond(headers: [("Content-Type", "application/json")],
+                                       body: #"{"access_token":"CANARY-endpoint-token-1","token_type":"bearer","expires_in":3600}"#)
+                } else {
+                    let basic = lastAuthorization.withLock { $0 }
+                    let decoded = basic.hasPrefix("Basic ")
+                        ? String(decoding: Data(base64Encoded: String(basic.dropFirst(6))) ?? Data(), as: UTF8.self) : ""
+                    connection.respond(body: "got \(basic) = \(decoded); issued CANARY-endpoint-token-1")
+                }
+            }
+        }
+        defer { endpoint.stop() }
+        let origin = try Self.recordingOrigin()
+        defer { origin.stop() }
+        let clientSecret = "client-secret-\(UInt32.random(in: 0...UInt32.max))-dd"
+        let proxy = try ConfiguredProxy(environment: ["CS": clientSecret]) { log in
+            """
+            log: { output: "\(log)" }
+            secrets:
+              cs: { env: CS }
+              partner_token:
+                oauth2: { token_url: "\(endpoint.url)/oauth/token", grant: client_credentials, client_id: scopeproxy-test, client_secret: cs }
+            scopes:
+              - { name: partner, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${partner_token}" } }
+
+            """
+        }
+        defer { _ = proxy.process.terminate() }
+        #expect(try Self.get(proxy, origin, "/v1/first")?.status == 200)
+        try #require(!lastAuthorization.withLock { $0 }.isEmpty, "the proxy fetched a token")
+        let answer = try #require(try Self.get(proxy, endpoint, "/debug")).bodyText
+        let secretShown = answer.contains(clientSecret), tokenShown = answer.contains("CANARY-endpoint-token-1")
+        let basicShown = answer.contains(lastAuthorization.withLock { String($0.dropFirst(6)) })
+        #expect(answer.hasPrefix("got Basic "), "the endpoint answered")
+        #expect(!secretShown, "the client secret the proxy sent the endpoint is masked")
+        #expect(!basicShown, "and its Basic form")
+        #expect(!tokenShown, "the token the endpoint issued is masked")
+    }
+}
+
 /// The hold-back never stalls a stream that pauses: what is held leaves after the idle time, so a
 /// server-sent event or an interactive upload goes on (docs/security-model.md, "No oracle"). Each
 /// side waits to see the first part before it sends the second, so a hold-back that waited for
