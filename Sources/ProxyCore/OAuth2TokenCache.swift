@@ -30,11 +30,15 @@ public struct TokenCachePolicy: Sendable, Equatable {
 
     public init() {}
 
+    /// The longest `expires_in` taken: a year. A longer one is read as a year, here and where the
+    /// token response is read, so the arithmetic below stays in range for any input.
+    public static let maxExpiresInSeconds = 365 * 86_400
+
     /// `expires_in` minus the margin; a lifetime shorter than twice the margin keeps half of itself
     /// (a 40 s token must not be renewed after 10 s, nor used for all 40).
     public func lifetime(expiresIn: Int?) -> UInt64 {
         guard let expiresIn else { return defaultLifetimeMilliseconds }
-        let full = UInt64(max(0, expiresIn)) * 1000
+        let full = UInt64(min(max(0, expiresIn), Self.maxExpiresInSeconds)) * 1000
         // Never under the retry floor: an endpoint answering `expires_in: 0` would otherwise be
         // asked again for every request.
         return max(retryFloorMilliseconds, full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2)
