@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import HTTP1Codec
 
@@ -25,6 +26,23 @@ struct LongNumberTests {
     ] as [(String, Int, Int?)])
     func boundedDecimal(_ text: String, _ maximum: Int, _ expected: Int?) {
         #expect(BoundedDecimal.parse(text.utf8, maximum: maximum) == expected, "\(text)")
+    }
+
+    @Test("a bounded decimal agrees with comparing digit strings, for 3 000 seeded random runs and bounds")
+    func boundedDecimalProperty() {
+        var generator = SeededGenerator(seed: 0x5EED_D1)
+        for _ in 0..<3000 {
+            let length = Int.random(in: 0...40, using: &generator)
+            let digits = String((0..<length).map { _ in Character(Unicode.Scalar(UInt8.random(in: 0x30...0x39, using: &generator))) })
+            let maximum = [Int.max, 65535, 255, 86_400, Int.random(in: 0...Int.max, using: &generator)].randomElement(using: &generator)!
+            // The reference never does arithmetic: leading zeros dropped, then length and text compared.
+            let significant = String(digits.drop { $0 == "0" })
+            let bound = String(maximum)
+            let fits = significant.count < bound.count || (significant.count == bound.count && significant <= bound)
+            let expected = digits.isEmpty || !fits ? nil : Int(significant.isEmpty ? "0" : significant)
+            #expect(BoundedDecimal.parse(digits.utf8, maximum: maximum) == expected, "\(digits) <= \(maximum)")
+            #expect(BoundedDecimal.parseClamped(digits.utf8, maximum: maximum) == (digits.isEmpty ? nil : expected ?? maximum), "\(digits)")
+        }
     }
 
     @Test("a clamped decimal reads any run of digits, a value past the bound as the bound", arguments: [
@@ -77,5 +95,45 @@ struct LongNumberTests {
         #expect(Punycode.toASCII(label: String(repeating: "ü", count: 64)) == nil)
         #expect(Punycode.toASCII(label: String(repeating: "\u{10FFFF}", count: 5000)) == nil)
         #expect(Punycode.toASCII(label: "bücher") == "xn--bcher-kva")
+    }
+
+    /// Digit accumulations in the sources (`value * 10 + digit`) outside `BoundedDecimal`, each
+    /// with the bound that comes before its arithmetic. A new one fails this test: read the number
+    /// with `BoundedDecimal`, or bound it first and add it here with the reason.
+    static let boundedAccumulations: [String: String] = [
+        "HTTP1Codec/Origin.swift": "an IPv4 octet: at most three digits, checked before the multiply",
+        "HTTP1Codec/HeadParser.swift": "a status code: exactly three digits",
+        "HTTP1Codec/BodyFraming.swift": "Content-Length: at most 18 digits, checked before the multiply",
+        "ScopePolicy/CIDR.swift": "an IPv4 part: at most three digits, checked before the multiply",
+    ]
+
+    @Test("decimal numbers are accumulated only where a bound comes first")
+    func accumulationsAreBounded() throws {
+        let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources")
+        let files = try #require(FileManager.default.enumerator(atPath: sources.path)).compactMap { $0 as? String }
+            .filter { $0.hasSuffix(".swift") && $0 != "HTTP1Codec/BoundedDecimal.swift" }
+        #expect(files.count > 50, "the sources were found")
+        let accumulation = try Regex(#"[*]\s*(10|16)\s*[+]|reduce\(0\) *\{ *\$0 *[*]"#)
+        var found: Set<String> = []
+        for file in files {
+            let text = try String(contentsOfFile: sources.appendingPathComponent(file).path, encoding: .utf8)
+            for line in text.split(separator: "\n") where !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+                if line.contains(accumulation) { found.insert(file) }
+            }
+        }
+        #expect(found == Set(Self.boundedAccumulations.keys), "unbounded digit accumulation in: \(found.subtracting(Self.boundedAccumulations.keys).sorted())")
+    }
+}
+
+/// xorshift64*: the same sequence every run.
+private struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed == 0 ? 1 : seed }
+    mutating func next() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 2_685_821_657_736_338_717
     }
 }
