@@ -8,6 +8,7 @@ public enum BoundedDecimal {
     /// `0...maximum`; nil when there is no digit, a byte is not a digit, or the value passes
     /// `maximum`. Leading zeros are read (`007` is 7): callers that refuse them, or cap the
     /// number of digits, check that themselves.
+    @inlinable
     public static func parse<Digits: Sequence>(_ digits: Digits, maximum: Int) -> Int? where Digits.Element == UInt8 {
         var value = 0, any = false
         for byte in digits {
@@ -21,6 +22,7 @@ public enum BoundedDecimal {
     /// 1*DIGIT as above, but a value past `maximum` is read as `maximum` (for lifetimes, where
     /// "longer than we keep anything" means "as long as we keep anything"); still nil for no
     /// digit or a byte that is not one.
+    @inlinable
     public static func parseClamped<Digits: Sequence>(_ digits: Digits, maximum: Int) -> Int? where Digits.Element == UInt8 {
         var value = 0, any = false
         for byte in digits {
@@ -32,9 +34,10 @@ public enum BoundedDecimal {
         return any ? value : nil
     }
 
-    /// `value * 10 + digit`, nil for a byte that is not a digit or on overflow.
-    @inline(__always)
-    private static func step(_ value: Int, _ byte: UInt8) -> Int? {
+    /// `value * 10 + digit`, nil for a byte that is not a digit or on overflow. Inlinable with its
+    /// callers, so a port or an octet read on every request is specialized where it is read.
+    @inlinable @inline(__always)
+    static func step(_ value: Int, _ byte: UInt8) -> Int? {
         guard byte >= 0x30, byte <= 0x39 else { return nil }
         let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
         let (next, carried) = times.addingReportingOverflow(Int(byte - 0x30))
