@@ -71,7 +71,7 @@ run: release
 	.build/release/scopeproxy run $(ARGS)
 
 ## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
-## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the ten fuzz
+## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the eleven fuzz
 ## targets, so a CI run is repeatable: fuzz/run.sh --fixed), then the allocation budget (CI runs this).
 test: packages-test
 	$(SWIFT) build
@@ -123,7 +123,7 @@ demo: release
 	config/demo/run.sh
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
-## exchange state machine, client credentials, secret scanner, token response, whole path
+## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference
 ## (FUZZ_SECONDS each, default 60, random seeds: a campaign, not part of `make test`).
 fuzz: packages-build
 	fuzz/run.sh

@@ -5,9 +5,13 @@
 #   - a new connection per request, 64 KiB responses (wrk, 8 connections, Connection: close);
 #   - 64 KiB uploads (wrk POST, 4 connections);
 #   - redirects the proxy follows itself (wrk, 4 connections);
-#   - hostile clients (bench/soak_chaos.py): malformed heads, refused upstreams, clients that vanish
-#     mid-head, mid-body and mid-response, idle connections left open, pipelined bursts.
-# Exits 1 when RSS keeps growing: the last third's mean more than 10% + 2 MiB over the middle third's.
+#   - hostile clients (bench/soak_chaos.py): malformed and ambiguous heads, numbers too long to hold,
+#     requests to the proxy's own ports, an origin with two Locations, refused upstreams, clients that
+#     vanish mid-head, mid-body and mid-response, slowly streamed bodies, idle connections left open,
+#     pipelined bursts; each checks the one answer it must get.
+# Exits 1 when any hostile client got an unexpected answer (the chaos lines say which), when RSS
+# keeps growing (the last third's mean more than 10% + 2 MiB over the middle third's), on a token in
+# the log, a sanitizer report or an unclean exit.
 #   SOAK_SECONDS=300 SOAK_SAMPLE=10 bench/soak.sh        (make soak)
 #   SCOPEPROXY_BINARY=.build/asan/debug/scopeproxy ...    (make leak-check runs it under ASan/LSan)
 set -euo pipefail
@@ -72,7 +76,7 @@ load keepalive-1k 32 get.lua 1k 0
 load close-64k 8 get.lua 64k 1
 load upload-64k 4 post.lua upload 0
 load redirect-follow 4 get.lua redirect 0
-python3 bench/soak_chaos.py --proxy "127.0.0.1:$PROXY_PORT" --origin "127.0.0.1:$NGINX_PORT" \
+python3 bench/soak_chaos.py --proxy "127.0.0.1:$PROXY_PORT" --origin "127.0.0.1:$NGINX_PORT" --admin "127.0.0.1:$ADMIN_PORT" \
   --seconds "$SECONDS_TOTAL" > "$WORK/chaos.txt" 2>&1 & CHAOS_PID=$!; PIDS+=($CHAOS_PID)
 
 echo "soak: ${SECONDS_TOTAL}s of mixed load through $BINARY ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ))"
@@ -91,7 +95,8 @@ while true; do
 done
 wait_loads() { for _ in $(seq 1 100); do pgrep -f "$WORK/.*\.lua" >/dev/null || return 0; sleep 0.2; done; }
 wait_loads
-wait "$CHAOS_PID" || echo "the hostile-client script failed: $(tail -3 "$WORK/chaos.txt")"
+CHAOS_STATUS=0
+wait "$CHAOS_PID" || CHAOS_STATUS=$?
 sleep 1
 
 echo
@@ -104,6 +109,7 @@ for file in "$WORK"/wrk-*.txt; do
   printf "  %-16s %10s requests %10s req/s  %s\n" "$name" "${requests:-?}" "${rps:-?}" "${errors:-no errors}"
 done
 echo "  chaos: $(tail -1 "$WORK/chaos.txt")"
+grep "^unexpected: " "$WORK/chaos.txt" | sed 's/^/    /' || true
 echo "  proxy: $(metric_sum scopeproxy_requests_total) requests logged by status class: $(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^scopeproxy_requests_total\{/ {printf "%s ", $0}')"
 echo "  log lines: $(wc -l < "$WORK/access.log"), dropped: $(metric_sum scopeproxy_log_lines_dropped_total), tripwire hits: $(metric_sum scopeproxy_log_tripwire_hits_total)"
 if grep -q "soak-" "$WORK/access.log" "$WORK/proxy.err"; then echo "FAIL: the injected token appears in the log"; exit 1; fi
@@ -132,7 +138,7 @@ if os.environ.get("SCOPEPROXY_SANITIZED"):
 if mean(last) > mean(middle) * 1.10 + 2048:
     print("FAIL: RSS is still growing")
     sys.exit(1)
-print("PASS: no growth trend")
+print("no growth trend")
 PY
 kill -TERM "$PROXY_PID"
 for _ in $(seq 1 100); do kill -0 "$PROXY_PID" 2>/dev/null || break; sleep 0.1; done
@@ -141,3 +147,10 @@ echo "proxy exit status after SIGTERM: $status"
 grep -E "LeakSanitizer|AddressSanitizer|ThreadSanitizer" -A30 "$WORK/proxy.err" | head -60 || true
 if grep -qE "ERROR: (LeakSanitizer|AddressSanitizer)|WARNING: ThreadSanitizer" "$WORK/proxy.err"; then echo "FAIL: sanitizer report"; exit 1; fi
 [ "$status" = 0 ] || { echo "FAIL: the proxy did not exit cleanly"; tail -20 "$WORK/proxy.err"; exit 1; }
+# Last, so that the memory verdict and the exit are reported too: a hostile client that got another
+# answer than the one it must get fails the soak, whatever else went well.
+if [ "$CHAOS_STATUS" != 0 ]; then
+  echo "FAIL: hostile clients got unexpected answers (exit $CHAOS_STATUS): $(tail -1 "$WORK/chaos.txt")"
+  exit 1
+fi
+echo "PASS: every answer as expected, no growth trend, clean exit"

@@ -10,8 +10,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-long sp_tcp_socket_owner(int family, const unsigned char *local, unsigned short local_port,
-                         const unsigned char *remote, unsigned short remote_port) {
+int sp_tcp_socket_owner(int family, const unsigned char *local, unsigned short local_port,
+                        const unsigned char *remote, unsigned short remote_port, unsigned int states,
+                        struct sp_socket_owner_answer *answer_out) {
     if (family != AF_INET && family != AF_INET6) return -EAFNOSUPPORT;
     int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (fd < 0) return -errno;
@@ -30,7 +31,9 @@ long sp_tcp_socket_owner(int family, const unsigned char *local, unsigned short 
     message.header.nlmsg_flags = NLM_F_REQUEST;  // one socket, not a dump
     message.request.sdiag_family = (unsigned char)family;
     message.request.sdiag_protocol = IPPROTO_TCP;
-    message.request.idiag_states = ~0U;
+    // Only the states asked for: every state (~0U) also found the TIME_WAIT entry a closed client
+    // leaves, which the kernel reports with uid 0.
+    message.request.idiag_states = states;
     message.request.id.idiag_sport = htons(local_port);
     message.request.id.idiag_dport = htons(remote_port);
     size_t length = family == AF_INET ? 4 : 16;
@@ -45,7 +48,7 @@ long sp_tcp_socket_owner(int family, const unsigned char *local, unsigned short 
         close(fd);
         return -failure;
     }
-    long result = -EIO;
+    int result = -EIO;
     union {
         struct nlmsghdr header;
         char bytes[8192];
@@ -62,7 +65,10 @@ long sp_tcp_socket_owner(int family, const unsigned char *local, unsigned short 
             } else if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
                        header->nlmsg_len >= NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
                 struct inet_diag_msg *found = NLMSG_DATA(header);
-                result = (long)found->idiag_uid;
+                answer_out->uid = found->idiag_uid;
+                answer_out->inode = found->idiag_inode;
+                answer_out->state = found->idiag_state;
+                result = 0;
             }
         }
     }

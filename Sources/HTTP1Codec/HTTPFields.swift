@@ -55,8 +55,38 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
         return false
     }
 
+    /// The first field of that name, for fields where a repeat changes nothing the proxy decides.
+    /// A field that decides (`HTTPFields.decidingNames`) is read through `singleValue(of:)`:
+    /// first-wins there is how a proxy and the client behind it come to read two different
+    /// messages (docs/security-model.md, "Strict parsing").
     public func first(_ lowercaseName: String) -> String? {
-        storage.first { $0.hasName(lowercaseName) }?.value
+        assert(!Self.decidingNames.contains(lowercaseName), "'\(lowercaseName)' decides: read it with singleValue(of:)")
+        return storage.first { $0.hasName(lowercaseName) }?.value
+    }
+
+    /// The fields whose value decides where a message goes, how long it is, who sent it or how the
+    /// proxy reads its body (Content-Type: whether a form's `_method` is checked, whether
+    /// placeholders are replaced). Content-Length and Transfer-Encoding are read by `BodyFraming`
+    /// (all fields, list members compared); the others through `singleValue(of:)`.
+    public static let decidingNames: Set<String> = [
+        "host", "location", "content-length", "transfer-encoding", "proxy-authorization", "content-type",
+    ]
+
+    /// What the fields of one name say, for a field that must have one value (RFC 9110 §5.3: a
+    /// singleton repeated is an error). Values are compared byte for byte, names case-insensitively.
+    public func singleValue(of lowercaseName: String) -> SingleFieldValue {
+        var found: String?
+        var repeated = false
+        for field in storage where field.hasName(lowercaseName) {
+            guard let value = found else {
+                found = field.value
+                continue
+            }
+            guard value == field.value else { return .conflicting }
+            repeated = true
+        }
+        guard let found else { return .absent }
+        return repeated ? .repeated(found) : .one(found)
     }
 
     public func contains(_ lowercaseName: String) -> Bool {
@@ -109,6 +139,33 @@ public struct HTTPFields: Sendable, Equatable, Sequence {
             }
         }
         return members
+    }
+}
+
+/// The answer of `HTTPFields.singleValue(of:)`. There is no "first" to fall back to: a caller
+/// decides what a repeat means (Location: the same value twice is one value; Host and
+/// Proxy-Authorization: any repeat is refused) and a conflict is always refused.
+public enum SingleFieldValue: Sendable, Equatable {
+    case absent
+    case one(String)
+    /// More than one field, all with exactly this value.
+    case repeated(String)
+    /// Two fields with different values.
+    case conflicting
+
+    /// The value when there is exactly one field; nil when absent, repeated or conflicting.
+    public var only: String? {
+        if case .one(let value) = self { return value }
+        return nil
+    }
+
+    /// The value when every field says the same (one field or the same value repeated); nil when
+    /// absent or conflicting.
+    public var agreed: String? {
+        switch self {
+        case .one(let value), .repeated(let value): value
+        case .absent, .conflicting: nil
+        }
     }
 }
 

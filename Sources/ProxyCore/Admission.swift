@@ -90,6 +90,9 @@ public enum RequestAdmission {
     /// monotonic microseconds (rate limits).
     public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
                              facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0) -> Admission {
+        // Before any client rule, and in every mode: the proxy's own connection must never borrow
+        // an identity (`uid:` is the proxy's user, `source:` this machine's address).
+        if facts.isProxyOwnConnection { return .reject(.loopRefused(nil)) }
         let client: ClientIdentity
         if case .intercepted(_, let established) = mode {
             // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits,
@@ -103,11 +106,14 @@ public enum RequestAdmission {
             client = scope.clients.isEmpty ? .unnamed : established
         } else {
             // Two Proxy-Authorization fields are two claims of identity: refused like two Hosts,
-            // rather than letting the first one silently decide.
-            if head.fields.count("proxy-authorization") > 1 {
-                return .reject(.malformedRequest("more than one Proxy-Authorization header"))
+            // even when they agree, rather than letting the first one silently decide.
+            let proxyAuthorization: String?
+            switch head.fields.singleValue(of: "proxy-authorization") {
+            case .absent: proxyAuthorization = nil
+            case .one(let value): proxyAuthorization = value
+            case .repeated, .conflicting: return .reject(.malformedRequest("more than one Proxy-Authorization header"))
             }
-            switch scope.recognize(facts, proxyAuthorization: head.fields.first("proxy-authorization")) {
+            switch scope.recognize(facts, proxyAuthorization: proxyAuthorization) {
             case .refused(let refusal): return .reject(.proxyAuthenticationRequired(refusal))
             case .client(let identified): client = identified
             }
@@ -150,6 +156,11 @@ public enum RequestAdmission {
             return .reject(.malformedRequest("an authority-form target is for CONNECT only"))
         }
         if let problem = hostProblem(head, target: target, mode: mode) { return .reject(problem) }
+        // The proxy reads a body by its Content-Type (a form's `_method`, placeholders in JSON or a
+        // form): two different ones could be read one way here and another way at the origin.
+        if case .conflicting = head.fields.singleValue(of: "content-type") {
+            return .reject(.malformedRequest("two different Content-Type headers"))
+        }
 
         let framing: BodyFraming
         do {
@@ -190,10 +201,11 @@ public enum RequestAdmission {
     /// proxy's own address there). Where the connection fixes the origin, a Host naming another one
     /// is refused rather than silently sent elsewhere than the client believes.
     static func hostProblem(_ head: RequestHead, target: RequestTarget, mode: ConnectionMode) -> ProxyError? {
-        let count = head.fields.count("host")
-        if count > 1 { return .malformedRequest("more than one Host header") }
-        guard let value = head.fields.first("host") else {
-            return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        let value: String
+        switch head.fields.singleValue(of: "host") {
+        case .absent: return head.version == .http1_1 ? .malformedRequest("missing Host header") : nil
+        case .one(let only): value = only
+        case .repeated, .conflicting: return .malformedRequest("more than one Host header")
         }
         // The usual case, a Host that spells the target's authority, needs no second parse.
         if case .absolute(let origin, _, _) = target, origin.isSpelled(byAuthority: value) { return nil }

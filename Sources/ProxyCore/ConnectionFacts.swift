@@ -10,12 +10,18 @@ public struct ConnectionFacts: Sendable, Equatable {
     public var owner: SocketOwner
     /// The client certificate a TLS client listener verified; nil on a plain listener.
     public var certificate: ClientCertificate?
+    /// The peer is one of the proxy's own outgoing sockets (its local address and port, connected
+    /// to this listener): the proxy reached itself. Such a connection is never any client
+    /// (docs/security-model.md, "Clients"); every request on it is refused with `loop_refused`.
+    public var isProxyOwnConnection: Bool
 
-    public init(peer: String, peerIP: String? = nil, owner: SocketOwner = .notLookedUp, certificate: ClientCertificate? = nil) {
+    public init(peer: String, peerIP: String? = nil, owner: SocketOwner = .notLookedUp, certificate: ClientCertificate? = nil,
+                isProxyOwnConnection: Bool = false) {
         self.peer = peer
         self.peerIP = peerIP
         self.owner = owner
         self.certificate = certificate
+        self.isProxyOwnConnection = isProxyOwnConnection
     }
 }
 

@@ -431,12 +431,11 @@ public struct ConnectionMachine {
         let head = request.head
         var limit: Int?
         if scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                            contentType: head.fields.first("content-type"), client: request.client.name) {
+                                            contentType: head.fields.singleValue(of: "content-type").agreed, client: request.client.name) {
             limit = settings.limits.maxInspectedBody
         }
         if !scope.values.placeholders.isEmpty, scope.policy.substitutes(for: request.origin, client: request.client.name),
-           PlaceholderSite.body(contentType: head.fields.first("content-type"),
-                                contentEncoding: head.fields.first("content-encoding")) != nil {
+           PlaceholderSite.body(of: head.fields) != nil {
             let fits = if case .contentLength(let length) = request.framing { length <= UInt64(settings.limits.maxSubstitutedBody) } else { true }
             if fits { limit = max(limit ?? 0, settings.limits.maxSubstitutedBody) }
         }
@@ -555,7 +554,7 @@ public struct ConnectionMachine {
             exchange.captured = captured
             exchange.requestObserved = observed.map { body in
                 var labelled = body
-                labelled.contentType = exchange.request.head.fields.first("content-type")
+                labelled.contentType = exchange.request.head.fields.singleValue(of: "content-type").agreed
                 return labelled
             }
             if case .awaiting = exchange.response { arm(.responseHead) }
@@ -807,7 +806,7 @@ public struct ConnectionMachine {
             if moved > 0 { arm(.stall) }
         case .complete(let moved, _, _, let observed):
             exchange.response = .relaying(allowsReuse: reuse, delimitedByClose: byClose, keepAlive: keepAlive, payload: payload + moved)
-            exchange.record.responseBody = observed.map { [contentType = exchange.record.responseFields?.first("content-type")] body in
+            exchange.record.responseBody = observed.map { [contentType = exchange.record.responseFields?.singleValue(of: "content-type").agreed] body in
                 var labelled = body
                 labelled.contentType = contentType
                 return labelled

@@ -104,7 +104,7 @@ public enum HopPlanner {
         var replayed: [UInt8]?
         if case .replayed(let bytes) = body { replayed = bytes }
         let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
-                                             contentType: request.head.fields.first("content-type"))
+                                             contentType: request.head.fields.singleValue(of: "content-type").agreed)
         let client = request.client.name
 
         // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
@@ -163,8 +163,7 @@ public enum HopPlanner {
                 if let bytes = replayed, !bytes.isEmpty {
                     // Only JSON and forms are rewritten (escaped for their syntax); a placeholder in
                     // any other body is refused by `rewrite` finding it at a site it cannot serve.
-                    let site = PlaceholderSite.body(contentType: fields.first("content-type"),
-                                                    contentEncoding: fields.first("content-encoding"))
+                    let site = PlaceholderSite.body(of: fields)
                     switch apply(bytes, site ?? .jsonBody) {
                     case .failure(let error): return .failure(error)
                     case .success(let rewritten?):
@@ -245,21 +244,22 @@ public enum HopPlanner {
         if signed != nil, !decision.injected.contains(where: { $0.lowercased() == "authorization" }) {
             decision.injected.append("Authorization")
         }
-        // The scrub masks every secret this origin's scopes send (whether or not this request got
-        // it: a value written through an API comes back in a later read), and those of the chain's
-        // earlier hops. One watch per scope set: a client cannot make the proxy build more.
+        // The scrub masks every secret this origin's scopes send, for any client (a value written
+        // through an API for one client comes back in another's read, whether or not this request
+        // got it), and those of the chain's earlier hops. One watch per scope set: a client cannot
+        // make the proxy build more.
         var scrub: SecretWatch?
         var scrubScopes: UInt64 = 0
         var scrubNames: Set<String> = []
         if scope.protection.scrub != .off {
-            if let mask = policy.coveringMask(target.origin, client: client), chain.scrubNames.isEmpty {
+            if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty {
                 scrubScopes = mask | chain.scrubScopes
                 if scrubScopes != 0 {
                     let scopes = scrubScopes
                     scrub = scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) })
                 }
             } else {
-                scrubNames = policy.secretsSent(to: target.origin, client: client)
+                scrubNames = policy.secretsSentToAnyClient(target.origin)
                     .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
                 scrub = scope.values.scrubWatch(scrubNames)
             }

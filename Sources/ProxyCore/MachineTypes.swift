@@ -85,12 +85,17 @@ public final class SecretWatch: Sendable, Equatable {
     public let secrets: [String]
     /// Indexed like `secrets`: the pattern is that secret's placeholder, not its value.
     public let placeholders: [Bool]
+    /// How many trailing bytes of a body the scrub or the guard holds back with this watch: the
+    /// configuration's (`SecretValueIndex.holdBack`, from the values' lengths only), never less
+    /// than this scanner needs.
+    public let holdBack: Int
 
-    public init(scanner: SecretScanner, secrets: [String], placeholders: [Bool]) {
+    public init(scanner: SecretScanner, secrets: [String], placeholders: [Bool], holdBack: Int = 0) {
         precondition(secrets.count == placeholders.count)
         self.scanner = scanner
         self.secrets = secrets
         self.placeholders = placeholders
+        self.holdBack = max(holdBack, scanner.longestPattern - 1)
     }
 
     public func finding(_ match: SecretMatch) -> SecretFinding {

@@ -10,12 +10,16 @@ public struct OAuth2AccessToken: Sendable, Equatable {
     public let validUntil: UInt64
     /// Monotonic milliseconds when it was obtained (a 401 drops it only once it is a second old).
     public let obtainedAt: UInt64
+    /// Monotonic milliseconds when the endpoint said it stops working (`expires_in` without the
+    /// renewal margin; an hour when it did not say): until then a replaced token stays watched.
+    public let expiresAt: UInt64
 
-    public init(value: SecretValue, generation: UInt64, validUntil: UInt64, obtainedAt: UInt64 = 0) {
+    public init(value: SecretValue, generation: UInt64, validUntil: UInt64, obtainedAt: UInt64 = 0, expiresAt: UInt64? = nil) {
         self.value = value
         self.generation = generation
         self.validUntil = validUntil
         self.obtainedAt = obtainedAt
+        self.expiresAt = expiresAt ?? validUntil
     }
 }
 
@@ -34,11 +38,27 @@ public struct TokenCachePolicy: Sendable, Equatable {
     /// token response is read, so the arithmetic below stays in range for any input.
     public static let maxExpiresInSeconds = 365 * 86_400
 
+    /// How long a token whose endpoint gave no `expires_in` is taken to stay valid once replaced
+    /// (it is renewed after `defaultLifetimeMilliseconds`, but may work for longer).
+    public var unknownExpiryMilliseconds: UInt64 = 3_600_000
+    /// The most replaced tokens that may still be valid at once: beyond it a 401 does not drop the
+    /// current token, so every token handed out stays in the scrub and the guard until it expires
+    /// (`SecretValueIndex.maxEarlierValues`). A client that can make an origin answer 401 cannot
+    /// push a valid token out of them by making the proxy rotate it.
+    public var maxReplacedValid = 32
+
+    /// The full validity of a token from when it was obtained: `expires_in` (bounded to a year
+    /// here and by the parser), or `unknownExpiryMilliseconds`.
+    public func validity(expiresIn: Int?) -> UInt64 {
+        guard let expiresIn else { return unknownExpiryMilliseconds }
+        return UInt64(min(max(0, expiresIn), Self.maxExpiresInSeconds)) * 1000
+    }
+
     /// `expires_in` minus the margin; a lifetime shorter than twice the margin keeps half of itself
     /// (a 40 s token must not be renewed after 10 s, nor used for all 40).
     public func lifetime(expiresIn: Int?) -> UInt64 {
         guard let expiresIn else { return defaultLifetimeMilliseconds }
-        let full = UInt64(min(max(0, expiresIn), Self.maxExpiresInSeconds)) * 1000
+        let full = validity(expiresIn: expiresIn)
         // Never under the retry floor: an endpoint answering `expires_in: 0` would otherwise be
         // asked again for every request.
         return max(retryFloorMilliseconds, full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2)
@@ -89,6 +109,8 @@ public final class OAuth2TokenCache: Sendable {
         var state: State = .empty
         var nextTicket: UInt64 = 1
         var nextGeneration: UInt64 = 1
+        /// When each replaced token stops working (pruned as time passes).
+        var replacedExpiries: [UInt64] = []
     }
 
     public let secret: String
@@ -134,7 +156,8 @@ public final class OAuth2TokenCache: Sendable {
             switch result {
             case .success(let grant):
                 let token = OAuth2AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
-                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now)
+                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now,
+                                              expiresAt: now + policy.validity(expiresIn: grant.expiresIn))
                 guarded.nextGeneration += 1
                 guarded.state = .valid(token)
                 return (waiters, .success(token))
@@ -155,6 +178,9 @@ public final class OAuth2TokenCache: Sendable {
         guarded.withLock { guarded in
             guard case .valid(let current) = guarded.state, current.generation == token.generation,
                   now >= current.obtainedAt &+ policy.retryFloorMilliseconds else { return false }
+            guarded.replacedExpiries.removeAll { $0 <= now }
+            guard guarded.replacedExpiries.count < policy.maxReplacedValid else { return false }
+            guarded.replacedExpiries.append(current.expiresAt)
             guarded.state = .empty
             return true
         }

@@ -20,6 +20,13 @@ public enum PlaceholderSite: Sendable, Equatable {
     }
 
     /// The body types placeholders are substituted in (by media type; parameters ignored).
+    /// The site of a request body with these fields: its Content-Type (one value: admission refuses
+    /// two different ones) and every Content-Encoding field's codings.
+    public static func body(of fields: HTTPFields) -> PlaceholderSite? {
+        let codings = fields.listMembers("content-encoding").filter { $0 != "identity" }
+        return body(contentType: fields.singleValue(of: "content-type").agreed, contentEncoding: codings.first)
+    }
+
     public static func body(contentType: String?, contentEncoding: String?) -> PlaceholderSite? {
         // A compressed body's placeholders cannot be seen, let alone replaced.
         if let contentEncoding, !contentEncoding.isEmpty, contentEncoding.lowercased() != "identity" { return nil }

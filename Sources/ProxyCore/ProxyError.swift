@@ -44,6 +44,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// the Location names no http(s) origin the proxy can read.
     case redirectBlocked(Origin?)
     case redirectLoop
+    /// A response with two Location fields that differ: which one a client follows depends on the
+    /// client, so neither is relayed nor followed (docs/security-model.md, "Strict parsing").
+    case ambiguousLocation(Origin)
     /// Upstream certificate verification failed; nothing of the request was sent.
     case upstreamTLSVerification(Origin, String)
     case upstreamTLSHandshake(Origin)
@@ -58,6 +61,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     case placeholderOutOfScope(secret: String, where: String, Origin)
     /// The value of a secret (in the finding's encoding) in a request to an origin outside its scopes.
     case secretEgressBlocked(SecretFinding, where: String, Origin)
+    /// The proxy never connects to its own listening sockets (docs/security-model.md, "Clients"):
+    /// the origin's resolved address and port reach one of them, and nothing was connected. Nil:
+    /// the refused connection is itself one the proxy opened, arriving back as a client.
+    case loopRefused(Origin?)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -73,10 +80,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var status: Int {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
-        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked: 403
+        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
-        case .credentialUnavailable, .redirectBlocked, .signingFailed, .tokenUnavailable: 502
+        case .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .signingFailed, .tokenUnavailable: 502
         case .redirectLoop: 508
         case .upstreamTLSVerification, .upstreamTLSHandshake, .interceptionFailed: 502
         case .tunnelOriginMismatch: 400
@@ -120,12 +127,14 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .credentialUnavailable: "credential_unavailable"
         case .redirectBlocked: "redirect_blocked"
         case .redirectLoop: "redirect_loop"
+        case .ambiguousLocation: "ambiguous_location"
         case .upstreamTLSVerification: "upstream_tls_verification"
         case .upstreamTLSHandshake: "upstream_tls_handshake"
         case .interceptionFailed: "interception_failed"
         case .tunnelOriginMismatch: "tunnel_origin_mismatch"
         case .placeholderOutOfScope: "placeholder_out_of_scope"
         case .secretEgressBlocked: "secret_egress_blocked"
+        case .loopRefused: "loop_refused"
         }
     }
 
@@ -169,6 +178,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
+        case .ambiguousLocation(let origin): "\(origin) answered with two different Location headers; neither is relayed or followed"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
@@ -177,6 +187,10 @@ public enum ProxyError: Error, Equatable, Sendable {
             "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
+        case .loopRefused(let origin?):
+            "\(origin) resolves to this proxy's own listening port on this machine (or a listener on that port takes every address, 0.0.0.0 or ::): the proxy never connects to itself; nothing was sent; bind that listener to one address to reach this port on other hosts"
+        case .loopRefused(nil):
+            "this connection was opened by the proxy itself: it is never served as a client"
         }
     }
 
@@ -186,7 +200,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
              .badUpstreamResponse, .notProxyRequest, .hostMismatch,
-             .credentialUnavailable, .redirectBlocked, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
+             .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
              .tokenUnavailable:
             true
         default:

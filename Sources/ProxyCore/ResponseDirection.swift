@@ -41,14 +41,29 @@ public enum ResponseDirector {
 
     public static func direct(_ head: ResponseHead, _ context: Context) -> ResponseDirection {
         let hop = context.hop
-        let location = head.fields.first("location")
+        // One Location or none (docs/security-model.md, "Strict parsing"): clients disagree on
+        // which of two they follow (curl and Node the first, OkHttp and HttpURLConnection the
+        // last), so a check of either one proves nothing about the other. Refused in every mode
+        // and for every status, before anything of the response is relayed or followed.
+        var head = head
+        let location: String?
+        switch head.fields.singleValue(of: "location") {
+        case .absent: location = nil
+        case .one(let value): location = value
+        case .repeated(let value):
+            // The same value twice is one value; the client gets it once.
+            location = value
+            head.fields.set(name: "Location", value: value)
+        case .conflicting:
+            return .refuse(.ambiguousLocation(hop.origin), redirect: nil)
+        }
         if case .route(let upstream, let publicOrigin) = context.mode, let location,
            case .target(let target) = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
            target.origin == upstream {
             // A route's client knows only the route: a Location pointing upstream is rewritten back
             // to the address the client used (its Host, when it named one), or the listener's.
             var rewritten = head
-            let authority = context.request.head.fields.first("host").flatMap { host in
+            let authority = context.request.head.fields.singleValue(of: "host").only.flatMap { host in
                 (try? RequestTarget.parseAuthority(Substring(host))) != nil ? host : nil
             } ?? publicOrigin.authority
             rewritten.fields.set(name: "Location", value: "http://\(authority)\(target.pathAndQuery)")

@@ -26,15 +26,40 @@ public final class SecretValueIndex: Sendable {
         case scrubbing(SetKey)
     }
 
+    /// A value no longer current that may still be valid somewhere (docs/security-model.md, "No
+    /// oracle"): a rotated file or store value for `retiredRetention`, a replaced access token
+    /// until it expires (its source passes those as `earlier`).
+    private struct Retired: Sendable {
+        let value: [UInt8]
+        /// Monotonic milliseconds after which it is dropped.
+        let until: UInt64
+    }
+
     private final class Snapshot: Sendable {
-        let values: [String: [UInt8]]
+        /// Each secret's current value (what a hop renders).
+        let current: [String: [UInt8]]
+        /// Values retired from `current` by earlier updates, newest last.
+        let retired: [String: [Retired]]
+        /// Earlier values a source still knows valid (rotated access tokens), by secret.
+        let earlier: [String: [[UInt8]]]
+        /// Every value looked for, by secret: the current one first, then the still-valid earlier ones.
+        let values: [String: [[UInt8]]]
         let exclusions: [Exclusion]
+        /// How many trailing bytes of a body the scrub and the guard hold back (`SecretHoldBack`).
+        let holdBack: Int
         let watches = Locked<[WatchKey: SecretWatch?]>([:])
 
-        init(values: [String: [UInt8]], exclusions: [Exclusion]) {
+        init(current: [String: [UInt8]], retired: [String: [Retired]], earlier: [String: [[UInt8]]],
+             values: [String: [[UInt8]]], exclusions: [Exclusion], holdBack: Int) {
+            self.current = current
+            self.retired = retired
+            self.earlier = earlier
             self.values = values
             self.exclusions = exclusions
+            self.holdBack = holdBack
         }
+
+        static let empty = Snapshot(current: [:], retired: [:], earlier: [:], values: [:], exclusions: [], holdBack: 0)
     }
 
     public let placeholders: PlaceholderTable
@@ -42,8 +67,8 @@ public final class SecretValueIndex: Sendable {
 
     public init(placeholders: PlaceholderTable = .empty, values: [String: [UInt8]] = [:]) {
         self.placeholders = placeholders
-        current = Locked(Snapshot(values: [:], exclusions: []))
-        _ = update(values: values)
+        current = Locked(.empty)
+        _ = update(values: values, now: 0)
     }
 
     /// A secret left out of scanning, and why (said in the log at start and at each change).
@@ -66,25 +91,97 @@ public final class SecretValueIndex: Sendable {
     /// and the guard would block it everywhere (each left out is named at start, as too long ones are).
     public static let minimumScannedLength = 8
 
-    /// New values (after a load or a rotation). Returns the secrets that cannot be scanned.
+    /// How long a file or store value stays watched after it was replaced (or its secret left the
+    /// configuration): a copy of it may still be in use where it was sent.
+    public static let retiredRetentionMilliseconds: UInt64 = 10 * 60 * 1000
+    /// The most earlier values kept per secret (the token sources refuse to replace a token more
+    /// often than that within its lifetime, so no value they handed out goes unwatched).
+    public static let maxEarlierValues = 32
+
+    /// New values (after a load, a rotation, a new access token). `current`: each secret's value
+    /// now; a value it replaces stays watched for `retiredRetentionMilliseconds`. `earlier`: older
+    /// values their source knows to be valid still (rotated access tokens), watched as long as it
+    /// passes them. `now`: monotonic milliseconds. Returns the secrets that cannot be scanned.
     @discardableResult
-    public func update(values: [String: [UInt8]]) -> [Exclusion] {
-        var kept = values.filter { !$0.value.isEmpty }
+    public func update(values current: [String: [UInt8]], earlier: [String: [[UInt8]]] = [:], now: UInt64) -> [Exclusion] {
+        let previous = current_()
+        var retired: [String: [Retired]] = [:]
+        for (name, list) in previous.retired {
+            let live = list.filter { $0.until > now }
+            if !live.isEmpty { retired[name] = live }
+        }
+        for (name, old) in previous.current where !old.isEmpty && current[name] != old {
+            retired[name, default: []].append(Retired(value: old, until: now &+ Self.retiredRetentionMilliseconds))
+        }
+        for (name, list) in retired where list.count > Self.maxEarlierValues { retired[name] = Array(list.suffix(Self.maxEarlierValues)) }
+        install(current: current, retired: retired, earlier: earlier)
+        return exclusions
+    }
+
+    /// Drops retired values whose time is up, and takes the token sources' still-valid earlier
+    /// values (the proxy calls it every second); rebuilds the watches only when something changed.
+    public func update(expiring earlier: [String: [[UInt8]]], now: UInt64) {
+        let snapshot = current_()
+        let expired = snapshot.retired.values.contains { $0.contains { $0.until <= now } }
+        guard expired || earlier != snapshot.earlier else { return }
+        var retired: [String: [Retired]] = [:]
+        for (name, list) in snapshot.retired {
+            let live = list.filter { $0.until > now }
+            if !live.isEmpty { retired[name] = live }
+        }
+        install(current: snapshot.current, retired: retired, earlier: earlier)
+    }
+
+    /// A new index for a reloaded configuration starts from the old one's values: what the new
+    /// values replace is retired as by `update` (a reload does not forget a value still in use).
+    public func inherit(from previous: SecretValueIndex) {
+        let snapshot = previous.current_()
+        current.withLock { $0 = snapshot }
+    }
+
+    private func current_() -> Snapshot { current.withLock { $0 } }
+
+    private func install(current: [String: [UInt8]], retired: [String: [Retired]], earlier: [String: [[UInt8]]]) {
+        var all: [String: [[UInt8]]] = [:]
+        for (name, value) in current where !value.isEmpty { all[name] = [value] }
+        for (name, list) in retired {
+            for old in list where !old.value.isEmpty && !(all[name]?.contains(old.value) ?? false) { all[name, default: []].append(old.value) }
+        }
+        for (name, list) in earlier {
+            for old in list.suffix(Self.maxEarlierValues) where !old.isEmpty && !(all[name]?.contains(old) ?? false) {
+                all[name, default: []].append(old)
+            }
+        }
+        // The hold-back depends on the values' lengths only, never on their bytes: two
+        // configurations whose secrets differ only in value hold back the same (no oracle).
+        var longest = placeholders.texts.values.map { Self.longestFormBound(length: $0.utf8.count) }.max() ?? 0
+        for list in all.values { for value in list { longest = max(longest, Self.longestFormBound(length: value.count)) } }
         var excluded: [Exclusion] = []
-        for (name, value) in kept.sorted(by: { $0.key < $1.key }) where value.count < Self.minimumScannedLength {
-            excluded.append(Exclusion(secret: name, length: value.count))
-            kept[name] = nil
+        for (name, list) in all.sorted(by: { $0.key < $1.key }) {
+            let short = list.filter { $0.count < Self.minimumScannedLength }
+            guard !short.isEmpty else { continue }
+            excluded.append(Exclusion(secret: name, length: short[0].count))
+            let kept = list.filter { $0.count >= Self.minimumScannedLength }
+            all[name] = kept.isEmpty ? nil : kept
         }
         // The widest watch holds every value and every placeholder: if it fits, every watch fits.
-        while !kept.isEmpty, Self.estimatedTableBytes(kept.values.flatMap(Self.variants) + placeholders.secrets.keys) > Self.tableLimit {
-            let largest = kept.max { ($0.value.count, $1.key) < ($1.value.count, $0.key) }!
-            excluded.append(Exclusion(secret: largest.key, length: largest.value.count))
-            kept[largest.key] = nil
+        while !all.isEmpty, Self.estimatedTableBytes(all.values.joined().flatMap(Self.variants) + placeholders.secrets.keys) > Self.tableLimit {
+            let largest = all.max { ($0.value.map(\.count).max()!, $1.key) < ($1.value.map(\.count).max()!, $0.key) }!
+            excluded.append(Exclusion(secret: largest.key, length: largest.value.map(\.count).max()!))
+            all[largest.key] = nil
         }
-        let snapshot = Snapshot(values: kept, exclusions: excluded)
-        current.withLock { $0 = snapshot }
-        return excluded
+        let snapshot = Snapshot(current: current, retired: retired, earlier: earlier, values: all, exclusions: excluded,
+                                holdBack: SecretHoldBack.bytes(longestForm: longest))
+        self.current.withLock { $0 = snapshot }
     }
+
+    /// The longest form (`variants`, then every `SecretEncoding`) a value of `length` bytes can
+    /// take, whatever its bytes: its JSON escape is at most 6 bytes a byte (`\u00XX`), and that
+    /// percent-encoded at most 8 (`%5Cu00XX`), base64 of it under 8 a byte plus its edges.
+    public static func longestFormBound(length: Int) -> Int { 8 &* min(length, 1 << 40) &+ 8 }
+
+    /// The hold-back of the current values (the same for every watch built from them).
+    public var holdBack: Int { current_().holdBack }
 
     /// A value as the scanner looks for it (each then in every `SecretEncoding`): as it is; in
     /// lowercase (a host name carries it so, after a redirect or DNS); escaped inside a JSON string
@@ -135,8 +232,10 @@ public final class SecretValueIndex: Sendable {
             var bytes: [[UInt8]] = []
             var isPlaceholder: [Bool] = []
             if values {
-                for (name, value) in snapshot.values.sorted(by: { $0.key < $1.key }) where !allowed.contains(name) {
-                    for variant in Self.variants(of: value) { names.append(name); bytes.append(variant); isPlaceholder.append(false) }
+                for (name, values) in snapshot.values.sorted(by: { $0.key < $1.key }) where !allowed.contains(name) {
+                    for value in values {
+                        for variant in Self.variants(of: value) { names.append(name); bytes.append(variant); isPlaceholder.append(false) }
+                    }
                 }
             }
             if placeholders {
@@ -162,8 +261,9 @@ public final class SecretValueIndex: Sendable {
             var names: [String] = []
             var bytes: [[UInt8]] = []
             for name in secrets.sorted() {
-                guard let value = snapshot.values[name] else { continue }
-                for variant in Self.variants(of: value) { names.append(name); bytes.append(variant) }
+                for value in snapshot.values[name] ?? [] {
+                    for variant in Self.variants(of: value) { names.append(name); bytes.append(variant) }
+                }
             }
             return (names, bytes, names.map { _ in false })
         }
@@ -179,7 +279,8 @@ public final class SecretValueIndex: Sendable {
         // same watch once, and the first stored wins.
         let parts = build()
         let built: SecretWatch? = parts.names.isEmpty ? nil
-            : SecretWatch(scanner: SecretScanner(secrets: parts.bytes), secrets: parts.names, placeholders: parts.placeholders)
+            : SecretWatch(scanner: SecretScanner(secrets: parts.bytes), secrets: parts.names, placeholders: parts.placeholders,
+                          holdBack: snapshot.holdBack)
         return snapshot.watches.withLock { watches in
             if let existing = watches[key] { return existing }
             watches[key] = built

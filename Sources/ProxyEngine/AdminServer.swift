@@ -15,6 +15,8 @@ final class AdminServer: @unchecked Sendable {
     private let metrics: Metrics
     let draining = Atomic<Bool>(false)
     private(set) var port: UInt16 = 0
+    /// The listening socket (the proxy never connects to it: `OwnSockets`).
+    private(set) var descriptor: Int32 = -1
     private var thread: PosixThread?
     /// Request line and header fields together; a probe or a Prometheus scrape sends well under 1 KiB.
     static let maxHeadBytes = 8 * 1024
@@ -30,7 +32,8 @@ final class AdminServer: @unchecked Sendable {
             event_base_free(base)
             throw .listen("cannot listen on admin address \(address): \(reason)")
         }
-        port = SocketAddress.boundPort(evhttp_bound_socket_get_fd(bound)) ?? address.port
+        descriptor = evhttp_bound_socket_get_fd(bound)
+        port = SocketAddress.boundPort(descriptor) ?? address.port
         evhttp_set_allowed_methods(http, UInt16(EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_HEAD.rawValue))
         // evhttp buffers a whole request before its callback (and before the method check above)
         // runs, with no limit by default: a 150 MiB POST cost 150 MiB of RSS. Health checks and

@@ -18,10 +18,10 @@ final class BodyFilter {
     let watch: SecretWatch
     var scrubber: SecretScrubber?
     var egressGuard: EgressGuard?
-    /// Guard: body bytes taken from the source and inspected but not yet known safe to forward
-    /// (they could start a value a later piece completes): fewer than the longest pattern.
+    /// Guard: body bytes taken from the source and inspected but not yet forwarded: the body's
+    /// last `watch.holdBack` bytes at most (see `EgressGuard`).
     var held: [UInt8] = []
-    /// Scrub: one piece's output, reused (at most `BodyPump.filterPiece` + the longest pattern).
+    /// Scrub: one piece's output, reused (at most `BodyPump.filterPiece` + the hold-back).
     var scratch: [UInt8] = []
     /// The value that stopped a guarded body, once found.
     var leak: SecretFinding?
@@ -39,14 +39,13 @@ final class BodyFilter {
     init(_ kind: Kind, watch: SecretWatch) {
         self.kind = kind
         self.watch = watch
-        let longest = watch.scanner.longestPattern
         switch kind {
         case .scrub:
-            scrubber = SecretScrubber(scanner: watch.scanner)
-            scratch.reserveCapacity(BodyPump.filterPiece + longest)
+            scrubber = SecretScrubber(scanner: watch.scanner, holdBack: watch.holdBack)
+            scratch.reserveCapacity(BodyPump.filterPiece + watch.holdBack)
         case .guardEgress:
-            egressGuard = EgressGuard(scanner: watch.scanner)
-            held.reserveCapacity(longest)
+            egressGuard = EgressGuard(scanner: watch.scanner, holdBack: watch.holdBack)
+            held.reserveCapacity(watch.holdBack)
         }
     }
 

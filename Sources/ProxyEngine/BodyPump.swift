@@ -11,9 +11,10 @@ import SecretScan
 /// Without a filter, body bytes are handed over chain by chain, never copied into Swift. With one
 /// (response scrub, request egress guard) every body byte is looked at before it is written: the
 /// pump peeks at the source a piece at a time, runs the filter, writes what the filter lets out
-/// and drains the source. The filter holds back fewer than the longest pattern's bytes (a value
-/// that may be completed by the next piece) and releases them when the body ends, before the
-/// pump says it is complete.
+/// and drains the source. The filter holds back the body's last `SecretWatch.holdBack` bytes
+/// (whatever they are: a value the next piece completes must still be unsent) and releases them
+/// when more come, when the body ends (before the pump says it is complete), or when the leg's
+/// idle timer calls `releaseHeld` (docs/security-model.md, "No oracle").
 struct BodyPump {
     private enum Mode {
         case complete
@@ -204,6 +205,34 @@ struct BodyPump {
             }
         }
         return isComplete
+    }
+
+    /// A filter holds body bytes back and the body goes on: the leg arms its idle timer
+    /// (`SecretHoldBack.idleReleaseMilliseconds`), and `releaseHeld` lets them go if nothing came.
+    var holdsBack: Bool {
+        guard let filter, expectsMore else { return false }
+        switch filter.kind {
+        case .scrub: return filter.scrubber!.held > 0
+        case .guardEgress: return !filter.held.isEmpty
+        }
+    }
+
+    /// The idle time ran out: the held bytes go to `destination` now. The filter keeps scanning
+    /// where it was, so a value completed by later bytes is still masked (scrub) or stopped
+    /// (guard) from there on. What leaves, and when, depends only on the time and the byte count.
+    mutating func releaseHeld(to destination: OpaquePointer) {
+        guard let filter, expectsMore else { return }
+        switch filter.kind {
+        case .scrub:
+            filter.scratch.removeAll(keepingCapacity: true)
+            filter.scrubber!.release(into: &filter.scratch)
+            filter.scratch.withUnsafeBytes { write($0, to: destination) }
+        case .guardEgress:
+            let releasable = filter.egressGuard!.release()
+            precondition(releasable == filter.held.count, "the guard and the pump disagree on the held bytes")
+            filter.held.withUnsafeBytes { write($0, to: destination) }
+            filter.held.removeAll(keepingCapacity: true)
+        }
     }
 
     // MARK: Moving body bytes

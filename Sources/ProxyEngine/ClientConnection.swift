@@ -268,6 +268,12 @@ final class ClientConnection: UpstreamLegOwner {
         flushOutputs()
     }
 
+    func legHoldBackExpired(_ leg: UpstreamLeg) {
+        guard leg === self.leg, !isClosed else { return }
+        leg.releaseHeldBytes(clientOutput: transport.output)
+        flushOutputs()
+    }
+
     func legClosed(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
         deliver(.upstreamClosed(leg.hop, sawResponseBytes: leg.sawResponseBytes))
@@ -326,6 +332,7 @@ final class ClientConnection: UpstreamLegOwner {
     private func pumpRequestBody() {
         guard let leg else { return }
         let reports = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue())
+        leg.scheduleHoldBackRelease()
         if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
         // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
         if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding))) }
@@ -337,6 +344,7 @@ final class ClientConnection: UpstreamLegOwner {
     private func pumpResponseBody() {
         guard let leg else { return }
         let reports = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark, reportProgress: progressDue())
+        leg.scheduleHoldBackRelease()
         // The findings first: a `complete` ends the exchange, and its record must already name them.
         if let findings = reports.scrubbed { deliver(.responseBody(leg.hop, .scrubbed(findings))) }
         if let progress = reports.progress { deliver(.responseBody(leg.hop, progress)) }
@@ -548,7 +556,7 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Access log and metrics
 
     private func emit(_ record: ExchangeRecord) {
-        configuration.metrics.count(record)
+        configuration.metrics.count(record, policy: configuration.scope.context.policy)
         configuration.accessLog?.record(record)
     }
 }

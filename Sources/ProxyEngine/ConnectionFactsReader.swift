@@ -46,6 +46,8 @@ enum ConnectionFactsReader {
         }) else { return .unknown(reason: "getsockname failed") }
         switch askKernel(client: client, server: server) {
         case .found(let uid): return .uid(uid)
+        case .notLive:
+            return .unknown(reason: "the client's socket is no longer held by any process (it closed before it was accepted)")
         case .noSuchSocket:
             return .unknown(reason: "no socket in this network namespace has the client's address (another network namespace, or it closed)")
         case .failed(let errno): return .unknown(reason: "sock_diag lookup failed (errno \(errno))")
@@ -61,7 +63,7 @@ enum ConnectionFactsReader {
         }
         guard !tables.isEmpty else { return .unknown(reason: "no /proc/net/tcp (is /proc mounted?)") }
         guard let uid = SocketOwnerTable.owner(client: client, server: server, tables: tables) else {
-            return .unknown(reason: "no socket in this network namespace has the client's address (another network namespace, or it closed)")
+            return .unknown(reason: "no live socket in this network namespace has the client's address (another network namespace, or it closed)")
         }
         return .uid(uid)
         #else
@@ -71,6 +73,9 @@ enum ConnectionFactsReader {
 
     enum KernelAnswer: Equatable {
         case found(UInt32)
+        /// The kernel has the socket, but no process holds it (`SocketOwnerTable.liveOwner`): its
+        /// reported uid means nothing.
+        case notLive
         case noSuchSocket
         case failed(Int32)
         /// No NETLINK_SOCK_DIAG here (a kernel without it, or a sandbox that forbids netlink).
@@ -83,9 +88,16 @@ enum ConnectionFactsReader {
         let v4 = client.address.isIPv4 && server.address.isIPv4
         let clientBytes = v4 ? Array(client.address.bytes.suffix(4)) : client.address.bytes
         let serverBytes = v4 ? Array(server.address.bytes.suffix(4)) : server.address.bytes
-        let answer = sp_tcp_socket_owner(v4 ? AF_INET : AF_INET6, clientBytes, client.port, serverBytes, server.port)
-        if answer >= 0 { return .found(UInt32(truncatingIfNeeded: answer)) }
-        switch Int32(-answer) {
+        var answer = sp_socket_owner_answer()
+        let result = sp_tcp_socket_owner(v4 ? AF_INET : AF_INET6, clientBytes, client.port, serverBytes, server.port,
+                                         SocketOwnerTable.liveClientStateMask, &answer)
+        if result == 0 {
+            guard let uid = SocketOwnerTable.liveOwner(state: answer.state, inode: UInt64(answer.inode), uid: UInt32(answer.uid)) else {
+                return .notLive
+            }
+            return .found(uid)
+        }
+        switch -result {
         case ENOENT: return .noSuchSocket
         case EPROTONOSUPPORT, EAFNOSUPPORT, EACCES, EPERM, EINVAL: return .unavailable
         case let errno: return .failed(errno)

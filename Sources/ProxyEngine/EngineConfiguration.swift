@@ -33,6 +33,9 @@ public struct EngineConfiguration: Sendable {
     /// Called on the worker thread with each client connection's facts as its machine starts
     /// (tests watch what a TLS client listener verified; nothing else should need it).
     public var connectionObserver: (@Sendable (ConnectionFacts) -> Void)?
+    /// The proxy's own listening sockets and outgoing connections, shared by every copy of this
+    /// configuration (the workers, the token fetcher): the proxy never connects to itself.
+    public var ownSockets = OwnSockets()
 
     public init(
         listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),

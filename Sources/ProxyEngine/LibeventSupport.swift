@@ -76,7 +76,7 @@ func monotonicMicroseconds() -> UInt64 {
 }
 
 /// Milliseconds on the monotonic clock (rate-limited diagnostics).
-func monotonicMilliseconds() -> UInt64 { monotonicMicroseconds() / 1000 }
+public func monotonicMilliseconds() -> UInt64 { monotonicMicroseconds() / 1000 }
 
 extension HTTPParseError {
     /// The codec throws only HTTPParseError; this recovers the type where Swift widens it.

@@ -1,10 +1,14 @@
 import PosixSupport
 import ProxyCore
+import ScopePolicy
 import Synchronization
 
 /// Counters and gauges for /metrics (Prometheus text format). Labels are bounded sets chosen by the
-/// proxy (status classes, scope names, sensitive header names lowercased, error codes): never a
-/// URL, a value or anything a client can vary freely.
+/// proxy (status classes, scope names, sensitive header names as the configuration spells them,
+/// error codes): never a URL, a value or anything a client can vary freely. A label taken from a
+/// request's or response's data goes through a mapping onto a set the configuration fixes (header
+/// names: `ScopePolicy.metricLabel(forHeader:)`), before it becomes a key: a series stored is
+/// never freed, so an unbounded label is unbounded memory.
 public final class Metrics: Sendable {
     private struct Key: Hashable {
         let name: String
@@ -33,13 +37,16 @@ public final class Metrics: Sendable {
         var requests: [RequestKey: UInt64] = [:]
         var bytesIn: UInt64 = 0
         var bytesOut: UInt64 = 0
-        /// Header names as the records carry them (lowercased when rendered).
+        /// Header labels (`ScopePolicy.metricLabel(forHeader:)`), never names as the wire spelt them.
         var injected: [String: UInt64] = [:]
         var stripped: [String: UInt64] = [:]
         var redirects: [RedirectDecision: UInt64] = [:]
         var upstreamErrors: [String: UInt64] = [:]
         var rateLimited: [String: UInt64] = [:]
         var clientRefusals: [String: UInt64] = [:]
+        /// Requests refused because they led back to the proxy itself, by kind (`destination`,
+        /// `own_connection`).
+        var loopRefused: [String: UInt64] = [:]
         /// Matches masked in responses, by secret name.
         var scrubbed: [String: UInt64] = [:]
         /// Requests the proxy signed, by kind of signature (`aws_sigv4`).
@@ -54,8 +61,9 @@ public final class Metrics: Sendable {
 
     private let exchanges = Locked(ExchangeCounters())
 
-    /// The counters one finished exchange (or hop, or tunnel) moves, under one lock.
-    func count(_ record: ExchangeRecord) {
+    /// The counters one finished exchange (or hop, or tunnel) moves, under one lock. `policy` (the
+    /// configuration in force) bounds the header labels.
+    func count(_ record: ExchangeRecord, policy: ScopePolicy) {
         let statusClass = record.status.map { min(max($0 / 100, 0), 5) } ?? 6
         let upstreamError = record.failure.flatMap { $0.isUpstreamFailure ? $0.code : nil }
         exchanges.withLock { counters in
@@ -63,12 +71,13 @@ public final class Metrics: Sendable {
             switch record.failure {
             case .proxy(.rateLimited(let client, _))?: counters.rateLimited[client, default: 0] += 1
             case .proxy(.proxyAuthenticationRequired(let refusal))?: counters.clientRefusals[refusal.reason.rawValue, default: 0] += 1
+            case .proxy(.loopRefused(let origin))?: counters.loopRefused[origin == nil ? "own_connection" : "destination", default: 0] += 1
             default: break
             }
             counters.bytesIn += record.bytesIn
             counters.bytesOut += record.bytesOut
-            for name in record.injected { counters.injected[name, default: 0] += 1 }
-            for name in record.stripped { counters.stripped[name, default: 0] += 1 }
+            for name in record.injected { counters.injected[policy.metricLabel(forHeader: name), default: 0] += 1 }
+            for name in record.stripped { counters.stripped[policy.metricLabel(forHeader: name), default: 0] += 1 }
             if let redirect = record.redirect { counters.redirects[redirect.decision, default: 0] += 1 }
             if let upstreamError { counters.upstreamErrors[upstreamError, default: 0] += 1 }
             // Findings by name only: the core's (head values) and the engine's (bodies) alike.
@@ -88,6 +97,17 @@ public final class Metrics: Sendable {
 
     private static let statusClasses = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx", "none"]
 
+    /// How many keyed entries the counters hold (what their memory grows with; each is kept until
+    /// the process exits), whether or not rendering would merge some of them.
+    var storedEntries: Int {
+        let generic = counters.withLock { $0.count }
+        return generic + exchanges.withLock { counters in
+            counters.requests.count + counters.injected.count + counters.stripped.count + counters.redirects.count
+                + counters.upstreamErrors.count + counters.rateLimited.count + counters.clientRefusals.count
+                + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count
+        }
+    }
+
     /// Every counter as (key, value): the generic ones and the per-exchange ones.
     private func snapshot() -> [Key: UInt64] {
         var result = counters.withLock { $0 }
@@ -101,12 +121,13 @@ public final class Metrics: Sendable {
         }
         add("scopeproxy_bytes_in_total", [], exchange.bytesIn)
         add("scopeproxy_bytes_out_total", [], exchange.bytesOut)
-        for (name, count) in exchange.injected { add("scopeproxy_injected_total", ["header", name.lowercased()], count) }
-        for (name, count) in exchange.stripped { add("scopeproxy_stripped_total", ["header", name.lowercased()], count) }
+        for (label, count) in exchange.injected { add("scopeproxy_injected_total", ["header", label], count) }
+        for (label, count) in exchange.stripped { add("scopeproxy_stripped_total", ["header", label], count) }
         for (decision, count) in exchange.redirects { add("scopeproxy_redirects_total", ["decision", decision.rawValue], count) }
         for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
         for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
         for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
+        for (kind, count) in exchange.loopRefused { add("scopeproxy_loop_refused_total", ["kind", kind], count) }
         for (secret, count) in exchange.scrubbed { add("scopeproxy_scrubbed_total", ["secret", secret], count) }
         for (kind, count) in exchange.signed { add("scopeproxy_signed_total", ["kind", kind], count) }
         for (key, count) in exchange.egressBlocked {
@@ -147,6 +168,7 @@ public final class Metrics: Sendable {
         "scopeproxy_requests_total": ("counter", "Exchanges by response status class, scope and client (configured names, or none)."),
         "scopeproxy_rate_limited_total": ("counter", "Requests refused with 429 because their client was over its rate, by client."),
         "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
+        "scopeproxy_loop_refused_total": ("counter", "Requests refused with 403 loop_refused: a destination that is the proxy's own listener, or a connection the proxy itself opened (own_connection)."),
         "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
         "scopeproxy_signed_total": ("counter", "Requests the proxy signed, by kind of signature (aws_sigv4)."),
         "scopeproxy_token_fetches_total": ("counter", "OAuth2 token requests, by secret and result (ok, or why it failed)."),

@@ -99,11 +99,15 @@ public final class ProxyServer: @unchecked Sendable {
         address = sockets[0].address
         routeAddresses = sockets.dropFirst().prefix(configuration.routes.count).map(\.address)
         clientListenAddress = clientTLS?.0.address
+        var listening = sockets.map(\.descriptor)
         if let adminAddress = configuration.admin {
             let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
+            listening.append(server.descriptor)
             server.start()
             admin = server
         }
+        // From the sockets as bound, before any loop runs: no connect can precede the set.
+        configuration.ownSockets.addListeners(descriptors: listening)
         for worker in workers {
             threads.append(PosixThread(name: "scopeproxy-\(worker.index)") { worker.run() })
         }

@@ -28,13 +28,13 @@ final class TokenFetcher: @unchecked Sendable {
     private let metrics: Metrics
     private let responseLimit: Int
     private let clock: @Sendable () -> UInt64
-    private let observer: (@Sendable (String, SecretValue) -> Void)?
+    private let observer: TokenObserver?
     // Touched only on the loop's thread:
     private var exchanges: [ObjectIdentifier: (exchange: TokenExchange, job: Job)] = [:]
     private var rotations: [String: Rotation] = [:]
 
     init(configuration: EngineConfiguration, secrets: SecretLookup, sink: RefreshTokenSink?, responseLimit: Int,
-         clock: @escaping @Sendable () -> UInt64, observer: (@Sendable (String, SecretValue) -> Void)?) throws(EngineError) {
+         clock: @escaping @Sendable () -> UInt64, observer: TokenObserver?) throws(EngineError) {
         self.observer = observer
         var configuration = configuration
         if configuration.tls == nil { configuration.tls = try? TLSContexts(authority: nil, upstreamCA: nil) }
@@ -102,9 +102,9 @@ final class TokenFetcher: @unchecked Sendable {
         }
         if case .success(let grant) = result {
             // The tripwire learns a value before any request can carry it.
-            observer?(job.secret, grant.accessToken)
+            observer?(job.secret, grant.accessToken, policyValidity(grant.expiresIn))
             if case .refreshToken(let name) = job.spec.grant, let rotated = grant.refreshToken, rotated != refreshTokenSent {
-                observer?(name, rotated)
+                observer?(name, rotated, nil)
                 keepRotated(name, rotated, replacing: refreshTokenSent, for: job)
             }
         }
@@ -145,4 +145,13 @@ final class TokenFetcher: @unchecked Sendable {
         let (waiters, delivered) = job.cache.complete(job.ticket, result, now: clock())
         for waiter in waiters { waiter.deliver(delivered) }
     }
+}
+
+/// Told every value a token source obtains, before any request can carry it: the secret's name,
+/// the value, and how many milliseconds it stays valid (nil: the endpoint did not say).
+public typealias TokenObserver = @Sendable (_ secret: String, _ value: SecretValue, _ validForMilliseconds: UInt64?) -> Void
+
+/// `expires_in` as milliseconds of validity (the parser bounds it to a year).
+func policyValidity(_ expiresIn: Int?) -> UInt64? {
+    expiresIn.map { TokenCachePolicy().validity(expiresIn: $0) }
 }

@@ -30,13 +30,14 @@ public final class OAuth2Tokens: Sendable {
     /// `specs`: the OAuth2 secrets by name. `secrets`: where client secrets and refresh tokens are
     /// read (the secret store). `sink`: where rotated refresh tokens are saved (the store; nil keeps
     /// them in memory). `clock`: monotonic milliseconds (tests move it). `observer`: told every new
-    /// access token and rotated refresh token (secret name, value), on the fetcher's thread, before
+    /// access token and rotated refresh token (secret name, value, how long it stays valid when
+    /// the endpoint said), on the fetcher's thread, before
     /// any waiter gets it: the log tripwire must know them. The fetcher's thread starts now; nothing
     /// is fetched until a request needs a token.
     public init(specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
                 policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
                 clock: (@Sendable () -> UInt64)? = nil,
-                observer: (@Sendable (_ secret: String, _ value: SecretValue) -> Void)? = nil) throws(EngineError) {
+                observer: TokenObserver? = nil) throws(EngineError) {
         let clock = clock ?? { monotonicMilliseconds() }
         entries = Dictionary(uniqueKeysWithValues: specs.map { name, spec in
             (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))

@@ -115,6 +115,12 @@ final class UpstreamConnector {
         while nextAddress < addresses.count {
             var address = addresses[nextAddress]
             nextAddress += 1
+            // On the resolved address about to be connected: a name, a redirect or a route that
+            // leads back to one of the proxy's listeners is refused whatever it was spelt as.
+            if worker.configuration.ownSockets.refusesConnect(to: address) {
+                fail(.loopRefused(origin))
+                return
+            }
             guard let bev = makeBufferevent() else {
                 fail(.upstreamTLSHandshake(origin))
                 return
@@ -124,12 +130,7 @@ final class UpstreamConnector {
                 let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeUnretainedValue()
                 withExtendedLifetime(connector) { connector.connectEvent(events) }
             }, context)
-            let length = SocketAddress.length(of: address)
-            let started = withUnsafeMutablePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bufferevent_socket_connect(bev, $0, length)
-                }
-            }
+            let started = worker.configuration.ownSockets.connect(bev, to: &address)
             if started == 0 {
                 connecting = bev
                 return

@@ -1,6 +1,7 @@
 import CLibevent
 import HTTP1Codec
 import ProxyCore
+import SecretScan
 
 /// What an upstream leg reports to the connection that owns it.
 protocol UpstreamLegOwner: AnyObject {
@@ -9,6 +10,8 @@ protocol UpstreamLegOwner: AnyObject {
     func legReadable(_ leg: UpstreamLeg)
     func legWritable(_ leg: UpstreamLeg)
     func legClosed(_ leg: UpstreamLeg)
+    /// A filtered body held bytes back for `SecretHoldBack.idleReleaseMilliseconds` with nothing new.
+    func legHoldBackExpired(_ leg: UpstreamLeg)
 }
 
 /// What one run of a body pump tells the machine, in the order it must hear it: the values the
@@ -51,6 +54,11 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     var splicing = false
     /// The client hung up on a tunnel: close once this leg's output has drained.
     var closingAfterDrain = false
+    /// Releases what a filtered body holds back after an idle time (created the first time a body
+    /// holds bytes past a pump run; most never do). Freed by `release`, which every path runs.
+    private var holdBackTimer: OpaquePointer?
+    /// Body bytes taken by both pumps when the timer was last armed: it restarts only for new bytes.
+    private var bytesAtHoldBackArm: UInt64 = .max
 
     var isTLS: Bool { transport == .tls }
 
@@ -65,6 +73,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     deinit {
         // `release` runs first on every path; this is only a guard against a leaked connector.
         connector?.cancel()
+        if let holdBackTimer { event_free(holdBackTimer) }
     }
 
     /// Takes an idle pooled connection (its pool callbacks are already removed), with its reader.
@@ -142,6 +151,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         connector = nil
         requestPump = nil
         responsePump = nil
+        if let holdBackTimer {
+            event_free(holdBackTimer)  // removes it first: its callback cannot run after this
+            self.holdBackTimer = nil
+        }
         let reader = self.reader
         self.reader = nil
         if let upstream = bev {
@@ -234,6 +247,38 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
     }
 
+    // MARK: The hold-back's idle release (docs/security-model.md, "No oracle")
+
+    /// After a pump run: a body that holds bytes back gets them released after the idle time,
+    /// counted from the last byte taken (a run that took nothing does not restart it); a body that
+    /// holds nothing needs no timer.
+    func scheduleHoldBackRelease() {
+        let holding = (requestPump?.holdsBack ?? false) || (responsePump?.holdsBack ?? false)
+        guard holding else {
+            if let holdBackTimer, bytesAtHoldBackArm != .max {
+                event_del(holdBackTimer)
+                bytesAtHoldBackArm = .max
+            }
+            return
+        }
+        let taken = (requestPump?.bodyBytes ?? 0) &+ (responsePump?.bodyBytes ?? 0)
+        guard taken != bytesAtHoldBackArm else { return }
+        bytesAtHoldBackArm = taken
+        if holdBackTimer == nil {
+            holdBackTimer = event_new(worker.base, -1, 0, legHoldBackCallback, Unmanaged.passUnretained(self).toOpaque())
+        }
+        if let holdBackTimer { sp_event_add_ms(holdBackTimer, SecretHoldBack.idleReleaseMilliseconds) }
+    }
+
+    /// The idle time ran out: both bodies' held bytes go to their destinations.
+    func releaseHeldBytes(clientOutput: OpaquePointer) {
+        bytesAtHoldBackArm = .max
+        if let output { requestPump?.releaseHeld(to: output) }
+        if responsePump != nil { responsePump!.releaseHeld(to: clientOutput) }
+    }
+
+    fileprivate func holdBackExpired() { owner?.legHoldBackExpired(self) }
+
     fileprivate func readable() { owner?.legReadable(self) }
     fileprivate func writable() {
         if let bev, !isTLS, EventBuffer.length(outputBuffer(bev)) == 0 { bufferevent_disable(bev, sp_ev_write()) }
@@ -259,6 +304,11 @@ private func legReadCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPoint
 
 private func legWriteCallback(_: OpaquePointer?, _ context: UnsafeMutableRawPointer?) {
     withLeg(context) { $0.writable() }
+}
+
+/// The timer's context is the leg unretained: `release` frees the timer before the leg can go.
+private func legHoldBackCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    withLeg(context) { $0.holdBackExpired() }
 }
 
 private func legEventCallback(_: OpaquePointer?, _ events: Int16, _ context: UnsafeMutableRawPointer?) {

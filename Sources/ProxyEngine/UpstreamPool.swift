@@ -24,18 +24,21 @@ final class UpstreamConnection {
 final class UpstreamPool {
     private let limits: Limits
     let metrics: Metrics
+    private let ownSockets: OwnSockets
     private var idle: [Origin: [UpstreamConnection]] = [:]
     private(set) var count = 0
 
-    init(limits: Limits, metrics: Metrics) {
+    init(limits: Limits, metrics: Metrics, ownSockets: OwnSockets) {
         self.limits = limits
         self.metrics = metrics
+        self.ownSockets = ownSockets
     }
 
     /// Every upstream bufferevent is freed here, so the open-connections gauge stays true. Its
     /// reader, if any, stops first (it must never touch a freed bufferevent).
     func release(_ bev: OpaquePointer, reader: SocketReader? = nil) {
         reader?.stop()
+        ownSockets.forget(descriptor: bufferevent_getfd(bev))
         bufferevent_free(bev)
         metrics.upstreamConnections.subtract(1, ordering: .relaxed)
     }

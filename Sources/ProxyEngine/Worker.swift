@@ -77,7 +77,7 @@ final class Worker: @unchecked Sendable {
         else { throw .eventBase }
         evdns_base_load_hosts(dns, nil)
         self.dns = dns
-        pool = UpstreamPool(limits: configuration.limits, metrics: configuration.metrics)
+        pool = UpstreamPool(limits: configuration.limits, metrics: configuration.metrics, ownSockets: configuration.ownSockets)
 
         let context = Unmanaged.passUnretained(self).toOpaque()
         wakeEvent = event_new(base, -1, 0, { _, _, context in
@@ -143,7 +143,10 @@ final class Worker: @unchecked Sendable {
         }
         // Facts are gathered at accept, while the client's socket surely exists (a uid lookup).
         let needsOwner = configuration.scope.context.clients.needsSocketOwner
-        let facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner)
+        var facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner)
+        // A connection the proxy itself opened (some path led one of its upstream connects back
+        // here): never a client, whatever `uid:` or `source:` would say of it.
+        facts.isProxyOwnConnection = configuration.ownSockets.isOwnOutgoing(acceptedDescriptor: fd, peer: address)
         guard slots.acquire() else {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.

@@ -164,10 +164,42 @@ public struct ScopePolicy: Sendable {
     /// Built-in plus configured, as `SensitiveHeaders.canonicalName` spells them.
     public let sensitiveHeaders: Set<String>
 
+    /// Every header name the proxy strips or injects under this configuration, canonical: the
+    /// values a metric's `header` label may take (see `metricLabel(forHeader:)`).
+    public let metricHeaderNames: Set<String>
+    /// The label of each known name in its usual spellings (canonical, `Title-Case`, as configured),
+    /// so that counting them makes no new string; other spellings are canonicalised.
+    private let metricLabelBySpelling: [String: String]
+
     public init(scopes: [Scope], extraSensitiveHeaders: [String] = []) {
         self.scopes = scopes
         sensitiveHeaders = SensitiveHeaders.builtIn.union(extraSensitiveHeaders.map(SensitiveHeaders.canonicalName))
+        metricHeaderNames = sensitiveHeaders.union(SensitiveHeaders.methodOverride).union(scopes.flatMap(\.injectedNames))
+        var spellings: [String: String] = [:]
+        for name in metricHeaderNames {
+            spellings[name] = name
+            spellings[name.split(separator: "-").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined(separator: "-")] = name
+        }
+        for name in extraSensitiveHeaders + scopes.flatMap({ $0.inject.map(\.header) }) {
+            spellings[name] = SensitiveHeaders.canonicalName(name)
+        }
+        metricLabelBySpelling = spellings
     }
+
+    /// The `header` label of a metric for a header name taken from a request: the name as the
+    /// rules read it (`SensitiveHeaders.canonicalName`) when the configuration knows it, otherwise
+    /// `other`. A client chooses the spelling of every name it sends (`X-API-KEY`, `x_Api_key`,
+    /// 2^n case patterns of one name); a label taken from the wire as spelt would make one new
+    /// series per spelling, kept until the process exits. Through here a label can only be one of
+    /// `metricHeaderNames` or `other`, a set the configuration fixes.
+    public func metricLabel(forHeader name: String) -> String {
+        if let label = metricLabelBySpelling[name] { return label }
+        let canonical = SensitiveHeaders.canonicalName(name)
+        return metricHeaderNames.contains(canonical) ? canonical : Self.otherHeaderLabel
+    }
+
+    /// The one label of every header name the configuration does not know.
+    public static let otherHeaderLabel = "other"
 
     /// The embedded safe default: no scope, so every sensitive header is stripped everywhere.
     public static let stripEverything = ScopePolicy(scopes: [])
@@ -337,12 +369,30 @@ public struct ScopePolicy: Sendable {
     /// The scopes covering the origin for this client as a bit set of their positions (nil beyond
     /// 64 scopes): a key for what is cached per scope set, made without allocating.
     public func coveringMask(_ origin: Origin, client: String?) -> UInt64? {
+        coveringMask(origin) { $0.serves(client) }
+    }
+
+    /// The scopes covering the origin for any client, as a bit set (nil beyond 64 scopes): the
+    /// response scrub masks what the origin is sent for anyone, since a value stored there for one
+    /// client can be read back by another (docs/security-model.md, "Response scrub").
+    public func coveringMaskForAnyClient(_ origin: Origin) -> UInt64? {
+        coveringMask(origin) { _ in true }
+    }
+
+    private func coveringMask(_ origin: Origin, where included: (Scope) -> Bool) -> UInt64? {
         guard scopes.count <= 64 else { return nil }
         var mask: UInt64 = 0
-        for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && scope.serves(client) {
+        for (index, scope) in scopes.enumerated() where scope.origins.contains(origin) && included(scope) {
             mask |= 1 << UInt64(index)
         }
         return mask
+    }
+
+    /// The secrets the origin's scopes send to anyone (the response scrub's set, by name).
+    public func secretsSentToAnyClient(_ origin: Origin) -> Set<String> {
+        var names: Set<String> = []
+        for scope in scopes where scope.origins.contains(origin) { names.formUnion(scope.secretNames) }
+        return names
     }
 
     /// The union of `names` over the scopes of a mask.

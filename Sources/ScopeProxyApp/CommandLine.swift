@@ -83,7 +83,9 @@ enum CommandLineParser {
             return .usageError("'\(command.path.joined(separator: " "))' needs a subcommand: \(list(names))", command)
         }
         if next == "--help" || next == "-h" {
-            return words.count == 1 ? .help(command) : .usageError("unexpected argument '\(words[words.startIndex + 1])' after \(next)", command)
+            guard words.count > 1 else { return .help(command) }
+            let stray = command.argumentsMayBeSecrets ? "in position 2" : "'\(words[words.startIndex + 1])'"
+            return .usageError("unexpected argument \(stray) after \(next)", command)
         }
         guard let subcommand = command.subcommand(next) else {
             let what = next.hasPrefix("-") ? "'\(command.path.joined(separator: " "))' needs a subcommand (\(list(names))) before options, got '\(next)'"
@@ -118,7 +120,9 @@ enum CommandLineParser {
                 attached = String(word.dropFirst(2))
             }
             guard let option = command.option(named: name) else {
-                return .usageError(unknownOption(word.hasPrefix("--") ? name : word, command, implicit: implicit), command)
+                // `-Xvalue`: the part after the letter may be a secret where arguments may be.
+                let shown = word.hasPrefix("--") || command.argumentsMayBeSecrets ? name : word
+                return .usageError(unknownOption(shown, command, implicit: implicit), command)
             }
             if option.long == "help" {
                 guard attached == nil else { return .usageError("--help takes no value", command) }
@@ -155,6 +159,14 @@ enum CommandLineParser {
         let accepted = command.arguments.count
         if invocation.arguments.count > accepted {
             let stray = invocation.arguments[accepted]
+            guard !command.argumentsMayBeSecrets else {
+                // Counted among the positional arguments (options and their values left out); the
+                // word itself is never shown: `secret set NAME VALUE` puts a secret there.
+                let takes = command.arguments.isEmpty ? "no arguments" : command.arguments.map(\.name).joined(separator: " ") + " only"
+                let hint = command.path == ["secret", "set"] ? "; the value is read from standard input, never from the command line" : ""
+                return .usageError("unexpected argument in position \(accepted + 1) (not shown: it may be a secret); "
+                    + "\(command.fullName) takes \(takes)\(hint)", command)
+            }
             return .usageError("unexpected argument '\(stray)'\(argumentSuggestion(stray, command))", command)
         }
         if let missing = command.arguments.dropFirst(invocation.arguments.count).first(where: \.required) {

@@ -84,9 +84,15 @@ struct CommandSpec: Sendable {
     let examples: [String]
     /// Runs the parsed command; nil for a group.
     let action: (@Sendable (Invocation) -> Int32)?
+    /// A word on this command line may be a secret (`secret set NAME VALUE`: the value typed where
+    /// it is never read): refusals name a word by its position, never by its text, so a secret
+    /// typed by mistake does not land on a terminal, in a CI log or in a bug report.
+    let argumentsMayBeSecrets: Bool
 
     init(_ path: [String], _ summary: String, details: [String] = [], options: [OptionSpec] = [], arguments: [ArgumentSpec] = [],
-         subcommands: [CommandSpec] = [], examples: [String] = [], action: (@Sendable (Invocation) -> Int32)? = nil) {
+         subcommands: [CommandSpec] = [], examples: [String] = [], argumentsMayBeSecrets: Bool = false,
+         action: (@Sendable (Invocation) -> Int32)? = nil) {
+        self.argumentsMayBeSecrets = argumentsMayBeSecrets
         self.path = path
         self.summary = summary
         self.details = details
@@ -208,11 +214,15 @@ enum CommandTable {
                 options: [configOption],
                 arguments: [ArgumentSpec("NAME", "the store name (letters, digits, '_', '.', '-')")],
                 examples: ["printf %s \"$TOKEN\" | scopeproxy secret set github", "scopeproxy secret set github   # asks for the value"],
+                argumentsMayBeSecrets: true,
                 action: Commands.secretSet),
-            CommandSpec(["secret", "list"], "list the names in the store (never values)", options: [configOption], action: Commands.secretList),
+            CommandSpec(["secret", "list"], "list the names in the store (never values)", options: [configOption], argumentsMayBeSecrets: true,
+                        action: Commands.secretList),
             CommandSpec(["secret", "rm"], "remove a secret from the store", options: [configOption],
-                        arguments: [ArgumentSpec("NAME", "the store name", completion: .secretNames)], action: Commands.secretRemove),
-        ])
+                        arguments: [ArgumentSpec("NAME", "the store name", completion: .secretNames)], argumentsMayBeSecrets: true,
+                        action: Commands.secretRemove),
+        ],
+        argumentsMayBeSecrets: true)
 
     static let placeholders = CommandSpec(
         ["placeholders"], "print each placeholder secret's placeholder (NAME PLACEHOLDER lines)",

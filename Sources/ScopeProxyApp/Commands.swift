@@ -287,13 +287,17 @@ public enum Commands {
 
     // MARK: secret
 
+    /// Not echoing the name: a value typed where the name goes (`secret set "$TOKEN"`) is the secret.
+    private static let invalidNameMessage =
+        "invalid secret name (argument 1, not shown: it may be a secret): use letters, digits, '_', '.' and '-'"
+
     static func secretSet(_ invocation: Invocation) -> Int32 {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         let name = invocation.arguments[0]
         let store = LocalSecretDirectory(path: config.storeDirectory)
         // Refuse a bad name before asking for the value: typing a secret for nothing is annoying.
         guard SecretSource.isValidStoreName(name) else {
-            fail(LocalSecretDirectory.Failure.invalidName(name).description)
+            fail(invalidNameMessage)
             return 2
         }
         let bytes: [UInt8]
@@ -320,6 +324,10 @@ public enum Commands {
 
     static func secretRemove(_ invocation: Invocation) -> Int32 {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
+        guard SecretSource.isValidStoreName(invocation.arguments[0]) else {
+            fail(invalidNameMessage)
+            return 2
+        }
         do {
             try LocalSecretDirectory(path: config.storeDirectory).remove(invocation.arguments[0])
         } catch {

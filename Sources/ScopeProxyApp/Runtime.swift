@@ -14,9 +14,13 @@ public enum Runtime {
     /// `placeholders`: derived with the per-install key (`placeholderTable`).
     public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup,
                                     placeholders: PlaceholderTable = .empty, tokens: OAuth2Tokens? = nil,
-                                    minted: MintedTokens? = nil) -> ScopeContext {
-        let values = SecretValueIndex(placeholders: placeholders,
-                                      values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes))
+                                    minted: MintedTokens? = nil, previous: SecretValueIndex? = nil) -> ScopeContext {
+        let values = SecretValueIndex(placeholders: placeholders)
+        // After a reload the values the old configuration sent stay watched while they may be valid.
+        if let previous { values.inherit(from: previous) }
+        let now = monotonicMilliseconds()
+        values.update(values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes),
+                      earlier: minted?.earlier(now: now) ?? [:], now: now)
         return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
                             clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
                             tokens: tokens)
@@ -28,11 +32,13 @@ public enum Runtime {
     static func tokenSource(_ config: ProxyConfiguration, secrets: SecretStore, engine: EngineConfiguration,
                             holder: ScopeContextHolder, minted: MintedTokens) throws(EngineError) -> OAuth2Tokens? {
         guard !config.oauth2.isEmpty else { return nil }
-        return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value in
-            minted.add(name, value)
+        return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value, validFor in
+            let now = monotonicMilliseconds()
+            minted.add(name, value, validFor: validFor, now: now)
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             let values = holder.context.values
-            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
+            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                          earlier: minted.earlier(now: now), now: now)
             // A token the endpoint made too short or too long to look for is said, as a stored one is.
             Runtime.reportExclusions(values)
         })
@@ -112,21 +118,48 @@ public enum Runtime {
 }
 
 /// Values the proxy obtained at run time (access tokens, rotated refresh tokens), by the secret
-/// they belong to: the last two of each, so a line logged just after a refresh is still redacted.
+/// they belong to: every one that may still be valid (docs/security-model.md, "No oracle"), so a
+/// replaced token is still redacted in the log and still masked and guarded until it expires.
 public final class MintedTokens: Sendable {
-    private let values = Locked<[String: [SecretValue]]>([:])
+    private struct Minted: Sendable {
+        let value: SecretValue
+        /// Monotonic milliseconds after which it no longer works.
+        let until: UInt64
+    }
+
+    private let values = Locked<[String: [Minted]]>([:])
 
     public init() {}
 
-    func add(_ secret: String, _ value: SecretValue) {
-        values.withLock { $0[secret] = Array((($0[secret] ?? []) + [value]).suffix(2)) }
+    /// How long a value whose source gave no lifetime (a rotated refresh token, a token without
+    /// `expires_in`) is kept after it was obtained.
+    static let unknownLifetimeMilliseconds = TokenCachePolicy().unknownExpiryMilliseconds
+
+    func add(_ secret: String, _ value: SecretValue, validFor: UInt64?, now: UInt64) {
+        let until = now &+ (validFor ?? Self.unknownLifetimeMilliseconds)
+        values.withLock { values in
+            var list = (values[secret] ?? []).filter { $0.until > now && $0.value != value }
+            list.append(Minted(value: value, until: until))
+            // The token cache refuses to replace a token more often than this within its lifetime.
+            values[secret] = Array(list.suffix(SecretValueIndex.maxEarlierValues + 1))
+        }
     }
 
-    var all: [SecretValue] { values.withLock { Array($0.values.joined()) } }
+    var all: [SecretValue] { values.withLock { $0.values.flatMap { $0.map(\.value) } } }
 
-    /// `store` with the newest token of each secret (the scrub and guard look for current values).
+    /// The values each secret had before its newest that may still be valid.
+    func earlier(now: UInt64) -> [String: [[UInt8]]] {
+        values.withLock { values in
+            values.compactMapValues { list in
+                let live = list.dropLast().filter { $0.until > now }.map(\.value.exposedBytes)
+                return live.isEmpty ? nil : Array(live)
+            }
+        }
+    }
+
+    /// `store` with the newest token of each secret (the value a request is given now).
     func merged(into store: [String: SecretValue]) -> [String: SecretValue] {
-        let newest = values.withLock { $0.compactMapValues(\.last) }
+        let newest = values.withLock { $0.compactMapValues(\.last?.value) }
         return store.merging(newest) { _, token in token }
     }
 }
@@ -158,11 +191,16 @@ final class RunningProxy: Sendable {
     func rotateSecrets() {
         let secrets = self.secrets.withLock { $0 }
         let result = secrets.refresh()
+        let now = monotonicMilliseconds()
+        let values = holder.context.values
         if !result.changed.isEmpty || !result.errors.isEmpty {
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
-            let values = holder.context.values
-            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes))
+            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                          earlier: minted.earlier(now: now), now: now)
             Runtime.reportExclusions(values)
+        } else {
+            // Values replaced long enough ago stop being looked for (tokens when they expire).
+            values.update(expiring: minted.earlier(now: now), now: now)
         }
         for name in result.changed { Diagnostics.info("secret_rotated", [("secret", name)]) }
         for error in result.errors { Diagnostics.error("secret_unavailable", [("secret", error.name), ("reason", error.reason)]) }
@@ -176,7 +214,8 @@ final class RunningProxy: Sendable {
             let placeholders = try Runtime.placeholderTable(config)
             // A new token source for the new config: its tokens are fetched again when first needed.
             let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
-            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted)
+            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted,
+                                               previous: holder.context.values)
             holder.replace(with: context)
             // The old source is not stopped: requests waiting on its fetch keep it (their exchange
             // holds the old context) and get their token; it stops when the last of them lets go.

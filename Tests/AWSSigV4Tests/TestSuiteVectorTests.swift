@@ -69,7 +69,7 @@ struct RawVectorRequest {
             fields.append(HTTPField(name: String(line[..<colon]), value: HTTPField.value(wireBytes: Array(line[line.index(after: colon)...].utf8))))
         }
         var all = HTTPFields(fields)
-        host = all.first("host") ?? ""
+        host = all.values("host").first ?? ""
         all.removeAll("host")
         self.fields = all
         self.body = Array(body.utf8)

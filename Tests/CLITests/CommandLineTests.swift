@@ -29,7 +29,7 @@ struct CommandLineTests {
               (["secret"], "'secret' needs a subcommand: set, list or rm"),
               (["secret", "sett", "x"], "unknown command 'secret sett' (did you mean 'set'?)"),
               (["secret", "set"], "'secret set' needs NAME"),
-              (["secret", "list", "extra"], "unexpected argument 'extra'"),
+              (["secret", "list", "extra"], "unexpected argument in position 1 (not shown: it may be a secret)"),
               (["config"], "'config' needs a subcommand: print"),
               (["explain"], "'explain' needs URL"),
               (["explain", "-H", "no colon here", "http://a.example/"], "option -H expects 'Name: value'"),

@@ -81,4 +81,31 @@ struct SecretInputTests {
         #expect(terminal.echoes, "the handler restored the terminal before dying")
         #expect(stored(scratch, "github") == nil)
     }
+    /// A value typed on the command line where the secret commands never read it. Each word a
+    /// command line may hold a secret in: the refusal says where, never what.
+    static let canary = "CANARY-argv-5f0e1d"
+    static let misplacedSecrets: [[String]] = [
+        ["secret", "set", "github", canary],                       // the value after the name
+        ["secret", "set", "github", "--", canary],                 // after `--`
+        ["secret", "set", "github", "extra", canary],
+        ["secret", "set", "\(canary)/x"],                         // in the name's place, not a valid name
+        ["secret", "set", "-p\(canary)", "github"],               // glued to an unknown option
+        ["secret", "rm", "github", canary],
+        ["secret", "rm", "\(canary)+="],
+        ["secret", "list", canary],
+        ["secret", "--help", canary],
+    ]
+
+    @Test("a value typed on a secret command's line is never echoed: the refusal names its position, exit 2",
+          arguments: misplacedSecrets)
+    func misplacedValueNotEchoed(arguments: [String]) throws {
+        let scratch = ScratchDirectory()
+        let outcome = try runBinary(arguments + ["--config", storeConfig(scratch)], stdin: "")
+        #expect(outcome.status == 2, "\(outcome.stderr)")
+        #expect(!outcome.stderr.contains(Self.canary), "stderr shows the value")
+        #expect(!outcome.stdout.contains(Self.canary), "stdout shows the value")
+        #expect(outcome.stderr.contains("position") || outcome.stderr.contains("argument 1") || outcome.stderr.contains("unknown option '-p'"),
+                "the refusal still says what was wrong")
+        #expect(stored(scratch, "github") == nil, "nothing stored")
+    }
 }

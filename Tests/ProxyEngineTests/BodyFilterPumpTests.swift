@@ -120,6 +120,12 @@ private final class PumpDriver {
         }
     }
 
+    /// The leg's idle timer ran out: what the filter holds goes now.
+    func idleRelease() {
+        pump.releaseHeld(to: destination)
+        collect()
+    }
+
     /// The origin closed (close-delimited bodies).
     func close() {
         pump.sourceClosed(destination: destination)
@@ -252,18 +258,83 @@ struct BodyFilterPumpTests {
         }
     }
 
-    @Test("scrub: held-back bytes come out before complete, with a chunk of their own before the last chunk")
+    @Test("scrub: the last W bytes are held, whatever they are, and come out before complete in a chunk before the last")
     func scrubReleasesTailBeforeComplete() throws {
-        // The body ends with the value's first bytes: the scrubber holds them until the end.
-        let body = [UInt8](repeating: filler, count: 10) + canary.prefix(8)
-        let driver = PumpDriver(Framing.chunkedToChunked.pump(body, scrub: watch()))
-        try driver.feed(chunkedWire(body, chunkSize: 100)[...])
+        // The body ends with the value's first bytes; ten bytes more than the hold-back arrived.
+        let watch = watch()
+        let body = [UInt8](repeating: filler, count: watch.holdBack + 2) + canary.prefix(8)
+        let driver = PumpDriver(Framing.chunkedToChunked.pump(body, scrub: watch))
+        try driver.feed(chunkedWire(body, chunkSize: 1000)[...])
         #expect(driver.completed)
         let decoded = dechunk(driver.written)
         #expect(decoded == .some(body))
-        // Two data chunks: the 10 safe bytes at once, the 8 held ones at the end.
+        // Two data chunks: the 10 bytes before the last W at once, the W held ones at the end.
         let text = String(decoding: driver.written.filter { $0 < 0x80 && $0 != filler }, as: UTF8.self)
-        #expect(text.hasPrefix("a\r\n\r\n8\r\n"))
+        #expect(text.hasPrefix("a\r\n\r\n" + String(watch.holdBack, radix: 16) + "\r\n"))
+    }
+
+    @Test("scrub and guard: the idle release lets the held bytes out before the body ends, and only them",
+          arguments: [Framing.contentLength, .chunkedToChunked])
+    func idleReleaseMidBody(_ framing: Framing) throws {
+        let event = Array("data: {\"n\":1}\n\n".utf8)
+        let body = event + event
+        for kind in ["scrub", "guard"] {
+            let driver = PumpDriver(kind == "scrub" ? framing.pump(body, scrub: watch()) : framing.pump(body, guard: watch()))
+            let wire = framing == .contentLength ? body : chunkedWire(body, chunkSize: event.count)
+            // The first event and its framing, then a pause: nothing of it is out before the timer.
+            let firstPart = framing == .contentLength ? event.count : (String(event.count, radix: 16) + ";ext=1\r\n").utf8.count + event.count + 2
+            try driver.feed(wire[..<firstPart])
+            #expect(driver.written.isEmpty, "\(kind) \(framing): held, shorter than W")
+            #expect(driver.pump.holdsBack)
+            driver.idleRelease()
+            #expect(framing.body(driver.written + (framing == .chunkedToChunked ? Array("0\r\n\r\n".utf8) : [])) == event,
+                    "\(kind) \(framing): the first event left on the timer")
+            #expect(!driver.pump.holdsBack && !driver.completed)
+            try driver.feed(wire[firstPart...])
+            #expect(framing.body(driver.written) == body && driver.completed, "\(kind) \(framing)")
+        }
+    }
+
+    /// The pump-level noninterference property (docs/security-model.md, "No oracle"): two watches
+    /// whose values differ only in their bytes, and traffic ending in prefixes of the first one's
+    /// value; with idle releases at random points, every run writes the same bytes for both.
+    @Test("scrub and guard: watches differing only in value write identical bytes for traffic carrying neither")
+    func pumpNoninterference() throws {
+        let first = Array("nonint-A-7Qx/9k:Zp".utf8)
+        let second = Array("nonint-B-3Wm_1r.Yc".utf8)
+        let holdBack = 8 * first.count + 8 - 1
+        func lengthsOnly(_ value: [UInt8]) -> SecretWatch {
+            SecretWatch(scanner: SecretScanner(secrets: [value]), secrets: ["token"], placeholders: [false], holdBack: holdBack)
+        }
+        var random = SplitMix(seed: 22)
+        for round in 0..<60 {
+            var pieces: [[UInt8]] = []
+            var releases: Set<Int> = []
+            for index in 0..<Int.random(in: 1...8, using: &random) {
+                let prefix = Array(first.prefix(Int.random(in: 1..<first.count, using: &random)))
+                let noise = (0..<Int.random(in: 0...90, using: &random)).map { _ in UInt8.random(in: 0x61...0x7A, using: &random) }
+                pieces.append(Bool.random(using: &random) ? noise + prefix : prefix + noise)
+                if Bool.random(using: &random) { releases.insert(index) }
+            }
+            let body = pieces.flatMap { $0 }
+            for kind in ["scrub", "guard"] {
+                var outputs: [[[UInt8]]] = []
+                for value in [first, second] {
+                    let watch = lengthsOnly(value)
+                    let driver = PumpDriver(kind == "scrub" ? Framing.contentLength.pump(body, scrub: watch)
+                                                            : Framing.contentLength.pump(body, guard: watch))
+                    var steps: [[UInt8]] = []
+                    for (index, piece) in pieces.enumerated() {
+                        try driver.feed(piece[...])
+                        steps.append(driver.written)
+                        if releases.contains(index) { driver.idleRelease(); steps.append(driver.written) }
+                    }
+                    #expect(driver.completed && driver.blocked == nil && driver.written == body, "round \(round) \(kind)")
+                    outputs.append(steps)
+                }
+                #expect(outputs[0] == outputs[1], "round \(round) \(kind): what left differs between the two values")
+            }
+        }
     }
 
     @Test("scrub: several values and repeats: each form named once, every match counted")
@@ -333,7 +404,9 @@ struct BodyFilterPumpTests {
                     }
                     for piece in pieces where driver.blocked == nil { try driver.feed(piece) }
                     let forwarded = framing.body(driver.written + (framing == .chunkedToChunked ? Array("0\r\n\r\n".utf8) : []))
-                    let prefix = forwarded == Array(body[..<offset])
+                    // What lay W or more bytes before the value's end went; nothing of the value did.
+                    let released = max(0, min(offset, offset + form.bytes.count - watch.holdBack))
+                    let prefix = forwarded == Array(body[..<released])
                     let blocked = driver.blocked == SecretFinding(secret: "canary_token", encoding: form.encoding, isPlaceholder: false)
                     let neverComplete = !driver.completed && driver.reports == ["blocked"] && driver.pump.isBlocked
                     if leaked || !prefix || !blocked || !neverComplete {
@@ -368,7 +441,8 @@ struct BodyFilterPumpTests {
         let driver = PumpDriver(Framing.contentLength.pump(body, guard: watch))
         for piece in splits(of: body)[body.count + 3] { try driver.feed(piece) }
         #expect(driver.blocked == SecretFinding(secret: "canary_token", encoding: .raw, isPlaceholder: true))
-        #expect(driver.written == Array("{\"auth\":\"".utf8))
+        let end = 9 + placeholder.count
+        #expect(driver.written == Array(body[..<max(0, end - watch.holdBack)]))
     }
 
     @Test("guard: a body with near misses passes whole, held bytes released before complete", arguments: [Framing.contentLength, .chunkedToChunked])
@@ -405,9 +479,10 @@ struct BodyFilterPumpTests {
             var body = [UInt8](repeating: filler, count: 3 * BodyPump.filterPiece)
             body.replaceSubrange(offset..<(offset + canary.count), with: canary)
             for highWatermark in [Int.max, 1000] {
-                let driver = PumpDriver(Framing.contentLength.pump(body, guard: watch()))
+                let watch = watch()
+                let driver = PumpDriver(Framing.contentLength.pump(body, guard: watch))
                 try driver.feed(body[...], highWatermark: highWatermark)
-                let prefix = driver.written == Array(body[..<offset])
+                let prefix = driver.written == Array(body[..<(offset + canary.count - watch.holdBack)])
                 #expect(prefix && driver.blocked != nil && !driver.completed, "offset \(offset) watermark \(highWatermark)")
             }
         }

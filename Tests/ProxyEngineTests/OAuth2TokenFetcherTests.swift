@@ -67,7 +67,7 @@ private final class Rig {
         tokens = try OAuth2Tokens(specs: ["partner": spec],
                                   secrets: secrets ?? StaticSecrets(["client_secret": Rig.clientSecret]),
                                   sink: sink, configuration: configuration, clock: { clock.read() },
-                                  observer: { [observed] secret, value in observed.withLock { $0.append((secret, value)) } })
+                                  observer: { [observed] secret, value, _ in observed.withLock { $0.append((secret, value)) } })
     }
 
     static let clientSecret = "CANARY-client-secret-\(UInt32.random(in: 0...UInt32.max))"

@@ -54,11 +54,11 @@ struct SecretFindingRecordTests {
     @Test("metrics: every finding counted by name, repeats added, blocks by name and kind")
     func metrics() {
         let metrics = Metrics()
-        metrics.count(record())
+        metrics.count(record(), policy: .stripEverything)
         var value = record()
         value.scrubbed = []
         value.guardFinding = SecretFinding(secret: "aws_secret", encoding: .raw, isPlaceholder: false)
-        metrics.count(value)
+        metrics.count(value, policy: .stripEverything)
         metrics.countScrubbed(secret: "github_token", matches: 5)
         #expect(metrics.value("scopeproxy_scrubbed_total", [("secret", "github_token")]) == 7)
         #expect(metrics.value("scopeproxy_scrubbed_total", [("secret", "npm_token")]) == 1)

@@ -27,6 +27,27 @@ struct SocketOwnerLookupTests {
         }
     }
 
+    @Test("a client that closed before the lookup has no owner: its orphaned or TIME_WAIT entry (uid 0 to the kernel) is never read as root, by sock_diag or from /proc/net/tcp")
+    func closedClientHasNoOwner() throws {
+        for family in [AF_INET, AF_INET6] {
+            let (client, server) = try Self.connectedPair(family: family)
+            defer { close(server.listener) }
+            #expect(ConnectionFactsReader.askKernel(client: client.endpoint, server: server.endpoint) == .found(getuid()))
+            close(client.fd)  // the client's socket: an orphan, no process holds it
+            Self.expectNoOwner(client: client.endpoint, server: server.endpoint, "family \(family), closed by the client")
+            close(server.fd)  // both ends closed: the client's end is in TIME_WAIT
+            Self.expectNoOwner(client: client.endpoint, server: server.endpoint, "family \(family), TIME_WAIT")
+        }
+    }
+
+    static func expectNoOwner(client: SocketOwnerTable.Endpoint, server: SocketOwnerTable.Endpoint, _ what: String) {
+        let answer = ConnectionFactsReader.askKernel(client: client, server: server)
+        #expect(answer == .notLive || answer == .noSuchSocket, "\(what): sock_diag said \(answer)")
+        let tables = ["/proc/net/tcp", "/proc/net/tcp6"].compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }
+        #expect(!tables.isEmpty)
+        #expect(SocketOwnerTable.owner(client: client, server: server, tables: tables) == nil, "\(what): /proc/net/tcp")
+    }
+
     @Test("gather fills the owner for a loopback peer when a uid client needs it, and only then")
     func gatherOnlyWhenNeeded() throws {
         let (client, server) = try Self.connectedPair(family: AF_INET)

@@ -31,8 +31,9 @@ enum NaiveSecretScan {
         /// The guard: bytes it let through and the leak it reported.
         var forwarded = 0
         var leak: SecretMatch?
-        /// The most bytes the scrubber or the guard held back after a piece (before any leak).
-        var mostHeldBack = 0
+        /// Pieces after which the scrubber or the guard (before any leak) held back other than
+        /// exactly the last `holdBack` bytes of what arrived since the last release.
+        var wrongHoldBacks: [Int] = []
     }
 
     /// `cuts`: offsets where one piece ends and the next begins (any order, duplicates allowed:
@@ -42,22 +43,32 @@ enum NaiveSecretScan {
         return zip(bounds, bounds.dropFirst()).map { Array(body[$0..<$1]) }
     }
 
-    static func stream(_ scanner: SecretScanner, _ pieces: [[UInt8]]) -> StreamOutcome {
+    /// `releases`: the indices of pieces after which the idle timer releases what is held.
+    static func stream(_ scanner: SecretScanner, _ pieces: [[UInt8]], holdBack: Int? = nil, releases: Set<Int> = []) -> StreamOutcome {
         var outcome = StreamOutcome()
         var stream = scanner.makeStream()
-        var scrubber = SecretScrubber(scanner: scanner)
-        var egress = EgressGuard(scanner: scanner)
+        let holdBack = holdBack ?? max(0, scanner.longestPattern - 1)
+        var scrubber = SecretScrubber(scanner: scanner, holdBack: holdBack)
+        var egress = EgressGuard(scanner: scanner, holdBack: holdBack)
         var fed = 0
-        for piece in pieces {
+        var sinceRelease = 0
+        for (index, piece) in pieces.enumerated() {
             stream.scan(piece) { outcome.matches.append($0) }
             scrubber.scrub(piece, into: &outcome.scrubbed)
             fed += piece.count
-            outcome.mostHeldBack = max(outcome.mostHeldBack, fed - outcome.scrubbed.count)
+            sinceRelease += piece.count
+            let expectedHeld = min(holdBack, sinceRelease)
+            if fed - outcome.scrubbed.count != expectedHeld { outcome.wrongHoldBacks.append(index) }
             let verdict = egress.inspect(piece)
             outcome.forwarded += verdict.forwardable
             if outcome.leak == nil {
                 outcome.leak = verdict.leak
-                if verdict.leak == nil { outcome.mostHeldBack = max(outcome.mostHeldBack, fed - outcome.forwarded) }
+                if verdict.leak == nil, fed - outcome.forwarded != expectedHeld { outcome.wrongHoldBacks.append(index) }
+            }
+            if releases.contains(index) {
+                scrubber.release(into: &outcome.scrubbed)
+                outcome.forwarded += egress.release()
+                sinceRelease = 0
             }
         }
         scrubber.finish(into: &outcome.scrubbed)
@@ -86,8 +97,8 @@ enum NaiveSecretScan {
         if firstLeak == nil ? outcome.forwarded != body.count : outcome.forwarded > forwardLimit {
             problems.append("forwarded \(outcome.forwarded) of \(body.count), limit \(forwardLimit)")
         }
-        if outcome.mostHeldBack > max(0, scanner.longestPattern - 1) {
-            problems.append("held back \(outcome.mostHeldBack)")
+        if !outcome.wrongHoldBacks.isEmpty {
+            problems.append("held back other than the last bytes after pieces \(outcome.wrongHoldBacks)")
         }
         return problems
     }

@@ -73,7 +73,7 @@ struct SecretScanTests {
         let urlSafe = standard.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
         for encoded in [standard, urlSafe] {
-            var scrubber = SecretScrubber(scanner: scanner)
+            var scrubber = SecretScrubber(scanner: scanner, holdBack: scanner.longestPattern - 1)
             var output: [UInt8] = []
             scrubber.scrub(bytes("x=" + encoded + "&"), into: &output)
             scrubber.finish(into: &output)
@@ -123,7 +123,7 @@ struct SecretScanTests {
         let scanner = SecretScanner(secrets: [secret, allBytes])
         let body = [0xFF, 0x00] + secret + allBytes + secret.dropLast()
         #expect(NaiveSecretScan.describe(scanner.matches(in: body)) == "0/raw@2..<8 1/raw@8..<264")
-        var scrubber = SecretScrubber(scanner: scanner)
+        var scrubber = SecretScrubber(scanner: scanner, holdBack: scanner.longestPattern - 1)
         var output: [UInt8] = []
         scrubber.scrub(body, into: &output)
         scrubber.finish(into: &output)
@@ -147,40 +147,42 @@ struct SecretScanTests {
         #expect(NaiveSecretScan.disagreements(scanner, body, cuts: Array(0...body.count)) == [])
     }
 
-    @Test("scrubbing keeps the length and holds back only what could still become a match")
+    @Test("scrubbing keeps the length, holds back exactly the last W bytes, and masks a value split across pieces")
     func scrubbing() {
         let scanner = SecretScanner(secrets: [bytes("SECRET-1")])
-        var scrubber = SecretScrubber(scanner: scanner)
+        // W = 12: more than the longest form needs (11), as a configuration with longer values sets it.
+        var scrubber = SecretScrubber(scanner: scanner, holdBack: 12)
         var output: [UInt8] = []
         scrubber.scrub(bytes("hello SEC"), into: &output)
-        #expect(output == bytes("hello "))
+        #expect(output == [], "9 bytes: all held")
         scrubber.scrub(bytes("RET-"), into: &output)
-        #expect(output == bytes("hello "))
+        #expect(output == bytes("h"), "13 bytes: all but the last 12")
         scrubber.scrub(bytes("1 and SECRET-"), into: &output)
-        #expect(output == bytes("hello ******** and "))
+        #expect(output == bytes("hello ********"), "the value was held whole when its last byte came")
         scrubber.scrub(bytes("2"), into: &output)
-        #expect(output == bytes("hello ******** and SECRET-2"))
+        #expect(output == bytes("hello ******** "))
         scrubber.scrub(bytes(" SE"), into: &output)
         scrubber.finish(into: &output)
         #expect(output == bytes("hello ******** and SECRET-2 SE"))
     }
 
-    @Test("the guard forwards what cannot be a secret and stops before a complete one")
+    @Test("the guard forwards all but the last W bytes and stops before a complete value")
     func egressGuard() {
         let scanner = SecretScanner(secrets: [bytes("SECRET-1")])
-        var egress = EgressGuard(scanner: scanner)
-        #expect(egress.inspect(bytes("hello SEC")) == .init(forwardable: 6, leak: nil))
-        #expect(egress.inspect(bytes("RET-2 SECR")) == .init(forwardable: 9, leak: nil))
+        var egress = EgressGuard(scanner: scanner, holdBack: 12)
+        #expect(egress.inspect(bytes("hello SEC")) == .init(forwardable: 0, leak: nil))
+        #expect(egress.inspect(bytes("RET-2 SECR")) == .init(forwardable: 7, leak: nil))
         let verdict = egress.inspect(bytes("ET-1 more"))
-        #expect(verdict.forwardable == 0)
+        // The value ends at 23: what lies 12 or more bytes before its end (bytes 7..<11) goes, the rest never.
+        #expect(verdict.forwardable == 4)
         #expect(verdict.leak?.range == 15..<23)
         #expect(egress.inspect(bytes("x")) == .init(forwardable: 0, leak: verdict.leak))
         #expect(egress.finish() == 0)
 
-        var clean = EgressGuard(scanner: scanner)
-        #expect(clean.inspect(bytes("no secret SECRET")) == .init(forwardable: 10, leak: nil))
-        #expect(clean.finish() == 6)
-        var empty = EgressGuard(scanner: SecretScanner(secrets: []))
+        var clean = EgressGuard(scanner: scanner, holdBack: 12)
+        #expect(clean.inspect(bytes("no secret SECRET")) == .init(forwardable: 4, leak: nil))
+        #expect(clean.finish() == 12)
+        var empty = EgressGuard(scanner: SecretScanner(secrets: []), holdBack: 0)
         #expect(empty.inspect(bytes("abc")) == .init(forwardable: 3, leak: nil))
     }
 
