@@ -22,7 +22,7 @@ started=$(date +%s)
 for entry in RequestHead:request:60000 Chunked:chunked:100000 ResponseHead:response:60000 Config:config:10000 \
              Redactor:redactor:20000 ExchangeMachine:machine:15000 ClientCredentials:credentials:60000 \
              SecretScan:secretscan:2000 TokenResponse:tokenresponse:30000 WholePath:wholepath:30000 \
-             Noninterference:noninterference:5000; do
+             Noninterference:noninterference:1500; do
   IFS=: read -r target corpus inputs <<<"$entry"
   work=$(mktemp -d)
   cp fuzz/corpus/"$corpus"/* "$work"/
