@@ -21,7 +21,8 @@
 //
 // Input bytes: the first picks the configuration (bits 0-2) and, when it has a route, the route's
 // listener instead of the forward proxy (bit 3). Then each operation byte (mod 25) is an event,
-// followed by its operands (mod 27): 0 request head (kind, target, credentials, extras[, malformations]),
+// followed by its operands (mod 27): 0 request head (kind, target, credentials, extras[, malformations,
+// long numbers in the target and Host]),
 // 1 invalid head, 2 headStarted, 3 upstreamConnected, 4 upstreamConnectFailed, 5 requestBody,
 // 6 responseHead (< 96: plain menu, else a 3xx and a Location from the next byte), 7 invalid
 // response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes, 11 timerFired (< 192: the armed
@@ -85,7 +86,7 @@ private let scopesYAML = """
         pass: [Authorization]
     """
 
-private struct MachineFixture {
+struct MachineFixture {
     let scope: ScopeContext
     let settings: ConnectionMachine.Settings
     /// The route's listener mode, when the configuration has one.
@@ -135,7 +136,7 @@ private func fixture(_ yaml: String, secrets: [String: String], tokens: (any Acc
 
 private let allSecrets = ["api_token": apiSecret, "cdn_token": cdnSecret, "proxy_password": proxySecret]
 
-private let fixtures: [MachineFixture] = [
+let machineFixtures: [MachineFixture] = [
     // 0: pass mode, open proxy, tunnels allowed, nothing intercepted.
     fixture("""
         secrets:
@@ -698,6 +699,18 @@ private struct Harness {
         case 3: hostValue = "localhost:8081"
         default: break
         }
+        // Long numbers where a client writes them (docs/security-model.md, "Strict parsing"): a
+        // dotted host with a 25-digit label in the target and Host, a port past UInt64 in Host.
+        // Either is a 400: nothing is forwarded.
+        if odd & 0x10 != 0, kind != 5 {
+            target = "http://128.0.7777777777777777777777777.1" + path
+            hostValue = "128.0.7777777777777777777777777.1"
+            addressed = nil
+        }
+        if odd & 0x20 != 0 {
+            hostValue = (hostValue ?? "api.scoped.test") + ":18446744073709551616"
+            addressed = nil
+        }
         let method = ["GET", "HEAD", "POST", "POST", "PUT", "CONNECT", "GET", "TRACE", "GET", "DELETE", "OPTIONS"][kind]
         // Built as the parser would build it (the codec has fuzz targets of its own; parsing every
         // head here would cost a fifth of the run).
@@ -837,7 +850,7 @@ private func contains(_ string: String, _ needle: [UInt8]) -> Bool {
 func fuzzExchangeMachine(_ data: UnsafePointer<UInt8>, _ size: Int) {
     var input = Input(bytes: UnsafeBufferPointer(start: data, count: size))
     let setup = input.byte()
-    let fixture = fixtures[Int(setup & 7) % fixtures.count]
+    let fixture = machineFixtures[Int(setup & 7) % machineFixtures.count]
     let mode = setup & 8 != 0 ? fixture.route ?? .forwardProxy : .forwardProxy
     var harness = Harness(fixture: fixture, mode: mode)
     var steps = 0

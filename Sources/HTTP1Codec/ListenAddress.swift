@@ -13,15 +13,16 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         self.port = port
     }
 
-    /// `HOST:PORT` or `[V6]:PORT`; port 0 asks for any free port.
+    /// `HOST:PORT` or `[V6]:PORT`; port 0 asks for any free port. The port is 1-5 decimal digits
+    /// (no sign: `UInt16("+80")` would take one).
     public static func parse(_ text: String) -> ListenAddress? {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
-            return nil
-        }
+        guard let colon = text.lastIndex(of: ":") else { return nil }
+        let digits = text.utf8[text.utf8.index(after: colon)...]
+        guard digits.count <= 5, let port = BoundedDecimal.parse(digits, maximum: 65535) else { return nil }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { return nil }
-        return ListenAddress(host: host, port: port)
+        return ListenAddress(host: host, port: UInt16(port))
     }
 
     /// Why this host cannot be listened on, or nil. Listening needs an address, not a name: a name

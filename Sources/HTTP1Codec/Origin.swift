@@ -156,7 +156,8 @@ public struct Host: Hashable, Sendable {
 
     /// Four decimal octets 0-255 without leading zeros (`010` is octal 8 to inet_aton and WHATWG).
     static func isCanonicalDottedQuad(_ name: [UInt8]) -> Bool {
-        // One pass, no split (this runs for every request's host).
+        // One pass, no split (this runs for every request's host). An octet has at most three
+        // digits, checked before the arithmetic: a long run of digits is refused, never an overflow.
         var octets = 0, digits = 0, value = 0, leadingZero = false
         for index in 0...name.count {
             if index == name.count || name[index] == UInt8(ascii: ".") {
@@ -166,7 +167,7 @@ public struct Host: Hashable, Sendable {
                 continue
             }
             let byte = name[index]
-            guard byte >= 0x30 && byte <= 0x39 else { return false }
+            guard byte >= 0x30 && byte <= 0x39, digits < 3 else { return false }
             if digits == 0 { leadingZero = byte == 0x30 }
             digits += 1
             value = value * 10 + Int(byte - 0x30)
@@ -283,13 +284,9 @@ public enum RequestTarget: Equatable, Sendable {
         }
         guard let portSeparator else { return (try Host.parse(bytes), nil) }
         let digits = bytes[(portSeparator + 1)...]
-        var value = 0
-        guard !digits.isEmpty, digits.count <= 5 else { throw .invalid("invalid port") }
-        for byte in digits {
-            guard byte >= 0x30, byte <= 0x39 else { throw .invalid("invalid port") }
-            value = value * 10 + Int(byte - 0x30)
+        guard digits.count <= 5, let value = BoundedDecimal.parse(digits, maximum: 65535), value > 0 else {
+            throw .invalid("invalid port")
         }
-        guard value > 0, value <= 65535 else { throw .invalid("invalid port") }
         return (try Host.parse(bytes[..<portSeparator]), UInt16(value))
     }
 

@@ -2,13 +2,17 @@
 /// becomes `https://xn--bcher-kva.example`). Request targets are ASCII on the wire, so only the
 /// config needs it. Labels are lowercased first; Unicode normalization (NFC) is not applied.
 public enum Punycode {
+    /// RFC 1035 §2.3.4: a label is at most 63 octets, and the encoded label is never shorter than
+    /// its code points, so a longer input is refused before Punycode's arithmetic runs on it.
+    static let maxLabelLength = 63
     private static let base = 36, tMin = 1, tMax = 26, skew = 38, damp = 700, initialBias = 72, initialN = 128
 
     /// `xn--` + the encoded label, or the label itself when it is ASCII.
     public static func toASCII(label: String) -> String? {
         let scalars = Array(label.lowercased().unicodeScalars)
         if scalars.allSatisfy({ $0.isASCII }) { return String(String.UnicodeScalarView(scalars)) }
-        guard let encoded = encode(scalars.map { Int($0.value) }) else { return nil }
+        guard scalars.count <= maxLabelLength else { return nil }
+        guard let encoded = encode(scalars.map { Int($0.value) }), encoded.utf8.count + 4 <= maxLabelLength else { return nil }
         return "xn--" + encoded
     }
 

@@ -34,6 +34,10 @@ public struct TokenCachePolicy: Sendable, Equatable {
 
     public init() {}
 
+    /// The longest `expires_in` taken: a year. A longer one is read as a year, here and where the
+    /// token response is read, so the arithmetic below stays in range for any input.
+    public static let maxExpiresInSeconds = 365 * 86_400
+
     /// How long a token whose endpoint gave no `expires_in` is taken to stay valid once replaced
     /// (it is renewed after `defaultLifetimeMilliseconds`, but may work for longer).
     public var unknownExpiryMilliseconds: UInt64 = 3_600_000
@@ -43,11 +47,11 @@ public struct TokenCachePolicy: Sendable, Equatable {
     /// push a valid token out of them by making the proxy rotate it.
     public var maxReplacedValid = 32
 
-    /// The full validity of a token from when it was obtained: `expires_in` (bounded by the
-    /// parser to a year), or `unknownExpiryMilliseconds`.
+    /// The full validity of a token from when it was obtained: `expires_in` (bounded to a year
+    /// here and by the parser), or `unknownExpiryMilliseconds`.
     public func validity(expiresIn: Int?) -> UInt64 {
         guard let expiresIn else { return unknownExpiryMilliseconds }
-        return UInt64(min(max(0, expiresIn), 10 * 365 * 86_400)) * 1000
+        return UInt64(min(max(0, expiresIn), Self.maxExpiresInSeconds)) * 1000
     }
 
     /// `expires_in` minus the margin; a lifetime shorter than twice the margin keeps half of itself

@@ -152,10 +152,9 @@ public enum OAuth2TokenResponse {
     /// VSCHAR = %x20-7E.
     private static func isVisibleOrSpace(_ byte: UInt8) -> Bool { byte >= 0x20 && byte <= 0x7E }
 
-    /// 1*DIGIT, capped at a year (a larger lifetime is read as a year: the cache bounds it anyway).
+    /// 1*DIGIT of any length, capped at a year (a larger lifetime is read as a year), bounded
+    /// while it is read: an endpoint's 30-digit `expires_in` is a year, never an overflow.
     private static func digits(_ text: [UInt8]) -> Int? {
-        guard !text.isEmpty, text.count <= 18, text.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-        let value = text.reduce(0) { $0 * 10 + Int($1 - 0x30) }
-        return min(value, 365 * 86_400)
+        BoundedDecimal.parseClamped(text, maximum: TokenCachePolicy.maxExpiresInSeconds)
     }
 }

@@ -598,12 +598,14 @@ struct Decoder {
         return value
     }
 
-    /// "250ms", "2s", "1m" -> milliseconds (at least 1 ms, at most a day).
+    /// "250ms", "2s", "1m" -> milliseconds (at least 1 ms, at most a day). The number is bounded
+    /// by the unit's share of a day before it is multiplied: `9223372036854776s` is refused, not
+    /// an overflow (docs/security-model.md, "Strict parsing").
     func duration(_ node: YAMLNode) throws(ConfigError) -> Int {
         let text = try string(node)
         let units: [(String, Int)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
         for (suffix, factor) in units where text.hasSuffix(suffix) {
-            if let number = Int(text.dropLast(suffix.count)), number > 0, number * factor <= 86_400_000 {
+            if let number = BoundedDecimal.parse(text.utf8.dropLast(suffix.utf8.count), maximum: 86_400_000 / factor), number > 0 {
                 return number * factor
             }
             break

@@ -325,11 +325,9 @@ struct WebURL {
                 } else if endsAuthority {
                     if !buffer.isEmpty {
                         // Leading zeros are allowed (`:0080` is 80); an empty port is the default.
-                        var value = 0
-                        for digit in buffer {
-                            value = value * 10 + Int(digit.value - 0x30)
-                            if value > 65535 { return .failure }
-                        }
+                        // Read against 65535 before any arithmetic: a long run of digits fails.
+                        guard let value = BoundedDecimal.parse(buffer.lazy.map { UInt8(truncatingIfNeeded: $0.value) }, maximum: 65535)
+                        else { return .failure }
                         // Port 0 is valid to the standard but reaches nothing: refused, as in
                         // request targets.
                         if value == 0 { return .failure }
