@@ -215,10 +215,6 @@ public final class SecretValueIndex: Sendable {
                 all[name, default: []].append(old)
             }
         }
-        // The hold-back depends on the values' lengths only, never on their bytes: two
-        // configurations whose secrets differ only in value hold back the same (no oracle).
-        var longest = placeholders.texts.values.map { Self.longestFormBound(length: $0.utf8.count) }.max() ?? 0
-        for list in all.values { for value in list { longest = max(longest, Self.longestFormBound(length: value.count)) } }
         var excluded: [Exclusion] = []
         for (name, list) in all.sorted(by: { $0.key < $1.key }) {
             let short = list.filter { $0.count < Self.minimumScannedLength }
@@ -233,6 +229,11 @@ public final class SecretValueIndex: Sendable {
             excluded.append(Exclusion(secret: largest.key, length: largest.value.map(\.count).max()!))
             all[largest.key] = nil
         }
+        // The hold-back depends on the watched values' lengths only, never on their bytes: two
+        // configurations whose secrets differ only in value hold back the same (no oracle). Values
+        // left out above do not count: a huge file secret must not make every body wait for megabytes.
+        var longest = placeholders.texts.values.map { Self.longestFormBound(length: $0.utf8.count) }.max() ?? 0
+        for list in all.values { for value in list { longest = max(longest, Self.longestFormBound(length: value.count)) } }
         let snapshot = Snapshot(current: current, retired: retired, earlier: earlier, values: all, exclusions: excluded,
                                 holdBack: SecretHoldBack.bytes(longestForm: longest))
         self.current.withLock { $0 = snapshot }

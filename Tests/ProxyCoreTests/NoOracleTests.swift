@@ -105,3 +105,13 @@ struct NoOracleTests {
         if let current = cache.current { #expect(cache.markStale(current, now: now + 3_600_000)) }
     }
 }
+
+extension NoOracleTests {
+    @Test("a value too long to scan does not set the hold-back: bodies never wait for megabytes")
+    func excludedValueDoesNotSetHoldBack() {
+        let huge = [UInt8](repeating: 0x61, count: 2_000_000) + Array("-tail".utf8)
+        let index = SecretValueIndex(values: ["huge": huge, "token": Array("token-value-1234".utf8)])
+        #expect(index.exclusions.map(\.secret) == ["huge"])
+        #expect(index.holdBack == SecretValueIndex.longestFormBound(length: 16) - 1)
+    }
+}
