@@ -68,6 +68,10 @@ enum YAMLDocument {
         }
         var stack: [Open] = []
         var root: YAMLNode?
+        /// The deepest nesting a config may have. The schema needs six levels; a file nested tens of
+        /// thousands deep (`[[[[...`, 100 KB) built a value whose release recursed once per level and
+        /// overflowed the stack: `check` crashed and a reload killed the running proxy.
+        static let maximumDepth = 32
         var documents = 0
 
         func error(_ mark: Mark, _ message: String) -> ConfigError {
@@ -113,9 +117,11 @@ enum YAMLDocument {
                     if documents > 1 { throw error(mark, "only one YAML document is allowed") }
                 case YAML_MAPPING_START_EVENT:
                     try refuseAnchorAndTag(event.data.mapping_start.anchor, event.data.mapping_start.tag, mark)
+                    try refuseDepth(at: mark)
                     stack.append(.mapping(mark, [], pendingKey: nil))
                 case YAML_SEQUENCE_START_EVENT:
                     try refuseAnchorAndTag(event.data.sequence_start.anchor, event.data.sequence_start.tag, mark)
+                    try refuseDepth(at: mark)
                     stack.append(.sequence(mark, []))
                 case YAML_MAPPING_END_EVENT:
                     guard case .mapping(let start, let pairs, _) = stack.removeLast() else { throw error(mark, "unbalanced mapping") }
@@ -133,6 +139,12 @@ enum YAMLDocument {
                 default:
                     break
                 }
+            }
+        }
+
+        func refuseDepth(at mark: Mark) throws(ConfigError) {
+            guard stack.count < Self.maximumDepth else {
+                throw error(mark, "nested deeper than \(Self.maximumDepth) levels: a scopeproxy config needs at most six (a stray '[' or '-'?)")
             }
         }
 

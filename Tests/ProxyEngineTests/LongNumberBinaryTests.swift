@@ -15,7 +15,7 @@ struct LongNumberBinaryTests {
         return try HTTPReader(socket).readResponse()
     }
 
-    @Test("check exits 2 with FILE:LINE:COLUMN for a huge duration and a long dotted host")
+    @Test("check exits 2 with FILE:LINE:COLUMN for a huge duration, a long dotted host and a file nested 50 000 deep")
     func check() throws {
         let scratch = ScratchDirectory()
         let duration = scratch.write("duration.yaml", "timeouts:\n  connect: 9223372036854776s\n")
@@ -26,9 +26,17 @@ struct LongNumberBinaryTests {
         let refused = try ProxyProcess.runToCompletion(["check", "--config", origin])
         #expect(refused.status == 2)
         #expect(refused.stderr.contains("invalid origin 'http://\(Self.longHost)'"))
+        // Not a number, the same trap: a file nested 50 000 deep crashed `check` (stack overflow).
+        let deep = scratch.write("deep.yaml", "deep: " + String(repeating: "[", count: 50_000) + String(repeating: "]", count: 50_000) + "\n")
+        let tooDeep = try ProxyProcess.runToCompletion(["check", "--config", deep])
+        #expect(tooDeep.status == 2)
+        #expect(tooDeep.stderr.hasPrefix("\(deep):1:"), "FILE:LINE:COLUMN")
+        #expect(tooDeep.stderr.contains("nested deeper than 32 levels"))
+        let blockDeep = scratch.write("block.yaml", "deep:\n  " + String(repeating: "- ", count: 50_000) + "x\n")
+        #expect(try ProxyProcess.runToCompletion(["check", "--config", blockDeep]).status == 2)
     }
 
-    @Test("a request and a redirect with a long dotted host are answered; SIGHUP with a huge duration or a long host keeps the old config; the proxy keeps serving")
+    @Test("a request and a redirect with a long dotted host are answered; SIGHUP with a huge duration, a long host or a deeply nested file keeps the old config; the proxy keeps serving")
     func survives() throws {
         let scratch = ScratchDirectory()
         let origin = try FixtureOrigin(host: "127.0.0.1") { connection in
@@ -59,8 +67,10 @@ struct LongNumberBinaryTests {
         #expect(try get(proxy.port, "\(origin.url)/", host: origin.authority)?.status == 200)
 
         func reloadFailures() -> Int { proxy.standardError.components(separatedBy: "reload_failed").count - 1 }
+        // The last one is no number: a config nested 50 000 deep (100 KB) overflowed the stack.
+        let deep = config("deep: " + String(repeating: "[", count: 50_000) + String(repeating: "]", count: 50_000))
         for (number, bad) in [config("timeouts: { connect: 9223372036854776s }"),
-                              "scopes: [{ name: a, origins: [\"http://\(Self.longHost)\"] }]\n"].enumerated() {
+                              "scopes: [{ name: a, origins: [\"http://\(Self.longHost)\"] }]\n", deep].enumerated() {
             scratch.write("c.yaml", bad)
             proxy.signal(SIGHUP)
             var logged = false
