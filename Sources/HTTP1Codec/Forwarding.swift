@@ -14,7 +14,7 @@ public enum Forwarding {
 
     /// Field names listed in `Connection` (lowercased), which are hop-by-hop for this message.
     /// Usually empty: most clients send no Connection header or only keep-alive/close.
-    static func connectionOptions(_ fields: HTTPFields) -> [String] {
+    public static func connectionOptions(_ fields: HTTPFields) -> [String] {
         fields.contains("connection") ? fields.listMembers("connection") : []
     }
 

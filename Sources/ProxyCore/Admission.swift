@@ -161,6 +161,17 @@ public enum RequestAdmission {
         if case .conflicting = head.fields.singleValue(of: "content-type") {
             return .reject(.malformedRequest("two different Content-Type headers"))
         }
+        // One field holding a list of media types is the same ambiguity (Rack splits it at ',' and
+        // reads the first); a comma inside a quoted parameter is not a list.
+        if let type = head.fields.singleValue(of: "content-type").agreed,
+           type.prefix(while: { $0 != ";" }).contains(",") {
+            return .reject(.malformedRequest("a Content-Type with more than one media type"))
+        }
+        // RFC 9110 §7.6.1: a connection option never names a field meant for the origin. Naming one
+        // that decides how the body is read would have the proxy read it and the origin not get it.
+        for option in Forwarding.connectionOptions(head.fields) where Self.decidingEndToEnd.contains(option) {
+            return .reject(.malformedRequest("Connection names '\(option)', a field the origin needs"))
+        }
 
         let framing: BodyFraming
         do {
@@ -171,6 +182,9 @@ public enum RequestAdmission {
         return .forward(ClientRequest(head: head, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
                                       framing: framing, client: client))
     }
+
+    /// End-to-end fields that decide how the proxy reads a request: never a connection option.
+    static let decidingEndToEnd: Set<String> = ["host", "content-type", "content-length", "content-encoding"]
 
     private static func admitConnect(
         _ head: RequestHead, target: RequestTarget, mode: ConnectionMode, scope: ScopeContext, policy: Policy,

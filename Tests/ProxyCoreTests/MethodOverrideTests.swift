@@ -132,3 +132,60 @@ struct MethodOverrideDetectionTests {
         #expect(MethodOverride.detect(pathAndQuery: pathAndQuery, body: body.map { Array($0.utf8) }, contentType: type) == expected)
     }
 }
+
+/// Every reading of `_method` some framework makes must be judged, or the request refused: the
+/// second attack found four that gave a DELETE the credential a `methods: [GET, POST]` scope holds.
+@Suite("Machine: _method as Rack and PHP read it")
+struct MethodOverrideReadingTests {
+    @Test("parameter names PHP reads as _method, and an indexed _method[]: no credential",
+          arguments: [".method=DELETE", "[method=DELETE", "+method=DELETE", "%2Emethod=DELETE", "_method[]=DELETE", "_method[x]=GET"])
+    func phpNames(_ query: String) {
+        var p = Playbook(Configs.methodsLimited)
+        p.requested(["POST https://m.example/v1/users/7?\(query) HTTP/1.1", "Host: m.example"], to: limited)
+        p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "POST /v1/users/7?", excluding: ["M-INJECTED"]), .arm(.responseHead)])
+    }
+
+    @Test("names that only look like it are not overrides", arguments: ["x_method=DELETE", "_methods=DELETE", "__method=DELETE"])
+    func notOverrides(_ query: String) {
+        var p = Playbook(Configs.methodsLimited)
+        p.requested(["POST https://m.example/v1/users/7?\(query) HTTP/1.1", "Host: m.example"], to: limited)
+        p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "POST ", containing: [MethodOverrideTests.mToken]), .arm(.responseHead)])
+    }
+
+    @Test("a body with no Content-Type is read first (Rack reads it as a form): _method=DELETE gets nothing")
+    func bodyWithoutContentType() {
+        var p = Playbook(Configs.methodsLimited)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("POST https://m.example/v1/users/7 HTTP/1.1", "Host: m.example", "Content-Length: 14"),
+             [.cancelTimer, .exactly(.collectRequestBody(.contentLength(14), limit: p.settings.limits.maxInspectedBody)), .arm(.stall)])
+        p.on(.collectedBody(.complete(Array("_method=DELETE".utf8))), [.cancelTimer, .arm(.connect), .connect(hop(1), limited, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(1), reused: true), [.send(hop(1), startingWith: "POST /v1/users/7 HTTP/1.1\r\n", excluding: ["M-INJECTED"]),
+                                                        .arm(.responseHead)])
+    }
+
+    @Test("a Content-Type listing two media types, or a Connection option naming Content-Type: 400, nothing sent",
+          arguments: [["Content-Type: application/x-www-form-urlencoded, text/plain"],
+                      ["Content-Type: text/plain", "Connection: Content-Type"],
+                      ["Content-Type: text/plain", "Connection: keep-alive, content-type"],
+                      ["Content-Length: 14", "Connection: Content-Length"]])
+    func ambiguousReadings(_ fields: [String]) {
+        var p = Playbook(Configs.methodsLimited)
+        p.start([.arm(.clientHead)])
+        let lines = ["POST https://m.example/v1/users/7 HTTP/1.1", "Host: m.example"] + fields
+            + (fields.contains { $0.hasPrefix("Content-Length") } ? [] : ["Content-Length: 14"])
+        let returned = p.feed(p.head(lines))
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(written.hasPrefix("HTTP/1.1 400 "), "\(fields)")
+        #expect(p.connected.isEmpty)
+    }
+
+    @Test("a quoted comma in a parameter is not a list")
+    func quotedComma() {
+        var p = Playbook(Configs.methodsLimited)
+        p.start([.arm(.clientHead)])
+        let returned = p.feed(p.head("POST https://m.example/v1/users/7 HTTP/1.1", "Host: m.example",
+                                     "Content-Type: multipart/form-data; boundary=\"a,b\"", "Content-Length: 4"))
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(!written.hasPrefix("HTTP/1.1 400 "))
+    }
+}
