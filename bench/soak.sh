@@ -45,6 +45,9 @@ scopes:
     require_https: false
     inject: { Authorization: "Bearer \${soak_token}" }
 redirects: { cross_origin: follow, max_hops: 3 }
+# Tunnels allowed, so a CONNECT to the proxy's own port reaches the check that refuses it
+# (loop_refused) instead of the tunnel policy.
+tls: { tunnel: allow }
 timeouts: { idle: 5s, client_header: 2s, upstream: 5s }
 limits: { max_connections: 4000 }
 log: { output: $WORK/access.log }

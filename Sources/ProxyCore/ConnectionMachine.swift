@@ -431,7 +431,9 @@ public struct ConnectionMachine {
         let head = request.head
         var limit: Int?
         if scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                            contentType: head.fields.singleValue(of: "content-type").agreed, client: request.client.name) {
+                                            contentType: head.fields.singleValue(of: "content-type").agreed,
+                                            contentEncoding: head.fields.listMembers("content-encoding").joined(separator: ","),
+                                            client: request.client.name) {
             limit = settings.limits.maxInspectedBody
         }
         if !scope.values.placeholders.isEmpty, scope.policy.substitutes(for: request.origin, client: request.client.name),

@@ -103,8 +103,15 @@ public enum HopPlanner {
         if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
         var replayed: [UInt8]?
         if case .replayed(let bytes) = body { replayed = bytes }
+        let hasBody: Bool = switch body {
+        case .none: false
+        case .streamed: true
+        case .replayed(let bytes): !bytes.isEmpty
+        }
         let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
-                                             contentType: request.head.fields.singleValue(of: "content-type").agreed)
+                                             contentType: request.head.fields.singleValue(of: "content-type").agreed,
+                                             contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
+                                             hasBody: hasBody)
         let client = request.client.name
 
         // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.

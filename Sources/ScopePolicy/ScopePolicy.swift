@@ -431,8 +431,10 @@ public struct ScopePolicy: Sendable {
     /// `methods:` and would inject into this request, and the body is a form, which may carry a
     /// `_method` override (`MethodOverride.detect`).
     public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?,
-                                    client: String? = nil) -> Bool {
-        guard MethodOverride.isForm(contentType) else { return false }
+                                    contentEncoding: String? = nil, client: String? = nil) -> Bool {
+        // An encoded body is not read: `MethodOverride.detect` calls it unreadable as it is.
+        guard MethodOverride.isForm(contentType) || MethodOverride.isJSON(contentType),
+              !MethodOverride.isEncoded(contentEncoding) else { return false }
         return covering(origin, client: client).contains { scope in
             scope.methods != nil && !scope.inject.isEmpty
                 && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery)

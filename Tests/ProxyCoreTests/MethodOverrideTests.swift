@@ -105,8 +105,8 @@ struct MethodOverrideTests {
         q.on(.connectionClosed, [.cancelTimer, .emit(.failure(.clientClosed))])
     }
 
-    @Test("other bodies, and requests the scope would not give a credential anyway, stream as before",
-          arguments: [("POST", "application/json"), ("DELETE", "application/x-www-form-urlencoded"), ("POST", "text/plain")])
+    @Test("other bodies, and requests the scope would not give a credential anyway, stream as before (JSON is read: Laravel reads its members)",
+          arguments: [("POST", "application/octet-stream"), ("DELETE", "application/x-www-form-urlencoded"), ("POST", "text/plain")])
     func notCollected(_ method: String, _ type: String) {
         var p = Playbook(Configs.methodsLimited)
         p.start([.arm(.clientHead)])
@@ -138,14 +138,15 @@ struct MethodOverrideDetectionTests {
 @Suite("Machine: _method as Rack and PHP read it")
 struct MethodOverrideReadingTests {
     @Test("parameter names PHP reads as _method, and an indexed _method[]: no credential",
-          arguments: [".method=DELETE", "[method=DELETE", "+method=DELETE", "%2Emethod=DELETE", "_method[]=DELETE", "_method[x]=GET"])
+          arguments: [".method=DELETE", "[method=DELETE", "%2Emethod=DELETE", "_method[]=DELETE", "_method[x]=GET"])
     func phpNames(_ query: String) {
         var p = Playbook(Configs.methodsLimited)
         p.requested(["POST https://m.example/v1/users/7?\(query) HTTP/1.1", "Host: m.example"], to: limited)
         p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "POST /v1/users/7?", excluding: ["M-INJECTED"]), .arm(.responseHead)])
     }
 
-    @Test("names that only look like it are not overrides", arguments: ["x_method=DELETE", "_methods=DELETE", "__method=DELETE"])
+    @Test("names that only look like it are not overrides",
+          arguments: ["x_method=DELETE", "_methods=DELETE", "__method=DELETE", "+method=DELETE"])
     func notOverrides(_ query: String) {
         var p = Playbook(Configs.methodsLimited)
         p.requested(["POST https://m.example/v1/users/7?\(query) HTTP/1.1", "Host: m.example"], to: limited)
@@ -187,5 +188,59 @@ struct MethodOverrideReadingTests {
                                      "Content-Type: multipart/form-data; boundary=\"a,b\"", "Content-Length: 4"))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(!written.hasPrefix("HTTP/1.1 400 "))
+    }
+}
+
+/// The third attack's readings: names PHP and Rack 2 normalise, a JSON body (Laravel reads its
+/// members), a multipart part name, a body a framework decompresses first.
+@Suite("Machine: _method in every place a framework reads it")
+struct MethodOverrideEverywhereTests {
+    /// Sends a POST with this body to the methods-limited scope; true when the credential went.
+    func injected(_ fields: [String], body: String, query: String = "") -> Bool {
+        var p = Playbook(Configs.methodsLimited)
+        p.start([.arm(.clientHead)])
+        let returned = p.feed(p.head(["POST https://m.example/v1/users/7\(query) HTTP/1.1", "Host: m.example"] + fields
+            + ["Content-Length: \(body.utf8.count)"]))
+        if returned.contains(where: { if case .collectRequestBody = $0 { true } else { false } }) {
+            _ = p.feed(.collectedBody(.complete(Array(body.utf8))))
+        }
+        _ = p.feed(.upstreamConnected(hop(1), reused: false))
+        return p.sent(to: hop(1))?.contains("M-INJECTED") ?? false
+    }
+
+    @Test("query and form names PHP and Rack read as _method: no credential",
+          arguments: ["+_method=DELETE", "%20_method=DELETE", "_method%00=DELETE", "_method%00x=DELETE", "[_method]=DELETE",
+                      "%5B_method%5D=DELETE", "]_method=DELETE", "_method]=DELETE", "[[_method=DELETE", "_method%00%5B%5D=DELETE"])
+    func normalisedNames(_ pair: String) {
+        #expect(!injected([], body: "", query: "?" + pair), "query \(pair)")
+        #expect(!injected(["Content-Type: application/x-www-form-urlencoded"], body: pair), "form \(pair)")
+    }
+
+    @Test("a JSON body with a _method key (escaped or not, any +json type): no credential",
+          arguments: [#"{"_method":"DELETE"}"#, #"{"\u005fmethod":"DELETE"}"#, #"{"a":{"_method" : "DELETE"}}"#, #"{".method":"GET"}"#])
+    func jsonBodies(_ json: String) {
+        #expect(!injected(["Content-Type: application/json"], body: json))
+        #expect(!injected(["Content-Type: application/vnd.api+json"], body: json))
+        #expect(!injected(["Content-Type: text/plain; x=/json"], body: json))
+    }
+
+    @Test("a JSON body without one keeps the credential (payment_method is not _method)")
+    func jsonWithoutOverride() {
+        #expect(injected(["Content-Type: application/json"], body: #"{"payment_method":"card","method":"x"}"#))
+    }
+
+    @Test("a multipart part named as _method is read, quoted or not; other names are not",
+          arguments: [("name=\".method\"", false), ("name=\"_method\"", false), ("name=_method", false), ("name*=utf-8''%5Fmethod", false),
+                      ("name=\"payment_method\"", true)])
+    func multipartNames(_ disposition: String, _ keeps: Bool) {
+        let body = "--b\r\nContent-Disposition: form-data; \(disposition)\r\n\r\nDELETE\r\n--b--\r\n"
+        #expect(injected(["Content-Type: multipart/form-data; boundary=b"], body: body) == keeps, "\(disposition)")
+    }
+
+    @Test("a form or JSON body with a Content-Encoding cannot be read: no credential; a plain upload keeps it")
+    func encodedBodies() {
+        #expect(!injected(["Content-Type: application/x-www-form-urlencoded", "Content-Encoding: gzip"], body: "compressed"))
+        #expect(!injected(["Content-Type: application/json", "Content-Encoding: deflate"], body: "compressed"))
+        #expect(injected(["Content-Type: application/octet-stream", "Content-Encoding: gzip"], body: "compressed"))
     }
 }
