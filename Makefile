@@ -73,12 +73,13 @@ run: release
 ## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
 ## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the eleven fuzz
 ## targets, so a CI run is repeatable: fuzz/run.sh --fixed), then the allocation budget (CI runs this).
-## The fuzz targets are compiled (sanitized and optimized: about three minutes) while the suite runs:
-## the suite mostly waits on sockets and child processes, so the two share the two cores.
+## The fuzz targets are compiled (sanitized and optimized: about three minutes) while the suite runs,
+## once the suite is built: the suite mostly waits on sockets and child processes, so the two share
+## the two cores.
 test: packages-test
-	$(SWIFT) build
+	$(SWIFT) build --build-tests
 	@mkdir -p .build; (fuzz/build.sh > .build/fuzz-build.log 2>&1; echo $$? > .build/fuzz-build.status) & builder=$$!; \
-	  $(SWIFT) test --no-parallel; tests=$$?; wait $$builder; cat .build/fuzz-build.log; \
+	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$builder; cat .build/fuzz-build.log; \
 	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-build.status)" = 0 ]
 	fuzz/run.sh --fixed
 	$(MAKE) --no-print-directory cost
