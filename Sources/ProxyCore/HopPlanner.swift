@@ -99,7 +99,7 @@ public enum HopPlanner {
         // Access tokens the exchange obtained (`oauth2:` secrets) render like any secret.
         let secrets: any SecretLookup = tokens.isEmpty ? scope.secrets : TokenOverlay(base: scope.secrets, tokens: tokens)
         var chainContext = chain.context
-        // Finding 3 of the review: a client's credentials were meant for the origin it addressed.
+        // A client's credentials were meant for the origin it addressed (docs/security-model.md, "Redirects").
         if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
         var replayed: [UInt8]?
         if case .replayed(let bytes) = body { replayed = bytes }

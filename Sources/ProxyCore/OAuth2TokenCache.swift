@@ -23,7 +23,7 @@ public struct OAuth2AccessToken: Sendable, Equatable {
     }
 }
 
-/// How long tokens are trusted, and how soon a failed endpoint is tried again (the contract's numbers).
+/// How long tokens are trusted, and how soon a failed endpoint is tried again (docs/security-model.md, "Credentials the proxy computes").
 public struct TokenCachePolicy: Sendable, Equatable {
     /// Tokens are renewed this long before the endpoint's `expires_in` ends.
     public var marginMilliseconds: UInt64 = 30_000

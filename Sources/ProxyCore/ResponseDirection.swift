@@ -94,7 +94,7 @@ public enum ResponseDirector {
             } else {
                 body = []
             }
-            // Finding 6 of the review (confused deputy): an origin no scope covers must not be able to
+            // A confused deputy (docs/security-model.md, "Redirects"): an origin no scope covers must not be able to
             // make the proxy send an authenticated request on its behalf. Its redirect into an origin
             // that gets credentials goes back to the client, whose follow-up is scoped on its own.
             let issuerCovered = !context.scope.policy.covering(hop.origin, client: context.request.client.name).isEmpty

@@ -3,7 +3,7 @@ import HTTP1Codec
 // The settings the data path runs on, one definition each: the YAML loader produces them, the
 // engine consumes them, and the exchange state machine reads the ones that shape its decisions.
 
-/// The contract's `timeouts:` keys, in milliseconds.
+/// The `timeouts:` keys (docs/configuration.md), in milliseconds.
 public struct Timeouts: Sendable, Equatable {
     /// Upstream DNS + TCP (+ TLS) connect; exceeded -> 502.
     public var connect: Int

@@ -287,7 +287,7 @@ final class ClientConnection: UpstreamLegOwner {
 
     /// Parses heads for as long as the machine expects one from this hop: interim responses keep
     /// it waiting; once the final head is handled (relayed, followed, blocked) the loop ends, and
-    /// the hop's remaining bytes are never read as another response (finding 1 of the review).
+    /// the hop's remaining bytes are never read as another response (a desync otherwise; docs/security-model.md, "Redirects").
     private func readResponseHeads(_ leg: UpstreamLeg) {
         while leg === self.leg, machine.expectsResponseHead(from: leg.hop), let input = leg.input, EventBuffer.length(input) > 0 {
             leg.sawResponseBytes = true

@@ -27,7 +27,7 @@ struct PumpReports {
 /// pumps and response-head scanner that belong to that connection. Created by the `connect` action
 /// and gone after `releaseUpstream`.
 ///
-/// Lifetime rule (finding 2 of the review, a use-after-free): libevent holds a *retained* reference
+/// Lifetime rule (a use-after-free once came from this; docs/testing.md, "Hardening journal"): libevent holds a *retained* reference
 /// to the leg for as long as the leg's callbacks are installed, and `release` removes the callbacks
 /// before it gives that reference up, so no callback can ever reach a freed object.
 final class UpstreamLeg: UpstreamConnectorDelegate {

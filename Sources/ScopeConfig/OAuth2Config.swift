@@ -1,7 +1,7 @@
 import HTTP1Codec
 import ScopePolicy
 
-/// The `oauth2:` mapping of a secret (contract.md, "Credentials the proxy computes (v2)"):
+/// The `oauth2:` mapping of a secret (docs/configuration.md, OAuth2 access tokens):
 ///
 ///     partner_token:
 ///       oauth2:

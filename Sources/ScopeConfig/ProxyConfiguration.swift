@@ -27,7 +27,7 @@ public struct ProxyConfiguration: Sendable {
     public var redirects: RedirectPolicy
     public var tls: TLSSettings
     public var timeouts: Timeouts
-    /// `limits:` (an extension of the contract's schema): `max_connections` sets
+    /// `limits:` (docs/configuration.md, `limits`): `max_connections` sets
     /// `maxClientConnections`; the other bounds are the engine's defaults.
     public var limits = Limits()
     public var log: LogSettings
@@ -37,7 +37,7 @@ public struct ProxyConfiguration: Sendable {
         set { tls.clientListen = newValue }
     }
 
-    /// The embedded safe default of the contract: 127.0.0.1:8080, no scopes (every sensitive header
+    /// The embedded safe default (docs/configuration.md): 127.0.0.1:8080, no scopes (every sensitive header
     /// stripped everywhere), redacted JSON log to stdout.
     public static func embeddedDefault(home: String) -> ProxyConfiguration {
         ProxyConfiguration(

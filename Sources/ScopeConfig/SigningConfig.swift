@@ -1,6 +1,6 @@
 import ScopePolicy
 
-/// `sign:` of a scope (contract: "Credentials the proxy computes"):
+/// `sign:` of a scope (docs/configuration.md, AWS SigV4):
 ///
 ///     sign:
 ///       aws_sigv4: { service: s3, region: eu-west-1, access_key_id: aws_key_id,

@@ -158,7 +158,7 @@ public struct ChainContext: Sendable, Equatable {
     public init() {}
 }
 
-/// The credential scope rules of the contract, as a pure function of the request and the config.
+/// The credential scope rules (docs/security-model.md), as a pure function of the request and the config.
 public struct ScopePolicy: Sendable {
     public let scopes: [Scope]
     /// Built-in plus configured, as `SensitiveHeaders.canonicalName` spells them.

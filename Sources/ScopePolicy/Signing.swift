@@ -48,7 +48,7 @@ public struct AWSSigV4Spec: Sendable, Equatable {
 
     public var secretNames: [String] { [accessKeyIDSecret, secretAccessKeySecret] + (sessionTokenSecret.map { [$0] } ?? []) }
 
-    /// What the body contributes to the signature (contract: "Credentials the proxy computes").
+    /// What the body contributes to the signature (docs/security-model.md, "Credentials the proxy computes").
     public enum PayloadHashing: Sendable, Equatable {
         /// S3 accepts `UNSIGNED-PAYLOAD`: the body streams through unbuffered.
         case unsignedPayload
@@ -57,7 +57,7 @@ public struct AWSSigV4Spec: Sendable, Equatable {
         case hashBody(limit: Int)
     }
 
-    /// Bodies up to 1 MiB are buffered to be hashed (contract).
+    /// Bodies up to 1 MiB are buffered to be hashed (docs/configuration.md, AWS SigV4).
     public static let maxHashedBodyBytes = 1 << 20
 
     public var payloadHashing: PayloadHashing {

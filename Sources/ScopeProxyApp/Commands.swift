@@ -8,7 +8,7 @@ import SecretStore
 import Glibc
 #endif
 
-/// The command line of the contract: `run` (default), `check`, `secret set|list|rm`,
+/// The command line (docs/configuration.md and `scopeproxy --help`): `run` (default), `check`, `secret set|list|rm`,
 /// `placeholders`, `env`, `ca`, `health`, `config print`, `explain`, `help`. What each accepts is
 /// `CommandTable`; this file runs them.
 public enum Commands {

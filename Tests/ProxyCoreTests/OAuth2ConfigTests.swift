@@ -24,8 +24,8 @@ private func failure(_ text: String) -> String {
 
 @Suite("Config: oauth2 secrets")
 struct OAuth2ConfigTests {
-    @Test("the contract's example")
-    func contractExample() throws {
+    @Test("the documented example")
+    func documentedExample() throws {
         let spec = try parse("""
             token_url: "https://auth.partner.example/oauth/token"
             grant: refresh_token

@@ -24,7 +24,7 @@ func lateEvents(for id: HopID) -> [ConnectionEvent] {
     ]
 }
 
-@Suite("Machine: the review's redirect findings, as event sequences")
+@Suite("Machine: redirect attacks found in hardening, as event sequences")
 struct RedirectFindingTests {
     enum Outcome: String, Sendable, CaseIterable { case followed, blocked }
 

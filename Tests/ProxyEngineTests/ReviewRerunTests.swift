@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for what the outside re-run of the review found after the exchange core was
+/// Regression tests for what an outside re-run found (docs/testing.md, "Hardening journal") after the exchange core was
 /// rewritten: a 101 taking over the client's proxy connection, `_method` riding a `methods:` limit,
 /// and curl's reading of a Location in block mode.
 @Suite("Review re-run: upgrades, method overrides in parameters, curl's Location reading", .serialized)

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for the review's findings that need the built binary (2, 8, 11, 12, 13): a crash
+/// Regression tests for hardening findings that need the built binary (docs/testing.md): a crash
 /// must show as a failed test rather than a dead test runner, and RSS, the log file, secret loading
 /// and `check` are properties of the process.
 @Suite("Security findings: through the built binary (2 redirect crash, 8 log, 11 admin memory, 12 UTF-8 secrets, 13 loopback)", .serialized)

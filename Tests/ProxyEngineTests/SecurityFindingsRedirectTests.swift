@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for the review's redirect findings (1, 3, 4, 6), in-process. Each drives the
+/// Regression tests for redirect attacks found in hardening (docs/security-model.md, "Redirects"), in-process. Each drives the
 /// proxy as a black box: a scripted origin answers with a 3xx, and the test checks what the client
 /// and every origin got. (Finding 2, the crash, runs against the built binary: see
 /// SecurityFindingsBinaryTests.swift.)

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for the review's scope-rule findings (5, 7, 9, 14, 15), in-process: what each
+/// Regression tests for scope-rule attacks found in hardening (docs/testing.md), in-process: what each
 /// origin received, header by header, and what the client got back.
 @Suite("Security findings: scope rules (5 TRACE, 7 paths, 9 aliases, 14 method override, 15 Host)", .serialized)
 struct SecurityFindingsScopeTests {

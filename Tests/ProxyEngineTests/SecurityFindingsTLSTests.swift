@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for the review's interception findings (10, and 15 inside a tunnel), through the
+/// Regression tests for interception attacks found in hardening (docs/https.md), through the
 /// built binary with its local CA, the Python HTTPS origin and curl.
 @Suite("Security findings: TLS interception (10 proxy_auth inherited by the tunnel, 15 Host inside a tunnel)", .serialized)
 struct SecurityFindingsTLSTests {

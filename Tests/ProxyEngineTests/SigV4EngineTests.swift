@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-/// `sign: { aws_sigv4: ... }` end to end (contract: "Credentials the proxy computes (v2)"; issue 16):
+/// `sign: { aws_sigv4: ... }` end to end (docs/configuration.md, AWS SigV4):
 /// a client holding no AWS credential sends plain requests through the proxy, and an origin that
 /// recomputes every signature with botocore's signer (Tests/Fixtures/sigv4_origin.py) over what it
 /// received accepts them. The fixture is checked on its own first (`fixtureRefusesWhatBotocoreWould`),

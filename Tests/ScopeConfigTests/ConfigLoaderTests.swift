@@ -36,9 +36,9 @@ struct ConfigErrorTests {
 
 @Suite("Config: valid files")
 struct ConfigValidTests {
-    @Test("the contract's example config is valid and means what it says")
-    func contractExample() throws {
-        let path = fixtures.appendingPathComponent("contract-example.valid.yaml").path
+    @Test("the full example config is valid and means what it says")
+    func fullExample() throws {
+        let path = fixtures.appendingPathComponent("full-example.valid.yaml").path
         let config = try ConfigLoader.load(path: path, home: home)
         #expect(config.listen == HostPort(host: "127.0.0.1", port: 8080))
         #expect(config.proxyAuthSecret == "proxy_password")

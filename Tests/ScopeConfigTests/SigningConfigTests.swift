@@ -21,7 +21,7 @@ private func decodeSigning(_ sign: String) throws(ConfigError) -> SigningSpec {
 
 @Suite("Config: sign.aws_sigv4 of a scope")
 struct SigningConfigTests {
-    @Test("the contract's example, with and without a session token")
+    @Test("the documented example, with and without a session token")
     func valid() throws {
         let full = try decodeSigning("""
           aws_sigv4: { service: s3, region: eu-west-1, access_key_id: aws_key_id,
