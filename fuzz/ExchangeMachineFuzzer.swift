@@ -263,25 +263,6 @@ private let redirectResponses: [ResponseHead] = redirectStatuses.flatMap { statu
     }
 }
 
-// MARK: Input
-
-private struct Input {
-    let bytes: UnsafeBufferPointer<UInt8>
-    var index = 0
-
-    var isEmpty: Bool { index >= bytes.count }
-
-    /// The next byte; 0 once the input is used up.
-    mutating func byte() -> UInt8 {
-        guard index < bytes.count else { return 0 }
-        defer { index += 1 }
-        return bytes[index]
-    }
-
-    mutating func pick(_ count: Int) -> Int { Int(byte()) % count }
-    mutating func bool() -> Bool { byte() & 1 == 1 }
-}
-
 // MARK: The harness
 
 private struct Harness {
@@ -519,7 +500,7 @@ private struct Harness {
     // MARK: Choosing events
 
     /// The current hop most of the time; otherwise a stale one, a future one, or one never used.
-    mutating func hop(_ input: inout Input) -> HopID {
+    mutating func hop(_ input: inout FuzzInput) -> HopID {
         let choice = input.byte()
         let plausible = machine.currentHop ?? hopOrder.last.map(HopID.init) ?? HopID(1)
         guard choice >= 192 else { return plausible }
@@ -533,7 +514,7 @@ private struct Harness {
         }
     }
 
-    mutating func step(_ input: inout Input) {
+    mutating func step(_ input: inout FuzzInput) {
         let operation = input.byte() % 27
         switch operation {
         case 0: requestHead(&input)
@@ -584,7 +565,7 @@ private struct Harness {
     }
 
     /// What the engine would most likely report next.
-    mutating func automatic(_ input: inout Input) {
+    mutating func automatic(_ input: inout FuzzInput) {
         if closed {
             deliver(.drain)
         } else if let secret = machine.awaitedToken {
@@ -625,7 +606,7 @@ private struct Harness {
     }
 
     /// A body read before scoping: forms with and without a `_method` override, or trouble.
-    mutating func collected(_ input: inout Input) -> CollectedBody {
+    mutating func collected(_ input: inout FuzzInput) -> CollectedBody {
         switch input.byte() % 6 {
         case 0: .progressed
         case 1: .complete(Array("name=x".utf8))
@@ -636,7 +617,7 @@ private struct Harness {
         }
     }
 
-    mutating func progress(_ input: inout Input) -> BodyProgress {
+    mutating func progress(_ input: inout FuzzInput) -> BodyProgress {
         let kind = input.byte()
         let payload = UInt64(input.byte() % 8)
         switch kind % 8 {
@@ -653,7 +634,7 @@ private struct Harness {
         }
     }
 
-    mutating func responseHead(_ input: inout Input) -> ResponseHead {
+    mutating func responseHead(_ input: inout FuzzInput) -> ResponseHead {
         let choice = Int(input.byte())
         if choice < 96 { return plainResponses[choice % plainResponses.count] }
         return redirectResponses[(choice &* 256 &+ Int(input.byte())) % redirectResponses.count]
@@ -661,7 +642,7 @@ private struct Harness {
 
     // MARK: Request heads
 
-    mutating func requestHead(_ input: inout Input) {
+    mutating func requestHead(_ input: inout FuzzInput) {
         let kind = input.pick(11)
         let targetChoice = input.pick(8)
         let credentials = input.byte()
@@ -848,7 +829,7 @@ private func contains(_ string: String, _ needle: [UInt8]) -> Bool {
 }
 
 func fuzzExchangeMachine(_ data: UnsafePointer<UInt8>, _ size: Int) {
-    var input = Input(bytes: UnsafeBufferPointer(start: data, count: size))
+    var input = FuzzInput(bytes: UnsafeBufferPointer(start: data, count: size))
     let setup = input.byte()
     let fixture = machineFixtures[Int(setup & 7) % machineFixtures.count]
     let mode = setup & 8 != 0 ? fixture.route ?? .forwardProxy : .forwardProxy

@@ -31,3 +31,31 @@ public func fuzzOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 func fuzzCheck(_ condition: Bool, _ message: @autoclosure () -> String) {
     if !condition { fatalError(message()) }
 }
+
+/// A fuzz input read a byte at a time (the machine targets build their events from it).
+struct FuzzInput {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var index = 0
+
+    var isEmpty: Bool { index >= bytes.count }
+
+    /// The next byte; 0 once the input is used up.
+    mutating func byte() -> UInt8 {
+        guard index < bytes.count else { return 0 }
+        defer { index += 1 }
+        return bytes[index]
+    }
+
+    mutating func pick(_ count: Int) -> Int { Int(byte()) % count }
+    mutating func bool() -> Bool { byte() & 1 == 1 }
+
+    /// The next `count` bytes (fewer at the end).
+    mutating func take(_ count: Int) -> [UInt8] {
+        let end = min(bytes.count, index + max(0, count))
+        defer { index = end }
+        return Array(bytes[min(index, end)..<end])
+    }
+
+    /// Everything not read yet.
+    mutating func rest() -> [UInt8] { take(bytes.count) }
+}

@@ -7,12 +7,8 @@
 // of either set (whatever prefixes of them it holds), every step must let out exactly the same
 // bytes (scrub) and counts (guard) for both.
 func fuzzNoninterference(_ data: UnsafePointer<UInt8>, _ size: Int) {
-    var input = UnsafeBufferPointer(start: data, count: size)[...]
-    func take(_ count: Int) -> [UInt8] {
-        let taken = Array(input.prefix(count))
-        input = input.dropFirst(count)
-        return taken
-    }
+    var input = FuzzInput(bytes: UnsafeBufferPointer(start: data, count: size))
+    func take(_ count: Int) -> [UInt8] { input.take(count) }
     let secretCount = 1 + Int(take(1).first ?? 0) % 4
     let first = (0..<secretCount).map { _ in take(8 + Int(take(1).first ?? 0) % 16) }.filter { !$0.isEmpty }
     guard !first.isEmpty else { return }
@@ -22,7 +18,7 @@ func fuzzNoninterference(_ data: UnsafePointer<UInt8>, _ size: Int) {
         .enumerated().map { index, value in value == first[index] ? value.map { $0 ^ 0x80 } : value }
     let stepCount = Int(take(1).first ?? 0) % 12
     let kinds = take(stepCount)
-    let traffic = Array(input)
+    let traffic = input.rest()
     let scanners = [SecretScanner(secrets: first), SecretScanner(secrets: second)]
     for scanner in scanners where !scanner.matches(in: traffic).isEmpty { return }
 

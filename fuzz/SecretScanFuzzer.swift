@@ -6,16 +6,12 @@
 // comparisons) in the body itself. Matches, the scrubbed body, the guard's leak and what it
 // forwarded must agree with the reference for that cut into pieces.
 func fuzzSecretScan(_ data: UnsafePointer<UInt8>, _ size: Int) {
-    var input = UnsafeBufferPointer(start: data, count: size)[...]
-    func take(_ count: Int) -> [UInt8] {
-        let taken = Array(input.prefix(count))
-        input = input.dropFirst(count)
-        return taken
-    }
+    var input = FuzzInput(bytes: UnsafeBufferPointer(start: data, count: size))
+    func take(_ count: Int) -> [UInt8] { input.take(count) }
     let secretCount = Int(take(1).first ?? 0) % 9
     let secrets = (0..<secretCount).map { _ in take(Int(take(1).first ?? 0) % 24) }
     let cutBytes = take(Int(take(1).first ?? 0) % 9)
-    let body = Array(input)
+    let body = input.rest()
     let cuts = cutBytes.map { Int($0) * (body.count + 1) / 256 }
     // Also with every piece that can hold the laned pass's four warm-ups taken as a large one (by
     // default only pieces of 1 KiB and more, which few inputs here reach), each way.

@@ -38,18 +38,7 @@ private let textPieces = [
     "http://", "https://", "//", "HTTP://", "http:", "http:\\\\", "xn--", "ü",
 ]
 
-private struct WholePathInput {
-    let bytes: UnsafeBufferPointer<UInt8>
-    var index = 0
-
-    var isEmpty: Bool { index >= bytes.count }
-
-    mutating func byte() -> UInt8 {
-        guard index < bytes.count else { return 0 }
-        defer { index += 1 }
-        return bytes[index]
-    }
-
+extension FuzzInput {
     /// A few pieces: menu pieces mostly (numbers twice as likely), raw bytes sometimes.
     mutating func text(maxPieces: Int) -> String {
         var bytes: [UInt8] = []
@@ -154,7 +143,7 @@ private let wholePathTracing = getenv("SCOPEPROXY_FUZZ_TRACE") != nil
 private let wholePathProxyAuthorization = "Proxy-Authorization: Basic " + Base64.encode(Array("any:SECRETPROXY5q1z".utf8)) + "\r\n"
 
 func fuzzWholePath(_ data: UnsafePointer<UInt8>, _ size: Int) {
-    var input = WholePathInput(bytes: UnsafeBufferPointer(start: data, count: size))
+    var input = FuzzInput(bytes: UnsafeBufferPointer(start: data, count: size))
     let setup = input.byte()
     let fixture = machineFixtures[Int(setup & 7) % machineFixtures.count]
     let mode = setup & 8 != 0 ? fixture.route ?? .forwardProxy : .forwardProxy

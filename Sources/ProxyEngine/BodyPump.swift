@@ -221,18 +221,8 @@ struct BodyPump {
     /// where it was, so a value completed by later bytes is still masked (scrub) or stopped
     /// (guard) from there on. What leaves, and when, depends only on the time and the byte count.
     mutating func releaseHeld(to destination: OpaquePointer) {
-        guard let filter, expectsMore else { return }
-        switch filter.kind {
-        case .scrub:
-            filter.scratch.removeAll(keepingCapacity: true)
-            filter.scrubber!.release(into: &filter.scratch)
-            filter.scratch.withUnsafeBytes { write($0, to: destination) }
-        case .guardEgress:
-            let releasable = filter.egressGuard!.release()
-            precondition(releasable == filter.held.count, "the guard and the pump disagree on the held bytes")
-            filter.held.withUnsafeBytes { write($0, to: destination) }
-            filter.held.removeAll(keepingCapacity: true)
-        }
+        guard expectsMore else { return }
+        finishFilter(to: destination)  // the filters' release is their finish: the scan state is kept
     }
 
     // MARK: Moving body bytes
