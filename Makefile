@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test cost hostile build release install bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -65,6 +65,14 @@ install: release
 	.build/release/scopeproxy --bash-completion > "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/.scopeproxy.tmp"
 	mv -f "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/.scopeproxy.tmp" "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/scopeproxy"
 	chmod 0644 "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/scopeproxy"
+
+## Removes exactly the three files `make install` writes, under the same PREFIX and DESTDIR (give the
+## ones the install was given). Directories stay: they may hold other programs' files. The CA, the
+## secret store and configs under $HOME are the user's and are never touched (docs/deployment.md).
+uninstall:
+	rm -fv "$(DESTDIR)$(PREFIX)/bin/scopeproxy" \
+	  "$(DESTDIR)$(PREFIX)/share/man/man1/scopeproxy.1" \
+	  "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/scopeproxy"
 
 ## Build (release) and start the proxy on the embedded default: 127.0.0.1:8080. `make run ARGS="--listen 127.0.0.1:0"`
 run: release
