@@ -36,6 +36,16 @@ struct Decoder {
     private var placeholderNames: Set<String> = []
     /// Names of the configured clients (`clients:`), which scopes refer to.
     private var clientNames: Set<String> = []
+    /// Every scope origin with where it is written: warnings about them are known only once `tls`
+    /// and `routes` are read.
+    private var scopeOrigins: [(scope: String, origin: Origin, mark: Mark)] = []
+
+    /// The keys a scope accepts. A header under `inject:` with one of these names is a key indented
+    /// one level too deep (docs/configuration.md, "Scopes").
+    static let scopeKeys = ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"]
+    /// The keys a secret's source mapping accepts; a secret with one of these names and a value that
+    /// is not a mapping is such a key indented one level too shallow.
+    static let secretKeys = ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"]
 
     init(file: String, home: String) {
         self.file = file
@@ -90,6 +100,7 @@ struct Decoder {
         if let node = keys["log"] { config.log = try log(node) }
         if let node = keys["scrub"] { config.protection.scrub = try word(node, key: "scrub", as: ScrubMode.self) }
         if let node = keys["guard"] { config.protection.guardMode = try word(node, key: "guard", as: GuardMode.self) }
+        config.warnings = uninterceptedOriginWarnings(config, origins: scopeOrigins)
         return config
     }
 
@@ -109,8 +120,11 @@ struct Decoder {
             guard !name.isEmpty, name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
                 throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
             }
-            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"],
-                                     context: "secret '\(name)'")
+            if Self.secretKeys.contains(name), case .scalar = valueNode.value {
+                throw error(keyNode, "'\(name)' is an option of a secret, not a secret: indent it under the secret it belongs to "
+                            + "(at the level of its env, file, store or oauth2)")
+            }
+            let fields = try mapping(valueNode, allowed: Self.secretKeys, context: "secret '\(name)'")
             let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }
             guard sources.count == 1 else {
                 throw error(valueNode, "secret '\(name)' needs exactly one source: env, file, store or oauth2")
@@ -183,14 +197,13 @@ struct Decoder {
 
     // MARK: Scopes
 
-    func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
+    mutating func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
         var scopes: [Scope] = []
         var names: Set<String> = []
         // header (lowercased) injected at an origin -> the scopes that inject it there, and whom they serve
         var injectors: [Origin: [String: [(scope: String, clients: Set<String>?)]]] = [:]
         for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"],
-                                   context: "a scope")
+            let keys = try mapping(item, allowed: Self.scopeKeys, context: "a scope")
             guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
             let name = try nonEmptyString(nameNode)
             guard names.insert(name).inserted else { throw error(nameNode, "duplicate scope name '\(name)'") }
@@ -203,6 +216,12 @@ struct Decoder {
                 guard case .mapping(let pairs) = injectNode.value else { throw error(injectNode, "'inject' must map header -> template") }
                 for (headerNode, templateNode) in pairs {
                     let header = try headerName(headerNode)
+                    // `paths: "/v1/"` one level too deep would inject a header named paths, and the
+                    // scope would then apply to every path: never a header, always this error.
+                    if Self.scopeKeys.contains(header) {
+                        throw error(headerNode, "inject header '\(header)' is a scope key: indent it to the scope's level, "
+                                    + "like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(header)")
+                    }
                     let template: HeaderTemplate
                     do {
                         template = try HeaderTemplate.parse(try string(templateNode))
@@ -262,6 +281,7 @@ struct Decoder {
                 let origin: Origin
                 do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
                 guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
+                scopeOrigins.append((name, origin, originNode.mark))
                 if origin.scheme == .http {
                     // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
                     let loopback = origin.isLoopback

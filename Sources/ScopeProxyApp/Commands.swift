@@ -89,6 +89,7 @@ public enum Commands {
         guard let config = loadConfig(source) else { return 2 }
         writeStandardOutput(config.summary + "\n")
         // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
+        for warning in config.warnings { writeStandardError("warning: \(warning)\n") }
         for problem in Preflight.problems(config) + placeholderWarnings(config) { writeStandardError("warning: \(problem)\n") }
         return 0
     }
@@ -138,6 +139,7 @@ public enum Commands {
             return 1
         }
         let logEnabled = !invocation.flag("no-access-log")
+        Runtime.logWarnings(config)
         let presentation = LogPresentation.forProcess(config.log)
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders))
         Runtime.reportExclusions(holder.context.values)
@@ -182,7 +184,7 @@ public enum Commands {
                             clientListen: server.clientListenAddress)
         // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
         writeStandardError(banner.text + "listening on \(address)\n")
-        let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
+        let running = RunningProxy(configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         running.stop()
         return 0
