@@ -22,8 +22,8 @@ public struct RestartOnlySetting: Sendable {
         .init(key: "tls.ca_dir") { !$0.interceptedHosts.isEmpty && $0.tls.caDirectory != $1.tls.caDirectory },
         .init(key: "tls.upstream_ca") { $0.tls.upstreamCA != $1.tls.upstreamCA },
         .init(key: "tls.client_listen") { $0.tls.clientListen != $1.tls.clientListen },
-        // The TLS client listener trusts the CA files it loaded at start.
-        .init(key: "clients[].tls_client.ca") { $0.clientCAFiles.sorted() != $1.clientCAFiles.sorted() },
+        // The TLS client listener trusts the CA files it loaded at start (without one, none is read).
+        .init(key: "clients[].tls_client.ca") { $0.clientListen != nil && $0.clientCAFiles.sorted() != $1.clientCAFiles.sorted() },
         .init(key: "timeouts") { $0.timeouts != $1.timeouts },
         .init(key: "limits.max_connections") { $0.limits.maxClientConnections != $1.limits.maxClientConnections },
         .init(key: "log.format") { $0.log.format != $1.log.format || $0.log.formatIsExplicit != $1.log.formatIsExplicit },
