@@ -139,7 +139,6 @@ public enum Commands {
             return 1
         }
         let logEnabled = !invocation.flag("no-access-log")
-        Runtime.logWarnings(config)
         let presentation = LogPresentation.forProcess(config.log)
         let holder = ScopeContextHolder(Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders))
         Runtime.reportExclusions(holder.context.values)
@@ -182,8 +181,11 @@ public enum Commands {
                             adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
                             caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
                             clientListen: server.clientListenAddress)
-        // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
-        writeStandardError(banner.text + "listening on \(address)\n")
+        // The banner, the config's warnings under it, then the `listening on` line last: scripts and
+        // tests wait for that exact line.
+        writeStandardError(banner.text)
+        Runtime.logWarnings(config)
+        writeStandardError("listening on \(address)\n")
         let running = RunningProxy(configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         running.stop()

@@ -80,7 +80,7 @@ struct CheckTests {
             scopes:
               - { name: library, origins: ["https://api.library.example"], inject: { X-Key: "${library_key}", Authorization: "Bearer ${api_token}" } }
               - { name: cdn, origins: ["https://cdn.library.example"], inject: { X-CDN-Token: "${cdn}" } }
-            tls: { upstream_ca: missing-ca.pem }
+            tls: { upstream_ca: missing-ca.pem, intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
         let outcome = try runBinary(["check", "--config", config], removing: ["SCOPEPROXY_TEST_UNSET_TOKEN"])
         #expect(outcome.status == 0, "structurally valid: usable in CI without the secrets")
@@ -154,6 +154,7 @@ struct CheckTests {
             store_dir: \(scratch.path)/custom-store
             secrets: { cdn: { store: cdn } }
             scopes: [{ name: cdn, origins: ["https://cdn.example"], inject: { X-CDN-Token: "${cdn}" } }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
         let hint = "scopeproxy secret set cdn --config '\(config)'"
         let before = try runBinary(["check", "--config", config], environment: ["HOME": home])

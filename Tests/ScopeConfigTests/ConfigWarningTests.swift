@@ -63,11 +63,11 @@ struct ConfigWarningTests {
     @Test("an https scope origin nothing intercepts is warned about at its position; intercepted, routed or http ones are not",
           arguments: [
               // (tls and routes sections, the origins warned about)
-              ("", ["c.yaml:3:29"]),
-              ("tls: { tunnel: allow }\n", ["c.yaml:3:29"]),
+              ("", ["c.yaml:3:28"]),
+              ("tls: { tunnel: allow }\n", ["c.yaml:3:28"]),
               ("tls: { intercept: scoped }\n", []),
               ("tls: { intercept: [api.example] }\n", []),
-              ("tls: { intercept: [other.example] }\n", ["c.yaml:3:29"]),
+              ("tls: { intercept: [other.example] }\n", ["c.yaml:3:28"]),
               ("routes: [{ listen: \"127.0.0.1:9000\", upstream: \"https://api.example\" }]\n", []),
           ])
     func unintercepted(_ extra: String, _ expected: [String]) throws {
