@@ -159,6 +159,18 @@ struct ReloadWarningBinaryTests {
         #expect(lines.filter { $0.contains("reload_ignored_key") }.count == 1, "only listen changed")
         #expect(proxy.port == started)
         #expect(try get(started, origin)?.status == 200, "the old port still answers")
+
+        // Interception turned on by a reload, when the start intercepted nothing: named too.
+        scratch.write("c.yaml", config(changed) + "tls: { intercept: [api.example], ca_dir: \(scratch.path)/ca }\n")
+        proxy.signal(SIGHUP)
+        var second = false
+        for _ in 0..<50 where !second {
+            usleep(100_000)
+            second = proxy.standardError.components(separatedBy: "\"event\":\"reloaded\"").count == 3
+        }
+        #expect(second)
+        let interception = proxy.standardError.split(separator: "\n").filter { $0.contains("reload_ignored_key") }
+        #expect(interception.contains { $0.contains("\"key\":\"tls.intercept\"") && $0.contains("restart to apply") }, "\(interception)")
         #expect(proxy.terminate() == 0)
     }
 
