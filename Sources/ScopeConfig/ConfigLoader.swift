@@ -40,6 +40,11 @@ struct Decoder {
     /// and `routes` are read.
     private var scopeOrigins: [(scope: String, origin: Origin, mark: Mark)] = []
 
+    /// The keys of the file's top level; under `inject:` or `secrets:` one is a key indented too deep.
+    static let topLevelKeys = [
+        "listen", "proxy_auth", "clients", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
+        "redirects", "tls", "timeouts", "limits", "log", "scrub", "guard",
+    ]
     /// The keys a scope accepts. A header under `inject:` with one of these names is a key indented
     /// one level too deep (docs/configuration.md, "Scopes").
     static let scopeKeys = ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"]
@@ -61,10 +66,7 @@ struct Decoder {
     mutating func configuration(_ root: YAMLNode) throws(ConfigError) -> ProxyConfiguration {
         var config = ProxyConfiguration.embeddedDefault(home: home)
         config.sourcePath = file
-        let keys = try mapping(root, allowed: [
-            "listen", "proxy_auth", "clients", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
-            "redirects", "tls", "timeouts", "limits", "log", "scrub", "guard",
-        ], context: "the config")
+        let keys = try mapping(root, allowed: Self.topLevelKeys, context: "the config")
         // Secrets first: scopes and proxy_auth refer to them.
         if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: file) }
         if let node = keys["secrets"] {
@@ -123,6 +125,9 @@ struct Decoder {
             if Self.secretKeys.contains(name), case .scalar = valueNode.value {
                 throw error(keyNode, "'\(name)' is an option of a secret, not a secret: indent it under the secret it belongs to "
                             + "(at the level of its env, file, store or oauth2)")
+            }
+            if Self.topLevelKeys.contains(name), !valueNode.isMapping {
+                throw error(keyNode, "'\(name)' is a top-level key, not a secret: unindent it to the start of the line, like 'secrets:'")
             }
             let fields = try mapping(valueNode, allowed: Self.secretKeys, context: "secret '\(name)'")
             let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }
@@ -221,6 +226,10 @@ struct Decoder {
                     if Self.scopeKeys.contains(header) {
                         throw error(headerNode, "inject header '\(header)' is a scope key: indent it to the scope's level, "
                                     + "like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(header)")
+                    }
+                    if Self.topLevelKeys.contains(header) {
+                        throw error(headerNode, "inject header '\(header)' is a top-level key: unindent it to the start of the line, "
+                                    + "like 'scopes:', or it becomes a header and the config loses its \(header)")
                     }
                     let template: HeaderTemplate
                     do {

@@ -34,6 +34,31 @@ struct MisindentedKeyTests {
                 + "(two spaces less), or it becomes a header and the scope loses its \(key)")
     }
 
+    @Test("every top-level key, written under inject, is refused with the fix (a scope key of the same name is said as such)",
+          arguments: Decoder.topLevelKeys)
+    func topLevelKeyUnderInject(_ key: String) {
+        let text = """
+            secrets: { token: { env: TOKEN } }
+            scopes:
+              - name: api
+                origins: ["https://api.example"]
+                inject:
+                  Authorization: "Bearer ${token}"
+                  \(key): "x"
+            """
+        let expected = Decoder.scopeKeys.contains(key)
+            ? "inject header '\(key)' is a scope key: indent it to the scope's level, like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(key)"
+            : "inject header '\(key)' is a top-level key: unindent it to the start of the line, like 'scopes:', or it becomes a header and the config loses its \(key)"
+        #expect(error(text) == "c.yaml:7:7: " + expected)
+    }
+
+    @Test("every top-level key, written under secrets with a value that is not a source, is refused with the fix",
+          arguments: Decoder.topLevelKeys)
+    func topLevelKeyUnderSecrets(_ key: String) {
+        let text = "secrets:\n  gh: { env: GH }\n  \(key): [x]\n"
+        #expect(error(text) == "c.yaml:3:3: '\(key)' is a top-level key, not a secret: unindent it to the start of the line, like 'secrets:'")
+    }
+
     @Test("a header that merely contains a scope key's name is still a header")
     func headerLikeAKey() throws {
         let config = try load("""
