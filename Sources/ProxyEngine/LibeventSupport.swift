@@ -189,6 +189,7 @@ final class PosixThread: @unchecked Sendable {
 /// and fixed text chosen by the proxy, never request data or secrets.
 public enum Diagnostics {
     public static func info(_ event: String, _ fields: [(String, String)] = []) { write("info", event, fields) }
+    public static func warning(_ event: String, _ fields: [(String, String)] = []) { write("warning", event, fields) }
     public static func error(_ event: String, _ fields: [(String, String)] = []) { write("error", event, fields) }
 
     private static func write(_ level: String, _ event: String, _ fields: [(String, String)]) {

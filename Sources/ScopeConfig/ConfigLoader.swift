@@ -36,6 +36,21 @@ struct Decoder {
     private var placeholderNames: Set<String> = []
     /// Names of the configured clients (`clients:`), which scopes refer to.
     private var clientNames: Set<String> = []
+    /// Every scope origin with where it is written: warnings about them are known only once `tls`
+    /// and `routes` are read.
+    private var scopeOrigins: [(scope: String, origin: Origin, mark: Mark)] = []
+
+    /// The keys of the file's top level; under `inject:` or `secrets:` one is a key indented too deep.
+    static let topLevelKeys = [
+        "listen", "proxy_auth", "clients", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
+        "redirects", "tls", "timeouts", "limits", "log", "scrub", "guard",
+    ]
+    /// The keys a scope accepts. A header under `inject:` with one of these names is a key indented
+    /// one level too deep (docs/configuration.md, "Scopes").
+    static let scopeKeys = ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"]
+    /// The keys a secret's source mapping accepts; a secret with one of these names and a value that
+    /// is not a mapping is such a key indented one level too shallow.
+    static let secretKeys = ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"]
 
     init(file: String, home: String) {
         self.file = file
@@ -51,10 +66,7 @@ struct Decoder {
     mutating func configuration(_ root: YAMLNode) throws(ConfigError) -> ProxyConfiguration {
         var config = ProxyConfiguration.embeddedDefault(home: home)
         config.sourcePath = file
-        let keys = try mapping(root, allowed: [
-            "listen", "proxy_auth", "clients", "admin", "store_dir", "secrets", "sensitive_headers", "scopes", "routes",
-            "redirects", "tls", "timeouts", "limits", "log", "scrub", "guard",
-        ], context: "the config")
+        let keys = try mapping(root, allowed: Self.topLevelKeys, context: "the config")
         // Secrets first: scopes and proxy_auth refer to them.
         if let node = keys["store_dir"] { config.storeDirectory = expand(try string(node), relativeTo: file) }
         if let node = keys["secrets"] {
@@ -90,6 +102,7 @@ struct Decoder {
         if let node = keys["log"] { config.log = try log(node) }
         if let node = keys["scrub"] { config.protection.scrub = try word(node, key: "scrub", as: ScrubMode.self) }
         if let node = keys["guard"] { config.protection.guardMode = try word(node, key: "guard", as: GuardMode.self) }
+        config.warnings = uninterceptedOriginWarnings(config, origins: scopeOrigins)
         return config
     }
 
@@ -109,8 +122,14 @@ struct Decoder {
             guard !name.isEmpty, name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
                 throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
             }
-            let fields = try mapping(valueNode, allowed: ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"],
-                                     context: "secret '\(name)'")
+            if Self.secretKeys.contains(name), case .scalar = valueNode.value {
+                throw error(keyNode, "'\(name)' is an option of a secret, not a secret: indent it under the secret it belongs to "
+                            + "(at the level of its env, file, store or oauth2)")
+            }
+            if Self.topLevelKeys.contains(name), !valueNode.isMapping {
+                throw error(keyNode, "'\(name)' is a top-level key, not a secret: unindent it to the start of the line, like 'secrets:'")
+            }
+            let fields = try mapping(valueNode, allowed: Self.secretKeys, context: "secret '\(name)'")
             let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }
             guard sources.count == 1 else {
                 throw error(valueNode, "secret '\(name)' needs exactly one source: env, file, store or oauth2")
@@ -183,14 +202,13 @@ struct Decoder {
 
     // MARK: Scopes
 
-    func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
+    mutating func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
         var scopes: [Scope] = []
         var names: Set<String> = []
         // header (lowercased) injected at an origin -> the scopes that inject it there, and whom they serve
         var injectors: [Origin: [String: [(scope: String, clients: Set<String>?)]]] = [:]
         for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"],
-                                   context: "a scope")
+            let keys = try mapping(item, allowed: Self.scopeKeys, context: "a scope")
             guard let nameNode = keys["name"] else { throw error(item, "a scope needs a 'name'") }
             let name = try nonEmptyString(nameNode)
             guard names.insert(name).inserted else { throw error(nameNode, "duplicate scope name '\(name)'") }
@@ -203,6 +221,16 @@ struct Decoder {
                 guard case .mapping(let pairs) = injectNode.value else { throw error(injectNode, "'inject' must map header -> template") }
                 for (headerNode, templateNode) in pairs {
                     let header = try headerName(headerNode)
+                    // `paths: "/v1/"` one level too deep would inject a header named paths, and the
+                    // scope would then apply to every path: never a header, always this error.
+                    if Self.scopeKeys.contains(header) {
+                        throw error(headerNode, "inject header '\(header)' is a scope key: indent it to the scope's level, "
+                                    + "like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(header)")
+                    }
+                    if Self.topLevelKeys.contains(header) {
+                        throw error(headerNode, "inject header '\(header)' is a top-level key: unindent it to the start of the line, "
+                                    + "like 'scopes:', or it becomes a header and the config loses its \(header)")
+                    }
                     let template: HeaderTemplate
                     do {
                         template = try HeaderTemplate.parse(try string(templateNode))
@@ -262,6 +290,7 @@ struct Decoder {
                 let origin: Origin
                 do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
                 guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
+                scopeOrigins.append((name, origin, originNode.mark))
                 if origin.scheme == .http {
                     // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
                     let loopback = origin.isLoopback
@@ -305,112 +334,6 @@ struct Decoder {
             guard names.insert(name).inserted else { throw error(item, "'\(name)' is listed twice in substitute") }
         }
         return names
-    }
-
-    // MARK: Clients
-
-    func clients(_ node: YAMLNode) throws(ConfigError) -> [ClientRule] {
-        var rules: [ClientRule] = []
-        var names: Set<String> = []
-        var basicUsers: [String: String] = [:]
-        for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "auth", "uid", "source", "tls_client", "rate"], context: "a client")
-            guard let nameNode = keys["name"] else { throw error(item, "a client needs a 'name'") }
-            let name = try nonEmptyString(nameNode)
-            guard name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
-                throw error(nameNode, "client names use letters, digits, '_', '.' and '-' (they appear in logs and metrics)")
-            }
-            guard names.insert(name).inserted else { throw error(nameNode, "duplicate client name '\(name)'") }
-
-            var auth: ClientAuth?
-            if let authNode = keys["auth"] {
-                let fields = try mapping(authNode, allowed: ["basic", "bearer"], context: "auth of client '\(name)'")
-                switch (fields["basic"], fields["bearer"]) {
-                case (let basic?, nil):
-                    let parts = try mapping(basic, allowed: ["user", "password"], context: "auth.basic of client '\(name)'")
-                    guard let userNode = parts["user"], let passwordNode = parts["password"] else {
-                        throw error(basic, "auth.basic needs 'user' and 'password' (a secret name)")
-                    }
-                    let user = try nonEmptyString(userNode)
-                    guard !user.contains(":"), user.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                        throw error(userNode, "a Basic user name is printable ASCII without ':' or spaces")
-                    }
-                    if let other = basicUsers[user] {
-                        throw error(userNode, "clients '\(other)' and '\(name)' both use the Basic user '\(user)': the user name selects the client")
-                    }
-                    basicUsers[user] = name
-                    auth = .basic(user: user, passwordSecret: try secretReference(passwordNode))
-                case (nil, let bearer?):
-                    auth = .bearer(tokenSecret: try secretReference(bearer))
-                default:
-                    throw error(authNode, "auth takes exactly one of basic: { user: U, password: SECRET } or bearer: SECRET")
-                }
-            }
-            var uid: UInt32?
-            if let uidNode = keys["uid"] {
-                #if os(Linux)
-                let value = try int(uidNode)
-                guard (0..<Int(UInt32.max)).contains(value) else { throw error(uidNode, "uid must be between 0 and 4294967294") }
-                uid = UInt32(value)
-                #else
-                throw error(uidNode, "uid recognition needs Linux (/proc/net/tcp); it is not available on this system")
-                #endif
-            }
-            var sources: [CIDR] = []
-            if let sourceNode = keys["source"] {
-                var items = [sourceNode]
-                if case .scalar = sourceNode.value {} else { items = try list(sourceNode) }
-                for entry in items {
-                    let text = try nonEmptyString(entry)
-                    switch CIDR.parse(text) {
-                    case .success(let cidr): sources.append(cidr)
-                    case .failure(.invalidAddress):
-                        throw error(entry, "'\(text)' is not an IP network: expected ADDRESS/PREFIX like 10.0.0.0/8 or fd00::/8 "
-                                    + "(IPv4 in four decimal parts without leading zeros)")
-                    case .failure(.invalidPrefix): throw error(entry, "'\(text)': the prefix length must be 0-32 for IPv4, 0-128 for IPv6")
-                    case .failure(.hostBitsSet): throw error(entry, "'\(text)' has bits set after the prefix: write the network address")
-                    }
-                }
-                guard !sources.isEmpty else { throw error(sourceNode, "source needs at least one network") }
-            }
-            var tlsClient: TLSClientMatch?
-            if let tlsNode = keys["tls_client"] {
-                let fields = try mapping(tlsNode, allowed: ["ca", "subject"], context: "tls_client of client '\(name)'")
-                guard let caNode = fields["ca"], let subjectNode = fields["subject"] else {
-                    throw error(tlsNode, "tls_client needs 'ca' (a PEM file) and 'subject' (CN=name, DNS:name, email:addr, URI:uri or IP:addr)")
-                }
-                let subjectText = try nonEmptyString(subjectNode)
-                guard let subject = SubjectMatch.parse(subjectText) else {
-                    throw error(subjectNode, "subject must be CN=name, DNS:name, email:addr, URI:uri or IP:addr")
-                }
-                tlsClient = TLSClientMatch(caFile: expand(try nonEmptyString(caNode), relativeTo: file), subject: subject)
-            }
-            var rate: RateLimit?
-            if let rateNode = keys["rate"] {
-                let text = try string(rateNode)
-                guard let parsed = RateLimit.parse(text) else {
-                    throw error(rateNode, "invalid rate '\(text)': use a whole number of requests per second or minute, like \"10/s\" or \"100/m\"")
-                }
-                rate = parsed
-            }
-            let rule = ClientRule(name: name, auth: auth, uid: uid, sources: sources, tlsClient: tlsClient, rate: rate)
-            if name == ClientRule.anonymousName {
-                guard !rule.hasRecognitionMethod else {
-                    throw error(nameNode, "'anonymous' applies to clients nothing else recognises: give it no auth, uid, source or tls_client")
-                }
-            } else if !rule.hasRecognitionMethod {
-                throw error(nameNode, "client '\(name)' has no way to be recognised: give it auth, uid, source or tls_client "
-                            + "(only the client named 'anonymous' needs none)")
-            }
-            rules.append(rule)
-        }
-        var uidOwners: [UInt32: String] = [:]
-        for rule in rules {
-            guard let uid = rule.uid else { continue }
-            if let other = uidOwners[uid] { throw error(node, "clients '\(other)' and '\(rule.name)' both use uid \(uid)") }
-            uidOwners[uid] = rule.name
-        }
-        return rules
     }
 
     func describe(_ error: HeaderTemplate.ParseError) -> String {

@@ -31,6 +31,8 @@ public struct ProxyConfiguration: Sendable {
     /// `maxClientConnections`; the other bounds are the engine's defaults.
     public var limits = Limits()
     public var log: LogSettings
+    /// What the file says that is valid but will not do what it seems to (`ConfigWarning`).
+    public var warnings: [ConfigWarning] = []
     /// `tls.client_listen`: the TLS client listener's address (kept with the other `tls` keys).
     public var clientListen: HostPort? {
         get { tls.clientListen }

@@ -19,6 +19,11 @@ public struct YAMLNode: Sendable {
     public let value: YAMLValue
     public let mark: Mark
 
+    public var isMapping: Bool {
+        if case .mapping = value { return true }
+        return false
+    }
+
     /// A plain `null`, `~` or empty scalar.
     public var isNull: Bool {
         if case .scalar(let text, plain: true) = value { return text.isEmpty || text == "null" || text == "~" || text == "Null" || text == "NULL" }

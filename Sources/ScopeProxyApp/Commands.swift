@@ -89,6 +89,7 @@ public enum Commands {
         guard let config = loadConfig(source) else { return 2 }
         writeStandardOutput(config.summary + "\n")
         // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
+        for warning in config.warnings { writeStandardError("warning: \(warning)\n") }
         for problem in Preflight.problems(config) + placeholderWarnings(config) { writeStandardError("warning: \(problem)\n") }
         return 0
     }
@@ -180,9 +181,12 @@ public enum Commands {
                             adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
                             caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
                             clientListen: server.clientListenAddress)
-        // The banner, then the `listening on` line last: scripts and tests wait for that exact line.
-        writeStandardError(banner.text + "listening on \(address)\n")
-        let running = RunningProxy(configPath: source?.path, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
+        // The banner, the config's warnings under it, then the `listening on` line last: scripts and
+        // tests wait for that exact line.
+        writeStandardError(banner.text)
+        Runtime.logWarnings(config)
+        writeStandardError("listening on \(address)\n")
+        let running = RunningProxy(configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         running.stop()
         return 0

@@ -37,7 +37,7 @@ enum ConfigPrinter {
         out += clients(config.clients)
         out += "store_dir: \(scalar(config.storeDirectory))\n"
 
-        out += "secrets:" + (config.secrets.isEmpty ? " {}\n" : "\n")
+        out += "secrets:" + (config.secrets.isEmpty && config.oauth2.isEmpty ? " {}\n" : "\n")
         let placeholders = Dictionary(uniqueKeysWithValues: config.placeholders.map { ($0.secret, $0) })
         for name in config.secrets.keys.sorted() {
             var source: String
@@ -53,6 +53,7 @@ enum ConfigPrinter {
             }
             out += "  \(scalar(name)): \(source)\n"
         }
+        for name in config.oauth2.keys.sorted() { out += "  \(scalar(name)): { oauth2: \(oauth2(config.oauth2[name]!)) }\n" }
 
         // Only what the config added: the built-in list always applies and cannot be removed.
         let extra = config.policy.sensitiveHeaders.subtracting(SensitiveHeaders.builtIn).sorted()
@@ -63,8 +64,8 @@ enum ConfigPrinter {
         out += "scopes:" + (config.policy.scopes.isEmpty ? " []\n" : "\n")
         for scope in config.policy.scopes {
             out += "  - name: \(scalar(scope.name))\n"
-            out += "    origins: \(flowList(scope.origins.map(Banner.origin).sorted()))\n"
-            out += "    require_https: \(scope.requireHTTPS)\n"
+            out += "    origins: \(flowList(scope.origins.map(origin).sorted()))\n"
+            out += requireHTTPS(scope)
             out += "    inject:" + (scope.inject.isEmpty ? " {}\n" : "\n")
             for injection in scope.inject {
                 out += "      \(scalar(injection.header)): \(scalar(template(injection.template)))\n"
@@ -75,6 +76,11 @@ enum ConfigPrinter {
             if let paths = scope.paths { out += "    paths: \(flowList(paths))\n" } else { out += "    # paths: every path\n" }
             if let clients = scope.clients { out += "    clients: \(flowList(clients.sorted()))\n" } else { out += "    # clients: every client\n" }
             out += "    substitute: \(flowList(scope.substitute.sorted()))\n"
+            if case .awsSigV4(let spec)? = scope.signing {
+                out += "    sign: { aws_sigv4: { service: \(scalar(spec.service)), region: \(scalar(spec.region)), "
+                    + "access_key_id: \(scalar(spec.accessKeyIDSecret)), secret_access_key: \(scalar(spec.secretAccessKeySecret))"
+                    + (spec.sessionTokenSecret.map { ", session_token: \(scalar($0))" } ?? "") + " } }\n"
+            }
         }
 
         // Words, never booleans: `on`/`off` are quoted by `scalar` for YAML 1.1 readers.
@@ -84,12 +90,12 @@ enum ConfigPrinter {
 
         out += "routes:" + (config.routes.isEmpty ? " []\n" : "\n")
         for route in config.routes {
-            out += "  - { listen: \(scalar(route.listen.description)), upstream: \(scalar(Banner.origin(route.upstream))) }\n"
+            out += "  - { listen: \(scalar(route.listen.description)), upstream: \(scalar(origin(route.upstream))) }\n"
         }
 
         out += "redirects:\n"
         out += "  cross_origin: \(config.redirects.mode.rawValue)\n"
-        out += "  allow: \(flowList(config.redirects.allow.map(Banner.origin).sorted()))\n"
+        out += "  allow: \(flowList(config.redirects.allow.map(origin).sorted()))\n"
         out += "  max_hops: \(config.redirects.maxHops)\n"
 
         out += "tls:\n"
@@ -130,6 +136,30 @@ enum ConfigPrinter {
         out += "  safe_json_keys: \(flowList(config.log.safeJSONKeys))\n"
         return out
     }
+
+    /// `require_https` only as the loader takes it back: an explicit `true` next to an http origin
+    /// is refused (such an origin is loopback, or the scope says `false`), so there the default
+    /// stays unwritten.
+    static func requireHTTPS(_ scope: Scope) -> String {
+        if scope.requireHTTPS && scope.origins.contains(where: { $0.scheme == .http }) {
+            return "    # require_https: true (the default; not written: its http origins are loopback, which need no setting)\n"
+        }
+        return "    require_https: \(scope.requireHTTPS)\n"
+    }
+
+    /// An `oauth2:` secret's mapping, its inputs as secret names.
+    static func oauth2(_ spec: OAuth2Spec) -> String {
+        var fields = ["token_url: \(scalar(origin(spec.endpoint) + spec.path))", "grant: \(spec.grant.grantType)",
+                      "client_id: \(scalar(spec.clientID))", "client_secret: \(scalar(spec.clientSecret))"]
+        if case .refreshToken(let secret) = spec.grant { fields.append("refresh_token: \(scalar(secret))") }
+        if let scope = spec.scope { fields.append("scope: \(scalar(scope))") }
+        if let audience = spec.audience { fields.append("audience: \(scalar(audience))") }
+        fields.append("client_auth: \(spec.clientAuthentication.rawValue)")
+        return "{ " + fields.joined(separator: ", ") + " }"
+    }
+
+    /// `scheme://host[:port]`, the port only when it is not the scheme's default.
+    static func origin(_ origin: Origin) -> String { "\(origin.scheme.rawValue)://\(origin.authority)" }
 
     /// The template as written: `${name}` for a secret, `$$` for a literal dollar.
     static func template(_ template: HeaderTemplate) -> String {

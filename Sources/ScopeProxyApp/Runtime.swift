@@ -83,11 +83,11 @@ public enum Runtime {
     }
 
     /// `tls.intercept`: the listed hosts, or with `scoped` every host of every https scope origin.
-    public static func interceptHosts(_ config: ProxyConfiguration) -> Set<String> {
-        switch config.tls.intercept {
-        case .hosts(let hosts): Set(hosts)
-        case .scoped: Set(config.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
-        }
+    public static func interceptHosts(_ config: ProxyConfiguration) -> Set<String> { config.interceptedHosts }
+
+    /// The config's warnings as log lines (at start and at each reload), level warning.
+    static func logWarnings(_ config: ProxyConfiguration) {
+        for warning in config.warnings { Diagnostics.warning("config_warning", [("warning", warning.description)]) }
     }
 
     /// Upstream TLS (system store + `upstream_ca`) always; the local CA only when something is
@@ -193,9 +193,12 @@ public final class MintedTokens: Sendable {
 }
 
 /// A running proxy with its config: rotates file secrets every second and reloads on SIGHUP. A bad
-/// reload logs its error and keeps the old config serving; listen address and threads need a restart.
+/// reload logs its error and keeps the old config serving; what a reload cannot apply
+/// (`RestartOnlySetting`) is logged as a warning naming the key, each time it differs.
 final class RunningProxy: Sendable {
     private let configPath: String?
+    /// The configuration the engine was started with: the restart-only keys keep its values.
+    private let started: ProxyConfiguration
     private let holder: ScopeContextHolder
     /// The store the current config's secrets come from; a reload replaces it.
     private let secrets: Locked<SecretStore>
@@ -204,9 +207,10 @@ final class RunningProxy: Sendable {
     private let tokens: Locked<OAuth2Tokens?>
     private let minted: MintedTokens
 
-    init(configPath: String?, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
+    init(configPath: String?, started: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
          tokens: OAuth2Tokens?, minted: MintedTokens) {
         self.configPath = configPath
+        self.started = started
         self.holder = holder
         self.engine = engine
         self.secrets = Locked(secrets)
@@ -261,6 +265,12 @@ final class RunningProxy: Sendable {
             self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
+            Runtime.logWarnings(config)
+            // Said before `reloaded`, so nobody reads that line as "everything in the file is in force".
+            for key in RestartOnlySetting.ignoredByReload(started: started, reloaded: config) {
+                Diagnostics.warning("reload_ignored_key", [("key", key), ("message", "\(key) changed in the config file, but a reload "
+                                    + "cannot apply it: the proxy keeps its value from the start; restart to apply")])
+            }
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count)), ("clients", String(config.clients.count))])
         } catch let error as ConfigError {
             reloadFailed(error.description)

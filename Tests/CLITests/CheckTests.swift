@@ -80,7 +80,7 @@ struct CheckTests {
             scopes:
               - { name: library, origins: ["https://api.library.example"], inject: { X-Key: "${library_key}", Authorization: "Bearer ${api_token}" } }
               - { name: cdn, origins: ["https://cdn.library.example"], inject: { X-CDN-Token: "${cdn}" } }
-            tls: { upstream_ca: missing-ca.pem }
+            tls: { upstream_ca: missing-ca.pem, intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
         let outcome = try runBinary(["check", "--config", config], removing: ["SCOPEPROXY_TEST_UNSET_TOKEN"])
         #expect(outcome.status == 0, "structurally valid: usable in CI without the secrets")
@@ -154,6 +154,7 @@ struct CheckTests {
             store_dir: \(scratch.path)/custom-store
             secrets: { cdn: { store: cdn } }
             scopes: [{ name: cdn, origins: ["https://cdn.example"], inject: { X-CDN-Token: "${cdn}" } }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
         let hint = "scopeproxy secret set cdn --config '\(config)'"
         let before = try runBinary(["check", "--config", config], environment: ["HOME": home])
@@ -197,5 +198,53 @@ struct CheckTests {
         #expect(outcome.status == 0)
         #expect(outcome.stderr.isEmpty, "\(outcome.stderr)")
         #expect(!FileManager.default.fileExists(atPath: scratch.path + "/ca"), "check creates nothing: the CA is made by run")
+    }
+}
+
+@Suite("CLI: check names what is valid but cannot work", .serialized)
+struct CheckWarningTests {
+    @Test("an https scope nothing intercepts: check exits 0 with warning: FILE:LINE:COLUMN on stderr; intercepted, no warning")
+    func unintercepted() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            secrets: { t: { env: SCOPEPROXY_TEST_SET_TOKEN } }
+            scopes:
+              - name: api
+                origins: ["https://api.example"]
+                inject: { X-T: "${t}" }
+            """)
+        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        #expect(outcome.status == 0)
+        #expect(outcome.stdout.hasPrefix("valid: "))
+        #expect(outcome.stderr.hasPrefix("warning: \(config):4:15: https origin https://api.example of scope 'api' is not intercepted: "
+                                         + "a client using HTTPS_PROXY reaches it through CONNECT, which is denied (403, tls.tunnel: deny)"), "\(outcome.stderr)")
+        #expect(outcome.stderr.split(separator: "\n").count == 1)
+        let intercepted = scratch.write("i.yaml", """
+            secrets: { t: { env: SCOPEPROXY_TEST_SET_TOKEN } }
+            scopes: [{ name: api, origins: ["https://api.example"], inject: { X-T: "${t}" } }]
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
+            """)
+        let quiet = try runBinary(["check", "--config", intercepted], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        #expect(quiet.status == 0)
+        #expect(quiet.stderr.isEmpty, "\(quiet.stderr)")
+    }
+
+    @Test("a scope key indented under inject: check exits 2 at the key, with the fix, instead of injecting a header named after it")
+    func scopeKeyUnderInject() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            secrets: { t: { env: T } }
+            scopes:
+              - name: api
+                origins: ["https://api.example"]
+                inject:
+                  Authorization: "Bearer ${t}"
+                  paths: "/v1/"
+            tls: { intercept: scoped }
+            """)
+        let outcome = try runBinary(["check", "--config", config])
+        #expect(outcome.status == 2)
+        #expect(outcome.stderr == "\(config):7:7: inject header 'paths' is a scope key: indent it to the scope's level, like 'inject:' "
+                + "(two spaces less), or it becomes a header and the scope loses its paths\n")
     }
 }

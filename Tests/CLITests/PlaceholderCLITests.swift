@@ -19,7 +19,7 @@ struct PlaceholderCLITests {
               openai_key: { env: OPENAI_VALUE, placeholder: true }
               github_token: { env: GITHUB_VALUE, placeholder: true, env_var: GITHUB_TOKEN }
               plain: { env: PLAIN_VALUE }
-            tls: { ca_dir: ca }
+            tls: { ca_dir: ca, intercept: scoped }
             scopes:
               - name: github
                 origins: ["https://api.github.com"]

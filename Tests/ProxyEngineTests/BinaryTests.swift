@@ -126,6 +126,68 @@ struct BinaryTests {
     }
 }
 
+@Suite("The built binary: what a reload cannot apply, what a config cannot do", .serialized)
+struct ReloadWarningBinaryTests {
+    @Test("SIGHUP after listen changed in the file: a warning names listen and says restart to apply; the old port keeps answering")
+    func changedListen() throws {
+        let scratch = ScratchDirectory()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let started = try TestListener.freePort(), changed = try TestListener.freePort()
+        func config(_ port: UInt16) -> String {
+            "listen: \"127.0.0.1:\(port)\"\nscopes: [{ name: a, origins: [\"\(origin.url)\"] }]\n"
+        }
+        let path = scratch.write("c.yaml", config(started))
+        let proxy = try ProxyProcess(arguments: ["--config", path, "--listen", "127.0.0.1:\(started)"])
+        defer { proxy.terminate() }
+        #expect(try get(proxy.port, origin)?.status == 200)
+
+        scratch.write("c.yaml", config(changed))
+        proxy.signal(SIGHUP)
+        var reloaded = false
+        for _ in 0..<50 where !reloaded {  // bounded wait, not a timing assertion
+            usleep(100_000)
+            reloaded = proxy.standardError.contains("\"event\":\"reloaded\"")
+        }
+        #expect(reloaded)
+        let lines = proxy.standardError.split(separator: "\n")
+        let warning = try #require(lines.first { $0.contains("\"event\":\"reload_ignored_key\"") }, "\(proxy.standardError)")
+        #expect(warning.contains("\"level\":\"warning\""))
+        #expect(warning.contains("\"key\":\"listen\""))
+        #expect(warning.contains("restart to apply"))
+        #expect(lines.firstIndex(of: warning)! < lines.firstIndex { $0.contains("\"event\":\"reloaded\"") }!, "said before `reloaded`")
+        #expect(lines.filter { $0.contains("reload_ignored_key") }.count == 1, "only listen changed")
+        #expect(proxy.port == started)
+        #expect(try get(started, origin)?.status == 200, "the old port still answers")
+
+        // Interception turned on by a reload, when the start intercepted nothing: named too.
+        scratch.write("c.yaml", config(changed) + "tls: { intercept: [api.example], ca_dir: \(scratch.path)/ca }\n")
+        proxy.signal(SIGHUP)
+        var second = false
+        for _ in 0..<50 where !second {
+            usleep(100_000)
+            second = proxy.standardError.components(separatedBy: "\"event\":\"reloaded\"").count == 3
+        }
+        #expect(second)
+        let interception = proxy.standardError.split(separator: "\n").filter { $0.contains("reload_ignored_key") }
+        #expect(interception.contains { $0.contains("\"key\":\"tls.intercept\"") && $0.contains("restart to apply") }, "\(interception)")
+        #expect(proxy.terminate() == 0)
+    }
+
+    @Test("run with an https scope nothing intercepts logs a warning line naming FILE:LINE:COLUMN, and serves")
+    func runWarnsAboutUninterceptedScope() throws {
+        let scratch = ScratchDirectory()
+        let path = scratch.write("c.yaml", "scopes:\n  - { name: api, origins: [\"https://api.example\"] }\n")
+        let proxy = try ProxyProcess(arguments: ["--config", path])
+        defer { proxy.terminate() }
+        let warning = try #require(proxy.standardError.split(separator: "\n").first { $0.contains("\"event\":\"config_warning\"") },
+                                   "\(proxy.standardError)")
+        #expect(warning.contains("\"level\":\"warning\""))
+        #expect(warning.contains("\(path):2:28: https origin https://api.example of scope 'api' is not intercepted"))
+        #expect(proxy.terminate() == 0)
+    }
+}
+
 @Suite("Real clients through the binary: curl and python-requests following redirects", .serialized)
 struct RealClientTests {
     /// api (127.0.0.1) -> cdn (127.0.0.2) -> attacker: what each received, with clients that
