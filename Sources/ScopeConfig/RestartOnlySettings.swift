@@ -17,9 +17,13 @@ public struct RestartOnlySetting: Sendable {
         // which hosts are intercepted, but not turn interception on.
         .init(key: "tls.intercept") { $0.interceptedHosts.isEmpty && !$1.interceptedHosts.isEmpty },
         .init(key: "tls.tunnel") { $0.tls.tunnel != $1.tls.tunnel },
-        // The CA is read from it at start when something is intercepted (the placeholder key beside
-        // it is read again on reload).
-        .init(key: "tls.ca_dir") { !$0.interceptedHosts.isEmpty && $0.tls.caDirectory != $1.tls.caDirectory },
+        // The CA is read from it at start when something is intercepted, and the placeholder key
+        // beside it stays the one of the start directory: a reload that read another key would
+        // silently change what every placeholder a client holds stands for.
+        .init(key: "tls.ca_dir") { started, reloaded in
+            let used = !started.interceptedHosts.isEmpty || !started.placeholders.isEmpty || !reloaded.placeholders.isEmpty
+            return used && started.tls.caDirectory != reloaded.tls.caDirectory
+        },
         .init(key: "tls.upstream_ca") { $0.tls.upstreamCA != $1.tls.upstreamCA },
         .init(key: "tls.client_listen") { $0.tls.clientListen != $1.tls.clientListen },
         // The TLS client listener trusts the CA files it loaded at start (without one, none is read).

@@ -127,9 +127,11 @@ extension Runtime {
     /// true` secret the key is neither read nor created: a config without placeholders leaves no
     /// file behind. `run` calls this before it listens, so an unusable key stops it with the
     /// file's name and the fix.
-    public static func placeholderTable(_ config: ProxyConfiguration) throws(PlaceholderKeyError) -> PlaceholderTable {
+    /// `keyPath` is the key of the directory the proxy started with, on a reload too (`tls.ca_dir`
+    /// is restart-only): a placeholder a client holds keeps standing for the same secret.
+    public static func placeholderTable(_ config: ProxyConfiguration, keyPath: String? = nil) throws(PlaceholderKeyError) -> PlaceholderTable {
         guard !config.placeholders.isEmpty else { return .empty }
-        let key = try PlaceholderKey.loadOrCreate(path: config.placeholderKeyPath)
+        let key = try PlaceholderKey.loadOrCreate(path: keyPath ?? config.placeholderKeyPath)
         return PlaceholderTable(config.placeholders, key: key)
     }
 }

@@ -243,7 +243,7 @@ final class RunningProxy: Sendable {
             let config = try Runtime.loadConfiguration(path: configPath)
             let secrets = Runtime.secretStore(config)
             try secrets.load()
-            let placeholders = try Runtime.placeholderTable(config)
+            let placeholders = try Runtime.placeholderTable(config, keyPath: started.placeholderKeyPath)
             // A new token source for the new config: its tokens are fetched again when first needed.
             let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
             let previous = holder.context

@@ -166,5 +166,9 @@ struct RestartOnlySettingTests {
         #expect(RestartOnlySetting.ignoredByReload(started: started, reloaded: reloaded).isEmpty)
         // Interception off at start and still off: nothing to restart for, whatever ca_dir says.
         #expect(RestartOnlySetting.ignoredByReload(started: try load(""), reloaded: try load("tls: { ca_dir: /x }\n")).isEmpty)
+        // Placeholders derive from the key in the start directory: a moved ca_dir is named then.
+        let placeholderSecrets = "secrets: { gh: { env: GH, placeholder: true } }\n"
+        #expect(RestartOnlySetting.ignoredByReload(started: try load(placeholderSecrets),
+                                                   reloaded: try load(placeholderSecrets + "tls: { ca_dir: /x }\n")) == ["tls.ca_dir"])
     }
 }
