@@ -58,7 +58,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// A placeholder of `secret` in a request to an origin no scope substitutes it for (`where`:
     /// "target", a header name, or "body"). Nothing of the request was sent (a body: nothing
     /// from the placeholder on).
-    case placeholderOutOfScope(secret: String, where: String, Origin)
+    case placeholderOutOfScope(secret: String, where: String, Origin, PlaceholderRefusal)
     /// The value of a secret (in the finding's encoding) in a request to an origin outside its scopes.
     case secretEgressBlocked(SecretFinding, where: String, Origin)
     /// The proxy never connects to its own listening sockets (docs/security-model.md, "Clients"):
@@ -142,7 +142,9 @@ public enum ProxyError: Error, Equatable, Sendable {
         switch self {
         case .malformedRequest(let reason): "malformed request: \(reason)"
         case .notProxyRequest:
-            "scopeproxy is a forward proxy: send absolute-form requests (set HTTP_PROXY=http://<this address>)"
+            // curl reads only the lower-case http_proxy for http:// URLs (the upper-case one is
+            // ignored, httpoxy), so the hint names the spelling every client reads, and curl -x.
+            "scopeproxy is a forward proxy: send absolute-form requests through it (curl -x http://HOST:PORT URL, or export http_proxy=http://HOST:PORT in lower case, with HOST:PORT this proxy's address)"
         case .hostMismatch: "the Host header does not match the request target"
         case .unsupportedTarget(let reason): "unsupported request target: \(reason)"
         case .targetTooLong: "request target longer than 8 KiB"
@@ -183,14 +185,27 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
-        case .placeholderOutOfScope(let secret, let place, let origin):
-            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
+        case .placeholderOutOfScope(let secret, let place, let origin, let refusal):
+            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): " + Self.why(refusal) + "; nothing was sent"
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         case .loopRefused(let origin?):
             "\(origin) resolves to this proxy's own listening port on this machine (or a listener on that port takes every address, 0.0.0.0 or ::): the proxy never connects to itself; nothing was sent; bind that listener to one address to reach this port on other hosts"
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
+        }
+    }
+
+    private static func why(_ refusal: PlaceholderRefusal) -> String {
+        func quoted(_ scopes: [String]) -> String { (scopes.count == 1 ? "scope " : "scopes ") + scopes.map { "'\($0)'" }.joined(separator: ", ") }
+        switch refusal {
+        case .notListed:
+            return "no scope lists it in `substitute` for this origin"
+        case .clientNotServed(let scopes, let client):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here but \(scopes.count == 1 ? "does" : "do") not serve "
+                + (client.map { "client '\($0)'" } ?? "this request, which no configured client was recognised for") + " (see the scope's clients)"
+        case .requestNotCovered(let scopes):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not for this request (its methods, paths or https rule; never TRACE)"
         }
     }
 

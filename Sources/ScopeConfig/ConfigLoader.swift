@@ -260,7 +260,7 @@ struct Decoder {
             for originNode in try list(originsNode) {
                 let text = try string(originNode)
                 let origin: Origin
-                do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
+                do { origin = try Origin.parse(text) } catch { throw self.error(originNode, Self.originProblem(text)) }
                 guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
                 if origin.scheme == .http {
                     // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
@@ -621,7 +621,7 @@ struct Decoder {
 
     func hostPort(_ node: YAMLNode) throws(ConfigError) -> HostPort {
         let text = try string(node)
-        guard let address = ListenAddress.parse(text) else { throw error(node, "expected HOST:PORT, got '\(text)'") }
+        guard let address = ListenAddress.parse(text) else { throw error(node, ListenAddress.problem(text)) }
         if let problem = address.hostProblem { throw error(node, problem) }
         return address
     }
@@ -635,6 +635,18 @@ struct Decoder {
         return String(configFile[...slash]) + path
     }
 
+    /// Why `text` is not an origin. A URL with a path is the usual mistake: the path belongs in
+    /// the scope's `paths` (a prefix; "/v1" becomes "/v1/" so that "/v10" is not under it).
+    static func originProblem(_ text: String) -> String {
+        guard case .absolute(let origin, let pathAndQuery, nil)? = try? RequestTarget.parse(text, method: "GET"), pathAndQuery != "/" else {
+            return "invalid origin '\(text)': expected scheme://host[:port]"
+        }
+        var path = String(pathAndQuery.prefix { $0 != "?" && $0 != "#" })
+        if !path.hasSuffix("/") { path += "/" }
+        return "invalid origin '\(text)': an origin has no path; write '\(origin.scheme.rawValue)://\(origin.authority)' in origins "
+            + "and add paths: [\"\(path)\"] to the scope"
+    }
+
     /// ", did you mean 'x'?" for the closest candidate within edit distance 2.
     func suggestion(_ word: String, _ candidates: Set<String>) -> String {
         let best = candidates.map { ($0, Self.editDistance(word, $0)) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
@@ -642,16 +654,25 @@ struct Decoder {
         return ", did you mean '\(best.0)'?"
     }
 
+    /// Optimal string alignment distance (Damerau-Levenshtein without repeated edits of one
+    /// substring): insertions, deletions, substitutions and transpositions of two adjacent
+    /// characters each cost 1, so `pahts` is 1 from `paths` and 2 from `pass`.
     static func editDistance(_ a: String, _ b: String) -> Int {
         let a = Array(a.utf8), b = Array(b.utf8)
+        guard !a.isEmpty, !b.isEmpty else { return max(a.count, b.count) }
+        var beforePrevious = [Int](repeating: 0, count: b.count + 1)
         var previous = Array(0...b.count)
-        for i in 1...max(1, a.count) where !a.isEmpty {
+        for i in 1...a.count {
             var current = [i] + [Int](repeating: 0, count: b.count)
-            for j in 1...max(1, b.count) where !b.isEmpty {
+            for j in 1...b.count {
                 current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    current[j] = min(current[j], beforePrevious[j - 2] + 1)
+                }
             }
+            beforePrevious = previous
             previous = current
         }
-        return a.isEmpty ? b.count : previous[b.count]
+        return previous[b.count]
     }
 }
