@@ -153,6 +153,8 @@ public enum ExchangeFailure: Sendable, Equatable {
         switch self {
         case .proxy(.interceptionFailed(_, let why)): why.rawValue
         case .proxy(.proxyAuthenticationRequired(let refusal)): refusal.logText
+        // The client never reads this answer (it gets a TLS alert): the log line is where the fix is said.
+        case .proxy(.tlsToPlainListener): "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)"
         default: nil
         }
     }

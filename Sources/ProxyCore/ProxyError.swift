@@ -7,6 +7,9 @@ import ScopePolicy
 /// because those may hold credentials.
 public enum ProxyError: Error, Equatable, Sendable {
     case malformedRequest(String)
+    /// The client opened with a TLS ClientHello on the plain listener (an `https://` proxy URL).
+    /// Its answer is a TLS alert, not HTTP text the client would not read.
+    case tlsToPlainListener
     case notProxyRequest
     case hostMismatch
     case unsupportedTarget(String)
@@ -74,12 +77,13 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .unsupportedVersion: self = .unsupportedVersion
         case .unsupportedTransferCoding: self = .unsupportedTransferCoding
         case .malformed(let reason): self = .malformedRequest(reason)
+        case .tlsHandshake: self = .tlsToPlainListener
         }
     }
 
     public var status: Int {
         switch self {
-        case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
+        case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget, .tlsToPlainListener: 400
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
@@ -102,6 +106,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var code: String {
         switch self {
         case .malformedRequest: "malformed_request"
+        case .tlsToPlainListener: "tls_to_plain_listener"
         case .notProxyRequest: "not_a_proxy_request"
         case .hostMismatch: "host_mismatch"
         case .unsupportedTarget: "unsupported_target"
@@ -141,6 +146,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var message: String {
         switch self {
         case .malformedRequest(let reason): "malformed request: \(reason)"
+        case .tlsToPlainListener:
+            "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT, https_proxy=http://HOST:PORT)"
         case .notProxyRequest:
             // curl reads only the lower-case http_proxy for http:// URLs (the upper-case one is
             // ignored, httpoxy), so the hint names the spelling every client reads, and curl -x.
@@ -226,6 +233,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
     /// An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
     public func response(keepAlive: Bool, requestID: String, clientVersion: HTTPVersion = .http1_1) -> [UInt8] {
+        // A TLS client reads TLS records only: HTTP text would be reported as a bad record
+        // ("wrong version number"). A fatal alert ends its handshake with a reason it shows.
+        if case .tlsToPlainListener = self { return Self.protocolVersionAlert }
         var json = JSONLine()
         json.string("error", code)
         json.string("message", message)
@@ -241,6 +251,11 @@ public enum ProxyError: Error, Equatable, Sendable {
         head += !keepAlive ? "Connection: close\r\n\r\n" : clientVersion == .http1_0 ? "Connection: keep-alive\r\n\r\n" : "\r\n"
         return Array(head.utf8) + body
     }
+
+    /// A TLS alert record (RFC 8446 §6; record version 0x0301, as a ClientHello's record may
+    /// carry): fatal (2), protocol_version (70). OpenSSL reports it as "tlsv1 alert protocol
+    /// version": the listener does not speak the protocol the client opened with.
+    public static let protocolVersionAlert: [UInt8] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]
 
     public static func reasonPhrase(_ status: Int) -> String {
         switch status {
@@ -272,6 +287,7 @@ extension HTTPParseError {
         case .unsupportedVersion: "unsupported HTTP version"
         case .unsupportedTransferCoding: "unsupported transfer coding"
         case .malformed(let reason): reason
+        case .tlsHandshake: "the origin answered with TLS (is it an https origin?)"
         }
     }
 }

@@ -84,13 +84,13 @@ public enum Explanation {
             // Clients send https:// requests as CONNECT plus TLS: the rules apply only inside a
             // tunnel the proxy terminates.
             if scope.interceptHosts.contains(origin.host) {
-                out.line("https", "CONNECT \(origin.authority) is intercepted (tls.intercept): the rules below apply inside the tunnel")
+                out.line("https", "CONNECT \(origin.host):\(origin.port) is intercepted (tls.intercept): the rules below apply inside the tunnel")
                 mode = .intercepted(origin, client: identity)
             } else if config.tls.tunnel == .allow {
-                out.line("https", "CONNECT \(origin.authority) would be tunnelled, not intercepted: the proxy sees nothing inside, "
+                out.line("https", "CONNECT \(origin.host):\(origin.port) would be tunnelled, not intercepted: the proxy sees nothing inside, "
                          + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
             } else {
-                out.line("https", "CONNECT \(origin.authority) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
                          + "Add \(origin.host) to tls.intercept for the rules below to apply.")
             }
         }

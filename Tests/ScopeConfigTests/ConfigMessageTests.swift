@@ -45,7 +45,7 @@ struct ConfigMessageTests {
     @Test("a misspelt scope key suggests the closest key, a transposition counting as one edit", arguments: typos)
     func scopeKeyTypo(_ typo: Typo) {
         let message = loadError("scopes:\n  - name: s\n    origins: [\"https://a.example\"]\n    \(typo.typed): x\n")
-        #expect(message?.hasSuffix("unknown key '\(typo.typed)' in scope, did you mean '\(typo.meant)'?") == true, "\(message ?? "loaded")")
+        #expect(message?.hasSuffix("unknown key '\(typo.typed)' in a scope, did you mean '\(typo.meant)'?") == true, "\(message ?? "loaded")")
     }
 
     @Test("edit distance: optimal string alignment (transpositions cost 1)", arguments: [
