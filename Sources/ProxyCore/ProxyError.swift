@@ -3,8 +3,8 @@ import JSONText
 import ScopePolicy
 
 /// Every way an exchange can fail before its response started, mapped to HTTP in one place.
-/// Messages are fixed text plus, at most, an origin: never a path, query, header or userinfo,
-/// because those may hold credentials.
+/// Messages are fixed text plus, at most, an origin and names from the configuration (scopes,
+/// clients, secrets): never a path, query, header or userinfo, because those may hold credentials.
 public enum ProxyError: Error, Equatable, Sendable {
     case malformedRequest(String)
     /// The client opened with a TLS ClientHello on the plain listener (an `https://` proxy URL).

@@ -115,6 +115,6 @@ struct MessageCLITests {
         #expect(explained.stdout.contains("scopes        api (origins https://alt.example:8443, https://api.example)"), "\(explained.stdout)")
         // Only the request line echoes the URL as given; every origin the report prints is spelled one way.
         let report = explained.stdout.split(separator: "\n").filter { !$0.hasPrefix("request ") }.joined(separator: "\n")
-        #expect(!report.contains("api.example:443"), "\(explained.stdout)")
+        #expect(!report.contains("https://api.example:443"), "a CONNECT names host:port; an origin never shows its default port: \(explained.stdout)")
     }
 }
