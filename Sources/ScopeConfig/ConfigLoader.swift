@@ -654,25 +654,6 @@ struct Decoder {
         return ", did you mean '\(best.0)'?"
     }
 
-    /// Optimal string alignment distance (Damerau-Levenshtein without repeated edits of one
-    /// substring): insertions, deletions, substitutions and transpositions of two adjacent
-    /// characters each cost 1, so `pahts` is 1 from `paths` and 2 from `pass`.
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8), b = Array(b.utf8)
-        guard !a.isEmpty, !b.isEmpty else { return max(a.count, b.count) }
-        var beforePrevious = [Int](repeating: 0, count: b.count + 1)
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var current = [i] + [Int](repeating: 0, count: b.count)
-            for j in 1...b.count {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
-                    current[j] = min(current[j], beforePrevious[j - 2] + 1)
-                }
-            }
-            beforePrevious = previous
-            previous = current
-        }
-        return previous[b.count]
-    }
+    /// See `EditDistance`: `pahts` is 1 from `paths` and 2 from `pass`.
+    static func editDistance(_ a: String, _ b: String) -> Int { EditDistance.between(a, b) }
 }

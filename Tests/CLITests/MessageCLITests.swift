@@ -84,6 +84,11 @@ struct MessageCLITests {
         #expect(typoOutcome.status == 2)
         #expect(typoOutcome.stderr.contains("typo.yaml:4:5: unknown key 'pahts' in a scope, did you mean 'paths'?"), "\(typoOutcome.stderr)")
 
+        // The command line's did-you-mean uses the same distance: two letters swapped are one edit.
+        let command = try runBinary(["chekc", "--config", typo])
+        #expect(command.status == 2)
+        #expect(command.stderr.contains("did you mean 'check'?"), "\(command.stderr)")
+
         let port = scratch.write("port.yaml", "listen: \"127.0.0.1:99999\"\n")
         let portOutcome = try runBinary(["check", "--config", port])
         #expect(portOutcome.status == 2)
