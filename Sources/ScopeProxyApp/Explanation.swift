@@ -77,6 +77,12 @@ public enum Explanation {
                 .joined(separator: "; "))
             // What each covering scope does, in the banner's words (one description of a scope's credentials).
             for scope in covering { out.line("", "\(scope.name): " + Banner.credentials(scope, tokens: tokens).joined(separator: "; ")) }
+            // Scopes of this origin that serve other clients (the log's client_not_served): named, with the --client to see them.
+            for other in config.policy.scopes where other.origins.contains(origin) && !other.serves(request.client) {
+                let clients = (other.clients ?? []).sorted()
+                out.line("", "\(other.name) covers it too, for clients \(clients.joined(separator: ", ")) only"
+                         + (request.client == nil ? " (explain with --client \(clients.first ?? "NAME"))" : ", not '\(request.client ?? "")'"))
+            }
         }
 
         var mode = ConnectionMode.forwardProxy

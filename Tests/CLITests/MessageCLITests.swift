@@ -74,6 +74,19 @@ struct MessageCLITests {
                 "\(unnamed.stdout)")
         let other = try runBinary(["explain", "--config", config, "--client", "ci", "https://api.example/v1"])
         #expect(other.stdout.contains("scope api covers this origin but serves only clients agent, not 'ci'"), "\(other.stdout)")
+
+        // Another scope covers the origin for everyone: the one for named clients is still named.
+        let shared = scratch.write("shared.yaml", """
+            secrets: { token: { env: EXPLAIN_TOKEN }, key: { env: AGENT_KEY } }
+            clients: [{ name: agent, auth: { bearer: key } }, { name: anonymous }]
+            scopes:
+              - { name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" }, clients: [agent] }
+              - { name: public, origins: ["https://api.example"], pass: [Cookie] }
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
+            """)
+        let sharedOutcome = try runBinary(["explain", "--config", shared, "https://api.example/v1"])
+        #expect(sharedOutcome.stdout.contains("scopes        public (origins https://api.example)"), "\(sharedOutcome.stdout)")
+        #expect(sharedOutcome.stdout.contains("api covers it too, for clients agent only (explain with --client agent)"), "\(sharedOutcome.stdout)")
     }
 
     @Test("check: a misspelt 'pahts' suggests paths; a port out of range says so; an origin with a path suggests paths:")
