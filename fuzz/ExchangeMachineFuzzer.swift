@@ -367,7 +367,8 @@ private struct Harness {
         for action in actions {
             switch action {
             case .writeToClient(let bytes):
-                let status = statusCode(bytes)
+                // A TLS client on the plain listener is answered with a TLS alert, its final answer (400 in the log).
+                let status = bytes == ProxyError.protocolVersionAlert ? 400 : statusCode(bytes)
                 guard let status else { fail("writeToClient without a status line: \(String(decoding: bytes.prefix(60), as: UTF8.self))") }
                 guard let unit = units.indices.last else { fail("response \(status) with no request") }
                 if status < 200 && status != 101 {
@@ -520,7 +521,7 @@ private struct Harness {
         case 0: requestHead(&input)
         case 1:
             let errors: [HTTPParseError] = [.headTooLarge, .tooManyFields, .targetTooLong, .unsupportedVersion,
-                                            .unsupportedTransferCoding, .malformed("fuzz")]
+                                            .unsupportedTransferCoding, .malformed("fuzz"), .tlsHandshake]
             deliver(.requestHeadInvalid(errors[input.pick(errors.count)], Arrival(now: 1, scope: fixture.scope)),
                     unit: Unit(needsRecord: true, origin: nil))
         case 2: deliver(.headStarted)

@@ -21,6 +21,9 @@ public struct HeadScanner: Sendable {
         public var end: Int
     }
 
+    /// A TLS record's content type `handshake` and every TLS version's major byte (RFC 8446 §5.1).
+    static let tlsHandshakeRecord: UInt8 = 0x16, tlsMajorVersion: UInt8 = 0x03
+
     /// True once any byte of a head (beyond ignorable empty lines) has been seen.
     public var hasStarted: Bool { position > headStart }
 
@@ -28,6 +31,12 @@ public struct HeadScanner: Sendable {
         let count = bytes.count
         while position < count {
             let byte = bytes[position]
+            if position == headStart, byte == Self.tlsHandshakeRecord {
+                // No request line starts with a control character: 0x16 0x03 is a TLS record
+                // (a ClientHello). Said at once, instead of waiting for a CRLF that never comes.
+                guard position + 1 < count else { break }
+                if bytes[position + 1] == Self.tlsMajorVersion { throw .tlsHandshake }
+            }
             if byte == ASCII.cr {
                 guard position + 1 < count else { break }  // need the next byte to judge this CR
                 guard bytes[position + 1] == ASCII.lf else { throw .malformed("bare CR in head") }

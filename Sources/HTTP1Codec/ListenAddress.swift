@@ -25,6 +25,22 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         return ListenAddress(host: host, port: UInt16(port))
     }
 
+    /// Why `text` is not a `HOST:PORT` (for a text `parse` refused): a port out of 1-65535 is
+    /// named as such, so `127.0.0.1:99999` does not read as a syntax error.
+    public static func problem(_ text: String) -> String {
+        let freePort = "use 1-65535 (or 0 for a free port)"
+        guard let colon = text.lastIndex(of: ":"), colon != text.startIndex else { return "expected HOST:PORT, got '\(text)'" }
+        let digits = text[text.index(after: colon)...]
+        if digits.isEmpty { return "expected HOST:PORT, got '\(text)': the port is missing (\(freePort))" }
+        guard digits.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            return "port '\(digits)' is not a number: \(freePort)"
+        }
+        if digits.count > 5 || BoundedDecimal.parse(digits.utf8, maximum: 65535) == nil {
+            return "port \(digits) is out of range: \(freePort)"
+        }
+        return "expected HOST:PORT, got '\(text)'"
+    }
+
     /// Why this host cannot be listened on, or nil. Listening needs an address, not a name: a name
     /// would be resolved once at start and could bind somewhere unexpected (a public interface), so
     /// only IP literals are taken, plus `localhost`, which is always 127.0.0.1.

@@ -29,8 +29,13 @@ public struct Origin: Hashable, Sendable, CustomStringConvertible {
     /// Whether the host is this machine: see `Host.isLoopback`.
     public var isLoopback: Bool { Host.isLoopback(normalized: host, kind: hostKind) }
 
-    /// Always with the port: `https://api.x:443`. This is how origins appear in logs and errors.
-    public var description: String { "\(scheme.rawValue)://\(host):\(port)" }
+    /// The one way an origin is printed (banner, explain, config print, logs, errors): RFC 6454
+    /// §6.2's serialization, the port only when it is not the scheme's default (`https://api.x`,
+    /// `https://api.x:8443`), as people write it in `origins:`.
+    public var description: String { "\(scheme.rawValue)://\(authority)" }
+
+    /// `https://api.x:443`: with the port always, for a CONNECT, which names host:port.
+    public var withPort: String { "\(scheme.rawValue)://\(host):\(port)" }
 
     /// The Host header value for this origin: the port only when it is not the default.
     public var authority: String { port == scheme.defaultPort ? host : "\(host):\(port)" }

@@ -13,6 +13,9 @@ public enum HTTPParseError: Error, Equatable, Sendable {
     case unsupportedTransferCoding
     /// Anything else that is not strict RFC 9112 (400 for requests, 502 for responses).
     case malformed(String)
+    /// The peer opened with a TLS handshake record (0x16 0x03, RFC 8446 §5.1) where an HTTP/1.1
+    /// head was expected: it speaks TLS to a plain listener (an `https://` proxy URL).
+    case tlsHandshake
 }
 
 public struct HeadLimits: Sendable, Equatable {

@@ -367,7 +367,9 @@ public struct ConnectionMachine {
         }
         switch admission {
         case .reject(let error):
-            // Nothing was forwarded and the body (if any) was not read: answer and close.
+            // Nothing was forwarded and the body (if any) was not read: answer and close. The line
+            // still names where the request was going whenever its target can be read.
+            record.noteTarget(of: head, fixedOrigin: mode.fixedOrigin)
             reject(error, record: record, consumedBody: false)
         case .intercept(let origin, let client):
             record.origin = origin
@@ -568,8 +570,7 @@ public struct ConnectionMachine {
             // origin never sees a complete request) and answer 403 if no response has started.
             exchange.record.guardFinding = finding
             let origin = exchange.hop.origin
-            fail(exchange, finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: "body", origin)
-                                                 : .secretEgressBlocked(finding, where: "body", origin),
+            fail(exchange, HopPlanner.blocked(finding, where: "body", origin, exchange.scope.policy, client: exchange.request.client.name),
                  closeClient: true)
         case .scrubbed:
             break  // request bodies are guarded, never scrubbed
@@ -1008,7 +1009,7 @@ public struct ConnectionMachine {
         switch error {
         case .secretEgressBlocked(let finding, _, _) where record.guardFinding == nil:
             record.guardFinding = finding
-        case .placeholderOutOfScope(let secret, _, _) where record.guardFinding == nil:
+        case .placeholderOutOfScope(let secret, _, _, _) where record.guardFinding == nil:
             record.guardFinding = SecretFinding(secret: secret, encoding: .raw, isPlaceholder: true)
         default: break
         }

@@ -50,6 +50,27 @@ public struct ExchangeRecord: Sendable, Equatable {
         self.startedAt = startedAt
     }
 
+    /// The origin (and path) a refused request named, when its target can be read, so that its
+    /// log line says where it was going (a denied CONNECT names its host:port). A target that
+    /// cannot be read leaves the line's `url` absent (`-`): there is nothing trustworthy to show.
+    public mutating func noteTarget(of head: RequestHead, fixedOrigin: Origin?) {
+        guard origin == nil, let target = try? RequestTarget.parse(head.target, method: head.method) else { return }
+        switch target {
+        case .authority(let host, let port):
+            origin = Origin(scheme: .https, host: host, port: port)
+        case .absolute(let named, let path, _):
+            origin = named
+            pathAndQuery = path
+        case .origin(let path):
+            // Origin-form names a host only where the connection fixes it (a route, an intercepted tunnel).
+            guard let fixedOrigin else { return }
+            origin = fixedOrigin
+            pathAndQuery = path
+        case .asterisk:
+            return
+        }
+    }
+
     /// What the scope rules did to the request this record describes.
     public mutating func note(_ decision: ScopeDecision) {
         scopes = decision.scopes
@@ -132,6 +153,8 @@ public enum ExchangeFailure: Sendable, Equatable {
         switch self {
         case .proxy(.interceptionFailed(_, let why)): why.rawValue
         case .proxy(.proxyAuthenticationRequired(let refusal)): refusal.logText
+        // The client never reads this answer (it gets a TLS alert): the log line is where the fix is said.
+        case .proxy(.tlsToPlainListener): "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)"
         default: nil
         }
     }

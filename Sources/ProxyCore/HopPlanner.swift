@@ -143,7 +143,8 @@ public enum HopPlanner {
                         for secret in secrets where !substituted.contains(secret) { substituted.append(secret) }
                         return .success(rewritten)
                     case .refused(let secret):
-                        return .failure(.placeholderOutOfScope(secret: secret, where: site.label, target.origin))
+                        return .failure(.placeholderOutOfScope(secret: secret, where: site.label, target.origin,
+                                                               scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client)))
                     case .unavailable(let secret):
                         let owner = scope.policy.covering(target.origin, client: client).first { $0.substitute.contains(secret) }
                         return .failure(.credentialUnavailable(scope: owner?.name ?? "substitute", secret: secret))
@@ -175,7 +176,9 @@ public enum HopPlanner {
                     case .failure(let error): return .failure(error)
                     case .success(let rewritten?):
                         guard site != nil else {
-                            return .failure(.placeholderOutOfScope(secret: substituted.last ?? "", where: "body", target.origin))
+                            let secret = substituted.last ?? ""
+                            return .failure(.placeholderOutOfScope(secret: secret, where: "body", target.origin,
+                                                                   scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client)))
                         }
                         outgoingBody = rewritten
                     case .success(nil): break
@@ -241,10 +244,10 @@ public enum HopPlanner {
             allowed: { policy.secretsSent(to: target.origin, client: client) }, values: guarding, placeholders: true)
         if let watch {
             if let match = watch.firstMatch(in: head) {
-                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin))
+                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin, scope.policy, client: client))
             }
             if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
-                return .failure(blocked(watch.finding(match), where: "body", target.origin))
+                return .failure(blocked(watch.finding(match), where: "body", target.origin, scope.policy, client: client))
             }
         }
         var decision = scoped.decision
@@ -331,8 +334,9 @@ public enum HopPlanner {
     /// The most a body may grow to by substitution.
     static let maxSubstitutedBodyOutput = 4 * 1024 * 1024
 
-    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin) -> ProxyError {
-        finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin)
+    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin, _ policy: ScopePolicy, client: String?) -> ProxyError {
+        finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin,
+                                                       policy.placeholderRefusal(secret: finding.secret, origin: origin, client: client))
             : .secretEgressBlocked(finding, where: site, origin)
     }
 

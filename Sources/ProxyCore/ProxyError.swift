@@ -3,10 +3,13 @@ import JSONText
 import ScopePolicy
 
 /// Every way an exchange can fail before its response started, mapped to HTTP in one place.
-/// Messages are fixed text plus, at most, an origin: never a path, query, header or userinfo,
-/// because those may hold credentials.
+/// Messages are fixed text plus, at most, an origin and names from the configuration (scopes,
+/// clients, secrets): never a path, query, header or userinfo, because those may hold credentials.
 public enum ProxyError: Error, Equatable, Sendable {
     case malformedRequest(String)
+    /// The client opened with a TLS ClientHello on the plain listener (an `https://` proxy URL).
+    /// Its answer is a TLS alert, not HTTP text the client would not read.
+    case tlsToPlainListener
     case notProxyRequest
     case hostMismatch
     case unsupportedTarget(String)
@@ -58,7 +61,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// A placeholder of `secret` in a request to an origin no scope substitutes it for (`where`:
     /// "target", a header name, or "body"). Nothing of the request was sent (a body: nothing
     /// from the placeholder on).
-    case placeholderOutOfScope(secret: String, where: String, Origin)
+    case placeholderOutOfScope(secret: String, where: String, Origin, PlaceholderRefusal)
     /// The value of a secret (in the finding's encoding) in a request to an origin outside its scopes.
     case secretEgressBlocked(SecretFinding, where: String, Origin)
     /// The proxy never connects to its own listening sockets (docs/security-model.md, "Clients"):
@@ -74,12 +77,13 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .unsupportedVersion: self = .unsupportedVersion
         case .unsupportedTransferCoding: self = .unsupportedTransferCoding
         case .malformed(let reason): self = .malformedRequest(reason)
+        case .tlsHandshake: self = .tlsToPlainListener
         }
     }
 
     public var status: Int {
         switch self {
-        case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget: 400
+        case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget, .tlsToPlainListener: 400
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
@@ -102,6 +106,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var code: String {
         switch self {
         case .malformedRequest: "malformed_request"
+        case .tlsToPlainListener: "tls_to_plain_listener"
         case .notProxyRequest: "not_a_proxy_request"
         case .hostMismatch: "host_mismatch"
         case .unsupportedTarget: "unsupported_target"
@@ -141,8 +146,12 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var message: String {
         switch self {
         case .malformedRequest(let reason): "malformed request: \(reason)"
+        case .tlsToPlainListener:
+            "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT, https_proxy=http://HOST:PORT)"
         case .notProxyRequest:
-            "scopeproxy is a forward proxy: send absolute-form requests (set HTTP_PROXY=http://<this address>)"
+            // curl reads only the lower-case http_proxy for http:// URLs (the upper-case one is
+            // ignored, httpoxy), so the hint names the spelling every client reads, and curl -x.
+            "scopeproxy is a forward proxy: send absolute-form requests through it (curl -x http://HOST:PORT URL, or export http_proxy=http://HOST:PORT in lower case, with HOST:PORT this proxy's address)"
         case .hostMismatch: "the Host header does not match the request target"
         case .unsupportedTarget(let reason): "unsupported request target: \(reason)"
         case .targetTooLong: "request target longer than 8 KiB"
@@ -183,14 +192,27 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
-        case .placeholderOutOfScope(let secret, let place, let origin):
-            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): no scope lists it in `substitute` for this origin; nothing was sent"
+        case .placeholderOutOfScope(let secret, let place, let origin, let refusal):
+            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): " + Self.why(refusal) + "; nothing was sent"
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         case .loopRefused(let origin?):
             "\(origin) resolves to this proxy's own listening port on this machine (or a listener on that port takes every address, 0.0.0.0 or ::): the proxy never connects to itself; nothing was sent; bind that listener to one address to reach this port on other hosts"
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
+        }
+    }
+
+    private static func why(_ refusal: PlaceholderRefusal) -> String {
+        func quoted(_ scopes: [String]) -> String { (scopes.count == 1 ? "scope " : "scopes ") + scopes.map { "'\($0)'" }.joined(separator: ", ") }
+        switch refusal {
+        case .notListed:
+            return "no scope lists it in `substitute` for this origin"
+        case .clientNotServed(let scopes, let client):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here but \(scopes.count == 1 ? "does" : "do") not serve "
+                + (client.map { "client '\($0)'" } ?? "this request, which no configured client was recognised for") + " (see the scope's clients)"
+        case .requestNotCovered(let scopes):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not for this request (its methods, paths or https rule; never TRACE)"
         }
     }
 
@@ -211,6 +233,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// The whole response: status line, JSON body `{"error":..., "message":...}`.
     /// An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
     public func response(keepAlive: Bool, requestID: String, clientVersion: HTTPVersion = .http1_1) -> [UInt8] {
+        // A TLS client reads TLS records only: HTTP text would be reported as a bad record
+        // ("wrong version number"). A fatal alert ends its handshake with a reason it shows.
+        if case .tlsToPlainListener = self { return Self.protocolVersionAlert }
         var json = JSONLine()
         json.string("error", code)
         json.string("message", message)
@@ -226,6 +251,11 @@ public enum ProxyError: Error, Equatable, Sendable {
         head += !keepAlive ? "Connection: close\r\n\r\n" : clientVersion == .http1_0 ? "Connection: keep-alive\r\n\r\n" : "\r\n"
         return Array(head.utf8) + body
     }
+
+    /// A TLS alert record (RFC 8446 §6; record version 0x0301, as a ClientHello's record may
+    /// carry): fatal (2), protocol_version (70). OpenSSL reports it as "tlsv1 alert protocol
+    /// version": the listener does not speak the protocol the client opened with.
+    public static let protocolVersionAlert: [UInt8] = [0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]
 
     public static func reasonPhrase(_ status: Int) -> String {
         switch status {
@@ -257,6 +287,7 @@ extension HTTPParseError {
         case .unsupportedVersion: "unsupported HTTP version"
         case .unsupportedTransferCoding: "unsupported transfer coding"
         case .malformed(let reason): reason
+        case .tlsHandshake: "the origin answered with TLS (is it an https origin?)"
         }
     }
 }

@@ -160,7 +160,8 @@ public final class AccessLog: Sendable {
 
     private func url(_ record: ExchangeRecord) -> String? {
         guard let origin = record.origin else { return nil }
-        if record.tunnel != nil { return origin.description }
+        // A CONNECT names an authority, not a path: its line shows the origin alone, whatever became of it.
+        if record.tunnel != nil || record.method == "CONNECT" { return origin.withPort }
         return origin.description + redactor.pathAndQuery(record.pathAndQuery ?? "/")
     }
 

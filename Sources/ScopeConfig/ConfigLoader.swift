@@ -288,7 +288,7 @@ struct Decoder {
             for originNode in try list(originsNode) {
                 let text = try string(originNode)
                 let origin: Origin
-                do { origin = try Origin.parse(text) } catch { throw self.error(originNode, "invalid origin '\(text)': expected scheme://host[:port]") }
+                do { origin = try Origin.parse(text) } catch { throw self.error(originNode, Self.originProblem(text)) }
                 guard origins.insert(origin).inserted else { throw self.error(originNode, "duplicate origin \(origin) in scope '\(name)'") }
                 scopeOrigins.append((name, origin, originNode.mark))
                 if origin.scheme == .http {
@@ -544,7 +544,7 @@ struct Decoder {
 
     func hostPort(_ node: YAMLNode) throws(ConfigError) -> HostPort {
         let text = try string(node)
-        guard let address = ListenAddress.parse(text) else { throw error(node, "expected HOST:PORT, got '\(text)'") }
+        guard let address = ListenAddress.parse(text) else { throw error(node, ListenAddress.problem(text)) }
         if let problem = address.hostProblem { throw error(node, problem) }
         return address
     }
@@ -558,6 +558,18 @@ struct Decoder {
         return String(configFile[...slash]) + path
     }
 
+    /// Why `text` is not an origin. A URL with a path is the usual mistake: the path belongs in
+    /// the scope's `paths` (a prefix; "/v1" becomes "/v1/" so that "/v10" is not under it).
+    static func originProblem(_ text: String) -> String {
+        guard case .absolute(let origin, let pathAndQuery, nil)? = try? RequestTarget.parse(text, method: "GET"), pathAndQuery != "/" else {
+            return "invalid origin '\(text)': expected scheme://host[:port]"
+        }
+        var path = String(pathAndQuery.prefix { $0 != "?" && $0 != "#" })
+        if !path.hasSuffix("/") { path += "/" }
+        return "invalid origin '\(text)': an origin has no path; write '\(origin.scheme.rawValue)://\(origin.authority)' in origins "
+            + "and add paths: [\"\(path)\"] to the scope"
+    }
+
     /// ", did you mean 'x'?" for the closest candidate within edit distance 2.
     func suggestion(_ word: String, _ candidates: Set<String>) -> String {
         let best = candidates.map { ($0, Self.editDistance(word, $0)) }.min { $0.1 < $1.1 || ($0.1 == $1.1 && $0.0 < $1.0) }
@@ -565,16 +577,6 @@ struct Decoder {
         return ", did you mean '\(best.0)'?"
     }
 
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8), b = Array(b.utf8)
-        var previous = Array(0...b.count)
-        for i in 1...max(1, a.count) where !a.isEmpty {
-            var current = [i] + [Int](repeating: 0, count: b.count)
-            for j in 1...max(1, b.count) where !b.isEmpty {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = current
-        }
-        return a.isEmpty ? b.count : previous[b.count]
-    }
+    /// See `EditDistance`: `pahts` is 1 from `paths` and 2 from `pass`.
+    static func editDistance(_ a: String, _ b: String) -> Int { EditDistance.between(a, b) }
 }

@@ -29,6 +29,9 @@ public struct Scope: Sendable, Equatable {
     /// The clients (`clients:` names) this scope serves; nil means every client. For any other
     /// client the scope does not cover its origins.
     public let clients: Set<String>?
+    /// Every way this scope puts a credential on a request it covers, in config order: inject,
+    /// then sign, then substitute (sorted).
+    public let credentialActions: [CredentialAction]
     /// `substitute:` secrets (each declared with `placeholder: true`) whose placeholders are swapped
     /// for their values in requests to these origins.
     public let substitute: Set<String>
@@ -43,10 +46,13 @@ public struct Scope: Sendable, Equatable {
         self.clients = clients
         self.substitute = substitute
         self.signing = signing
-        // A signature carries the access key id and the session token (never the secret key, which
-        // only keys the HMAC): those go to the scope's origins like an injected value.
-        injectedSecretNames = Set(inject.flatMap(\.template.secretNames)).union(signing?.sentSecretNames ?? [])
-        secretNames = substitute.union(injectedSecretNames)
+        let actions = inject.map(CredentialAction.inject) + (signing.map { [CredentialAction.sign($0)] } ?? [])
+            + substitute.sorted().map(CredentialAction.substitute)
+        credentialActions = actions
+        // The secrets are derived from the actions: a credential kind the egress guard lets through
+        // is an action, which every description of a scope (banner, explain) switches over.
+        injectedSecretNames = Set(actions.filter(\.isInjection).flatMap(\.sentSecretNames))
+        secretNames = Set(actions.flatMap(\.sentSecretNames))
         self.name = name
         self.origins = origins
         self.requireHTTPS = requireHTTPS
@@ -352,6 +358,18 @@ public struct ScopePolicy: Sendable {
         }
     }
 
+    /// Why the placeholder of `secret` is not substituted in a request to `origin` from `client`
+    /// (the configured client's name, nil when none was recognised): the refusal's message names
+    /// the rule that decided, so a scope that lists the secret is never reported as absent.
+    public func placeholderRefusal(secret: String, origin: Origin, client: String?) -> PlaceholderRefusal {
+        let listing = scopes.filter { $0.substitute.contains(secret) && $0.origins.contains(origin) }
+        if listing.isEmpty { return .notListed }
+        if !listing.contains(where: { $0.serves(client) }) {
+            return .clientNotServed(scopes: listing.map(\.name), client: client)
+        }
+        return .requestNotCovered(scopes: listing.filter { $0.serves(client) }.map(\.name))
+    }
+
     /// Whether some scope could substitute a placeholder for this origin and client (the body of a
     /// request there is read first when it is JSON or a form).
     public func substitutes(for origin: Origin, client: String?) -> Bool {
@@ -501,5 +519,46 @@ public struct ScopePolicy: Sendable {
     static func path(of pathAndQuery: String) -> String {
         if let question = pathAndQuery.firstIndex(of: "?") { return String(pathAndQuery[..<question]) }
         return pathAndQuery
+    }
+}
+
+/// Why a placeholder was refused at an origin (the 403 `placeholder_out_of_scope` message).
+public enum PlaceholderRefusal: Sendable, Equatable {
+    /// No scope lists the secret in `substitute` for this origin.
+    case notListed
+    /// Scopes list it for this origin, but none of them serves this client (`clients:`); `client`
+    /// is the configured client's name as the log's `client_id` shows it, nil when none was recognised.
+    case clientNotServed(scopes: [String], client: String?)
+    /// A scope serving this client lists it, but this request is outside the scope's `methods`,
+    /// `paths` or https rule (or is a TRACE, or follows an https -> http redirect).
+    case requestNotCovered(scopes: [String])
+}
+
+/// One way a scope puts a credential on a request. An OAuth2 access token is an `inject` whose
+/// template names an `oauth2:` secret.
+public enum CredentialAction: Sendable, Equatable {
+    /// A header rendered from a template (`inject:`).
+    case inject(Scope.Injection)
+    /// A request signature (`sign:`).
+    case sign(SigningSpec)
+    /// The placeholders of a secret replaced by its value (`substitute:`).
+    case substitute(String)
+
+    /// The secrets whose values this action puts on the wire. A signature carries the access key
+    /// id and the session token, never the secret key (it only keys the HMAC).
+    public var sentSecretNames: [String] {
+        switch self {
+        case .inject(let injection): injection.template.secretNames
+        case .sign(let spec): spec.sentSecretNames
+        case .substitute(let secret): [secret]
+        }
+    }
+
+    /// The proxy adds the credential itself (inject, sign), rather than swapping one the client sent.
+    public var isInjection: Bool {
+        switch self {
+        case .inject, .sign: true
+        case .substitute: false
+        }
     }
 }

@@ -29,7 +29,7 @@ struct Banner {
         }
         for scope in config.policy.scopes {
             lines.append("  scope \(scope.name): \(scope.origins.map(Self.origin).sorted().joined(separator: ", "))")
-            lines.append("    " + Self.effect(scope))
+            lines.append("    " + Self.effect(scope, tokens: Set(config.oauth2.keys)))
             if let clients = scope.clients { lines.append("    only for clients: \(clients.sorted().joined(separator: ", "))") }
         }
         for rule in config.clients { lines.append("  client \(rule.name): " + Self.recognition(rule)) }
@@ -52,8 +52,11 @@ struct Banner {
             let hosts = Runtime.interceptHosts(config).sorted()
             let shown = hosts.prefix(4).joined(separator: ", ") + (hosts.count > 4 ? " and \(hosts.count - 4) more" : "")
             lines.append("  TLS interception: \(shown); clients must trust \(caCertificate) (scopeproxy ca prints it)")
-        } else {
+        } else if tunnel == .allow {
             lines.append("  TLS interception: off (HTTPS goes through CONNECT, unseen)")
+        } else {
+            // Tunnels denied and nothing intercepted: an https:// request through the proxy is a 403.
+            lines.append("  TLS interception: off (HTTPS through the proxy is refused: CONNECT is denied and no host is in tls.intercept)")
         }
         if let clientListen, let caCertificate {
             let url = Self.proxyURL(clientListen).replacingOccurrences("http://", "https://")
@@ -61,7 +64,8 @@ struct Banner {
             lines.append("  TLS client listener: \(url) (proxy certificate from \(caCertificate); client certificates from "
                          + "\(authorities == 0 ? "no CA: clients connect without one" : "\(authorities) CA file(s)"))")
         }
-        lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)" : "denied (403) unless intercepted"))
+        lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)"
+                                                   : caCertificate == nil ? "denied (403)" : "denied (403) unless intercepted"))
         // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);
         // most other clients read either spelling.
         if config.proxyAuthSecret == nil && config.clients.isEmpty && !Self.isLoopback(listen.host) {
@@ -111,26 +115,43 @@ struct Banner {
         }
     }
 
-    /// `https://api.example` (the default port left out, as people write it).
-    static func origin(_ origin: Origin) -> String { "\(origin.scheme.rawValue)://\(origin.authority)" }
+    /// `https://api.example` (the default port left out, as people write it): `Origin.description`,
+    /// the one serialization banner, explain, config print and the log share.
+    static func origin(_ origin: Origin) -> String { origin.description }
 
     /// `injects Authorization (secret library_token); passes Cookie; GET, POST only; paths /v1/`
-    static func effect(_ scope: Scope) -> String {
-        var parts: [String] = []
-        if scope.inject.isEmpty {
-            parts.append("injects nothing")
-        } else {
-            let injections = scope.inject.map { injection -> String in
-                let secrets = injection.template.secretNames
-                return secrets.isEmpty ? injection.header : "\(injection.header) (secret \(secrets.joined(separator: ", ")))"
-            }
-            parts.append("injects " + injections.joined(separator: ", "))
-        }
+    /// `tokens`: the `oauth2:` secrets (an injection of one is an access token the proxy fetches).
+    static func effect(_ scope: Scope, tokens: Set<String> = []) -> String {
+        var parts = credentials(scope, tokens: tokens)
         parts.append(scope.pass.isEmpty ? "passes no client credential" : "passes " + scope.pass.sorted().map(headerCase).joined(separator: ", "))
         if let methods = scope.methods { parts.append(methods.sorted().joined(separator: ", ") + " only") }
         if let paths = scope.paths { parts.append("paths " + paths.joined(separator: ", ")) }
         if !scope.requireHTTPS { parts.append("http allowed") }
         return parts.joined(separator: "; ")
+    }
+
+    /// What a scope puts on the requests it covers, one part per kind of credential action (by
+    /// secret name, never a value); `["injects nothing"]` only when it has none. The banner and
+    /// explain both use it: the switch over `CredentialAction` is exhaustive, so a new kind of
+    /// credential cannot be left out of either.
+    static func credentials(_ scope: Scope, tokens: Set<String> = []) -> [String] {
+        var injected: [String] = [], signed: [String] = [], substituted: [String] = []
+        for action in scope.credentialActions {
+            switch action {
+            case .inject(let injection):
+                let secrets = injection.template.secretNames.map { tokens.contains($0) ? "OAuth2 token \($0)" : "secret \($0)" }
+                injected.append(secrets.isEmpty ? injection.header : "\(injection.header) (\(secrets.joined(separator: ", ")))")
+            case .sign(.awsSigV4(let spec)):
+                signed.append("signs AWS SigV4 (service \(spec.service), region \(spec.region); secrets \(spec.secretNames.joined(separator: ", ")))")
+            case .substitute(let secret):
+                substituted.append(secret)
+            }
+        }
+        var parts: [String] = []
+        if !injected.isEmpty { parts.append("injects " + injected.joined(separator: ", ")) }
+        parts += signed
+        if !substituted.isEmpty { parts.append("substitutes the placeholders of secret " + substituted.joined(separator: ", ")) }
+        return parts.isEmpty ? ["injects nothing"] : parts
     }
 
     /// `x-api-key` -> `X-Api-Key`: the rules keep names lowercase; people read them capitalized.

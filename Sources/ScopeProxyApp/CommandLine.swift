@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ScopeConfig
 
 /// A parsed command line: which command, its option values and its arguments (all checked against
 /// the command table; nothing here is unknown).
@@ -234,20 +235,8 @@ enum CommandLineParser {
         return prefixed.count == 1 ? prefixed[0] : nil
     }
 
-    static func editDistance(_ a: String, _ b: String) -> Int {
-        let a = Array(a.utf8), b = Array(b.utf8)
-        if a.isEmpty { return b.count }
-        if b.isEmpty { return a.count }
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var current = [i] + [Int](repeating: 0, count: b.count)
-            for j in 1...b.count {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
-    }
+    /// The config's distance (`EditDistance`): a swapped pair of letters is one edit.
+    static func editDistance(_ a: String, _ b: String) -> Int { EditDistance.between(a, b) }
 
     /// "set, list or rm"
     static func list(_ words: [String], joiner: String = "or") -> String {

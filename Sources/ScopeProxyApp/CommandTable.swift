@@ -173,7 +173,10 @@ enum CommandTable {
             configOption,
             OptionSpec("listen", value: "HOST:PORT", "listen here instead of the config's 'listen' (port 0 picks a free port)",
                        validate: { text in
-                           guard let address = ListenAddress.parse(text) else { return "expects HOST:PORT, like 127.0.0.1:8080" }
+                           guard let address = ListenAddress.parse(text) else {
+                               let problem = ListenAddress.problem(text)
+                               return "expects HOST:PORT, like 127.0.0.1:8080" + (problem.hasPrefix("expected") ? "" : ", but \(problem)")
+                           }
                            return address.hostProblem
                        }),
             OptionSpec("threads", value: "N", "event-loop threads, 1 to 256 (default: one per core)",

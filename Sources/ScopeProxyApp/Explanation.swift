@@ -69,22 +69,34 @@ public enum Explanation {
                      ?? "none given (--client NAME): scopes limited to named clients do not serve this request")
         }
         let covering = scope.policy.covering(origin, client: identity.name)
-        out.line("scopes", covering.isEmpty
-                 ? "none covers this origin: every sensitive header is stripped, nothing is injected"
-                 : covering.map { scope in "\(scope.name) (origins \(scope.origins.map { $0.description }.sorted().joined(separator: ", ")))" }.joined(separator: "; "))
+        let tokens = Set(config.oauth2.keys)
+        if covering.isEmpty {
+            out.line("scopes", notCovering(origin, client: request.client, config: config))
+        } else {
+            out.line("scopes", covering.map { scope in "\(scope.name) (origins \(scope.origins.map(Banner.origin).sorted().joined(separator: ", ")))" }
+                .joined(separator: "; "))
+            // What each covering scope does, in the banner's words (one description of a scope's credentials).
+            for scope in covering { out.line("", "\(scope.name): " + Banner.credentials(scope, tokens: tokens).joined(separator: "; ")) }
+            // Scopes of this origin that serve other clients (the log's client_not_served): named, with the --client to see them.
+            for other in config.policy.scopes where other.origins.contains(origin) && !other.serves(request.client) {
+                let clients = (other.clients ?? []).sorted()
+                out.line("", "\(other.name) covers it too, for clients \(clients.joined(separator: ", ")) only"
+                         + (request.client == nil ? " (explain with --client \(clients.first ?? "NAME"))" : ", not '\(request.client ?? "")'"))
+            }
+        }
 
         var mode = ConnectionMode.forwardProxy
         if origin.scheme == .https {
             // Clients send https:// requests as CONNECT plus TLS: the rules apply only inside a
             // tunnel the proxy terminates.
             if scope.interceptHosts.contains(origin.host) {
-                out.line("https", "CONNECT \(origin.authority) is intercepted (tls.intercept): the rules below apply inside the tunnel")
+                out.line("https", "CONNECT \(origin.host):\(origin.port) is intercepted (tls.intercept): the rules below apply inside the tunnel")
                 mode = .intercepted(origin, client: identity)
             } else if config.tls.tunnel == .allow {
-                out.line("https", "CONNECT \(origin.authority) would be tunnelled, not intercepted: the proxy sees nothing inside, "
+                out.line("https", "CONNECT \(origin.host):\(origin.port) would be tunnelled, not intercepted: the proxy sees nothing inside, "
                          + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
             } else {
-                out.line("https", "CONNECT \(origin.authority) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
                          + "Add \(origin.host) to tls.intercept for the rules below to apply.")
             }
         }
@@ -128,6 +140,23 @@ public enum Explanation {
                      + otherProblems.map(\.description).joined(separator: "; ") + " (scopeproxy check lists every one)")
         }
         return (out.text, 0)
+    }
+
+    /// The `scopes` line when no scope covers the origin for this client: a scope that covers it
+    /// for other clients is named (the log says `client_not_served` there), with the `--client`
+    /// that would show it.
+    private static func notCovering(_ origin: Origin, client: String?, config: ProxyConfiguration) -> String {
+        let forOthers = config.policy.scopes.filter { $0.origins.contains(origin) && !$0.serves(client) }
+        guard !forOthers.isEmpty else { return "none covers this origin: every sensitive header is stripped, nothing is injected" }
+        let described = forOthers.map { scope in
+            "scope \(scope.name) covers this origin but serves only clients \((scope.clients ?? []).sorted().joined(separator: ", "))"
+        }.joined(separator: "; ")
+        let example = forOthers.first?.clients?.sorted().first ?? "NAME"
+        if let client {
+            return "\(described), not '\(client)': for this client every sensitive header is stripped, nothing is injected (client_not_served in the log)"
+        }
+        return "\(described): explain that client's request with --client \(example) (without --client: client_not_served, "
+            + "every sensitive header stripped, nothing injected)"
     }
 
     // MARK: One hop

@@ -7,7 +7,9 @@ struct TargetTests {
     func normalization() throws {
         #expect(try Origin.parse("https://API.Example.:443") == Origin.parse("https://api.example"))
         #expect(try Origin.parse("http://a.example:80/") == Origin.parse("http://a.example"))
-        #expect(try Origin.parse("HTTP://a.example").description == "http://a.example:80")
+        #expect(try Origin.parse("HTTP://a.example").description == "http://a.example", "RFC 6454: the default port left out")
+        #expect(try Origin.parse("HTTP://a.example").withPort == "http://a.example:80")
+        #expect(try Origin.parse("https://a.example:8443").description == "https://a.example:8443")
         #expect(try Origin.parse("https://a.example:8443").authority == "a.example:8443")
         #expect(try Origin.parse("https://a.example:443").authority == "a.example")
         #expect(try Origin.parse("http://[0:0::1]:8080") == Origin.parse("http://[::1]:8080"))

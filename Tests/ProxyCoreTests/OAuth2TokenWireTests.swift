@@ -152,7 +152,7 @@ struct OAuth2FailureTextTests {
         ]
         for reason in reasons {
             let failure = TokenFailure(secret: "partner_token", endpoint: endpoint, reason: reason)
-            #expect(failure.description.hasPrefix("oauth2 token 'partner_token' from https://auth.example:443: "))
+            #expect(failure.description.hasPrefix("oauth2 token 'partner_token' from https://auth.example: "))
             #expect(!failure.reasonCode.isEmpty)
         }
         #expect(TokenFailure(secret: "p", endpoint: endpoint, reason: .rejected(status: 400, error: .invalidGrant)).description.hasSuffix("(400 invalid_grant)"))

@@ -281,6 +281,33 @@ struct RecordDetailTests {
         #expect(p.emitted.first?.scopes == ["a"])
     }
 
+    /// A request refused at admission, and where its line must say it was going.
+    struct RefusedTarget: Sendable, CustomStringConvertible {
+        let head: [String]
+        let origin: Origin?
+        let pathAndQuery: String?
+        var description: String { head[0] }
+    }
+
+    @Test("a refused request's line names the target whenever it can be read (a denied CONNECT its host:port), and nothing when it cannot",
+          arguments: [
+              RefusedTarget(head: ["CONNECT unscoped.example:443 HTTP/1.1", "Host: unscoped.example:443"], origin: unscoped, pathAndQuery: nil),
+              RefusedTarget(head: ["CONNECT unscoped.example:8443 HTTP/1.1", "Content-Length: 5"], origin: origin("https://unscoped.example:8443"), pathAndQuery: nil),
+              RefusedTarget(head: ["GET https://a.example/v1/x HTTP/1.1", "Host: a.example", "Host: b.example"], origin: a, pathAndQuery: "/v1/x"),
+              RefusedTarget(head: ["GET /not-a-proxy-request HTTP/1.1", "Host: plain.example"], origin: nil, pathAndQuery: nil),
+              RefusedTarget(head: ["CONNECT unscoped.example HTTP/1.1"], origin: nil, pathAndQuery: nil),
+          ])
+    func refusedRequestNamesItsTarget(_ refused: RefusedTarget) {
+        var p = Playbook(Configs.intercept)
+        p.start([.arm(.clientHead)])
+        _ = p.feed(.requestHead(requestHead(refused.head), headBytes: refused.head.joined(separator: "\r\n").utf8.count + 4,
+                                Arrival(now: p.now, scope: p.fixture.scope)))
+        let record = p.emitted.first
+        #expect(record?.status.map { $0 >= 400 } == true, "refused: \(String(describing: record))")
+        #expect(record?.origin == refused.origin)
+        #expect(record?.pathAndQuery == refused.pathAndQuery)
+    }
+
     @Test("a request whose connection failed lists nothing as injected: nothing left the proxy")
     func nothingInjectedWhenNeverSent() {
         var p = Playbook(Configs.pass)

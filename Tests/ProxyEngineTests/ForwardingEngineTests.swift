@@ -60,7 +60,7 @@ struct ForwardingEngineTests {
         let response = try #require(try proxy.exchange("GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n"))
         #expect(response.status == 400)
         #expect(response.header("content-type") == "application/json")
-        #expect(response.bodyText.contains("HTTP_PROXY"))
+        #expect(response.bodyText.contains("curl -x http://HOST:PORT") && response.bodyText.contains("http_proxy=http://HOST:PORT"))
     }
 
     static let smuggling: [(String, String)] = [

@@ -155,7 +155,7 @@ struct RedirectTests {
     func resolution() {
         func resolve(_ location: String) -> String? {
             guard case .target(let target) = RedirectPolicy.resolve(location, origin: api, pathAndQuery: "/v1/books/list?x=1") else { return nil }
-            return "\(target.origin)\(target.pathAndQuery)"
+            return target.origin.withPort + target.pathAndQuery
         }
         #expect(resolve("https://CDN.library.example/a?token=t#frag") == "https://cdn.library.example:443/a?token=t")
         #expect(resolve("//cdn.example/b") == "https://cdn.example:443/b")
