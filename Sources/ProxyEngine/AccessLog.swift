@@ -158,11 +158,14 @@ public final class AccessLog: Sendable {
 
     // MARK: Formatting
 
+    /// The log's origins carry their port always (`https://api.x:443`), as they always have: a log
+    /// is read by programs that compare them (docs/logging.md); people's texts (banner, `explain`,
+    /// errors) print the RFC 6454 form.
     private func url(_ record: ExchangeRecord) -> String? {
         guard let origin = record.origin else { return nil }
         // A CONNECT names an authority, not a path: its line shows the origin alone, whatever became of it.
         if record.tunnel != nil || record.method == "CONNECT" { return origin.withPort }
-        return origin.description + redactor.pathAndQuery(record.pathAndQuery ?? "/")
+        return origin.withPort + redactor.pathAndQuery(record.pathAndQuery ?? "/")
     }
 
     /// One line, built as bytes: no intermediate strings for the parts the proxy writes itself.
@@ -206,7 +209,7 @@ public final class AccessLog: Sendable {
             if let redirect = record.redirect {
                 line.beginObject("redirect")
                 line.optionalString("location", redirect.location.map(redactor.url))
-                if let origin = redirect.origin { line.string("origin", origin.description) } else { line.raw("origin", "null") }
+                if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
                 line.string("decision", redirect.decision.rawValue)
                 line.endObject()
             }
@@ -258,7 +261,7 @@ public final class AccessLog: Sendable {
             }
             if !record.skipped.isEmpty { parts.append("reason=\(record.skipped.map { "\($0.scope):\($0.why.rawValue)" }.joined(separator: ","))") }
             if let redirect = record.redirect {
-                parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.description ?? "unreadable")")
+                parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.withPort ?? "unreadable")")
             }
         }
         if let failure = record.failure { parts.append(colour ? Self.paint("error=\(failure.code)", Self.red) : "error=\(failure.code)") }

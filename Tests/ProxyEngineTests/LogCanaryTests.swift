@@ -81,7 +81,7 @@ struct LogCanaryTests {
         #expect(first.contains(#""resp_body":"{\"id\":\"resp-1\",\"access_token\":\"<redacted>\""#))
         #expect(first.contains(#""req_body":"{\"id\":\"req-1\",\"password\":\"<redacted>\"}""#))
         #expect(first.contains(#""set-cookie":"<redacted>""#))
-        #expect(lines[1].contains(#""redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example","decision":"pass"}"#))
+        #expect(lines[1].contains(#""redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"pass"}"#))
         #expect(lines[2].contains(#""error":"bad_upstream_response""#))
     }
 
