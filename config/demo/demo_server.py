@@ -5,7 +5,7 @@ Readiness is the server's own word: it writes the port it listens on to the read
 whole: a temporary name, then a rename) only once its socket listens, and over TLS once its
 certificate is loaded. run.sh waits for that file, then probes `GET /ready`. A probe alone could be
 answered by another process that already holds a fixed port; the file cannot."""
-import http.server, os, ssl, sys
+import http.server, os, signal, ssl, sys
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -42,6 +42,9 @@ def serve(name, handler, port, ready_file, certificate=None):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*certificate)
         server.socket = context.wrap_socket(server.socket, server_side=True)
+    # run.sh stops the servers with SIGTERM: a caller that started the demo with it blocked (the
+    # mask is inherited) would otherwise leave them running.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     temporary = ready_file + ".tmp"
     with open(temporary, "w") as out:
         out.write(f"{server.server_address[1]}\n")

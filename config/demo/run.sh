@@ -59,9 +59,16 @@ mkdir "$RUN"
 # Shown paths: ~ for the home directory, so the printed commands read as the README's.
 show() { case $1 in "$HOME"/*) printf '~/%s' "${1#"$HOME"/}" ;; *) printf %s "$1" ;; esac; }
 
+# SIGTERM, then SIGKILL for a server still there after 5 s (one started with SIGTERM blocked: a
+# caller's signal mask is inherited), so no server outlives the demo.
 stop_servers() {
+  local name deadline=$((SECONDS + 5))
   for name in "${!PID[@]}"; do kill "${PID[$name]}" 2>/dev/null || true; done
-  for name in "${!PID[@]}"; do wait "${PID[$name]}" 2>/dev/null || true; done
+  for name in "${!PID[@]}"; do
+    while kill -0 "${PID[$name]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    kill -KILL "${PID[$name]}" 2>/dev/null || true
+    wait "${PID[$name]}" 2>/dev/null || true
+  done
 }
 trap stop_servers EXIT
 trap 'exit 130' INT
