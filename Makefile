@@ -131,9 +131,13 @@ leak-check: packages-bench
 	SOAK_SECONDS=$${SOAK_SECONDS:-60} SOAK_SAMPLE=5 SCOPEPROXY_BINARY=.build/asan/debug/scopeproxy \
 	  SCOPEPROXY_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 SWIFT_BACKTRACE=enable=no bench/soak.sh
 
-## Starts two demo origins and the proxy, and shows injection, stripping and a redirect in the log.
+## Starts the demo origins, a token endpoint and the proxy (each waited for until it answers), sends
+## the README's requests and checks each (exit 1 naming the step that did not show what it claims).
+## KEEP=1 leaves it all running afterwards and prints the commands to try by hand. Its files live in
+## ~/.cache/scopeproxy-demo (DEMO_DIR), never in the checkout; DEMO_PORTS=free when 18080 or
+## 18765..18770 are taken.
 demo: release
-	config/demo/run.sh
+	config/demo/run.sh $(if $(KEEP),--keep)
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
 ## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference

@@ -1,30 +1,34 @@
 #!/usr/bin/env python3
-"""Demo origin: answers with the headers it received, so you can see what scopeproxy let through (and
-prints them on stderr too: what the origin really got, before scopeproxy's response scrub).
-`/download` redirects to REDIRECT_TO (another origin) when given; with CERT and KEY it serves HTTPS.
-Args: NAME PORT [REDIRECT_TO|-] [CERT KEY]"""
-import http.server, json, ssl, sys
+"""Demo origin: answers with the credentials it received, so you can see what scopeproxy let through
+(and prints them on stderr too: what the origin really got, before scopeproxy's response scrub).
+Header names are written in lowercase (field names are case-insensitive, RFC 9110 §5.1), so run.sh
+can check a line as text. `/download` redirects to --redirect-to (another origin) when given; with
+--cert and --key it serves HTTPS. --port 0 picks a free port; the port is written to --ready-file
+once the origin listens (demo_server.py)."""
+import argparse, json, sys
+from demo_server import Handler, serve
 
-name, port = sys.argv[1], int(sys.argv[2])
-redirect_to = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
-certificate = sys.argv[4:6] if len(sys.argv) > 5 else None
+arguments = argparse.ArgumentParser(description="scopeproxy demo origin")
+arguments.add_argument("name")
+arguments.add_argument("--port", type=int, required=True)
+arguments.add_argument("--ready-file", required=True)
+arguments.add_argument("--redirect-to")
+arguments.add_argument("--cert")
+arguments.add_argument("--key")
+options = arguments.parse_args()
+CREDENTIALS = ("authorization", "x-api-key", "x-cdn-token", "x-token", "cookie")
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        if redirect_to and self.path.startswith("/download"):
-            self.send_response(302); self.send_header("Location", redirect_to); self.send_header("Content-Length", "0"); self.end_headers()
+
+class Origin(Handler):
+    def handle_get(self):
+        if options.redirect_to and self.path.startswith("/download"):
+            self.send_response(302); self.send_header("Location", options.redirect_to)
+            self.send_header("Content-Length", "0"); self.end_headers()
             return
-        seen = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "x-api-key", "x-cdn-token", "cookie")}
-        print(json.dumps({"origin": name, "path": self.path, "received": seen}), file=sys.stderr, flush=True)
-        body = (json.dumps({"origin": name, "path": self.path, "credentials_received": seen}) + "\n").encode()
-        self.send_response(200); self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args): pass
+        seen = {k.lower(): v for k, v in self.headers.items() if k.lower() in CREDENTIALS}
+        print(json.dumps({"origin": options.name, "path": self.path, "received": seen}), file=sys.stderr, flush=True)
+        self.answer(200, (json.dumps({"origin": options.name, "path": self.path, "credentials_received": seen}) + "\n").encode())
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-if certificate:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*certificate)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-server.serve_forever()
+
+serve(f"origin {options.name}", Origin, options.port, options.ready_file,
+      (options.cert, options.key) if options.cert else None)
