@@ -39,7 +39,8 @@ extension Decoder {
         if Self.topLevelKeys.contains(key) {
             return ": '\(key)' is a top-level key: unindent it to the start of the line"
         }
-        if context == "a scope" {
+        // `Paths:` is a scope key with a capital, not a header: its suggestion says so.
+        if context == "a scope", !Self.scopeKeys.contains(key.lowercased()) {
             let looksLikeHeader = key.contains("-") || key.contains(where: \.isUppercase) || Self.commonHeaderNames.contains(key.lowercased())
             if looksLikeHeader, HTTPField.isValidName(key) {
                 return ": '\(key)' looks like a header; headers go under inject: (indent it under 'inject:')"
@@ -64,7 +65,9 @@ extension Decoder {
                 return "\(key) '\(text)' is not a variable name: write \(key): \(bare), the variable's name without '$'"
             }
         }
-        return "\(key) '\(text)' is not an environment variable name: use letters, digits and '_', not starting with a digit"
+        // env_var is a variable the shell exports; env one the proxy reads from its environment.
+        let noun = key == "env_var" ? "a shell variable name" : "an environment variable name"
+        return "\(key) '\(text)' is not \(noun): use letters, digits and '_', not starting with a digit"
     }
 
     /// The port of `scheme://host:port...` when it is digits outside 1-65535, else nil.

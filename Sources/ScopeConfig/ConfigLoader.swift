@@ -479,7 +479,10 @@ struct Decoder {
         for (keyNode, value) in pairs {
             guard case .scalar(let key, _) = keyNode.value else { throw error(keyNode, "keys must be strings") }
             guard allowed.contains(key) else {
-                let hint = placementHint(key, context: context, allowed: allowed)
+                // A key one edit from an allowed one is a misspelling (`secrets` for proxy_auth's
+                // `secret`); otherwise a key that belongs elsewhere says where.
+                let closeMisspelling = allowed.contains { Self.editDistance(key, $0) <= 1 }
+                let hint = closeMisspelling ? "" : placementHint(key, context: context, allowed: allowed)
                 throw error(keyNode, "unknown key '\(key)' in \(context)" + (hint.isEmpty ? suggestion(key, Set(allowed)) : hint))
             }
             result[key] = value

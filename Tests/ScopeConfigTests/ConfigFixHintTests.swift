@@ -32,7 +32,7 @@ struct ConfigFixHintTests {
     @Test("every top-level key, indented inside any section, says to unindent it",
           arguments: Decoder.topLevelKeys.filter { !["listen"].contains($0) })
     func topLevelKeyIndented(_ key: String) {
-        for (context, yaml) in Self.nestedSections where !(context == "a scope" && key == "clients") {
+        for (context, yaml) in Self.nestedSections where !(context == "a scope" && key == "clients") && !(context == "proxy_auth" && key == "secrets") {
             let message = loadError(yaml.replacingOccurrences(of: "KEY", with: key))
             #expect(message?.contains("unknown key '\(key)' in \(context): '\(key)' is a top-level key: unindent it to the start of the line") == true,
                     "\(context): \(message ?? "loaded")")
@@ -46,10 +46,14 @@ struct ConfigFixHintTests {
         #expect(message?.hasSuffix("headers go under inject: (indent it under 'inject:')") == true, "\(message ?? "loaded")")
     }
 
-    @Test("a misspelt scope key still gets its suggestion, not the header hint")
-    func misspellingNotAHeader() {
-        let message = loadError("scopes:\n  - name: a\n    origins: [\"https://a.example\"]\n    pahts: x\n")
-        #expect(message?.hasSuffix("unknown key 'pahts' in a scope, did you mean 'paths'?") == true, "\(message ?? "loaded")")
+    @Test("a misspelt key still gets its suggestion, not a placement hint", arguments: [
+        ("scopes:\n  - name: a\n    origins: [\"https://a.example\"]\n    pahts: x\n", "unknown key 'pahts' in a scope, did you mean 'paths'?"),
+        ("scopes:\n  - name: a\n    origins: [\"https://a.example\"]\n    Paths: x\n", "unknown key 'Paths' in a scope, did you mean 'paths'?"),
+        ("proxy_auth: { secrets: t }\n", "unknown key 'secrets' in proxy_auth, did you mean 'secret'?"),
+    ])
+    func misspellingNotPlacement(_ yaml: String, _ expected: String) {
+        let message = loadError(yaml)
+        #expect(message?.hasSuffix(expected) == true, "\(message ?? "loaded")")
     }
 
     struct NameCase: Sendable, CustomStringConvertible {
@@ -62,10 +66,10 @@ struct ConfigFixHintTests {
         NameCase(written: "MY_TOKEN", message: nil), NameCase(written: "_x1", message: nil),
         NameCase(written: "$MY_TOKEN", message: "'$MY_TOKEN' is not a variable name: write KEY: MY_TOKEN, the variable's name without '$'"),
         NameCase(written: "${MY_TOKEN}", message: "'${MY_TOKEN}' is not a variable name: write KEY: MY_TOKEN, the variable's name without '$'"),
-        NameCase(written: "1TOKEN", message: "'1TOKEN' is not an environment variable name: use letters, digits and '_', not starting with a digit"),
-        NameCase(written: "MY-TOKEN", message: "'MY-TOKEN' is not an environment variable name: use letters, digits and '_', not starting with a digit"),
-        NameCase(written: "$", message: "'$' is not an environment variable name: use letters, digits and '_', not starting with a digit"),
-        NameCase(written: "${}", message: "'${}' is not an environment variable name: use letters, digits and '_', not starting with a digit"),
+        NameCase(written: "1TOKEN", message: "'1TOKEN' is not NOUN: use letters, digits and '_', not starting with a digit"),
+        NameCase(written: "MY-TOKEN", message: "'MY-TOKEN' is not NOUN: use letters, digits and '_', not starting with a digit"),
+        NameCase(written: "$", message: "'$' is not NOUN: use letters, digits and '_', not starting with a digit"),
+        NameCase(written: "${}", message: "'${}' is not NOUN: use letters, digits and '_', not starting with a digit"),
     ]
 
     @Test("env: and env_var: take a variable's name, at its position with the fix", arguments: environmentNames)
@@ -73,8 +77,10 @@ struct ConfigFixHintTests {
         let env = loadError("secrets:\n  s: { env: \"\(name.written)\" }\n")
         let envVar = loadError("secrets:\n  s: { env: S, placeholder: true, env_var: \"\(name.written)\" }\n")
         if let expected = name.message {
-            #expect(env == "t.yaml:2:13: env " + expected.replacingOccurrences(of: "KEY", with: "env"))
-            #expect(envVar == "t.yaml:2:44: env_var " + expected.replacingOccurrences(of: "KEY", with: "env_var"))
+            #expect(env == "t.yaml:2:13: env " + expected.replacingOccurrences(of: "KEY", with: "env")
+                    .replacingOccurrences(of: "NOUN", with: "an environment variable name"))
+            #expect(envVar == "t.yaml:2:44: env_var " + expected.replacingOccurrences(of: "KEY", with: "env_var")
+                    .replacingOccurrences(of: "NOUN", with: "a shell variable name"))
         } else {
             #expect(env == nil)
             #expect(envVar == nil)
