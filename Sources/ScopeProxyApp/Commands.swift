@@ -368,10 +368,16 @@ public enum Commands {
             fail(invalidNameMessage)
             return 2
         }
+        let name = invocation.arguments[0]
         do {
-            try LocalSecretDirectory(path: config.storeDirectory).remove(invocation.arguments[0])
+            try LocalSecretDirectory(path: config.storeDirectory).remove(name)
         } catch {
-            fail(error.description)
+            // The secret's name typed for its store entry, as `secret set` refuses it: say the entry.
+            var hint = ""
+            if let path = invocation.configPath?.path, storeReaders(config)[name] == nil, case .store(let entry)? = config.secrets[name] {
+                hint = " (secret '\(name)' reads store entry '\(entry)': scopeproxy secret rm \(entry) --config \(path))"
+            }
+            fail(error.description + hint)
             return 1
         }
         return 0

@@ -86,6 +86,13 @@ struct FixHintCLITests {
         let read = try runBinary(["secret", "set", "--config", config, "github"], stdin: "CANARY-right-value\n")
         #expect(read.status == 0)
         #expect(read.stderr.isEmpty, "\(read.stderr)")
+
+        // secret rm with the secret's name finds no entry, and says which entry the secret reads.
+        let removed = try runBinary(["secret", "rm", "--config", config, "github_token"])
+        #expect(removed.status == 1)
+        #expect(removed.stderr.contains("(secret 'github_token' reads store entry 'github': scopeproxy secret rm github --config \(config))"),
+                "\(removed.stderr)")
+        #expect(FileManager.default.fileExists(atPath: scratch.path + "/store/github"))
     }
 
     @Test("check: origin errors, misplaced keys and a bare secret value are each said with the fix")
