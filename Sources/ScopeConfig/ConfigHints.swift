@@ -26,7 +26,7 @@ extension Decoder {
     ]
 
     /// What to say after "unknown key 'KEY' in CONTEXT", or "" for an ordinary misspelling.
-    func placementHint(_ key: String, context: String, allowed: [String]) -> String {
+    func placementHint(_ key: String, context: String) -> String {
         if context == "the config" {
             if let section = Self.section(owning: key) {
                 return ": '\(key)' belongs under '\(section):', did you mean \(section): { \(key): ... }?"
@@ -80,5 +80,35 @@ extension Decoder {
         guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
         if digits.count > 5 || BoundedDecimal.parse(digits.utf8, maximum: 65535).map({ $0 == 0 }) ?? true { return digits }
         return nil
+    }
+
+    /// `[A-Za-z_][A-Za-z0-9_]*`: what `export NAME=...` accepts in every POSIX shell.
+    static func isShellVariableName(_ text: String) -> Bool {
+        guard let first = text.utf8.first, !(first >= 0x30 && first <= 0x39) else { return false }
+        return text.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: "_")
+        }
+    }
+
+    /// Why `text` is not an origin. A URL with a path is the usual mistake: the path belongs in
+    /// the scope's `paths` (a prefix; "/v1" becomes "/v1/" so that "/v10" is not under it).
+    static func originProblem(_ text: String) -> String {
+        if let port = outOfRangePort(text) {
+            return "invalid origin '\(text)': port \(port) is out of range: use 1-65535 (expected scheme://host[:port])"
+        }
+        // A query or fragment is never part of an origin, and no scope key takes one.
+        let beforeQuery = text.prefix { $0 != "?" && $0 != "#" }
+        let bare = String(beforeQuery.hasSuffix("/") ? beforeQuery.dropLast() : beforeQuery)
+        if beforeQuery.count < text.count, (try? Origin.parse(bare)) != nil {
+            let part = text.dropFirst(beforeQuery.count).hasPrefix("?") ? "query" : "fragment"
+            return "invalid origin '\(text)': an origin has no \(part); write '\(bare)'"
+        }
+        guard case .absolute(let origin, let pathAndQuery, nil)? = try? RequestTarget.parse(text, method: "GET"), pathAndQuery != "/" else {
+            return "invalid origin '\(text)': expected scheme://host[:port]"
+        }
+        var path = String(pathAndQuery.prefix { $0 != "?" && $0 != "#" })
+        if !path.hasSuffix("/") { path += "/" }
+        return "invalid origin '\(text)': an origin has no path; write '\(origin.scheme.rawValue)://\(origin.authority)' in origins "
+            + "and add paths: [\"\(path)\"] to the scope"
     }
 }

@@ -197,14 +197,6 @@ struct Decoder {
         return (result, placeholders.sorted { $0.secret < $1.secret }, oauth2)
     }
 
-    /// `[A-Za-z_][A-Za-z0-9_]*`: what `export NAME=...` accepts in every POSIX shell.
-    static func isShellVariableName(_ text: String) -> Bool {
-        guard let first = text.utf8.first, !(first >= 0x30 && first <= 0x39) else { return false }
-        return text.utf8.allSatisfy { byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: "_")
-        }
-    }
-
     func secretReference(_ node: YAMLNode) throws(ConfigError) -> String {
         let name = try string(node)
         guard secretNames.contains(name) else { throw error(node, "'\(name)' names no secret in 'secrets'\(suggestion(name, secretNames))") }
@@ -482,7 +474,7 @@ struct Decoder {
                 // A key one edit from an allowed one is a misspelling (`secrets` for proxy_auth's
                 // `secret`); otherwise a key that belongs elsewhere says where.
                 let closeMisspelling = allowed.contains { Self.editDistance(key, $0) <= 1 }
-                let hint = closeMisspelling ? "" : placementHint(key, context: context, allowed: allowed)
+                let hint = closeMisspelling ? "" : placementHint(key, context: context)
                 throw error(keyNode, "unknown key '\(key)' in \(context)" + (hint.isEmpty ? suggestion(key, Set(allowed)) : hint))
             }
             result[key] = value
@@ -581,27 +573,6 @@ struct Decoder {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else { return "." }
         return String(cString: buffer)
-    }
-
-    /// Why `text` is not an origin. A URL with a path is the usual mistake: the path belongs in
-    /// the scope's `paths` (a prefix; "/v1" becomes "/v1/" so that "/v10" is not under it).
-    static func originProblem(_ text: String) -> String {
-        if let port = outOfRangePort(text) {
-            return "invalid origin '\(text)': port \(port) is out of range: use 1-65535 (expected scheme://host[:port])"
-        }
-        // A query or fragment is never part of an origin, and no scope key takes one.
-        let bare = String(text.prefix { $0 != "?" && $0 != "#" })
-        if bare != text, (try? Origin.parse(bare.hasSuffix("/") ? String(bare.dropLast()) : bare)) != nil {
-            let part = text.dropFirst(bare.count).hasPrefix("?") ? "query" : "fragment"
-            return "invalid origin '\(text)': an origin has no \(part); write '\(bare.hasSuffix("/") ? String(bare.dropLast()) : bare)'"
-        }
-        guard case .absolute(let origin, let pathAndQuery, nil)? = try? RequestTarget.parse(text, method: "GET"), pathAndQuery != "/" else {
-            return "invalid origin '\(text)': expected scheme://host[:port]"
-        }
-        var path = String(pathAndQuery.prefix { $0 != "?" && $0 != "#" })
-        if !path.hasSuffix("/") { path += "/" }
-        return "invalid origin '\(text)': an origin has no path; write '\(origin.scheme.rawValue)://\(origin.authority)' in origins "
-            + "and add paths: [\"\(path)\"] to the scope"
     }
 
     /// ", did you mean 'x'?" for the closest candidate within edit distance 2.
