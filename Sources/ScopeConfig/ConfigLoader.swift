@@ -20,6 +20,13 @@ public enum ConfigLoader {
         return try parse(String(decoding: bytes, as: UTF8.self), file: path, home: home)
     }
 
+    /// Every key whose value is a path the loader resolves relative to the config file (dotted;
+    /// `[]` is each item of a list, `*` each entry of a mapping). `config print` writes each of them
+    /// resolved, and ConfigRoundTripTests walks this list.
+    public static let pathKeys = [
+        "store_dir", "secrets.*.file", "clients[].tls_client.ca", "tls.ca_dir", "tls.upstream_ca", "log.output",
+    ]
+
     public static func parse(_ text: String, file: String, home: String) throws(ConfigError) -> ProxyConfiguration {
         let root = try YAMLDocument.parse(text, file: file)
         var decoder = Decoder(file: file, home: home)
@@ -129,6 +136,10 @@ struct Decoder {
             if Self.topLevelKeys.contains(name), !valueNode.isMapping {
                 throw error(keyNode, "'\(name)' is a top-level key, not a secret: unindent it to the start of the line, like 'secrets:'")
             }
+            if case .scalar(let text, _) = valueNode.value, !valueNode.isNull {
+                throw error(valueNode, "secret '\(name)' must be a mapping: a secret names its source: "
+                            + "\(name): { env: \(text.isEmpty ? "VARIABLE" : text) } (or file:, store:, oauth2:)")
+            }
             let fields = try mapping(valueNode, allowed: Self.secretKeys, context: "secret '\(name)'")
             let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }
             guard sources.count == 1 else {
@@ -146,7 +157,9 @@ struct Decoder {
             }
             switch sources[0] {
             case "env":
-                result[name] = .env(try nonEmptyString(fields["env"]!))
+                let variable = try nonEmptyString(fields["env"]!)
+                if let problem = Self.environmentNameProblem(variable, key: "env") { throw error(fields["env"]!, problem) }
+                result[name] = .env(variable)
             case "store":
                 let storeName = try nonEmptyString(fields["store"]!)
                 guard SecretSource.isValidStoreName(storeName) else {
@@ -166,9 +179,7 @@ struct Decoder {
                     throw error(variableNode, "env_var exports the secret's placeholder: add `placeholder: true` to secret '\(name)'")
                 }
                 let text = try nonEmptyString(variableNode)
-                guard Self.isShellVariableName(text) else {
-                    throw error(variableNode, "env_var '\(text)' is not a shell variable name: use letters, digits and '_', not starting with a digit")
-                }
+                if let problem = Self.environmentNameProblem(text, key: "env_var") { throw error(variableNode, problem) }
                 if let other = variables[text] {
                     throw error(variableNode, "secrets '\(other)' and '\(name)' both use env_var \(text): each variable can hold one placeholder")
                 }
@@ -184,14 +195,6 @@ struct Decoder {
         secretNames = inputs.union(oauth2.keys)
         placeholderNames = Set(placeholders.map(\.secret))
         return (result, placeholders.sorted { $0.secret < $1.secret }, oauth2)
-    }
-
-    /// `[A-Za-z_][A-Za-z0-9_]*`: what `export NAME=...` accepts in every POSIX shell.
-    static func isShellVariableName(_ text: String) -> Bool {
-        guard let first = text.utf8.first, !(first >= 0x30 && first <= 0x39) else { return false }
-        return text.utf8.allSatisfy { byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: "_")
-        }
     }
 
     func secretReference(_ node: YAMLNode) throws(ConfigError) -> String {
@@ -468,7 +471,11 @@ struct Decoder {
         for (keyNode, value) in pairs {
             guard case .scalar(let key, _) = keyNode.value else { throw error(keyNode, "keys must be strings") }
             guard allowed.contains(key) else {
-                throw error(keyNode, "unknown key '\(key)' in \(context)\(suggestion(key, Set(allowed)))")
+                // A key one edit from an allowed one is a misspelling (`secrets` for proxy_auth's
+                // `secret`); otherwise a key that belongs elsewhere says where.
+                let closeMisspelling = allowed.contains { Self.editDistance(key, $0) <= 1 }
+                let hint = closeMisspelling ? "" : placementHint(key, context: context)
+                throw error(keyNode, "unknown key '\(key)' in \(context)" + (hint.isEmpty ? suggestion(key, Set(allowed)) : hint))
             }
             result[key] = value
         }
@@ -549,25 +556,23 @@ struct Decoder {
         return address
     }
 
-    /// `~/x` -> home; relative paths -> next to the config file (when `relativeTo` is given).
+    /// `~/x` -> home; relative paths -> next to the config file (when `relativeTo` is given), made
+    /// absolute against the working directory when the config file was named relatively: every
+    /// path in a `ProxyConfiguration` is absolute, so `config print` writes a config that means the
+    /// same saved anywhere (the keys: `ConfigLoader.pathKeys`).
     func expand(_ path: String, relativeTo configFile: String?) -> String {
         if path == "~" { return home }
         if path.hasPrefix("~/") { return home + path.dropFirst() }
         if path.hasPrefix("/") { return path }
-        guard let configFile, let slash = configFile.lastIndex(of: "/") else { return path }
-        return String(configFile[...slash]) + path
+        guard let configFile else { return path }
+        let directory = configFile.lastIndex(of: "/").map { String(configFile[...$0]) } ?? ""
+        return directory.hasPrefix("/") ? directory + path : Self.workingDirectory() + "/" + directory + path
     }
 
-    /// Why `text` is not an origin. A URL with a path is the usual mistake: the path belongs in
-    /// the scope's `paths` (a prefix; "/v1" becomes "/v1/" so that "/v10" is not under it).
-    static func originProblem(_ text: String) -> String {
-        guard case .absolute(let origin, let pathAndQuery, nil)? = try? RequestTarget.parse(text, method: "GET"), pathAndQuery != "/" else {
-            return "invalid origin '\(text)': expected scheme://host[:port]"
-        }
-        var path = String(pathAndQuery.prefix { $0 != "?" && $0 != "#" })
-        if !path.hasSuffix("/") { path += "/" }
-        return "invalid origin '\(text)': an origin has no path; write '\(origin.scheme.rawValue)://\(origin.authority)' in origins "
-            + "and add paths: [\"\(path)\"] to the scope"
+    static func workingDirectory() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return "." }
+        return String(cString: buffer)
     }
 
     /// ", did you mean 'x'?" for the closest candidate within edit distance 2.

@@ -90,8 +90,24 @@ public enum Commands {
         writeStandardOutput(config.summary + "\n")
         // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
         for warning in config.warnings { writeStandardError("warning: \(warning)\n") }
-        for problem in Preflight.problems(config) + placeholderWarnings(config) { writeStandardError("warning: \(problem)\n") }
+        for problem in Preflight.problems(config) + placeholderWarnings(config) + unscannedSecretWarnings(config) {
+            writeStandardError("warning: \(problem)\n")
+        }
         return 0
+    }
+
+    /// The secrets run would log as `secret_not_scanned` (too short, or too long, for the scrub
+    /// and the guard), decided by the same index run builds: one rule, said by both. Each secret
+    /// that can be read is read alone (one that cannot is already named by Preflight); its value
+    /// never leaves this function, only its name and length.
+    static func unscannedSecretWarnings(_ config: ProxyConfiguration) -> [String] {
+        var values: [String: [UInt8]] = [:]
+        for (name, source) in config.secrets {
+            let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath)
+            guard (try? store.load()) != nil, let value = store.value(of: name) else { continue }
+            values[name] = value.exposedBytes
+        }
+        return SecretValueIndex(values: values).exclusions.map { "\($0.description) (run starts anyway)" }
     }
 
     /// A placeholder no scope substitutes is refused everywhere (valid, but likely a forgotten
@@ -304,6 +320,17 @@ public enum Commands {
             fail(invalidNameMessage)
             return 2
         }
+        let readers = storeReaders(config)
+        if invocation.configPath != nil, readers[name] == nil {
+            // The secret's name typed for its store entry: storing it would leave the secret unset.
+            if case .store(let entry)? = config.secrets[name] {
+                fail("secret '\(name)' reads store entry '\(entry)': scopeproxy secret set \(entry) --config \(invocation.configPath!.path)")
+                return 2
+            }
+            // An entry for a config not written yet is legitimate: stored, but said.
+            writeStandardError("warning: no secret of \(invocation.configPath!.described) reads store entry '\(name)'"
+                               + (readers.isEmpty ? "" : " (store entries read: \(readers.keys.sorted().joined(separator: ", ")))") + "\n")
+        }
         let bytes: [UInt8]
         switch SecretInput.read(name: name) {
         case .success(let value): bytes = value
@@ -320,6 +347,15 @@ public enum Commands {
         return 0
     }
 
+    /// Store entry -> the secrets of the config that read it.
+    static func storeReaders(_ config: ProxyConfiguration) -> [String: [String]] {
+        var readers: [String: [String]] = [:]
+        for (name, source) in config.secrets {
+            if case .store(let entry) = source { readers[entry, default: []].append(name) }
+        }
+        return readers
+    }
+
     static func secretList(_ invocation: Invocation) -> Int32 {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         for name in LocalSecretDirectory(path: config.storeDirectory).list() { writeStandardOutput(name + "\n") }
@@ -332,10 +368,16 @@ public enum Commands {
             fail(invalidNameMessage)
             return 2
         }
+        let name = invocation.arguments[0]
         do {
-            try LocalSecretDirectory(path: config.storeDirectory).remove(invocation.arguments[0])
+            try LocalSecretDirectory(path: config.storeDirectory).remove(name)
         } catch {
-            fail(error.description)
+            // The secret's name typed for its store entry, as `secret set` refuses it: say the entry.
+            var hint = ""
+            if let path = invocation.configPath?.path, storeReaders(config)[name] == nil, case .store(let entry)? = config.secrets[name] {
+                hint = " (secret '\(name)' reads store entry '\(entry)': scopeproxy secret rm \(entry) --config \(path))"
+            }
+            fail(error.description + hint)
             return 1
         }
         return 0

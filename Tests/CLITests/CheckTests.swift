@@ -194,7 +194,7 @@ struct CheckTests {
             scopes: [{ name: a, origins: ["https://a.example"], inject: { X-Key: "${key}", X-Env: "${env}" } }]
             tls: { upstream_ca: \(pki.caPath), intercept: [a.example], ca_dir: \(scratch.path)/ca }
             """)
-        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "CANARY-set-token"])
         #expect(outcome.status == 0)
         #expect(outcome.stderr.isEmpty, "\(outcome.stderr)")
         #expect(!FileManager.default.fileExists(atPath: scratch.path + "/ca"), "check creates nothing: the CA is made by run")
@@ -213,7 +213,7 @@ struct CheckWarningTests {
                 origins: ["https://api.example"]
                 inject: { X-T: "${t}" }
             """)
-        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "CANARY-set-token"])
         #expect(outcome.status == 0)
         #expect(outcome.stdout.hasPrefix("valid: "))
         #expect(outcome.stderr.hasPrefix("warning: \(config):4:15: https origin https://api.example of scope 'api' is not intercepted: "
@@ -224,7 +224,7 @@ struct CheckWarningTests {
             scopes: [{ name: api, origins: ["https://api.example"], inject: { X-T: "${t}" } }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
-        let quiet = try runBinary(["check", "--config", intercepted], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "x"])
+        let quiet = try runBinary(["check", "--config", intercepted], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "CANARY-set-token"])
         #expect(quiet.status == 0)
         #expect(quiet.stderr.isEmpty, "\(quiet.stderr)")
     }

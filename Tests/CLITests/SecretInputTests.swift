@@ -5,7 +5,8 @@ import TestSupport
 @Suite("CLI: secret set from a pipe and from a terminal", .serialized)
 struct SecretInputTests {
     func storeConfig(_ scratch: ScratchDirectory) -> String {
-        scratch.write("c.yaml", "store_dir: \(scratch.path)/store\n")
+        // The entries these tests set are ones the config reads (others are set with a warning).
+        scratch.write("c.yaml", "store_dir: \(scratch.path)/store\nsecrets: { gh: { store: github }, p: { store: plain } }\n")
     }
 
     func stored(_ scratch: ScratchDirectory, _ name: String) -> [UInt8]? {

@@ -215,3 +215,40 @@ struct ConfigRoundTripTests {
         roundTrip(yaml, label: "loopback http")
     }
 }
+
+@Suite("config print: every path-valued key is written resolved, so the printout means the same saved in another directory")
+struct PrintedPathTests {
+    /// One config per path-valued key of `ConfigLoader.pathKeys`, its value relative, and the
+    /// resolved value read back from a configuration.
+    static let cases: [String: (yaml: String, resolved: @Sendable (ProxyConfiguration) -> String?)] = [
+        "store_dir": ("store_dir: store\n", { $0.storeDirectory }),
+        "secrets.*.file": ("secrets: { t: { file: tok.txt } }\n", { config in
+            if case .file(let path, _)? = config.secrets["t"] { return path } else { return nil } }),
+        "clients[].tls_client.ca": ("clients: [{ name: c, tls_client: { ca: clients.pem, subject: \"CN=c\" } }]\n",
+                                    { $0.clients.first?.tlsClient?.caFile }),
+        "tls.ca_dir": ("tls: { ca_dir: ca }\n", { $0.tls.caDirectory }),
+        "tls.upstream_ca": ("tls: { upstream_ca: roots.pem }\n", { $0.tls.upstreamCA }),
+        "log.output": ("log: { output: access.log }\n", { config in
+            if case .file(let path) = config.log.output { return path } else { return nil } }),
+    ]
+
+    @Test("the table covers every path-valued key the loader resolves")
+    func everyPathKey() {
+        #expect(Set(Self.cases.keys) == Set(ConfigLoader.pathKeys))
+    }
+
+    @Test("a relative value, in a config named relatively, is printed absolute and read back the same from another directory",
+          arguments: ConfigLoader.pathKeys)
+    func printedAbsolute(_ key: String) throws {
+        let entry = try #require(Self.cases[key])
+        for file in ["mine/my.yaml", "my.yaml", "/tmp/mine/my.yaml"] {
+            let original = try ConfigLoader.parse(entry.yaml, file: file, home: "/home/t")
+            let resolved = try #require(entry.resolved(original), "\(key)")
+            #expect(resolved.hasPrefix("/"), "\(key) from \(file): \(resolved)")
+            let printed = ConfigPrinter.yaml(original, formatIsExplicit: false)
+            let elsewhere = try ConfigLoader.parse(printed, file: "/elsewhere/printed.yaml", home: "/home/t")
+            #expect(entry.resolved(elsewhere) == resolved, "\(key) from \(file)")
+            expectSameMeaning(original, elsewhere, "\(key) from \(file)")
+        }
+    }
+}
