@@ -159,6 +159,21 @@ public enum ExchangeFailure: Sendable, Equatable {
         }
     }
 
+    /// The first-hour mistakes whose fix the proxy also says on its own stderr, once per process
+    /// (the access log carries every case, but may be a file nobody watches yet): the event name
+    /// and the hint. Fixed text only, never request data. nil for every other failure.
+    public var stderrHint: (event: String, hint: String)? {
+        switch self {
+        case .proxy(.interceptionFailed(_, .clientRejectedCertificate)):
+            ("client_rejected_certificate", InterceptionFailure.clientRejectedCertificate.hint)
+        case .proxy(.tlsToPlainListener):
+            ("client_spoke_tls_to_plain_listener", "a client spoke TLS to the plain proxy listener: its proxy URL says https:// "
+                + "where it should say http:// (HTTPS_PROXY=http://HOST:PORT, curl -x http://HOST:PORT)")
+        default:
+            nil
+        }
+    }
+
     /// Failures caused by the upstream side (counted in `scopeproxy_upstream_errors_total`).
     public var isUpstreamFailure: Bool {
         switch self {

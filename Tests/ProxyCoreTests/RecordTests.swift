@@ -320,3 +320,23 @@ struct RecordDetailTests {
         #expect(p.emitted.first?.scopes == ["a"])
     }
 }
+
+@Suite("Records: the failures the proxy also hints on its stderr, once")
+struct StderrHintTests {
+    /// The first-hour mistakes whose fix must reach someone who reads only the proxy's terminal;
+    /// every other failure stays in the access log alone (a hint per kind, not per connection).
+    @Test("each failure hints on stderr or not, with a fixed text that says the fix",
+          arguments: [
+            (ExchangeFailure.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "should say http://"),
+            (.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "HTTPS_PROXY=http://HOST:PORT"),
+            (.proxy(.interceptionFailed(a, .clientRejectedCertificate)), "client_rejected_certificate", "scopeproxy ca"),
+            (.proxy(.interceptionFailed(a, .notTLS)), nil, nil),
+            (.proxy(.notProxyRequest), nil, nil),
+            (.responseCut, nil, nil),
+            (.clientClosed, nil, nil),
+          ] as [(ExchangeFailure, String?, String?)])
+    func hint(failure: ExchangeFailure, event: String?, says: String?) {
+        #expect(failure.stderrHint?.event == event)
+        if let says { #expect(failure.stderrHint?.hint.contains(says) == true) }
+    }
+}

@@ -74,6 +74,23 @@ struct MessageBinaryTests {
         #expect(!log.contains("malformed_request"))
     }
 
+    /// The fix is in the access log, which may be a file nobody watches yet: the proxy's own stderr
+    /// says it too, once per process however many clients repeat the mistake.
+    @Test("a client speaking TLS to the plain listener: one line on the proxy's stderr saying to use http:// in the proxy URL, not one per connection")
+    func tlsClientOnPlainListenerHintedOnStderrOnce() throws {
+        let configured = try ConfiguredProxy { log in "log: { output: \(log), format: json }\n" }
+        defer { configured.process.terminate() }
+        for _ in 0..<3 {
+            let outcome = try curl(["-x", "https://127.0.0.1:\(configured.port)", "http://origin.example/"])
+            #expect(outcome.status == 35)
+        }
+        #expect(configured.process.terminate() == 0)
+        let hints = configured.process.standardError.split(separator: "\n").filter { $0.contains(#""event":"client_spoke_tls_to_plain_listener""#) }
+        #expect(hints.count == 1, "\(configured.process.standardError)")
+        #expect(hints.first?.contains("its proxy URL says https:// where it should say http:// (HTTPS_PROXY=http://HOST:PORT") == true)
+        #expect(logText(configured.logPath).components(separatedBy: #""error":"tls_to_plain_listener""#).count - 1 == 3)
+    }
+
     @Test("a placeholder refused because its scope serves other clients says so, naming the scope and this client")
     func placeholderForClientNotServed() throws {
         let origin = try FixtureOrigin { connection in
