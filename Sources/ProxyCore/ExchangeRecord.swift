@@ -71,6 +71,16 @@ public struct ExchangeRecord: Sendable, Equatable {
         }
     }
 
+    /// The scopes that cover the origin for this client, noted as soon as both are known (the
+    /// request admitted, or a followed hop's target chosen): a request refused after that (a
+    /// placeholder or a secret's value where it may not go, a credential without a value, a body
+    /// too large to inspect) names them like every other request, so `scope=-` in the log means
+    /// only that no scope covers the origin. A planned hop's decision notes the same list.
+    public mutating func noteCoveringScopes(_ policy: ScopePolicy, client: String?) {
+        guard let origin else { return }
+        scopes = policy.covering(origin, client: client).map(\.name)
+    }
+
     /// What the scope rules did to the request this record describes.
     public mutating func note(_ decision: ScopeDecision) {
         scopes = decision.scopes
