@@ -11,6 +11,10 @@ public struct ClientRefusal: Sendable, Equatable {
         /// Proxy-Authorization was sent and names no configured client (wrong user, password or
         /// token). Never a fallback to uid, source or anonymous.
         case proxyAuthorizationNotRecognised = "proxy_authorization_not_recognised"
+        /// Proxy-Authorization was sent in a scheme no configured client uses (Basic where every
+        /// `auth` client is Bearer, or the reverse). Says only what Proxy-Authenticate already
+        /// offers: which schemes are configured, never which names or keys exist.
+        case proxyAuthorizationSchemeNotConfigured = "proxy_authorization_scheme_not_configured"
         /// Nothing recognised the client and no `anonymous` client is defined.
         case clientNotRecognised = "client_not_recognised"
     }
@@ -82,6 +86,9 @@ public final class ClientDirectory: Sendable {
             case .malformed(let why):
                 return .refused(ClientRefusal(reason: .proxyAuthorizationInvalid, detail: why.rawValue, schemes: schemes))
             case let credentials:
+                if let sent = credentials.scheme, !schemes.contains(sent) {
+                    return .refused(ClientRefusal(reason: .proxyAuthorizationSchemeNotConfigured, schemes: schemes))
+                }
                 if let name = authenticate(credentials, secrets: secrets) { return .client(ClientIdentity(name: name)) }
                 return .refused(ClientRefusal(reason: .proxyAuthorizationNotRecognised, schemes: schemes))
             }

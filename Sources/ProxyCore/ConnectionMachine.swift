@@ -394,6 +394,7 @@ public struct ConnectionMachine {
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery
+            record.noteCoveringScopes(arrival.scope.policy, client: request.client.name)
             switch bodyReadFirst(request, scope: arrival.scope) {
             case .refuse(let error):
                 // Known from the head alone (a Content-Length over the limit): nothing is read.
@@ -714,6 +715,7 @@ public struct ConnectionMachine {
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = exchange.request.head.fields
+        next.noteCoveringScopes(exchange.scope.policy, client: exchange.request.client.name)
         planFollowed(exchange, to: target, body: body, chain: chain, record: next)
     }
 

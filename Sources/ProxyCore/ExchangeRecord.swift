@@ -71,6 +71,16 @@ public struct ExchangeRecord: Sendable, Equatable {
         }
     }
 
+    /// The scopes that cover the origin for this client, noted as soon as both are known (the
+    /// request admitted, or a followed hop's target chosen): a request refused after that (a
+    /// placeholder or a secret's value where it may not go, a credential without a value, a body
+    /// too large to inspect) names them like every other request, so `scope=-` in the log means
+    /// only that no scope covers the origin. A planned hop's decision notes the same list.
+    public mutating func noteCoveringScopes(_ policy: ScopePolicy, client: String?) {
+        guard let origin else { return }
+        scopes = policy.covering(origin, client: client).map(\.name)
+    }
+
     /// What the scope rules did to the request this record describes.
     public mutating func note(_ decision: ScopeDecision) {
         scopes = decision.scopes
@@ -156,6 +166,21 @@ public enum ExchangeFailure: Sendable, Equatable {
         // The client never reads this answer (it gets a TLS alert): the log line is where the fix is said.
         case .proxy(.tlsToPlainListener): "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)"
         default: nil
+        }
+    }
+
+    /// The first-hour mistakes whose fix the proxy also says on its own stderr, once per process
+    /// (the access log carries every case, but may be a file nobody watches yet): the event name
+    /// and the hint. Fixed text only, never request data. nil for every other failure.
+    public var stderrHint: (event: String, hint: String)? {
+        switch self {
+        case .proxy(.interceptionFailed(_, .clientRejectedCertificate)):
+            ("client_rejected_certificate", InterceptionFailure.clientRejectedCertificate.hint)
+        case .proxy(.tlsToPlainListener):
+            ("client_spoke_tls_to_plain_listener", "a client spoke TLS to the plain proxy listener: its proxy URL says https:// "
+                + "where it should say http:// (HTTPS_PROXY=http://HOST:PORT, curl -x http://HOST:PORT)")
+        default:
+            nil
         }
     }
 

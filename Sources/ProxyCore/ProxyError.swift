@@ -174,6 +174,7 @@ public enum ProxyError: Error, Equatable, Sendable {
             switch refusal.reason {
             case .proxyAuthorizationInvalid: "the Proxy-Authorization header could not be read (use Basic user:password or Bearer token)"
             case .proxyAuthorizationNotRecognised: "the Proxy-Authorization header names no client of this proxy"
+            case .proxyAuthorizationSchemeNotConfigured: Self.schemeHint(refusal.schemes)
             case .clientNotRecognised: "this proxy does not recognise this client: send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))"
             }
         case .rateLimited(let client, _): "client '\(client)' is over its rate limit"
@@ -201,6 +202,18 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
         }
+    }
+
+    /// A credential in a scheme no client uses: the way the configured scheme is sent. Names only
+    /// the schemes, which Proxy-Authenticate already offers, never a client or whether a key exists.
+    private static func schemeHint(_ configured: [ProxyAuthScheme]) -> String {
+        if configured == [.bearer] {
+            // A password in the proxy URL is sent as Basic: Bearer goes in a header of its own.
+            return "this proxy's clients authenticate with Bearer: send Proxy-Authorization: Bearer KEY "
+                + "(curl --proxy-header 'Proxy-Authorization: Bearer KEY'); Basic (a password in the proxy URL) names no client"
+        }
+        return "this proxy's clients authenticate with Basic: put NAME:PASSWORD in the proxy URL "
+            + "(curl -x http://NAME:PASSWORD@HOST:PORT); Bearer names no client"
     }
 
     private static func why(_ refusal: PlaceholderRefusal) -> String {

@@ -440,7 +440,6 @@ final class ClientConnection: UpstreamLegOwner {
         guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
         if machine.isHandshaking {
             let why = transport.handshakeFailure()
-            if why == .clientRejectedCertificate { Self.hintUntrustedCAOnce(peer) }
             deliver(.clientTLSFailed(why))
             return
         }
@@ -465,16 +464,14 @@ final class ClientConnection: UpstreamLegOwner {
         deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
     }
 
-    /// The first client that refuses the local CA's certificate gets a line on stderr too: it is
-    /// the most common first-hour problem, and the access log may be a file nobody watches yet.
-    private static let untrustedCAHinted = Locked(false)
+    /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the
+    /// first time only, so a client retrying in a loop does not flood it.
+    private static let hintedOnStderr = Locked<Set<String>>([])
 
-    private static func hintUntrustedCAOnce(_ client: String) {
-        guard untrustedCAHinted.withLock({ hinted in defer { hinted = true }; return !hinted }) else { return }
-        Diagnostics.error("client_rejected_certificate", [
-            ("client", client),
-            ("hint", InterceptionFailure.clientRejectedCertificate.hint + "; said once, the access log has every case"),
-        ])
+    private static func hintOnStderrOnce(_ failure: ExchangeFailure?, client: String) {
+        guard let (event, hint) = failure?.stderrHint,
+              hintedOnStderr.withLock({ $0.insert(event).inserted }) else { return }
+        Diagnostics.error(event, [("client", client), ("hint", hint + "; said once, the access log has every case")])
     }
 
     fileprivate func lingerTimerFired() {
@@ -556,6 +553,7 @@ final class ClientConnection: UpstreamLegOwner {
     // MARK: Access log and metrics
 
     private func emit(_ record: ExchangeRecord) {
+        Self.hintOnStderrOnce(record.failure, client: record.client)
         configuration.metrics.count(record, policy: configuration.scope.context.policy)
         configuration.accessLog?.record(record)
     }

@@ -18,6 +18,15 @@ public enum ProxyAuthorization: Sendable, Equatable {
         case tooLong = "too_long"
     }
 
+    /// The scheme of a credential this proxy reads; nil when malformed.
+    public var scheme: ProxyAuthScheme? {
+        switch self {
+        case .basic: .basic
+        case .bearer: .bearer
+        case .malformed: nil
+        }
+    }
+
     /// Longer values are refused before any decoding (the head limit already bounds them; this
     /// keeps the constant-time comparison's work small and fixed).
     public static let maxLength = 4096

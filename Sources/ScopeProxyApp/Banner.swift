@@ -71,19 +71,31 @@ struct Banner {
         if config.proxyAuthSecret == nil && config.clients.isEmpty && !Self.isLoopback(listen.host) {
             lines.append("  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
         }
-        var url = Self.proxyURL(listen)
-        if let auth = config.proxyAuthSecret {
+        lines += Self.useIt(Self.proxyURL(listen), proxyAuthSecret: config.proxyAuthSecret, clients: config.clients)
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The `use it:` lines: how a client sends what recognises it, one line per way (never a
+    /// value). Basic credentials go in the proxy URL; a Bearer key goes in a Proxy-Authorization
+    /// header of its own (a password in the URL is sent as Basic, which names no Bearer client).
+    static func useIt(_ url: String, proxyAuthSecret: String?, clients: [ClientRule]) -> [String] {
+        if let auth = proxyAuthSecret {
             // Where the password goes, never the password.
-            url = url.replacingOccurrences("http://", "http://user:PASSWORD@")
-            lines.append("  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(url) https_proxy=\(url)")
-        } else if config.clients.contains(where: { if case .basic? = $0.auth { true } else { false } }) {
+            let withPassword = url.replacingOccurrences("http://", "http://user:PASSWORD@")
+            return ["  use it (PASSWORD: the value of secret '\(auth)'): export http_proxy=\(withPassword) https_proxy=\(withPassword)"]
+        }
+        var lines: [String] = []
+        if clients.contains(where: { if case .basic? = $0.auth { true } else { false } }) {
             // Where a Basic client's password goes, never the password.
             let withUser = url.replacingOccurrences("http://", "http://USER:PASSWORD@")
             lines.append("  use it (a Basic client: its user and the value of its password secret): export http_proxy=\(withUser) https_proxy=\(withUser)")
-        } else {
-            lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)")
         }
-        return lines.joined(separator: "\n") + "\n"
+        if clients.contains(where: { if case .bearer? = $0.auth { true } else { false } }) {
+            lines.append("  use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
+                         + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x \(url) URL; other clients: docs/clients.md")
+        }
+        if lines.isEmpty { lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)") }
+        return lines
     }
 
     /// How a client is recognised, by secret names (never values).

@@ -108,6 +108,38 @@ struct ClientRecognitionTests {
                 == .refused(ClientRefusal(reason: .clientNotRecognised, schemes: [.basic, .bearer])))
     }
 
+    /// A credential in a scheme no client uses says so, and how the configured scheme is sent. The
+    /// answer is the same whatever name or key was sent (the schemes are public in
+    /// Proxy-Authenticate; which clients exist is not), and recognition itself is unchanged: a
+    /// Bearer client's key sent as a Basic password is still refused.
+    @Test("a credential in a scheme no client uses: the same refusal for every name and key, naming the configured scheme",
+          arguments: [
+            ([ClientRule(name: "agent", auth: .bearer(tokenSecret: "agent_key"))],
+             [basic("agent:CANARY-agent"), basic("any:CANARY-agent"), basic("nobody:wrong")], ProxyAuthScheme.bearer),
+            ([ClientRule(name: "me", auth: .basic(user: "me", passwordSecret: "me_pw"))],
+             ["Bearer CANARY-me", "Bearer wrong"], ProxyAuthScheme.basic),
+          ])
+    func schemeNotConfigured(rules: [ClientRule], sent: [String], configured: ProxyAuthScheme) {
+        let directory = ClientDirectory(rules + [ClientRule(name: "ci", uid: 1001)])
+        let facts = ConnectionFacts(peer: "127.0.0.1:5000", peerIP: "127.0.0.1", owner: .uid(1001))
+        let expected = Recognition.refused(ClientRefusal(reason: .proxyAuthorizationSchemeNotConfigured, schemes: [configured]))
+        for value in sent {
+            #expect(directory.recognize(facts, proxyAuthorization: value, secrets: secrets) == expected)
+        }
+        let message = ProxyError.proxyAuthenticationRequired(ClientRefusal(reason: .proxyAuthorizationSchemeNotConfigured, schemes: [configured])).message
+        #expect(message.contains("authenticate with \(configured.rawValue)"))
+        #expect(!message.contains("agent") && !message.contains("'me'"))
+    }
+
+    @Test("with Basic and Bearer clients both, a wrong credential of either scheme is not recognised (no scheme hint)")
+    func bothSchemesConfigured() {
+        let directory = ClientDirectory(rules)
+        for value in [basic("agent:CANARY-agent"), basic("me:wrong"), "Bearer wrong", "Bearer CANARY-me"] {
+            #expect(directory.recognize(ConnectionFacts(peer: "x"), proxyAuthorization: value, secrets: secrets)
+                    == .refused(ClientRefusal(reason: .proxyAuthorizationNotRecognised, schemes: [.basic, .bearer])))
+        }
+    }
+
     @Test("the rate limit is per client, with the time passed in")
     func rate() {
         let directory = ClientDirectory([ClientRule(name: "a", sources: [try! CIDR.parse("10.0.0.0/8").get()], rate: RateLimit(count: 1, periodSeconds: 1)),

@@ -320,3 +320,74 @@ struct RecordDetailTests {
         #expect(p.emitted.first?.scopes == ["a"])
     }
 }
+
+@Suite("Records: the failures the proxy also hints on its stderr, once")
+struct StderrHintTests {
+    /// The first-hour mistakes whose fix must reach someone who reads only the proxy's terminal;
+    /// every other failure stays in the access log alone (a hint per kind, not per connection).
+    @Test("each failure hints on stderr or not, with a fixed text that says the fix",
+          arguments: [
+            (ExchangeFailure.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "should say http://"),
+            (.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "HTTPS_PROXY=http://HOST:PORT"),
+            (.proxy(.interceptionFailed(a, .clientRejectedCertificate)), "client_rejected_certificate", "scopeproxy ca"),
+            (.proxy(.interceptionFailed(a, .notTLS)), nil, nil),
+            (.proxy(.notProxyRequest), nil, nil),
+            (.responseCut, nil, nil),
+            (.clientClosed, nil, nil),
+          ] as [(ExchangeFailure, String?, String?)])
+    func hint(failure: ExchangeFailure, event: String?, says: String?) {
+        #expect(failure.stderrHint?.event == event)
+        if let says { #expect(failure.stderrHint?.hint.contains(says) == true) }
+    }
+}
+
+@Suite("Records: a request refused after its scopes are known names them")
+struct RefusedRecordScopeTests {
+    struct Row: Sendable, CustomTestStringConvertible {
+        let name: String
+        let fixture: Fixture
+        let lines: [String]
+        let failure: String
+        let scopes: [String]
+        var testDescription: String { name }
+    }
+
+    static let placeholder = SecretTrafficTests.placeholder
+
+    /// `scope=-` in the log must mean only that no scope covers the origin: every refusal made once
+    /// the request is admitted (its origin and client known) carries the covering scopes, as a
+    /// request that went through would.
+    @Test("the record of a refusal after admission names the scopes covering its origin", arguments: [
+        Row(name: "a placeholder toward an origin a scope covers without substituting it", fixture: SecretTrafficTests.fixture,
+            lines: ["GET https://a.example/ HTTP/1.1", "Host: a.example", "Authorization: token \(placeholder)"],
+            failure: "placeholder_out_of_scope", scopes: ["a"]),
+        Row(name: "a secret's value toward an origin another scope covers", fixture: SecretTrafficTests.fixture,
+            lines: ["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "X-Debug: A-INJECTED-7c1e"],
+            failure: "secret_egress_blocked", scopes: ["gh"]),
+        Row(name: "a credential without a value", fixture: Configs.pass,
+            lines: ["GET https://broken.example/ HTTP/1.1", "Host: broken.example"],
+            failure: "credential_unavailable", scopes: ["broken"]),
+        Row(name: "a placeholder toward an origin no scope covers: no scope", fixture: SecretTrafficTests.fixture,
+            lines: ["GET https://unscoped.example/?k=\(placeholder) HTTP/1.1", "Host: unscoped.example"],
+            failure: "placeholder_out_of_scope", scopes: []),
+    ])
+    func refusedRecordNamesScopes(_ row: Row) {
+        var p = Playbook(row.fixture)
+        p.start([.arm(.clientHead)])
+        _ = p.feed(p.head(row.lines))
+        #expect(p.connected.isEmpty, "nothing was sent")
+        #expect(p.emitted.count == 1)
+        #expect(p.emitted.first?.failure?.code == row.failure)
+        #expect(p.emitted.first?.scopes == row.scopes)
+    }
+
+    @Test("a followed hop refused after its scopes are known names its own scopes, not the previous hop's")
+    func followedHopRefusalNamesItsScopes() {
+        var p = Playbook(Configs.follow)
+        p.sent(["GET https://a.example/1 HTTP/1.1", "Host: a.example"], to: a)
+        _ = p.feed(.responseHead(hop(1), response("HTTP/1.1 307 Temporary Redirect", "Location: https://broken.example/2")))
+        #expect(p.emitted.map(\.status) == [307, 502])
+        #expect(p.emitted.last?.failure?.code == "credential_unavailable")
+        #expect(p.emitted.map(\.scopes) == [["a"], ["broken"]])
+    }
+}

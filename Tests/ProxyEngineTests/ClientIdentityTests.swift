@@ -165,6 +165,40 @@ struct ClientIdentityTests {
         #expect(arrived(at: origin, among: [token]) == [[token]])
     }
 
+    /// "Put the password in the proxy URL" is Basic: where every `auth` client is Bearer, the 407
+    /// and the log say so and show the header to send, and the banner shows it before any request.
+    @Test("a password in the proxy URL where clients authenticate with Bearer: the 407 and the log name the scheme and the header; the header works")
+    func basicSentToBearerClients() throws {
+        let origin = try FixtureOrigin(host: "127.0.0.1")
+        defer { origin.stop() }
+        let agentKey = canary("agentkey"), token = canary("tok")
+        let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { log in """
+            secrets: { agent_key: { env: AGENT_KEY }, token: { env: TOKEN } }
+            clients: [{ name: agent, auth: { bearer: agent_key } }]
+            scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
+            log: { output: \(log) }
+            """ }
+        defer { configured.process.terminate() }
+        let proxy = "127.0.0.1:\(configured.port)"
+        let inURL = try curl(["-w", "\n%{http_code}", "-x", "http://any:\(agentKey)@\(proxy)", origin.url + "/x"])
+        #expect(inURL.body.hasSuffix("\n407"))
+        #expect(inURL.body.contains(#""message":"this proxy's clients authenticate with Bearer: send Proxy-Authorization: Bearer KEY"#))
+        let unknownUser = try curl(["-x", "http://nobody:wrong@\(proxy)", origin.url + "/x"])
+        // The same answer (but its request id) whatever name and key were sent.
+        let message = { (body: String) in body.split(separator: ",").filter { !$0.hasPrefix(#""id""#) }.joined(separator: ",") }
+        #expect(message(unknownUser.body) == message(inURL.body.replacingOccurrences(of: "\n407", with: "")))
+        let inHeader = try curl(["-w", "\n%{http_code}", "--proxy-header", "Proxy-Authorization: Bearer \(agentKey)", "-x", "http://\(proxy)",
+                                 origin.url + "/x"])
+        #expect(inHeader.body.hasSuffix("\n200"))
+        #expect(configured.process.terminate() == 0)
+        let lines = logLines(configured.logPath)
+        #expect(lines.count == 3)
+        #expect(lines.prefix(2).allSatisfy { $0.contains(#""status":407"#) && $0.contains(#""reason":"proxy_authorization_scheme_not_configured""#) })
+        #expect(configured.process.standardError.contains("use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
+                                                          + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x http://\(proxy) URL"))
+        #expect(!(lines.joined() + configured.process.standardError + inURL.body).contains(agentKey))
+    }
+
     @Test("identity is established on CONNECT and inherited by every request in the intercepted tunnel")
     func connectIdentityIntoTunnel() throws {
         let pki = try TestPKI()

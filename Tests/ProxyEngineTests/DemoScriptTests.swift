@@ -191,3 +191,39 @@ struct DemoScriptTests {
         }
     }
 }
+
+@Suite("the demo's servers: a log line per request, whole")
+struct DemoServerLogTests {
+    /// The demo origin answers on threads; run.sh reads its log's lines as what it received. Requests
+    /// that arrive together must still leave one whole JSON line each (a torn line made the demo's
+    /// OAuth2 step read an empty last line now and then).
+    @Test("concurrent requests to a demo origin leave one whole JSON line each in its log")
+    func concurrentRequestsLeaveWholeLines() throws {
+        let rounds = 5, concurrent = 20
+        let output = try runPython(repositoryRoot.appendingPathComponent("Tests/Fixtures/demo_origin_log_lines.py").path,
+                                   [repositoryRoot.appendingPathComponent("config/demo").path, "\(rounds)", "\(concurrent)"])
+        struct Counts: Decodable { let lines: Int; let whole: Int; let answered: Int; let last: String }
+        let counts = try JSONDecoder().decode(Counts.self, from: Data(output.utf8))
+        #expect(counts.answered == rounds * concurrent)
+        #expect(counts.lines == rounds * concurrent)
+        #expect(counts.whole == rounds * concurrent)
+        #expect(counts.last == "", "the log ends with a newline")
+    }
+}
+
+/// Runs `python3 SCRIPT ARGUMENTS`; its stdout, or a failure with its stderr.
+private func runPython(_ script: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", "-B", script] + arguments
+    let output = Pipe(), errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let outData = output.fileHandleForReading.readDataToEndOfFile()
+    let errorData = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    try #require(process.terminationStatus == 0, "\(String(decoding: errorData, as: UTF8.self))")
+    return String(decoding: outData, as: UTF8.self)
+}

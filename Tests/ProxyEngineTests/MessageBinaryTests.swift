@@ -74,6 +74,23 @@ struct MessageBinaryTests {
         #expect(!log.contains("malformed_request"))
     }
 
+    /// The fix is in the access log, which may be a file nobody watches yet: the proxy's own stderr
+    /// says it too, once per process however many clients repeat the mistake.
+    @Test("a client speaking TLS to the plain listener: one line on the proxy's stderr saying to use http:// in the proxy URL, not one per connection")
+    func tlsClientOnPlainListenerHintedOnStderrOnce() throws {
+        let configured = try ConfiguredProxy { log in "log: { output: \(log), format: json }\n" }
+        defer { configured.process.terminate() }
+        for _ in 0..<3 {
+            let outcome = try curl(["-x", "https://127.0.0.1:\(configured.port)", "http://origin.example/"])
+            #expect(outcome.status == 35)
+        }
+        #expect(configured.process.terminate() == 0)
+        let hints = configured.process.standardError.split(separator: "\n").filter { $0.contains(#""event":"client_spoke_tls_to_plain_listener""#) }
+        #expect(hints.count == 1, "\(configured.process.standardError)")
+        #expect(hints.first?.contains("its proxy URL says https:// where it should say http:// (HTTPS_PROXY=http://HOST:PORT") == true)
+        #expect(logText(configured.logPath).components(separatedBy: #""error":"tls_to_plain_listener""#).count - 1 == 3)
+    }
+
     @Test("a placeholder refused because its scope serves other clients says so, naming the scope and this client")
     func placeholderForClientNotServed() throws {
         let origin = try FixtureOrigin { connection in
@@ -110,5 +127,43 @@ struct MessageBinaryTests {
         let log = logText(configured.logPath)
         #expect(log.contains(#""client_id":"local""#) && log.contains(#""error":"placeholder_out_of_scope""#), "\(log)")
         #expect(!log.contains(value))
+    }
+
+    /// `scope=-` means no scope covers the origin: a request refused for what it carries, toward an
+    /// origin a scope does cover, names that scope in its line like any other request.
+    @Test("a secret's value or a placeholder refused toward an origin a scope covers: the log line names that scope")
+    func refusalTowardCoveredOriginNamesTheScope() throws {
+        let origin = try FixtureOrigin { connection in
+            while connection.readRequest() != nil { connection.respond(status: 200, body: "ok\n") }
+        }
+        defer { origin.stop() }
+        let apiValue = "CANARY-api-\(UInt32.random(in: 0...UInt32.max))", placeholderValue = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
+        let environment = ["MSG_API_TOKEN": apiValue, "MSG_PH_VALUE": placeholderValue]
+        let configured = try ConfiguredProxy(environment: environment) { log in """
+            secrets:
+              api_token: { env: MSG_API_TOKEN }
+              gh: { env: MSG_PH_VALUE, placeholder: true }
+            scopes:
+              - { name: internal, origins: ["\(origin.url)"], inject: { X-Internal: "1" } }
+              - { name: external, origins: ["https://api.example"], inject: { Authorization: "Bearer ${api_token}" }, substitute: [gh] }
+            tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
+            log: { output: \(log), format: json }
+            """ }
+        defer { configured.process.terminate() }
+        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: environment)
+        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        for header in ["X-Debug: \(apiValue)", "Authorization: Bearer \(placeholder)"] {
+            let socket = try TestSocket.connect(port: configured.port)
+            try socket.send("GET \(origin.url)/x HTTP/1.1\r\nHost: \(origin.authority)\r\n\(header)\r\n\r\n")
+            #expect(try HTTPReader(socket).readResponse()?.status == 403)
+        }
+        #expect(origin.acceptedConnections == 0)
+        #expect(configured.process.terminate() == 0)
+        let lines = logText(configured.logPath).split(separator: "\n")
+        #expect(lines.count == 2)
+        #expect(lines.first?.contains(#""error":"secret_egress_blocked""#) == true)
+        #expect(lines.last?.contains(#""error":"placeholder_out_of_scope""#) == true)
+        #expect(lines.allSatisfy { $0.contains(#""scope":"internal""#) }, "\(lines)")
+        #expect(!lines.joined().contains(apiValue) && !lines.joined().contains(placeholderValue))
     }
 }

@@ -52,3 +52,29 @@ struct BannerCredentialTests {
         #expect(signing.secretNames == ["kid"], "the secret key only keys the HMAC: it is not sent")
     }
 }
+
+@Suite("Banner: how to use the proxy, for every way a client authenticates")
+struct BannerUseItTests {
+    static let url = "http://127.0.0.1:8080"
+    static let basic = ClientRule(name: "me", auth: .basic(user: "me", passwordSecret: "me_pw"))
+    static let bearer = ClientRule(name: "agent", auth: .bearer(tokenSecret: "agent_key"))
+    static let local = ClientRule(name: "ci", uid: 1001)
+
+    @Test("a Basic client's password goes in the proxy URL, a Bearer client's key in a header; each configured way has its line",
+          arguments: [
+            ([local], [false, false]),
+            ([basic], [true, false]),
+            ([bearer], [false, true]),
+            ([basic, bearer, local], [true, true]),
+          ])
+    func wayPerScheme(clients: [ClientRule], shows: [Bool]) {
+        let lines = Banner.useIt(Self.url, proxyAuthSecret: nil, clients: clients)
+        let text = lines.joined(separator: "\n")
+        #expect(text.contains("http_proxy=http://USER:PASSWORD@127.0.0.1:8080") == shows[0])
+        #expect(text.contains("curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x http://127.0.0.1:8080") == shows[1])
+        #expect(text.contains("docs/clients.md") == shows[1])
+        #expect(lines.allSatisfy { $0.hasPrefix("  use it") })
+        if !shows.contains(true) { #expect(lines == ["  use it: export http_proxy=\(Self.url) https_proxy=\(Self.url)"]) }
+        #expect(!text.contains("me_pw") && !text.contains("agent_key"), "secret names are not what the client types")
+    }
+}

@@ -5,7 +5,18 @@ Readiness is the server's own word: it writes the port it listens on to the read
 whole: a temporary name, then a rename) only once its socket listens, and over TLS once its
 certificate is loaded. run.sh waits for that file, then probes `GET /ready`. A probe alone could be
 answered by another process that already holds a fixed port; the file cannot."""
-import http.server, os, signal, ssl, sys
+import http.server, json, os, signal, ssl, sys, threading
+
+_log_lock = threading.Lock()
+
+
+def log_line(record):
+    """Writes RECORD as one JSON line on stderr (the server's log) with a single write, under a lock.
+    The server answers requests on threads: print() writes the text and its newline separately, so
+    two requests' lines could run together and leave an empty line, and run.sh reads the last line."""
+    line = (json.dumps(record) + "\n").encode()
+    with _log_lock:
+        os.write(sys.stderr.fileno(), line)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

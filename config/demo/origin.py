@@ -5,8 +5,8 @@ Header names are written in lowercase (field names are case-insensitive, RFC 911
 can check a line as text. `/download` redirects to --redirect-to (another origin) when given; with
 --cert and --key it serves HTTPS. --port 0 picks a free port; the port is written to --ready-file
 once the origin listens (demo_server.py)."""
-import argparse, json, sys
-from demo_server import Handler, serve
+import argparse, json
+from demo_server import Handler, log_line, serve
 
 arguments = argparse.ArgumentParser(description="scopeproxy demo origin")
 arguments.add_argument("name")
@@ -26,7 +26,7 @@ class Origin(Handler):
             self.send_header("Content-Length", "0"); self.end_headers()
             return
         seen = {k.lower(): v for k, v in self.headers.items() if k.lower() in CREDENTIALS}
-        print(json.dumps({"origin": options.name, "path": self.path, "received": seen}), file=sys.stderr, flush=True)
+        log_line({"origin": options.name, "path": self.path, "received": seen})
         self.answer(200, (json.dumps({"origin": options.name, "path": self.path, "credentials_received": seen}) + "\n").encode())
 
 

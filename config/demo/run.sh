@@ -186,7 +186,8 @@ SHOWN_CA=$(show "$DIR/scopeproxy-ca.pem")
 # `received` knows which requests arrived during the step.
 STEP=""
 declare -A LINES
-lines_of() { wc -l < "$RUN/$1.log"; }
+# A server's log lines that say something: an empty line (a server's stray newline) is no request.
+lines_of() { grep -c . "$RUN/$1.log" || true; }
 step() {
   STEP=$1
   echo
@@ -212,13 +213,13 @@ expect_status() { [ "$STATUS" = "$1" ] || fail "expected HTTP $1, got $STATUS: $
 expect() { case $2 in *"$3"*) ;; *) fail "expected $1 ($3); got: ${2:-nothing}" ;; esac; }
 refute() { case $2 in *"$3"*) fail "did not expect $1 ($3); got: $2" ;; esac; }
 # received NAME [COUNT]: the requests NAME's log shows since the step began (1 unless COUNT), shown;
-# its last line in RECEIVED.
+# its last non-empty line in RECEIVED.
 received() {
   local name=$1 count=${2:-1} now
   now=$(lines_of "$name")
   [ $((now - LINES[$name])) = "$count" ] || fail "expected $(label "$name") to receive $count request(s) in this step; it received $((now - LINES[$name]))"
   if [ "$count" = 0 ]; then RECEIVED=""; echo "   what $(label "$name") received (its own log): nothing"; return; fi
-  RECEIVED=$(tail -n 1 "$RUN/$name.log")
+  RECEIVED=$(grep . "$RUN/$name.log" | tail -n 1)
   echo "   what $(label "$name") received (its own log): $RECEIVED"
 }
 

@@ -4,8 +4,8 @@ credentials, answers a fresh access token valid for an hour, and logs each token
 (what the proxy asked for, never the client secret). The client secret comes from the environment
 variable DEMO_PARTNER_CLIENT_SECRET (never the command line, which every local user can read).
 --port 0 picks a free port; the port is written to --ready-file once it listens (demo_server.py)."""
-import argparse, base64, json, os, sys, threading
-from demo_server import Handler, serve
+import argparse, base64, json, os, threading
+from demo_server import Handler, log_line, serve
 
 arguments = argparse.ArgumentParser(description="scopeproxy demo OAuth2 token endpoint")
 arguments.add_argument("--port", type=int, required=True)
@@ -28,8 +28,7 @@ class TokenEndpoint(Handler):
                 issued["count"] += 1
                 number = issued["count"]
             answer, status = {"access_token": f"demo-access-token-{number}", "token_type": "Bearer", "expires_in": 3600}, 200
-        print(json.dumps({"token_request": body, "client_authenticated": status == 200, "tokens_issued": issued["count"]}),
-              file=sys.stderr, flush=True)
+        log_line({"token_request": body, "client_authenticated": status == 200, "tokens_issued": issued["count"]})
         self.answer(status, json.dumps(answer).encode())
 
 
