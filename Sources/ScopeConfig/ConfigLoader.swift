@@ -110,6 +110,11 @@ struct Decoder {
         if let node = keys["scrub"] { config.protection.scrub = try word(node, key: "scrub", as: ScrubMode.self) }
         if let node = keys["guard"] { config.protection.guardMode = try word(node, key: "guard", as: GuardMode.self) }
         config.warnings = uninterceptedOriginWarnings(config, origins: scopeOrigins)
+        if let logNode = keys["log"], case .mapping(let pairs) = logNode.value, config.log.bodiesWithoutEffect(format: config.log.format),
+           config.log.formatIsExplicit, let bodiesKey = pairs.first(where: { pair in
+               if case .scalar("bodies", _) = pair.key.value { true } else { false } })?.key {
+            config.warnings.append(ConfigWarning(file: file, mark: bodiesKey.mark, message: LogSettings.bodiesWithoutEffectMessage))
+        }
         return config
     }
 

@@ -108,4 +108,11 @@ public struct LogSettings: Sendable, Equatable {
     public var safeJSONKeys: [String] = []
 
     public init() {}
+
+    /// Body summaries are fields of the JSON line; a text line carries no headers and no bodies,
+    /// so `bodies: true` there would silently log nothing (docs/logging.md, "Text format").
+    public func bodiesWithoutEffect(format: LogFormat) -> Bool { bodies && format == .text }
+
+    public static let bodiesWithoutEffectMessage =
+        "log.bodies: true has no effect on the text log (a text line carries no headers or bodies): set log.format: json to log body summaries"
 }

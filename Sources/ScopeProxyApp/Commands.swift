@@ -201,6 +201,10 @@ public enum Commands {
         // tests wait for that exact line.
         writeStandardError(banner.text)
         Runtime.logWarnings(config)
+        // A format the file did not fix became text here (stdout is a terminal): the loader could not know.
+        if logEnabled, !config.log.formatIsExplicit, config.log.bodiesWithoutEffect(format: presentation.format) {
+            Diagnostics.warning("config_warning", [("warning", LogSettings.bodiesWithoutEffectMessage + " (text was chosen because stdout is a terminal)")])
+        }
         writeStandardError("listening on \(address)\n")
         let running = RunningProxy(configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
@@ -293,6 +297,13 @@ public enum Commands {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         guard let admin = config.admin else {
             fail("health needs an 'admin' address in the config (\(invocation.configPath?.described ?? "the embedded default has none"))")
+            return 2
+        }
+        // Port 0 is a free port the running proxy chose at start: nothing here can know which, so
+        // asking port 0 would only ever say "nothing answers" while the proxy is up.
+        guard admin.port != 0 else {
+            fail("admin \(admin) listens on a free port chosen at start (its banner's admin line names it): health cannot "
+                 + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
             return 2
         }
         switch HealthProbe.ask(admin) {

@@ -229,6 +229,23 @@ struct CheckWarningTests {
         #expect(quiet.stderr.isEmpty, "\(quiet.stderr)")
     }
 
+    @Test("log.bodies with the text format: check warns at the key that a text line carries no bodies; with json, nothing")
+    func bodiesInTextLog() throws {
+        let scratch = ScratchDirectory()
+        let text = scratch.write("t.yaml", "log:\n  format: text\n  bodies: true\n")
+        let warned = try runBinary(["check", "--config", text])
+        #expect(warned.status == 0)
+        #expect(warned.stderr == "warning: \(text):3:3: log.bodies: true has no effect on the text log (a text line carries no headers "
+                + "or bodies): set log.format: json to log body summaries\n", "\(warned.stderr)")
+        let json = scratch.write("j.yaml", "log:\n  format: json\n  bodies: true\n")
+        let quiet = try runBinary(["check", "--config", json])
+        #expect(quiet.status == 0)
+        #expect(quiet.stderr.isEmpty, "\(quiet.stderr)")
+        // With no format in the file, run decides (text on a terminal) and says it then.
+        let unset = scratch.write("u.yaml", "log:\n  bodies: true\n")
+        #expect(try runBinary(["check", "--config", unset]).stderr.isEmpty)
+    }
+
     @Test("a scope key indented under inject: check exits 2 at the key, with the fix, instead of injecting a header named after it")
     func scopeKeyUnderInject() throws {
         let scratch = ScratchDirectory()

@@ -100,6 +100,11 @@ struct RunTests {
         let noAdmin = try runBinary(["health", "--config", scratch.write("c.yaml", "listen: \"127.0.0.1:0\"\n")])
         #expect(noAdmin.status == 2)
         #expect(noAdmin.stderr.contains("health needs an 'admin' address"))
+        // An admin on port 0 is reachable only at the port the running proxy chose: said, not probed.
+        let freePort = try runBinary(["health", "--config", scratch.write("p.yaml", "admin: \"127.0.0.1:0\"\n")])
+        #expect(freePort.status == 2)
+        #expect(freePort.stderr.contains("listens on a free port chosen at start"), "\(freePort.stderr)")
+        #expect(freePort.stderr.contains("give admin a fixed port"))
     }
 
     @Test("health names a non-200 answer with its status and body")
@@ -130,13 +135,13 @@ struct RunTests {
     }
 
     /// The proxy with its stdout on a pseudo-terminal; returns what the terminal shows after one request.
-    func logOnTerminal(_ environment: [String: String]) throws -> String {
+    func logOnTerminal(_ environment: [String: String], config: String? = nil, stderrSeen: ((String) -> Void)? = nil) throws -> String {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let terminal = try PseudoTerminal()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: ProxyProcess.binaryPath)
-        process.arguments = ["run", "--listen", "127.0.0.1:0"]
+        process.arguments = ["run", "--listen", "127.0.0.1:0"] + (config.map { ["--config", $0] } ?? [])
         // NO_COLOR only as the test sets it (the test runner's own environment may carry one).
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
             .filter { $0.key != "SCOPEPROXY_CONFIG" && ($0.key != "NO_COLOR" || environment["NO_COLOR"] != nil) }
@@ -147,6 +152,7 @@ struct RunTests {
         try process.run()
         defer { process.terminate(); process.waitUntilExit() }
         #expect(stderr.wait(for: "listening on "))
+        stderrSeen?(stderr.contents)
         let line = stderr.contents.split(separator: "\n").first { $0.hasPrefix("listening on ") } ?? ""
         let port = try #require(UInt16(line.split(separator: ":").last ?? ""))
         let socket = try TestSocket.connect(port: port)
@@ -165,5 +171,16 @@ struct RunTests {
         let plain = try logOnTerminal(["NO_COLOR": "1"])
         #expect(plain.contains(" 200 "), "\(plain.debugDescription)")
         #expect(!plain.contains("\u{1B}["), "NO_COLOR: no escape sequences")
+    }
+
+    @Test("stdout a terminal, no log.format, log.bodies: true: run says the text log it chose carries no bodies")
+    func bodiesOnTerminal() throws {
+        let scratch = ScratchDirectory()
+        let config = scratch.write("b.yaml", "log:\n  bodies: true\n")
+        var seen = ""
+        _ = try logOnTerminal([:], config: config) { seen = $0 }
+        #expect(seen.contains(#""event":"config_warning""#), "\(seen)")
+        #expect(seen.contains("log.bodies: true has no effect on the text log"), "\(seen)")
+        #expect(seen.contains("text was chosen because stdout is a terminal"))
     }
 }
