@@ -95,9 +95,14 @@ public enum Explanation {
             } else if config.tls.tunnel == .allow {
                 out.line("https", "CONNECT \(origin.host):\(origin.port) would be tunnelled, not intercepted: the proxy sees nothing inside, "
                          + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
-            } else {
+            } else if config.policy.scopes.contains(where: { $0.origins.contains(origin) }) {
                 out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
                          + "Add \(origin.host) to tls.intercept for the rules below to apply.")
+            } else {
+                // No scope wants anything here: the way through is a tunnel or no proxy at all, not interception.
+                out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                         + "No scope covers it: to let it through unseen, set tunnel: allow under tls: or list \(origin.host) in the "
+                         + "client's NO_PROXY; add it to tls.intercept only to have the proxy strip credentials inside.")
             }
         }
 

@@ -55,6 +55,17 @@ struct ExplainTests {
             .contains("would be tunnelled, not intercepted: the proxy sees nothing inside"))
     }
 
+    @Test("a refused CONNECT: to a scope's host the fix is interception; to a host no scope covers, a tunnel or NO_PROXY")
+    func refusedConnectAdvice() throws {
+        let loaded = try config("scopes: [{ name: s, origins: [\"https://api.example\"], pass: [Cookie] }]")
+        let scoped = Explanation.render(loaded, .init(method: "GET", headers: [], url: "https://api.example/")).text
+        #expect(scoped.contains("would be refused (tls.tunnel: deny") && scoped.contains("Add api.example to tls.intercept"), "\(scoped)")
+        let unscoped = Explanation.render(loaded, .init(method: "GET", headers: [], url: "https://github.com/x")).text
+        #expect(unscoped.contains("No scope covers it: to let it through unseen, set tunnel: allow under tls: or list github.com in the client's NO_PROXY"),
+                "\(unscoped)")
+        #expect(!unscoped.contains("for the rules below to apply"))
+    }
+
     @Test("a redirect to another origin: followed, and the client's own credentials do not go there")
     func redirect() throws {
         let loaded = try config(library.replacingOccurrences(of: "\ntls:", with: "\n  - { name: cdn, origins: [\"https://cdn.library.example\"] }\ntls:"))
