@@ -571,7 +571,10 @@ public struct ConnectionMachine {
             // origin never sees a complete request) and answer 403 if no response has started.
             exchange.record.guardFinding = finding
             let origin = exchange.hop.origin
-            fail(exchange, HopPlanner.blocked(finding, where: "body", origin, exchange.scope.policy, client: exchange.request.client.name),
+            let facts = exchange.hop.placeholderRequest
+                ?? PlaceholderRequest(method: exchange.hop.target.method, pathAndQuery: exchange.hop.target.pathAndQuery)
+            fail(exchange, HopPlanner.blocked(finding, where: "body", origin, exchange.scope.policy, client: exchange.request.client.name,
+                                              request: facts),
                  closeClient: true)
         case .scrubbed:
             break  // request bodies are guarded, never scrubbed
