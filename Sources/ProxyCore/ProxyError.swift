@@ -175,7 +175,7 @@ public enum ProxyError: Error, Equatable, Sendable {
             case .proxyAuthorizationInvalid: "the Proxy-Authorization header could not be read (use Basic user:password or Bearer token)"
             case .proxyAuthorizationNotRecognised: "the Proxy-Authorization header names no client of this proxy"
             case .proxyAuthorizationSchemeNotConfigured: Self.schemeHint(refusal.schemes)
-            case .clientNotRecognised: "this proxy does not recognise this client: send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))"
+            case .clientNotRecognised: Self.recognitionHint(refusal)
             }
         case .rateLimited(let client, _): "client '\(client)' is over its rate limit"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
@@ -202,6 +202,23 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
         }
+    }
+
+    /// What can make this proxy recognise a client, from the kinds of rule configured: never
+    /// Proxy-Authorization when no client uses `auth` (it could not succeed, whatever the 407's
+    /// Basic challenge, which RFC 9110 §11.7.1 requires), and never a name, uid or network.
+    static func recognitionHint(_ refusal: ClientRefusal) -> String {
+        let kinds = refusal.recognizers
+        var ways: [String] = []
+        if kinds.proxyAuthorization { ways.append("send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))") }
+        if kinds.clientCertificate {
+            ways.append("present a client certificate on the TLS client listener (tls.client_listen"
+                        + (kinds.clientCertificateListen.map { " \($0)" } ?? "") + ")")
+        }
+        if kinds.uid { ways.append("connect over loopback as a configured uid") }
+        if kinds.source { ways.append("connect from a configured source network") }
+        guard !ways.isEmpty else { return "this proxy does not recognise this client" }
+        return "this proxy does not recognise this client: " + ways.joined(separator: ", or ")
     }
 
     /// A credential in a scheme no client uses: the way the configured scheme is sent. Names only
