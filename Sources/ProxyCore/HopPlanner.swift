@@ -351,7 +351,8 @@ public enum HopPlanner {
                         request: PlaceholderRequest) -> ProxyError {
         finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin,
                                                        policy.placeholderRefusal(secret: finding.secret, origin: origin, client: client,
-                                                                                 request: request, inBody: site == "body"))
+                                                                                 request: request, inBody: site == "body",
+                                                                                 encodedAs: finding.encoding == .raw ? nil : "\(finding.encoding)"))
             : .secretEgressBlocked(finding, where: site, origin)
     }
 

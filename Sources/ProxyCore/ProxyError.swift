@@ -252,6 +252,9 @@ public enum ProxyError: Error, Equatable, Sendable {
             let body = contentType.map { "a \(Self.mediaType($0)) body" } ?? "a body without Content-Type"
             return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not in \(body): "
                 + "placeholders are replaced in headers, the query, JSON and form bodies only"
+        case .placeholderEncoded(let scopes, let encoding):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but it was sent \(encoding)-encoded: "
+                + "only the placeholder as written is replaced (base64 only in Authorization: Basic)"
         case .bodyEncoded(let scopes, let coding):
             return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not in a body with "
                 + "Content-Encoding \(Self.mediaType(coding)): an encoded body's placeholders cannot be replaced"

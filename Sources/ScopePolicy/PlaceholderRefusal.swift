@@ -17,6 +17,9 @@ public enum PlaceholderRefusal: Sendable, Equatable {
     /// A scope substitutes it in this request, but the body is encoded (`Content-Encoding`), so
     /// its placeholders cannot be replaced.
     case bodyEncoded(scopes: [String], contentEncoding: String)
+    /// A scope substitutes it in this request, but the placeholder itself was sent encoded (base64
+    /// outside `Authorization: Basic`, percent-encoded): only its plain form is replaced.
+    case placeholderEncoded(scopes: [String], encoding: String)
 }
 
 /// The request facts a placeholder refusal is decided on (kept with the hop, so a placeholder
@@ -48,7 +51,7 @@ extension ScopePolicy {
     /// decided: a scope that lists the secret is never reported as absent, nor a body the proxy
     /// does not rewrite as a methods/paths limit.
     public func placeholderRefusal(secret: String, origin: Origin, client: String?,
-                                   request: PlaceholderRequest, inBody: Bool) -> PlaceholderRefusal {
+                                   request: PlaceholderRequest, inBody: Bool, encodedAs: String? = nil) -> PlaceholderRefusal {
         let listing = scopes.filter { $0.substitute.contains(secret) && $0.origins.contains(origin) }
         if listing.isEmpty { return .notListed }
         let serving = listing.filter { $0.serves(client) }
@@ -68,6 +71,7 @@ extension ScopePolicy {
             }
         }
         // A scope substitutes it in this request: what failed is the place it was found in.
+        if !substituting.isEmpty, let encodedAs { return .placeholderEncoded(scopes: substituting, encoding: encodedAs) }
         if !substituting.isEmpty && inBody {
             if let coding = request.contentEncoding, !coding.isEmpty, coding.lowercased() != "identity" {
                 return .bodyEncoded(scopes: substituting, contentEncoding: coding)

@@ -24,6 +24,7 @@ struct PlaceholderRefusalRow: Sendable, CustomStringConvertible {
     let origin: Origin
     let request: PlaceholderRequest
     let inBody: Bool
+    var encodedAs: String? = nil
     let expected: PlaceholderRefusal
     let message: String
     var description: String { name }
@@ -62,13 +63,17 @@ private let rows: [PlaceholderRefusalRow] = [
     .init(name: "an encoded body", origin: loopbackHTTP,
           request: .init(method: "POST", pathAndQuery: "/", contentType: "application/json", contentEncoding: "gzip"), inBody: true,
           expected: .bodyEncoded(scopes: ["open"], contentEncoding: "gzip"), message: "Content-Encoding gzip: an encoded body's placeholders cannot be replaced"),
+    .init(name: "a placeholder sent base64-encoded", origin: loopbackHTTP, request: .init(method: "GET", pathAndQuery: "/"), inBody: false,
+          encodedAs: "base64+0", expected: .placeholderEncoded(scopes: ["open"], encoding: "base64+0"),
+          message: "scope 'open' substitutes it here, but it was sent base64+0-encoded"),
 ]
 
 @Suite("Placeholder refusals: the reason is the rule that failed")
 struct PlaceholderRefusalTests {
     @Test("each rule gives its own reason, and the 403 message says that rule", arguments: rows)
     func reasonPerRule(_ row: PlaceholderRefusalRow) {
-        let refusal = policy.placeholderRefusal(secret: "gh", origin: row.origin, client: nil, request: row.request, inBody: row.inBody)
+        let refusal = policy.placeholderRefusal(secret: "gh", origin: row.origin, client: nil, request: row.request, inBody: row.inBody,
+                                                encodedAs: row.encodedAs)
         #expect(refusal == row.expected)
         let message = ProxyError.placeholderOutOfScope(secret: "gh", where: row.inBody ? "body" : "target", row.origin, refusal).message
         #expect(message.contains(row.message), "\(message)")
