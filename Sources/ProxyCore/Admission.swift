@@ -101,7 +101,8 @@ public enum RequestAdmission {
             // clients makes every request the one unnamed client, as a new connection would be).
             if let name = established.name, !scope.clients.isEmpty, !scope.clients.names.contains(name) {
                 return .reject(.proxyAuthenticationRequired(ClientRefusal(
-                    reason: .clientNotRecognised, detail: "client '\(name)' was removed by a reload", schemes: scope.clients.schemes)))
+                    reason: .clientNotRecognised, detail: "client '\(name)' was removed by a reload", schemes: scope.clients.schemes,
+                    recognizers: scope.clients.recognizers)))
             }
             client = scope.clients.isEmpty ? .unnamed : established
         } else {

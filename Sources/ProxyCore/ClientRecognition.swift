@@ -25,15 +25,46 @@ public struct ClientRefusal: Sendable, Equatable {
     /// What Proxy-Authenticate offers (the schemes configured clients use; Basic when none does,
     /// as RFC 9110 §11.7.1 requires at least one challenge).
     public var schemes: [ProxyAuthScheme]
+    /// The kinds of rule the configured clients are recognised by: the message suggests only
+    /// these (never Proxy-Authorization when no client uses `auth`, which could not succeed).
+    public var recognizers: ClientRecognizers
 
-    public init(reason: Reason, detail: String? = nil, schemes: [ProxyAuthScheme] = [.basic]) {
+    public init(reason: Reason, detail: String? = nil, schemes: [ProxyAuthScheme] = [.basic],
+                recognizers: ClientRecognizers = ClientRecognizers(proxyAuthorization: true)) {
         self.reason = reason
         self.detail = detail
         self.schemes = schemes
+        self.recognizers = recognizers
     }
 
     /// The log's `reason`: `client_not_recognised (socket owner unknown: ...)`.
     public var logText: String { detail.map { "\(reason.rawValue) (\($0))" } ?? reason.rawValue }
+}
+
+/// Which kinds of client rule are configured (never their values: no name, uid or network), and
+/// the TLS client listener's address (a port the proxy already announces), for the 407 message.
+public struct ClientRecognizers: Sendable, Equatable {
+    public var proxyAuthorization = false
+    public var clientCertificate = false
+    /// `tls.client_listen` as configured; nil when unknown or when it asks for any free port.
+    public var clientCertificateListen: String?
+    public var uid = false
+    public var source = false
+
+    public init(proxyAuthorization: Bool = false, clientCertificate: Bool = false, clientCertificateListen: String? = nil,
+                uid: Bool = false, source: Bool = false) {
+        self.proxyAuthorization = proxyAuthorization
+        self.clientCertificate = clientCertificate
+        self.clientCertificateListen = clientCertificateListen
+        self.uid = uid
+        self.source = source
+    }
+
+    public init(_ rules: [ClientRule], tlsClientListen: String?) {
+        self.init(proxyAuthorization: rules.contains { $0.auth != nil }, clientCertificate: rules.contains { $0.tlsClient != nil },
+                  clientCertificateListen: tlsClientListen, uid: rules.contains { $0.uid != nil },
+                  source: rules.contains { !$0.sources.isEmpty })
+    }
 }
 
 /// How a request was recognised, or why it was not.
@@ -50,11 +81,16 @@ public final class ClientDirectory: Sendable {
     /// Whether any rule uses `uid`: only then does the engine look up socket owners.
     public let needsSocketOwner: Bool
     public let schemes: [ProxyAuthScheme]
+    /// The kinds of rule configured, for a 407's message.
+    public let recognizers: ClientRecognizers
     private let anonymous: ClientRule?
     private let buckets = Locked<[String: TokenBucket]>([:])
 
-    public init(_ rules: [ClientRule]) {
+    /// `tlsClientListen`: `tls.client_listen` as configured, named by a 407 when a client
+    /// certificate is a way to be recognised.
+    public init(_ rules: [ClientRule], tlsClientListen: String? = nil) {
         self.rules = rules
+        recognizers = ClientRecognizers(rules, tlsClientListen: tlsClientListen)
         needsSocketOwner = rules.contains { $0.uid != nil }
         let offered = Set(rules.compactMap(\.auth).flatMap(\.schemes)).sorted()
         schemes = offered.isEmpty ? [.basic] : offered
@@ -108,7 +144,7 @@ public final class ClientDirectory: Sendable {
             }
         }
         if let anonymous { return .client(ClientIdentity(name: anonymous.name)) }
-        return .refused(ClientRefusal(reason: .clientNotRecognised, detail: ownerProblem, schemes: schemes))
+        return .refused(ClientRefusal(reason: .clientNotRecognised, detail: ownerProblem, schemes: schemes, recognizers: recognizers))
     }
 
     /// The client whose `auth` these credentials are; nil when none. Every candidate secret is

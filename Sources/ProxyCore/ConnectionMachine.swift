@@ -566,12 +566,18 @@ public struct ConnectionMachine {
         case .invalid, .cut:
             // Part of the body may already be upstream: that request is cut, never completed.
             fail(exchange, .malformedRequest("invalid chunked request body"), closeClient: true)
-        case .blocked(let finding):
+        case .blocked(let finding, let bytesSent):
             // The engine forwarded only the bytes before the value and stopped: cut the hop (the
             // origin never sees a complete request) and answer 403 if no response has started.
             exchange.record.guardFinding = finding
+            // The log's `injected` and the metric list only headers that reached an origin: a head
+            // still in the proxy's buffer when the body was refused was never sent.
+            if !bytesSent { exchange.record.injected = [] }
             let origin = exchange.hop.origin
-            fail(exchange, HopPlanner.blocked(finding, where: "body", origin, exchange.scope.policy, client: exchange.request.client.name),
+            let facts = exchange.hop.placeholderRequest
+                ?? PlaceholderRequest(method: exchange.hop.target.method, pathAndQuery: exchange.hop.target.pathAndQuery)
+            fail(exchange, HopPlanner.blocked(finding, where: "body", origin, exchange.scope.policy, client: exchange.request.client.name,
+                                              request: facts),
                  closeClient: true)
         case .scrubbed:
             break  // request bodies are guarded, never scrubbed

@@ -66,10 +66,14 @@ public struct Hop: Sendable, Equatable {
     /// What this hop's scrub covers (for the next hop of a followed chain).
     public let scrubScopes: UInt64
     public let scrubNames: Set<String>
+    /// The facts a placeholder found later in the streamed body is refused on.
+    public let placeholderRequest: PlaceholderRequest?
 
     public init(target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
                 isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
-                signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = []) {
+                signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
+                placeholderRequest: PlaceholderRequest? = nil) {
+        self.placeholderRequest = placeholderRequest
         self.signed = signed
         self.scrubScopes = scrubScopes
         self.scrubNames = scrubNames
@@ -113,6 +117,13 @@ public enum HopPlanner {
                                              contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
                                              hasBody: hasBody)
         let client = request.client.name
+        let placeholderRequest = PlaceholderRequest(
+            method: target.method, pathAndQuery: target.pathAndQuery, chain: chainContext, methodOverride: override,
+            contentType: request.head.fields.singleValue(of: "content-type").agreed,
+            contentEncoding: request.head.fields.listMembers("content-encoding").filter { $0 != "identity" }.first)
+        func refusal(_ secret: String, inBody: Bool) -> PlaceholderRefusal {
+            scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client, request: placeholderRequest, inBody: inBody)
+        }
 
         // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
         var fields = request.head.fields
@@ -144,7 +155,7 @@ public enum HopPlanner {
                         return .success(rewritten)
                     case .refused(let secret):
                         return .failure(.placeholderOutOfScope(secret: secret, where: site.label, target.origin,
-                                                               scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client)))
+                                                               refusal(secret, inBody: isBody)))
                     case .unavailable(let secret):
                         let owner = scope.policy.covering(target.origin, client: client).first { $0.substitute.contains(secret) }
                         return .failure(.credentialUnavailable(scope: owner?.name ?? "substitute", secret: secret))
@@ -178,7 +189,7 @@ public enum HopPlanner {
                         guard site != nil else {
                             let secret = substituted.last ?? ""
                             return .failure(.placeholderOutOfScope(secret: secret, where: "body", target.origin,
-                                                                   scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client)))
+                                                                   refusal(secret, inBody: true)))
                         }
                         outgoingBody = rewritten
                     case .success(nil): break
@@ -244,10 +255,12 @@ public enum HopPlanner {
             allowed: { policy.secretsSent(to: target.origin, client: client) }, values: guarding, placeholders: true)
         if let watch {
             if let match = watch.firstMatch(in: head) {
-                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin, scope.policy, client: client))
+                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin, scope.policy, client: client,
+                                        request: placeholderRequest))
             }
             if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
-                return .failure(blocked(watch.finding(match), where: "body", target.origin, scope.policy, client: client))
+                return .failure(blocked(watch.finding(match), where: "body", target.origin, scope.policy, client: client,
+                                        request: placeholderRequest))
             }
         }
         var decision = scoped.decision
@@ -281,7 +294,7 @@ public enum HopPlanner {
         if case .streamed = body { streamedGuard = watch }
         return .success(Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
                             isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard,
-                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames))
+                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames, placeholderRequest: placeholderRequest))
     }
 
     /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query
@@ -334,9 +347,12 @@ public enum HopPlanner {
     /// The most a body may grow to by substitution.
     static let maxSubstitutedBodyOutput = 4 * 1024 * 1024
 
-    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin, _ policy: ScopePolicy, client: String?) -> ProxyError {
+    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin, _ policy: ScopePolicy, client: String?,
+                        request: PlaceholderRequest) -> ProxyError {
         finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin,
-                                                       policy.placeholderRefusal(secret: finding.secret, origin: origin, client: client))
+                                                       policy.placeholderRefusal(secret: finding.secret, origin: origin, client: client,
+                                                                                 request: request, inBody: site == "body",
+                                                                                 encodedAs: finding.encoding == .raw ? nil : "\(finding.encoding)"))
             : .secretEgressBlocked(finding, where: site, origin)
     }
 

@@ -60,7 +60,9 @@ public enum BodyProgress: Sendable, Equatable {
     case scrubbed([SecretFinding])
     /// Egress guard: a secret the hop's origin may not receive was found in the request body. The
     /// engine forwarded only the bytes before it and stopped pumping; the hop must be cut.
-    case blocked(SecretFinding)
+    /// `bytesSent`: whether any byte of the request (its head first) had left for the origin; when
+    /// none had, nothing was injected anywhere.
+    case blocked(SecretFinding, bytesSent: Bool)
 }
 
 /// A secret value (or a placeholder) found in traffic: by name and form, never by value.

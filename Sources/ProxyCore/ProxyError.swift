@@ -175,7 +175,7 @@ public enum ProxyError: Error, Equatable, Sendable {
             case .proxyAuthorizationInvalid: "the Proxy-Authorization header could not be read (use Basic user:password or Bearer token)"
             case .proxyAuthorizationNotRecognised: "the Proxy-Authorization header names no client of this proxy"
             case .proxyAuthorizationSchemeNotConfigured: Self.schemeHint(refusal.schemes)
-            case .clientNotRecognised: "this proxy does not recognise this client: send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))"
+            case .clientNotRecognised: Self.recognitionHint(refusal)
             }
         case .rateLimited(let client, _): "client '\(client)' is over its rate limit"
         case .credentialUnavailable(let scope, let secret): "scope '\(scope)' needs secret '\(secret)', which has no value"
@@ -204,6 +204,23 @@ public enum ProxyError: Error, Equatable, Sendable {
         }
     }
 
+    /// What can make this proxy recognise a client, from the kinds of rule configured: never
+    /// Proxy-Authorization when no client uses `auth` (it could not succeed, whatever the 407's
+    /// Basic challenge, which RFC 9110 §11.7.1 requires), and never a name, uid or network.
+    static func recognitionHint(_ refusal: ClientRefusal) -> String {
+        let kinds = refusal.recognizers
+        var ways: [String] = []
+        if kinds.proxyAuthorization { ways.append("send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))") }
+        if kinds.clientCertificate {
+            ways.append("present a client certificate on the TLS client listener (tls.client_listen"
+                        + (kinds.clientCertificateListen.map { " \($0)" } ?? "") + ")")
+        }
+        if kinds.uid { ways.append("connect over loopback as a configured uid") }
+        if kinds.source { ways.append("connect from a configured source network") }
+        guard !ways.isEmpty else { return "this proxy does not recognise this client" }
+        return "this proxy does not recognise this client: " + ways.joined(separator: ", or ")
+    }
+
     /// A credential in a scheme no client uses: the way the configured scheme is sent. Names only
     /// the schemes, which Proxy-Authenticate already offers, never a client or whether a key exists.
     private static func schemeHint(_ configured: [ProxyAuthScheme]) -> String {
@@ -224,9 +241,45 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .clientNotServed(let scopes, let client):
             return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here but \(scopes.count == 1 ? "does" : "do") not serve "
                 + (client.map { "client '\($0)'" } ?? "this request, which no configured client was recognised for") + " (see the scope's clients)"
-        case .requestNotCovered(let scopes):
-            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not for this request (its methods, paths or https rule; never TRACE)"
+        case .requestNotCovered(let skipped):
+            let scopes = skipped.map(\.scope)
+            // Only when a placeholder survives in the head of a request a scope substitutes in.
+            if scopes.isEmpty { return "a scope substitutes it here, but it could not be replaced where it was found" }
+            let reasons = skipped.map { skip in (scopes.count == 1 ? "" : "'\(skip.scope)': ") + skipRule(skip.why) }
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not for this request"
+                + (reasons.isEmpty ? "" : " (" + reasons.joined(separator: "; ") + ")")
+        case .bodyNotRewritten(let scopes, let contentType):
+            let body = contentType.map { "a \(Self.mediaType($0)) body" } ?? "a body without Content-Type"
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not in \(body): "
+                + "placeholders are replaced in headers, the query, JSON and form bodies only"
+        case .placeholderEncoded(let scopes, let encoding):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but it was sent \(encoding)-encoded: "
+                + "only the placeholder as written is replaced (base64 only in Authorization: Basic)"
+        case .bodyEncoded(let scopes, let coding):
+            return "\(quoted(scopes)) \(scopes.count == 1 ? "substitutes" : "substitute") it here, but not in a body with "
+                + "Content-Encoding \(Self.mediaType(coding)): an encoded body's placeholders cannot be replaced"
         }
+    }
+
+    /// The rule a scope's skip names, in the words of its configuration.
+    private static func skipRule(_ why: InjectionSkip) -> String {
+        switch why {
+        case .httpOrigin: "its origin is http and the scope does not set require_https: false"
+        case .method: "the method is not in its methods"
+        case .methodOverride: "the _method override is not in its methods"
+        case .path: "the path is not under its paths"
+        case .trace: "TRACE never carries credentials"
+        case .httpsDowngrade: "a redirect went from https to http"
+        case .clientNotServed: "it does not serve this client"
+        }
+    }
+
+    /// The media type alone (parameters dropped), printable and short: the message echoes what the
+    /// client sent, so nothing of it but a bounded token is repeated.
+    private static func mediaType(_ value: String) -> String {
+        let media = (value.split(separator: ";", maxSplits: 1).first ?? "").trimmingCharacters(in: " \t").lowercased()
+        let safe = media.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F && $0 != "\"" && $0 != "\\" }
+        return safe && !media.isEmpty && media.utf8.count <= 80 ? media : "unreadable"
     }
 
     /// Whether the client connection can carry another request after this answer. A malformed

@@ -29,7 +29,7 @@ public final class ScopeContext: Sendable {
     public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
                 proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
                 protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
-                tokens: (any AccessTokenSource)? = nil) {
+                tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil) {
         self.protection = protection
         self.values = values
         self.tokens = tokens
@@ -41,7 +41,7 @@ public final class ScopeContext: Sendable {
         if rules.isEmpty, let proxyAuthSecret {
             rules = [ClientRule(name: Self.proxyAuthClientName, auth: .anyUserOrBearer(secret: proxyAuthSecret))]
         }
-        self.clients = ClientDirectory(rules)
+        self.clients = ClientDirectory(rules, tlsClientListen: tlsClientListen)
         self.interceptHosts = interceptHosts
     }
 

@@ -335,7 +335,7 @@ final class ClientConnection: UpstreamLegOwner {
         leg.scheduleHoldBackRelease()
         if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
         // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
-        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding))) }
+        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding, bytesSent: reports.blockedAfterBytesSent))) }
         if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
             deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
         }

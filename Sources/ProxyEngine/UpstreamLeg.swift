@@ -21,6 +21,8 @@ struct PumpReports {
     var scrubbed: [SecretFinding]?
     var progress: BodyProgress?
     var blocked: SecretFinding?
+    /// With `blocked`: whether any byte of the request (its head first) had left for the origin.
+    var blockedAfterBytesSent = false
 }
 
 /// The upstream side of one hop: its connector while connecting, then its bufferevent, and the body
@@ -61,6 +63,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     private var bytesAtHoldBackArm: UInt64 = .max
 
     var isTLS: Bool { transport == .tls }
+    /// Bytes this leg put in its output buffer (head and request body): what was appended and is
+    /// no longer there has been written towards the origin (libevent writes from the event loop,
+    /// never while a pump runs).
+    private var appendedToOutput: Int = 0
 
     init(hop: HopID, origin: Origin, transport: UpstreamTransport, worker: Worker, owner: UpstreamLegOwner) {
         self.hop = hop
@@ -136,6 +142,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     func write(_ bytes: [UInt8]) {
         guard let output else { return }
+        appendedToOutput += bytes.count
         EventBuffer.append(output, bytes)
     }
 
@@ -182,13 +189,17 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     func pumpRequestBody(from clientInput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> PumpReports {
         // The pump is mutated where it is stored: a copy would copy the body it captures, every time.
         guard requestPump?.expectsMore == true, let output else { return PumpReports() }
+        let before = EventBuffer.length(output)
+        defer { appendedToOutput += max(0, EventBuffer.length(output) - before) }
         do {
             _ = try requestPump!.pump(from: clientInput, to: output, highWatermark: highWatermark)
         } catch {
             return PumpReports(progress: .invalid)
         }
         if let leak = requestPump!.takeBlock() {
-            return PumpReports(progress: nonEmpty(requestPump!.progress()), blocked: leak)
+            // Measured before this run's bytes count as appended: only earlier bytes can have left.
+            return PumpReports(progress: nonEmpty(requestPump!.progress()), blocked: leak,
+                               blockedAfterBytesSent: appendedToOutput > before)
         }
         guard reportProgress || requestPump!.isComplete else { return PumpReports() }
         return PumpReports(progress: nonEmpty(requestPump!.progress()))

@@ -358,18 +358,6 @@ public struct ScopePolicy: Sendable {
         }
     }
 
-    /// Why the placeholder of `secret` is not substituted in a request to `origin` from `client`
-    /// (the configured client's name, nil when none was recognised): the refusal's message names
-    /// the rule that decided, so a scope that lists the secret is never reported as absent.
-    public func placeholderRefusal(secret: String, origin: Origin, client: String?) -> PlaceholderRefusal {
-        let listing = scopes.filter { $0.substitute.contains(secret) && $0.origins.contains(origin) }
-        if listing.isEmpty { return .notListed }
-        if !listing.contains(where: { $0.serves(client) }) {
-            return .clientNotServed(scopes: listing.map(\.name), client: client)
-        }
-        return .requestNotCovered(scopes: listing.filter { $0.serves(client) }.map(\.name))
-    }
-
     /// Whether some scope could substitute a placeholder for this origin and client (the body of a
     /// request there is read first when it is JSON or a form).
     public func substitutes(for origin: Origin, client: String?) -> Bool {
@@ -520,18 +508,6 @@ public struct ScopePolicy: Sendable {
         if let question = pathAndQuery.firstIndex(of: "?") { return String(pathAndQuery[..<question]) }
         return pathAndQuery
     }
-}
-
-/// Why a placeholder was refused at an origin (the 403 `placeholder_out_of_scope` message).
-public enum PlaceholderRefusal: Sendable, Equatable {
-    /// No scope lists the secret in `substitute` for this origin.
-    case notListed
-    /// Scopes list it for this origin, but none of them serves this client (`clients:`); `client`
-    /// is the configured client's name as the log's `client_id` shows it, nil when none was recognised.
-    case clientNotServed(scopes: [String], client: String?)
-    /// A scope serving this client lists it, but this request is outside the scope's `methods`,
-    /// `paths` or https rule (or is a TRACE, or follows an https -> http redirect).
-    case requestNotCovered(scopes: [String])
 }
 
 /// One way a scope puts a credential on a request. An OAuth2 access token is an `inject` whose

@@ -25,7 +25,9 @@ public enum Runtime {
                       earlier: minted?.earlier(now: now) ?? [:], now: now)
         return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
                             clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
-                            tokens: tokens)
+                            tokens: tokens,
+                            // Port 0 asks for any free port: the announced one is not known here.
+                            tlsClientListen: config.clientListen.flatMap { $0.port == 0 ? nil : $0.description })
     }
 
     /// The origins the proxy itself sends secrets to, with their names: each token endpoint gets the

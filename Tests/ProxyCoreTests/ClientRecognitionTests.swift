@@ -30,7 +30,10 @@ struct ClientRecognitionTests {
 
     static func client(_ name: String) -> Recognition { .client(ClientIdentity(name: name)) }
     static func refused(_ reason: ClientRefusal.Reason, _ detail: String? = nil) -> Recognition {
-        .refused(ClientRefusal(reason: reason, detail: detail, schemes: [.basic, .bearer]))
+        // Only the final 407 lists every kind of rule these clients use (for its message).
+        let everyKind = ClientRecognizers(proxyAuthorization: true, clientCertificate: true, uid: true, source: true)
+        return .refused(ClientRefusal(reason: reason, detail: detail, schemes: [.basic, .bearer],
+                                      recognizers: reason == .clientNotRecognised ? everyKind : ClientRecognizers(proxyAuthorization: true)))
     }
 
     static let rows: [Row] = [

@@ -58,7 +58,7 @@ struct InvariantTests {
         .complete(payload: 3, consumed: 3, captured: nil, observed: nil),
         .invalid, .cut,
         .scrubbed([SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)]),
-        .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)),
+        .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false), bytesSent: true),
     ]
 
     static func randomEvent(_ rng: inout SeededRandom, hops: UInt32, scope: ScopeContext) -> ConnectionEvent {
@@ -139,7 +139,7 @@ struct InvariantTests {
                 events += [.requestBody(id, .moved(payload: 2, consumed: 2)),
                            .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
                            .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
-                           .requestBody(id, .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false))),
+                           .requestBody(id, .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false), bytesSent: true)),
                            .clientInputClosed(bufferedBytes: 0), .timerFired(.stall)]
             }
             return pick(events)

@@ -108,10 +108,30 @@ struct SecretTrafficTests {
             .pump(hop(1), .contentLength(100), capture: nil, observe: nil, guards: ["a_token", "gh_token", "gh_token"]),
             .arm(.stall),
         ])
-        p.on(.requestBody(hop(1), .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false))), [
+        p.on(.requestBody(hop(1), .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false), bytesSent: true)), [
             .release(hop(1), reuse: false), .cancelTimer, .write(startingWith: "HTTP/1.1 403 ", containing: ["secret_egress_blocked", "a_token"]),
             .emit(.status(403)), .close(.afterFlush),
         ])
+    }
+
+    @Test("a body refused before any byte left lists nothing as injected; refused after the head left, the injected header stays listed",
+          arguments: [(false, [String]()), (true, ["X-A-Key"])])
+    func injectedOnlyWhenTheHeadLeft(_ bytesSent: Bool, _ injected: [String]) {
+        var p = Playbook(Self.fixture)
+        p.requested(["POST https://a.example/upload HTTP/1.1", "Host: a.example", "Content-Type: text/plain", "Content-Length: 100"],
+                    to: try! Origin.parse("https://a.example"))
+        p.on(.upstreamConnected(hop(1), reused: false), [
+            .send(hop(1), startingWith: "POST /upload"),
+            .pump(hop(1), .contentLength(100), capture: nil, observe: nil, guards: ["gh_token", "gh_token"]),
+            .arm(.stall),
+        ])
+        p.on(.requestBody(hop(1), .blocked(SecretFinding(secret: "gh_token", encoding: .raw, isPlaceholder: true), bytesSent: bytesSent)), [
+            .release(hop(1), reuse: false), .cancelTimer,
+            .write(startingWith: "HTTP/1.1 403 ", containing: ["placeholder_out_of_scope", "gh_token"]),
+            .emit(.status(403)), .close(.afterFlush),
+        ])
+        #expect(p.emitted.last?.injected == injected)
+        #expect(p.emitted.last?.failure?.code == "placeholder_out_of_scope")
     }
 
     @Test("a secret's value in the head toward an origin outside its scopes: 403 secret_egress_blocked, nothing connected",

@@ -326,6 +326,34 @@ struct ClientListenerTests {
         #expect(!log.contains("CANARY"), "no secret in the log")
     }
 
+    @Test("the binary, only tls_client clients: a client without certificate is told to present one on the TLS listener, not to send Proxy-Authorization")
+    func tlsClientOnlyRefusalSaysCertificate() throws {
+        let pki = try ClientPKI()
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let scratch = ScratchDirectory()
+        let config = scratch.write("c.yaml", """
+            clients:
+              - { name: tool, tls_client: { ca: \(pki.caPath("tools-ca")), subject: "CN=tool" } }
+            scopes:
+              - { name: api, origins: ["\(origin.url)"], inject: { X-Tool: "1" }, clients: [tool] }
+              - { name: tls, origins: ["https://api.example"] }
+            tls: { intercept: scoped, ca_dir: \(scratch.path)/ca, client_listen: "127.0.0.1:0" }
+            """)
+        let proxy = try ProxyProcess(arguments: ["--config", config])
+        defer { proxy.terminate() }
+        let socket = try TestSocket.connect(port: proxy.port)
+        try socket.send("GET \(origin.url)/x HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.status == 407)
+        #expect(response.bodyText.contains("present a client certificate on the TLS client listener (tls.client_listen"), "\(response.bodyText)")
+        #expect(!response.bodyText.contains("Proxy-Authorization"), "\(response.bodyText)")
+        #expect(!response.bodyText.contains("tool") && !response.bodyText.contains("CN="), "no client name or subject: \(response.bodyText)")
+        #expect(response.header("proxy-authenticate")?.contains("Basic") == true, "the challenge RFC 9110 requires stays")
+        #expect(origin.requests.isEmpty)
+        #expect(proxy.terminate() == 0)
+    }
+
     @Test("the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns")
     func binary() throws {
         let origin = try FixtureOrigin()

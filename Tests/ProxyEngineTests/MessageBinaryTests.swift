@@ -166,4 +166,73 @@ struct MessageBinaryTests {
         #expect(lines.allSatisfy { $0.contains(#""scope":"internal""#) }, "\(lines)")
         #expect(!lines.joined().contains(apiValue) && !lines.joined().contains(placeholderValue))
     }
+
+    @Test("a placeholder in a body the proxy does not rewrite is refused for that reason, naming the Content-Type")
+    func placeholderInBodyNotRewritten() throws {
+        let origin = try FixtureOrigin { connection in
+            while connection.readRequest() != nil { connection.respond(status: 200, body: "ok\n") }
+        }
+        defer { origin.stop() }
+        let value = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
+        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in """
+            secrets:
+              gh: { env: MSG_PH_VALUE, placeholder: true }
+            scopes:
+              - { name: right, origins: ["\(origin.url)"], substitute: [gh] }
+            tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
+            log: { output: \(log), format: json }
+            """ }
+        defer { configured.process.terminate() }
+        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: ["MSG_PH_VALUE": value])
+        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let body = "tok=\(placeholder)"
+        let socket = try TestSocket.connect(port: configured.port)
+        try socket.send("POST \(origin.url)/plain HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: text/plain\r\n"
+                        + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.status == 403)
+        #expect(response.bodyText.contains("placeholder_out_of_scope"))
+        #expect(response.bodyText.contains("scope 'right' substitutes it here, but not in a text/plain body: "
+                                           + "placeholders are replaced in headers, the query, JSON and form bodies only"), "\(response.bodyText)")
+        #expect(!response.bodyText.contains("methods, paths or https rule"))
+        #expect(!response.bodyText.contains(value))
+        #expect(configured.process.terminate() == 0)
+        #expect(!logText(configured.logPath).contains(value))
+    }
+
+    @Test("a request refused before its head left lists nothing as injected: neither its log line nor the injected metric")
+    func refusedRequestIsNotCountedAsInjected() throws {
+        let origin = try FixtureOrigin { connection in
+            while connection.readRequest() != nil { connection.respond(status: 200, body: "ok\n") }
+        }
+        defer { origin.stop() }
+        let value = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
+        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in """
+            secrets:
+              gh: { env: MSG_PH_VALUE, placeholder: true }
+            scopes:
+              - { name: right, origins: ["https://api.example"], substitute: [gh] }
+              - { name: other, origins: ["\(origin.url)"], inject: { X-Other: "1" } }
+            tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
+            log: { output: \(log), format: text }
+            """ }
+        defer { configured.process.terminate() }
+        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: ["MSG_PH_VALUE": value])
+        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let body = "{\"t\":\"\(placeholder)\"}"
+        let socket = try TestSocket.connect(port: configured.port)
+        try socket.send("POST \(origin.url)/json HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: application/json\r\n"
+                        + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        let response = try #require(try HTTPReader(socket).readResponse())
+        #expect(response.status == 403)
+        #expect(response.bodyText.contains("placeholder_out_of_scope"))
+        #expect(origin.requests.isEmpty, "the origin got nothing")
+        let metrics = try configured.metrics()
+        #expect(!metrics.contains(#"scopeproxy_injected_total{header="x-other"}"#), "\(metrics)")
+        #expect(configured.process.terminate() == 0)
+        let log = logText(configured.logPath)
+        #expect(log.contains(" 403 ") && log.contains("scope=other") && log.contains("error=placeholder_out_of_scope"), "\(log)")
+        #expect(!log.contains("injected="), "\(log)")
+        #expect(!log.contains(value))
+    }
 }
