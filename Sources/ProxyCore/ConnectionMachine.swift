@@ -194,6 +194,10 @@ public struct ConnectionMachine {
     private var actions: [ConnectionAction] = []
     /// Ids for requests that bring no well-formed X-Request-ID of their own.
     private var ids: RequestIDGenerator
+    /// The policy and client the admitted request is scoped under: a refusal before its scope
+    /// decision is noted still names the scopes covering its origin (`reject`), computed only then
+    /// so that a request that is not refused pays nothing for it.
+    private var covering: (policy: ScopePolicy, client: String?)?
 
     public init(settings: Settings, mode: ConnectionMode, facts: ConnectionFacts, ids: RequestIDGenerator) {
         self.settings = settings
@@ -359,6 +363,7 @@ public struct ConnectionMachine {
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
         let admission = RequestAdmission.admit(head, mode: mode, scope: arrival.scope, policy: settings.admission,
                                                facts: facts, now: arrival.now)
+        covering = nil
         switch admission {
         case .reject(.rateLimited(let client, _)): record.clientID = client
         case .intercept(_, let client), .tunnel(_, let client): record.clientID = client.name
@@ -394,7 +399,7 @@ public struct ConnectionMachine {
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery
-            record.noteCoveringScopes(arrival.scope.policy, client: request.client.name)
+            covering = (arrival.scope.policy, request.client.name)
             switch bodyReadFirst(request, scope: arrival.scope) {
             case .refuse(let error):
                 // Known from the head alone (a Content-Length over the limit): nothing is read.
@@ -721,7 +726,6 @@ public struct ConnectionMachine {
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = exchange.request.head.fields
-        next.noteCoveringScopes(exchange.scope.policy, client: exchange.request.client.name)
         planFollowed(exchange, to: target, body: body, chain: chain, record: next)
     }
 
@@ -1009,6 +1013,7 @@ public struct ConnectionMachine {
         var response = error.response(keepAlive: keepAlive, requestID: record.id, clientVersion: clientVersion)
         if let scrub { ResponseScrub.mask(&response, with: scrub) }
         var record = record
+        if record.scopes.isEmpty, let covering { record.noteCoveringScopes(covering.policy, client: covering.client) }
         record.status = error.status
         record.failure = .proxy(error)
         record.bytesOut += UInt64(response.count)

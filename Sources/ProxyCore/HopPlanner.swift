@@ -117,12 +117,17 @@ public enum HopPlanner {
                                              contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
                                              hasBody: hasBody)
         let client = request.client.name
-        let placeholderRequest = PlaceholderRequest(
-            method: target.method, pathAndQuery: target.pathAndQuery, chain: chainContext, methodOverride: override,
-            contentType: request.head.fields.singleValue(of: "content-type").agreed,
-            contentEncoding: request.head.fields.listMembers("content-encoding").filter { $0 != "identity" }.first)
+        // The request facts a placeholder refusal explains itself with: built only when one is
+        // refused, or when a streamed body may still refuse one (a request that is not refused
+        // pays no allocation for them).
+        func placeholderFacts() -> PlaceholderRequest {
+            PlaceholderRequest(
+                method: target.method, pathAndQuery: target.pathAndQuery, chain: chainContext, methodOverride: override,
+                contentType: request.head.fields.singleValue(of: "content-type").agreed,
+                contentEncoding: request.head.fields.listMembers("content-encoding").filter { $0 != "identity" }.first)
+        }
         func refusal(_ secret: String, inBody: Bool) -> PlaceholderRefusal {
-            scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client, request: placeholderRequest, inBody: inBody)
+            scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client, request: placeholderFacts(), inBody: inBody)
         }
 
         // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
@@ -256,11 +261,11 @@ public enum HopPlanner {
         if let watch {
             if let match = watch.firstMatch(in: head) {
                 return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin, scope.policy, client: client,
-                                        request: placeholderRequest))
+                                        request: placeholderFacts()))
             }
             if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
                 return .failure(blocked(watch.finding(match), where: "body", target.origin, scope.policy, client: client,
-                                        request: placeholderRequest))
+                                        request: placeholderFacts()))
             }
         }
         var decision = scoped.decision
@@ -294,7 +299,8 @@ public enum HopPlanner {
         if case .streamed = body { streamedGuard = watch }
         return .success(Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
                             isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard,
-                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames, placeholderRequest: placeholderRequest))
+                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames,
+                            placeholderRequest: streamedGuard == nil ? nil : placeholderFacts()))
     }
 
     /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query

@@ -194,7 +194,10 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
         case .placeholderOutOfScope(let secret, let place, let origin, let refusal):
-            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): " + Self.why(refusal) + "; nothing was sent"
+            "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): " + Self.why(refusal)
+                // A streamed body is refused where the placeholder starts: the head and the bytes
+                // before it may have left, so only the placeholder is said not to have been sent.
+                + (place == "body" ? "; the placeholder was not sent (the request stops before it)" : "; nothing was sent")
         case .secretEgressBlocked(let finding, let place, let origin):
             "the value of secret '\(finding.secret)' (in the \(place)) may not leave for \(origin), which is outside its scopes; the request was stopped before the value was sent"
         case .loopRefused(let origin?):
