@@ -623,7 +623,8 @@ private struct Harness {
         let payload = UInt64(input.byte() % 8)
         switch kind % 8 {
         case 6: return .scrubbed([SecretFinding(secret: "api_token", encoding: .raw, isPlaceholder: false)])
-        case 7: return .blocked(SecretFinding(secret: "cdn_token", encoding: .percentUppercase, isPlaceholder: kind & 0x40 != 0))
+        case 7: return .blocked(SecretFinding(secret: "cdn_token", encoding: .percentUppercase, isPlaceholder: kind & 0x40 != 0),
+                             bytesSent: kind & 0x80 != 0)
         case 0, 1: return .moved(payload: payload, consumed: payload + UInt64(kind % 3))
         case 2, 3:
             let captured: [UInt8]? = switch kind % 3 { case 0: nil; case 1: []; default: Array("hello".utf8) }
