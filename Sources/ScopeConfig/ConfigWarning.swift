@@ -14,8 +14,8 @@ public struct ConfigWarning: Sendable, Equatable, CustomStringConvertible {
         self.message = message
     }
 
-    /// `FILE:LINE:COLUMN: message`, as errors are written.
-    public var description: String { "\(file):\(mark.line):\(mark.column): \(message)" }
+    /// `FILE:LINE:COLUMN: message`, as errors are written (one spelling: `Mark.located`).
+    public var description: String { mark.located(in: file, message) }
 }
 
 extension ProxyConfiguration {

@@ -4,6 +4,9 @@ import CYAML
 public struct Mark: Sendable, Equatable {
     public let line: Int
     public let column: Int
+
+    /// `FILE:LINE:COLUMN: message`: how config errors and warnings name their place.
+    public func located(in file: String, _ message: String) -> String { "\(file):\(line):\(column): \(message)" }
 }
 
 /// A YAML node with the position it started at. Only what a config needs: scalars, mappings
@@ -43,7 +46,7 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `FILE:LINE:COLUMN: message`
-    public var description: String { "\(file):\(mark.line):\(mark.column): \(message)" }
+    public var description: String { mark.located(in: file, message) }
 }
 
 enum YAMLDocument {

@@ -8,6 +8,12 @@ import TestSupport
 
 private func logText(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
 
+/// The placeholder the proxy's `placeholders` command prints for the config's one placeholder secret.
+private func placeholderText(_ configured: ConfiguredProxy, environment: [String: String]) throws -> String {
+    let listed = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: environment)
+    return try #require(listed.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+}
+
 @Suite("Binary: refusals name their target and say what to do", .serialized)
 struct MessageBinaryTests {
     @Test("a denied CONNECT's line names the requested host:port, in JSON and in text; a failed tunnel's too")
@@ -111,9 +117,7 @@ struct MessageBinaryTests {
             log: { output: \(log), format: json }
             """ }
         defer { configured.process.terminate() }
-        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath],
-                                                            environment: ["MSG_PH_VALUE": value, "MSG_AGENT_KEY": "x"])
-        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value, "MSG_AGENT_KEY": "x"])
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("GET \(origin.url)/?q=\(placeholder) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         let response = try #require(try HTTPReader(socket).readResponse())
@@ -150,8 +154,7 @@ struct MessageBinaryTests {
             log: { output: \(log), format: json }
             """ }
         defer { configured.process.terminate() }
-        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: environment)
-        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let placeholder = try placeholderText(configured, environment: environment)
         for header in ["X-Debug: \(apiValue)", "Authorization: Bearer \(placeholder)"] {
             let socket = try TestSocket.connect(port: configured.port)
             try socket.send("GET \(origin.url)/x HTTP/1.1\r\nHost: \(origin.authority)\r\n\(header)\r\n\r\n")
@@ -183,8 +186,7 @@ struct MessageBinaryTests {
             log: { output: \(log), format: json }
             """ }
         defer { configured.process.terminate() }
-        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: ["MSG_PH_VALUE": value])
-        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value])
         let body = "tok=\(placeholder)"
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("POST \(origin.url)/plain HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: text/plain\r\n"
@@ -217,8 +219,7 @@ struct MessageBinaryTests {
             log: { output: \(log), format: text }
             """ }
         defer { configured.process.terminate() }
-        let placeholders = try ProxyProcess.runToCompletion(["placeholders", "--config", configured.configPath], environment: ["MSG_PH_VALUE": value])
-        let placeholder = try #require(placeholders.stdout.split(separator: " ").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })
+        let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value])
         let body = "{\"t\":\"\(placeholder)\"}"
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("POST \(origin.url)/json HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: application/json\r\n"
