@@ -67,7 +67,7 @@ let package = Package(
         // The exchange core's state machine, driven by tables of events (no sockets).
         .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig", "AWSSigV4"]),
         .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec"]),
-        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "TestSupport", "SecretStore", "ScopePolicy"]),
+        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "COpenSSL", "TestSupport", "SecretStore", "ScopePolicy"]),
         // The command line through the built binary (and the pieces it is generated from).
         .testTarget(name: "CLITests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],

@@ -103,7 +103,7 @@ private final class FuzzTokens: AccessTokenSource {
 
 /// The access token the fuzzer hands out: the api secret itself, so the usual checks (where it may
 /// go, never in a record) cover tokens too.
-private let fuzzToken = OAuth2AccessToken(value: SecretValue(apiSecret), generation: 1, validUntil: 0)
+private let fuzzToken = AccessToken(value: SecretValue(apiSecret), generation: 1, validUntil: 0)
 
 private func fixture(_ yaml: String, secrets: [String: String], tokens: (any AccessTokenSource)? = nil) -> MachineFixture {
     let config: ProxyConfiguration
@@ -552,9 +552,9 @@ private struct Harness {
         case 15: deliver(.connectionClosed)
         case 16: deliver(.collectedBody(collected(&input)))
         case 17: deliver(.tokenReady(secret: input.bool() ? "api_token" : "cdn_token", fuzzToken))
-        case 18: deliver(.tokenFailed(secret: "api_token", endpoint: try? Origin.parse("https://auth.test"), reason: "refused"))
+        case 18: deliver(.tokenFailed(secret: "api_token", endpoint: try? Origin.parse("https://auth.test"), reason: .refused))
         case 25: deliver(.clientTLSEstablished)
-        case 26: deliver(.clientTLSFailed(InterceptionFailure.allCases[input.pick(InterceptionFailure.allCases.count)]))
+        case 26: deliver(.clientTLSFailed(ClientTLSFailure.allCases[input.pick(ClientTLSFailure.allCases.count)]))
         default: automatic(&input)
         }
     }
@@ -571,7 +571,7 @@ private struct Harness {
             deliver(.drain)
         } else if let secret = machine.awaitedToken {
             deliver(input.byte() < 224 ? .tokenReady(secret: secret, fuzzToken)
-                                       : .tokenFailed(secret: secret, endpoint: nil, reason: "rejected"))
+                                       : .tokenFailed(secret: secret, endpoint: nil, reason: .rejected(status: 401, error: nil)))
         } else if machine.isHandshaking {
             deliver(input.byte() < 224 ? .clientTLSEstablished : .clientTLSFailed(.clientRejectedCertificate))
         } else if machine.isAwaitingHead {

@@ -796,7 +796,7 @@ public struct ConnectionMachine {
     }
 
     /// Fail closed: 502 naming the scope and the token endpoint's origin, never what it said.
-    private mutating func tokenFailed(_ pending: PendingHop, secret: String, endpoint: Origin?, reason: String) {
+    private mutating func tokenFailed(_ pending: PendingHop, secret: String, endpoint: Origin?, reason: TokenFailure.Reason) {
         let request = pending.request
         let owner = (pending.record.origin.map { pending.scopeContext.policy.covering($0, client: request.client.name) } ?? [])
             .first { $0.inject.contains { $0.template.secretNames.contains(secret) } }
@@ -963,7 +963,7 @@ public struct ConnectionMachine {
 
     /// The intercepted CONNECT's client never got to a request: its line says why, and the
     /// connection closes (the 200 is long gone; there is nothing else to answer).
-    private mutating func interceptionFailed(_ record: ExchangeRecord, _ why: InterceptionFailure) {
+    private mutating func interceptionFailed(_ record: ExchangeRecord, _ why: ClientTLSFailure) {
         guard case .intercepted(let origin, _) = mode else { return }
         var record = record
         record.failure = .proxy(.interceptionFailed(origin, why))

@@ -163,6 +163,8 @@ public enum ExchangeFailure: Sendable, Equatable {
         switch self {
         case .proxy(.interceptionFailed(_, let why)): why.rawValue
         case .proxy(.proxyAuthenticationRequired(let refusal)): refusal.logText
+        // Why the token could not be had, as its fixed code: never what the endpoint answered.
+        case .proxy(.tokenUnavailable(_, _, _, let reason)): reason.code
         // The client never reads this answer (it gets a TLS alert): the log line is where the fix is said.
         case .proxy(.tlsToPlainListener): "client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)"
         default: nil
@@ -175,7 +177,7 @@ public enum ExchangeFailure: Sendable, Equatable {
     public var stderrHint: (event: String, hint: String)? {
         switch self {
         case .proxy(.interceptionFailed(_, .clientRejectedCertificate)):
-            ("client_rejected_certificate", InterceptionFailure.clientRejectedCertificate.hint)
+            ("client_rejected_certificate", ClientTLSFailure.clientRejectedCertificate.hint(at: .interception))
         case .proxy(.tlsToPlainListener):
             ("client_spoke_tls_to_plain_listener", "a client spoke TLS to the plain proxy listener: its proxy URL says https:// "
                 + "where it should say http:// (HTTPS_PROXY=http://HOST:PORT, curl -x http://HOST:PORT)")

@@ -150,7 +150,7 @@ public enum ConnectionEvent: Sendable {
     /// The client's TLS handshake inside an intercepted CONNECT completed.
     case clientTLSEstablished
     /// ... or failed, and why (the engine reads the TLS alert or error).
-    case clientTLSFailed(InterceptionFailure)
+    case clientTLSFailed(ClientTLSFailure)
     case upstreamConnected(HopID, reused: Bool)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)
@@ -169,9 +169,10 @@ public enum ConnectionEvent: Sendable {
     /// The client connection is gone (after a close the machine asked for, or any other way).
     case connectionClosed
     /// The access token the machine asked for (`acquireToken`) is here, or could not be had.
-    case tokenReady(secret: String, OAuth2AccessToken)
-    /// `reason`: a fixed code (`refused`, `rejected`, ...), never what the endpoint said.
-    case tokenFailed(secret: String, endpoint: Origin?, reason: String)
+    case tokenReady(secret: String, AccessToken)
+    /// `reason`: typed; only its fixed code (`refused`, `rejected`, ...) is ever said, never what the
+    /// endpoint answered.
+    case tokenFailed(secret: String, endpoint: Origin?, reason: TokenFailure.Reason)
 }
 
 public enum ClientClose: Sendable, Equatable {
@@ -216,7 +217,7 @@ public enum ConnectionAction: Sendable, Equatable {
     /// come back, possibly at once when it is cached). The request waits; no loop blocks.
     case acquireToken(secret: String, from: ScopeContext)
     /// A 401 came back from an origin this token went to: the next request gets a new one.
-    case markTokenStale(secret: String, OAuth2AccessToken, from: ScopeContext)
+    case markTokenStale(secret: String, AccessToken, from: ScopeContext)
     /// One access-log line (and its metrics). Boxed: the record is far larger than every other
     /// action, and would otherwise set the size of all of them.
     indirect case emit(ExchangeRecord)

@@ -1,9 +1,10 @@
 import PosixSupport
 import ScopePolicy
 
-/// An access token as the cache hands it out. `generation` identifies it (a 401 marks this one
-/// stale, not whichever token is current by then); its value prints as `<redacted>`.
-public struct OAuth2AccessToken: Sendable, Equatable {
+/// An access token as a token source hands it out (OAuth2's cache, and any other kind). `generation`
+/// identifies it (a 401 marks this one stale, not whichever token is current by then); its value
+/// prints as `<redacted>`.
+public struct AccessToken: Sendable, Equatable {
     public let value: SecretValue
     public let generation: UInt64
     /// Monotonic milliseconds after which the cache fetches a new one.
@@ -22,6 +23,9 @@ public struct OAuth2AccessToken: Sendable, Equatable {
         self.expiresAt = expiresAt ?? validUntil
     }
 }
+
+/// The name the exchange core still spells (ConnectionMachine.swift); goes when that file is split.
+public typealias OAuth2AccessToken = AccessToken
 
 /// How long tokens are trusted, and how soon a failed endpoint is tried again (docs/security-model.md, "Credentials the proxy computes").
 public struct TokenCachePolicy: Sendable, Equatable {
@@ -74,9 +78,9 @@ public struct TokenFetchTicket: Sendable, Equatable {
 /// completes the fetch (the engine's `deliver` posts the result to the waiter's own worker thread).
 public struct TokenWaiter: Sendable {
     public let id: UInt64
-    public let deliver: @Sendable (Result<OAuth2AccessToken, TokenFailure>) -> Void
+    public let deliver: @Sendable (Result<AccessToken, TokenFailure>) -> Void
 
-    public init(id: UInt64, deliver: @escaping @Sendable (Result<OAuth2AccessToken, TokenFailure>) -> Void) {
+    public init(id: UInt64, deliver: @escaping @Sendable (Result<AccessToken, TokenFailure>) -> Void) {
         self.id = id
         self.deliver = deliver
     }
@@ -85,7 +89,7 @@ public struct TokenWaiter: Sendable {
 /// What `acquire` decided.
 public enum TokenAcquisition: Sendable, Equatable {
     /// A valid token: use it now (the waiter was not registered).
-    case ready(OAuth2AccessToken)
+    case ready(AccessToken)
     /// A fetch is in flight; the waiter is registered and will be delivered the result.
     case wait
     /// The caller must start the fetch and `complete` it with this ticket. Its waiter is
@@ -101,7 +105,7 @@ public final class OAuth2TokenCache: Sendable {
     private enum State {
         case empty
         case fetching(TokenFetchTicket, waiters: [TokenWaiter])
-        case valid(OAuth2AccessToken)
+        case valid(AccessToken)
         case failed(TokenFailure, retryAt: UInt64)
     }
 
@@ -147,15 +151,15 @@ public final class OAuth2TokenCache: Sendable {
     /// calls their `deliver`, outside any lock), and the result as they get it. A ticket that is
     /// not the current fetch's changes nothing.
     public func complete(_ ticket: TokenFetchTicket, _ result: Result<OAuth2TokenGrant, TokenFailure>, now: UInt64)
-        -> (waiters: [TokenWaiter], result: Result<OAuth2AccessToken, TokenFailure>)
+        -> (waiters: [TokenWaiter], result: Result<AccessToken, TokenFailure>)
     {
         guarded.withLock { guarded in
             guard case .fetching(let current, let waiters) = guarded.state, current == ticket else {
-                return ([], result.map { OAuth2AccessToken(value: $0.accessToken, generation: 0, validUntil: now) })
+                return ([], result.map { AccessToken(value: $0.accessToken, generation: 0, validUntil: now) })
             }
             switch result {
             case .success(let grant):
-                let token = OAuth2AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
+                let token = AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
                                               validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now,
                                               expiresAt: now + policy.validity(expiresIn: grant.expiresIn))
                 guarded.nextGeneration += 1
@@ -174,7 +178,7 @@ public final class OAuth2TokenCache: Sendable {
     /// not make the proxy ask the endpoint for a token per request (the endpoint would lock the
     /// client id out for everyone). Returns whether the token was dropped.
     @discardableResult
-    public func markStale(_ token: OAuth2AccessToken, now: UInt64 = .max) -> Bool {
+    public func markStale(_ token: AccessToken, now: UInt64 = .max) -> Bool {
         guarded.withLock { guarded in
             guard case .valid(let current) = guarded.state, current.generation == token.generation,
                   now >= current.obtainedAt &+ policy.retryFloorMilliseconds else { return false }
@@ -208,7 +212,7 @@ public final class OAuth2TokenCache: Sendable {
     }
 
     /// The token a request would be given now (for the log tripwire, which must know its value).
-    public var current: OAuth2AccessToken? {
+    public var current: AccessToken? {
         guarded.withLock { guarded in
             if case .valid(let token) = guarded.state { return token }
             return nil

@@ -19,6 +19,9 @@ public struct OAuth2TokenGrant: Sendable, Equatable {
 /// Why a token could not be obtained. Every text here is the proxy's own: nothing from the
 /// response body but a registered error code, and never a secret.
 public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Typed as far as the access log: the machine's `tokenFailed` event, the 502
+    /// `credential_unavailable` and the log line's `reason` carry it, and only its `code` is said
+    /// (never what the endpoint answered). A token source of another kind adds its own cases here.
     public enum Reason: Error, Sendable, Equatable {
         /// An input secret (the client secret, the refresh token) has no value.
         case secretUnavailable(String)
@@ -37,6 +40,28 @@ public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case rejected(status: Int, error: OAuth2ErrorCode?)
         /// Anything else but 200.
         case unexpectedStatus(Int)
+        /// The scope's token source does not know the secret (a reload removed it): fail closed.
+        case noTokenSource
+
+        /// A short fixed text: the log's `reason`, the 502's message, the metrics label
+        /// (`token_fetches_total{result=...}`).
+        public var code: String {
+            switch self {
+            case .secretUnavailable: "secret_unavailable"
+            case .dnsFailure: "dns_failure"
+            case .refused: "refused"
+            case .connectTimeout: "connect_timeout"
+            case .responseTimeout: "response_timeout"
+            case .tlsVerification: "tls_verification"
+            case .tlsHandshake: "tls_handshake"
+            case .closedEarly: "closed_early"
+            case .responseTooLarge: "response_too_large"
+            case .malformedResponse: "malformed_response"
+            case .rejected: "rejected"
+            case .unexpectedStatus: "unexpected_status"
+            case .noTokenSource: "no_token_source"
+            }
+        }
     }
 
     /// The OAuth2 secret the token is for.
@@ -49,24 +74,6 @@ public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible 
         self.secret = secret
         self.endpoint = endpoint
         self.reason = reason
-    }
-
-    /// A short fixed text for the log and metrics label (`token_fetches_total{result=...}`).
-    public var reasonCode: String {
-        switch reason {
-        case .secretUnavailable: "secret_unavailable"
-        case .dnsFailure: "dns_failure"
-        case .refused: "refused"
-        case .connectTimeout: "connect_timeout"
-        case .responseTimeout: "response_timeout"
-        case .tlsVerification: "tls_verification"
-        case .tlsHandshake: "tls_handshake"
-        case .closedEarly: "closed_early"
-        case .responseTooLarge: "response_too_large"
-        case .malformedResponse: "malformed_response"
-        case .rejected: "rejected"
-        case .unexpectedStatus: "unexpected_status"
-        }
     }
 
     public var description: String {
@@ -84,6 +91,7 @@ public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case .malformedResponse(let detail): why = "invalid token response: \(detail)"
         case .rejected(let status, let code): why = "the token endpoint refused (\(status)\(code.map { " \($0.rawValue)" } ?? ""))"
         case .unexpectedStatus(let status): why = "the token endpoint answered \(status)"
+        case .noTokenSource: why = "no token source knows the secret"
         }
         return "oauth2 token '\(secret)' from \(endpoint): \(why)"
     }

@@ -28,7 +28,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     case bodyTooLargeToSign(scope: String, limit: Int)
     /// An access token could not be had from its endpoint (502 credential_unavailable naming the
     /// scope and the endpoint's origin, never what the endpoint said).
-    case tokenUnavailable(scope: String, secret: String, endpoint: Origin?, reason: String)
+    case tokenUnavailable(scope: String, secret: String, endpoint: Origin?, reason: TokenFailure.Reason)
     /// A signing credential's value is not one the signature can use (the reason names no value).
     case signingFailed(scope: String, reason: String)
     case dnsFailure(Origin)
@@ -55,7 +55,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     case upstreamTLSHandshake(Origin)
     /// The client's TLS handshake inside an intercepted CONNECT did not complete (after the 200:
     /// nothing is answered, the line in the log says why).
-    case interceptionFailed(Origin, InterceptionFailure)
+    case interceptionFailed(Origin, ClientTLSFailure)
     /// Inside an intercepted tunnel: a target for another origin than the tunnel's.
     case tunnelOriginMismatch
     /// A placeholder of `secret` in a request to an origin no scope substitutes it for (`where`:
@@ -184,14 +184,14 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .signingFailed(let scope, let reason): "scope '\(scope)' cannot sign the request: \(reason)"
         case .tokenUnavailable(let scope, let secret, let endpoint, let reason):
             "scope '\(scope)' needs the access token '\(secret)', which could not be obtained from "
-                + (endpoint.map { "\($0)" } ?? "its token endpoint") + " (\(reason)); the next request tries again (at most once a second)"
+                + (endpoint.map { "\($0)" } ?? "its token endpoint") + " (\(reason.code)); the next request tries again (at most once a second)"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"
         case .ambiguousLocation(let origin): "\(origin) answered with two different Location headers; neither is relayed or followed"
         case .upstreamTLSVerification(let origin, let reason): "TLS verification of \(origin) failed: \(reason)"
         case .upstreamTLSHandshake(let origin): "TLS handshake with \(origin) failed"
-        case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint)"
+        case .interceptionFailed(let origin, let why): "cannot intercept TLS for \(origin): \(why.hint(at: .interception))"
         case .tunnelOriginMismatch: "requests inside a tunnel must target the tunnel's origin"
         case .placeholderOutOfScope(let secret, let place, let origin, let refusal):
             "the placeholder of secret '\(secret)' (in the \(place)) is not substituted for \(origin): " + Self.why(refusal)
@@ -357,40 +357,6 @@ extension HTTPParseError {
         case .unsupportedTransferCoding: "unsupported transfer coding"
         case .malformed(let reason): reason
         case .tlsHandshake: "the origin answered with TLS (is it an https origin?)"
-        }
-    }
-}
-
-/// Why the client's side of an intercepted CONNECT never got to send a request. The first is the
-/// first-hour trap: a client that does not trust the local CA.
-public enum InterceptionFailure: String, Sendable, Equatable, CaseIterable {
-    /// The client refused the certificate the local CA minted (TLS alert unknown_ca,
-    /// bad_certificate or certificate_unknown).
-    case clientRejectedCertificate = "client_rejected_certificate"
-    /// The client spoke plain HTTP inside the tunnel.
-    case notTLS = "not_tls"
-    /// No protocol version or cipher both sides support.
-    case noCommonProtocol = "no_common_protocol"
-    /// The client closed during the handshake without saying why (often also a trust failure).
-    case closedDuringHandshake = "closed_during_handshake"
-    /// The handshake did not complete within `client_header`.
-    case handshakeTimeout = "handshake_timeout"
-    /// The proxy could not make the certificate for the host (the local CA is unusable).
-    case certificateUnavailable = "certificate_unavailable"
-    /// Any other TLS failure.
-    case tlsError = "tls_error"
-
-    public var hint: String {
-        switch self {
-        case .clientRejectedCertificate:
-            "the client does not trust the scopeproxy CA: give it the certificate `scopeproxy ca` prints (see docs/https.md)"
-        case .notTLS: "the client sent plain HTTP inside the CONNECT tunnel, not TLS"
-        case .noCommonProtocol: "the client and the proxy share no TLS version or cipher (the proxy needs TLS 1.2 or later)"
-        case .closedDuringHandshake:
-            "the client closed the connection during the TLS handshake (often: it does not trust the scopeproxy CA; `scopeproxy ca` prints it)"
-        case .handshakeTimeout: "the client did not complete the TLS handshake within timeouts.client_header"
-        case .certificateUnavailable: "the local CA could not issue a certificate for this host"
-        case .tlsError: "the TLS handshake with the client failed"
         }
     }
 }

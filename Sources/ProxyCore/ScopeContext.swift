@@ -72,15 +72,6 @@ public final class ScopeContextHolder: Sendable {
     }
 }
 
-/// Access tokens the proxy obtains and caches (OAuth2): the engine's token source, as the exchange
-/// core sees it. Fetching is the engine's (`acquireToken`); the core only decides when to wait.
-public protocol AccessTokenSource: AnyObject, Sendable {
-    /// The secrets whose value is a token from this source.
-    var secretNames: Set<String> { get }
-    /// The token endpoint's origin (the 502 names it).
-    func endpoint(of secret: String) -> Origin?
-}
-
 extension ScopeContext: Equatable {
     /// Contexts are compared by identity: a reload makes a new one.
     public static func == (lhs: ScopeContext, rhs: ScopeContext) -> Bool { lhs === rhs }

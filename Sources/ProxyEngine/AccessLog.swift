@@ -85,12 +85,12 @@ public final class AccessLog: Sendable {
     /// A failed write (disk full, a closed pipe) loses those lines: they are counted, and said on
     /// stderr at most once a minute so a full disk does not also flood the terminal.
     private func writeFailed(_ errorNumber: Int32) {
-        metrics.increment("scopeproxy_log_write_errors_total")
+        metrics.increment(.logWriteError)
         let now = time(nil)
         guard now - lastWriteErrorReport >= 60 else { return }
         lastWriteErrorReport = now
         Diagnostics.error("log_write_failed", [("error", String(cString: strerror(errorNumber))),
-                                               ("hint", "lines are lost until writes succeed; see scopeproxy_log_write_errors_total")])
+                                               ("hint", "lines are lost until writes succeed; see \(MetricName.logWriteErrors.rawValue)")])
     }
 
     /// Touched by the writer thread only.
@@ -129,7 +129,7 @@ public final class AccessLog: Sendable {
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
         let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
-        if hits > 0 { metrics.increment("scopeproxy_log_tripwire_hits_total", by: UInt64(hits)) }
+        if hits > 0 { metrics.increment(.logTripwireHits, by: UInt64(hits)) }
         observer?(String(decoding: scrubbed, as: UTF8.self))
         guard output != .discard else { return }
         let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
@@ -142,7 +142,7 @@ public final class AccessLog: Sendable {
             return (true, wasEmpty)
         }
         if !accepted {
-            metrics.increment("scopeproxy_log_lines_dropped_total")
+            metrics.increment(.logLineDropped)
         } else if wasEmpty {
             wake.signal()
         }

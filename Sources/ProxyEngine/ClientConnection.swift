@@ -35,7 +35,7 @@ final class ClientConnection: UpstreamLegOwner {
     private var actions: [ConnectionAction] = []
     private var isClosed = false
     /// The token fetch this connection waits for, withdrawn from if it closes first.
-    private var awaitedToken: (tokens: OAuth2Tokens, secret: String, waiterID: UInt64)?
+    var awaitedToken: (tokens: any AccessTokenSource, secret: String, waiterID: UInt64)?
     /// Bulk progress (body bytes, tunnel bytes) goes to the machine at most this often: it only
     /// restarts the stall timer and counts bytes, and a report per 4 KiB read cost more than the
     /// read. Bytes are never lost: the next report carries them.
@@ -163,15 +163,15 @@ final class ClientConnection: UpstreamLegOwner {
         case .acquireToken(let secret, let scope):
             acquireToken(secret, from: scope)
         case .markTokenStale(let secret, let token, let scope):
-            (scope.tokens as? OAuth2Tokens)?.markStale(secret: secret, token: token)
+            scope.tokens?.markStale(secret: secret, token: token)
         }
     }
 
     /// The token comes back as an event on this loop (at once when cached, else from the worker's
-    /// mailbox once the one fetch in flight ends); a connection gone by then ignores it.
-    private func acquireToken(_ secret: String, from scope: ScopeContext) {
-        let tokens = scope.tokens as? OAuth2Tokens
-        let requested = tokens?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
+    /// mailbox once the one fetch in flight ends); a connection gone by then ignores it. Whatever
+    /// kind of source the context holds, only `AccessTokenSource` is used.
+    func acquireToken(_ secret: String, from scope: ScopeContext) {
+        let requested = scope.tokens?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
             guard let self, !self.isClosed else { return }
             self.awaitedToken = nil
             // From the mailbox this is a loop callback of its own: it flushes what it wrote, as the
@@ -179,8 +179,7 @@ final class ClientConnection: UpstreamLegOwner {
             let fromMailbox = !self.dispatching
             switch result {
             case .success(let token): self.deliver(.tokenReady(secret: secret, token))
-            case .failure(let failure):
-                self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reasonCode))
+            case .failure(let failure): self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reason))
             }
             if fromMailbox, !self.isClosed { self.flushOutputs() }
         }
@@ -188,10 +187,10 @@ final class ClientConnection: UpstreamLegOwner {
         case .answered:
             break
         case .waiting(let waiterID):
-            if let tokens { awaitedToken = (tokens, secret, waiterID) }
+            if let tokens = scope.tokens { awaitedToken = (tokens, secret, waiterID) }
         case nil:
             // The context's source does not know the secret (a reload removed it): fail closed.
-            deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: "no_token_source"))
+            deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: .noTokenSource))
         }
     }
 

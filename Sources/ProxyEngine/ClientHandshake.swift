@@ -73,16 +73,8 @@ final class ClientHandshake {
             return
         }
         guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
-        switch HandshakeProblem.classify(bev) {
-        case .peerCertificateUnverified:
-            let code = bufferevent_openssl_get_ssl(bev).map { SSL_get_verify_result($0) } ?? Int(X509_V_OK)
-            fail(.clientCertificateRejected, detail: code == Int(X509_V_OK) ? nil : TLSContexts.verifyReason(code))
-        case .peerRejectedOurCertificate: fail(.clientRejectedCertificate)
-        case .notTLS: fail(.notTLS)
-        case .noCommonProtocol: fail(.noCommonProtocol)
-        case .closed: fail(.closedDuringHandshake)
-        case .other(let reason): fail(.tlsError, detail: reason)
-        }
+        let classified = ClientTLSFailure.classify(bev)
+        fail(classified.failure, detail: classified.detail)
     }
 
     private func succeed(_ bev: OpaquePointer) {
@@ -93,7 +85,7 @@ final class ClientHandshake {
         worker.clientHandshakeSucceeded(self, bev: bev, certificate: certificate)
     }
 
-    private func fail(_ why: ClientListenerFailure, detail: String? = nil) {
+    private func fail(_ why: ClientTLSFailure, detail: String? = nil) {
         guard bev != nil else { return }
         worker.clientTLSFailed(peer: peer, why, detail: detail)
         abort()

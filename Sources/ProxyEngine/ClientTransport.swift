@@ -125,15 +125,8 @@ final class ClientTransport {
 
     /// Why the TLS handshake with the client failed, from the errors OpenSSL queued (the alert the
     /// client sent, or what it sent instead of TLS). Drains the queue.
-    func handshakeFailure() -> InterceptionFailure {
-        switch HandshakeProblem.classify(bev) {
-        case .peerRejectedOurCertificate: .clientRejectedCertificate
-        case .notTLS: .notTLS
-        case .noCommonProtocol: .noCommonProtocol
-        // No TLS error at all: the client hung up (or reset) mid-handshake without an alert.
-        case .closed: .closedDuringHandshake
-        case .peerCertificateUnverified, .other: .tlsError
-        }
+    func handshakeFailure() -> ClientTLSFailure {
+        ClientTLSFailure.classify(bev).failure
     }
 
     // MARK: Events the owner forwards

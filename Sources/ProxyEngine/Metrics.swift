@@ -21,8 +21,15 @@ public final class Metrics: Sendable {
 
     public init() {}
 
-    public func increment(_ name: String, _ labels: [(String, String)] = [], by amount: UInt64 = 1) {
-        counters.withLock { $0[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] }), default: 0] += amount }
+    public func increment(_ event: CounterEvent, by amount: UInt64 = 1) {
+        let key = Key(name: event.metric.rawValue, labels: Self.pairs(event.metric, event.labelValues))
+        counters.withLock { $0[key, default: 0] += amount }
+    }
+
+    /// "name", "value" pairs: the names from the table, the values in its order.
+    private static func pairs(_ metric: MetricName, _ values: [String]) -> [String] {
+        assert(values.count == metric.labels.count, "\(metric.rawValue) takes labels \(metric.labels)")
+        return zip(metric.labels, values).flatMap { [$0, $1] }
     }
 
     /// What every finished exchange moves, kept in a form that costs one small hash per exchange
@@ -112,32 +119,37 @@ public final class Metrics: Sendable {
     private func snapshot() -> [Key: UInt64] {
         var result = counters.withLock { $0 }
         let exchange = exchanges.withLock { $0 }
-        func add(_ name: String, _ labels: [String], _ amount: UInt64) {
+        func add(_ metric: MetricName, _ values: [String], _ amount: UInt64) {
             guard amount > 0 else { return }
-            result[Key(name: name, labels: labels), default: 0] += amount
+            result[Key(name: metric.rawValue, labels: Self.pairs(metric, values)), default: 0] += amount
         }
         for (key, count) in exchange.requests {
-            add("scopeproxy_requests_total", ["status_class", Self.statusClasses[key.statusClass], "scope", key.scope, "client", key.client], count)
+            add(.requests, [Self.statusClasses[key.statusClass], key.scope, key.client], count)
         }
-        add("scopeproxy_bytes_in_total", [], exchange.bytesIn)
-        add("scopeproxy_bytes_out_total", [], exchange.bytesOut)
-        for (label, count) in exchange.injected { add("scopeproxy_injected_total", ["header", label], count) }
-        for (label, count) in exchange.stripped { add("scopeproxy_stripped_total", ["header", label], count) }
-        for (decision, count) in exchange.redirects { add("scopeproxy_redirects_total", ["decision", decision.rawValue], count) }
-        for (kind, count) in exchange.upstreamErrors { add("scopeproxy_upstream_errors_total", ["kind", kind], count) }
-        for (client, count) in exchange.rateLimited { add("scopeproxy_rate_limited_total", ["client", client], count) }
-        for (reason, count) in exchange.clientRefusals { add("scopeproxy_clients_refused_total", ["reason", reason], count) }
-        for (kind, count) in exchange.loopRefused { add("scopeproxy_loop_refused_total", ["kind", kind], count) }
-        for (secret, count) in exchange.scrubbed { add("scopeproxy_scrubbed_total", ["secret", secret], count) }
-        for (kind, count) in exchange.signed { add("scopeproxy_signed_total", ["kind", kind], count) }
+        add(.bytesIn, [], exchange.bytesIn)
+        add(.bytesOut, [], exchange.bytesOut)
+        for (label, count) in exchange.injected { add(.injected, [label], count) }
+        for (label, count) in exchange.stripped { add(.stripped, [label], count) }
+        for (decision, count) in exchange.redirects { add(.redirects, [decision.rawValue], count) }
+        for (kind, count) in exchange.upstreamErrors { add(.upstreamErrors, [kind], count) }
+        for (client, count) in exchange.rateLimited { add(.rateLimited, [client], count) }
+        for (reason, count) in exchange.clientRefusals { add(.clientsRefused, [reason], count) }
+        for (kind, count) in exchange.loopRefused { add(.loopRefused, [kind], count) }
+        for (secret, count) in exchange.scrubbed { add(.scrubbed, [secret], count) }
+        for (kind, count) in exchange.signed { add(.signed, [kind], count) }
         for (key, count) in exchange.egressBlocked {
-            add("scopeproxy_egress_blocked_total", ["secret", key.secret, "kind", key.placeholder ? "placeholder" : "value"], count)
+            add(.egressBlocked, [key.secret, key.placeholder ? "placeholder" : "value"], count)
         }
         return result
     }
 
+    /// A counter's current value (tests, the admin endpoint's checks). `labels` as rendered.
     public func value(_ name: String, _ labels: [(String, String)] = []) -> UInt64 {
         snapshot()[Key(name: name, labels: labels.flatMap { [$0.0, $0.1] })] ?? 0
+    }
+
+    public func value(_ metric: MetricName, _ labels: [(String, String)] = []) -> UInt64 {
+        value(metric.rawValue, labels)
     }
 
     private static func render(_ labels: [String]) -> String {
@@ -159,55 +171,32 @@ public final class Metrics: Sendable {
         return result
     }
 
-    private static let unlabelled: Set<String> = [
-        "scopeproxy_bytes_in_total", "scopeproxy_bytes_out_total", "scopeproxy_log_tripwire_hits_total",
-        "scopeproxy_log_lines_dropped_total", "scopeproxy_log_write_errors_total",
-    ]
-
-    private static let help: [String: (String, String)] = [
-        "scopeproxy_requests_total": ("counter", "Exchanges by response status class, scope and client (configured names, or none)."),
-        "scopeproxy_rate_limited_total": ("counter", "Requests refused with 429 because their client was over its rate, by client."),
-        "scopeproxy_clients_refused_total": ("counter", "Requests refused with 407, by reason."),
-        "scopeproxy_loop_refused_total": ("counter", "Requests refused with 403 loop_refused: a destination that is the proxy's own listener, or a connection the proxy itself opened (own_connection)."),
-        "scopeproxy_injected_total": ("counter", "Credential headers injected, by header name."),
-        "scopeproxy_signed_total": ("counter", "Requests the proxy signed, by kind of signature (aws_sigv4)."),
-        "scopeproxy_token_fetches_total": ("counter", "OAuth2 token requests, by secret and result (ok, or why it failed)."),
-        "scopeproxy_refresh_token_rotations_total": ("counter", "Rotated OAuth2 refresh tokens, by secret and what became of them (persisted, memory_only, write_failed)."),
-        "scopeproxy_stripped_total": ("counter", "Sensitive headers stripped, by header name."),
-        "scopeproxy_redirects_total": ("counter", "Redirect decisions."),
-        "scopeproxy_scrubbed_total": ("counter", "Injected or substituted values masked in responses (every match), by secret name."),
-        "scopeproxy_egress_blocked_total": ("counter", "Requests stopped because they carried a secret's value or placeholder toward an origin outside its scopes, by secret name and kind (value or placeholder)."),
-        "scopeproxy_upstream_errors_total": ("counter", "Exchanges that failed upstream, by kind."),
-        "scopeproxy_bytes_in_total": ("counter", "Bytes received from clients."),
-        "scopeproxy_bytes_out_total": ("counter", "Bytes sent to clients."),
-        "scopeproxy_reloads_total": ("counter", "Config reloads by result."),
-        "scopeproxy_client_tls_failures_total": ("counter", "Connections to tls.client_listen closed at the TLS handshake, by reason."),
-        "scopeproxy_log_tripwire_hits_total": ("counter", "Secret values found and scrubbed from log lines (should stay 0)."),
-        "scopeproxy_log_lines_dropped_total": ("counter", "Access log lines dropped because the writer fell behind."),
-        "scopeproxy_log_write_errors_total": ("counter", "Access log writes that failed (disk full, closed pipe); their lines are lost."),
-    ]
-
     /// Prometheus text exposition format 0.0.4.
     public func render() -> String {
         let snapshot = snapshot()
         var output = ""
-        for name in Set(snapshot.keys.map(\.name)).union(Self.help.keys).sorted() {
-            let (type, help) = Self.help[name] ?? ("counter", name)
-            output += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
-            let series = snapshot.filter { $0.key.name == name }.map { (Self.render($0.key.labels), $0.value) }.sorted { $0.0 < $1.0 }
-            if series.isEmpty {
+        // Counters by name, then the gauges: every `# HELP` and `# TYPE` from the table.
+        let counters = MetricName.allCases.filter { $0.kind == .counter }.sorted { $0.rawValue < $1.rawValue }
+        let series = Dictionary(grouping: snapshot, by: \.key.name)
+        for metric in counters {
+            let name = metric.rawValue
+            output += Self.header(metric)
+            let samples = (series[name] ?? []).map { (Self.render($0.key.labels), $0.value) }.sorted { $0.0 < $1.0 }
+            if samples.isEmpty {
                 // Unlabelled counters exist from the start; labelled ones appear with their first sample.
-                if Self.unlabelled.contains(name) { output += "\(name) 0\n" }
+                if metric.labels.isEmpty { output += "\(name) 0\n" }
                 continue
             }
-            for (labels, value) in series {
+            for (labels, value) in samples {
                 output += labels.isEmpty ? "\(name) \(value)\n" : "\(name){\(labels)} \(value)\n"
             }
         }
-        output += "# HELP scopeproxy_client_connections Open client connections.\n# TYPE scopeproxy_client_connections gauge\n"
-        output += "scopeproxy_client_connections \(clientConnections.load(ordering: .relaxed))\n"
-        output += "# HELP scopeproxy_upstream_connections Open upstream connections (in use and pooled).\n# TYPE scopeproxy_upstream_connections gauge\n"
-        output += "scopeproxy_upstream_connections \(upstreamConnections.load(ordering: .relaxed))\n"
+        output += Self.header(.clientConnections) + "\(MetricName.clientConnections.rawValue) \(clientConnections.load(ordering: .relaxed))\n"
+        output += Self.header(.upstreamConnections) + "\(MetricName.upstreamConnections.rawValue) \(upstreamConnections.load(ordering: .relaxed))\n"
         return output
+    }
+
+    private static func header(_ metric: MetricName) -> String {
+        "# HELP \(metric.rawValue) \(metric.help)\n# TYPE \(metric.rawValue) \(metric.kind.rawValue)\n"
     }
 }

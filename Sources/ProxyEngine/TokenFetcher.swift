@@ -117,12 +117,12 @@ final class TokenFetcher: @unchecked Sendable {
         let outcome = sink?.storeRotatedRefreshToken(secret: name, value: value) ?? .notAStoreSecret
         switch outcome {
         case .persisted:
-            metrics.increment("scopeproxy_refresh_token_rotations_total", [("secret", job.secret), ("result", "persisted")])
+            metrics.increment(.refreshTokenRotation(secret: job.secret, .persisted))
         case .notAStoreSecret:
-            metrics.increment("scopeproxy_refresh_token_rotations_total", [("secret", job.secret), ("result", "memory_only")])
+            metrics.increment(.refreshTokenRotation(secret: job.secret, .memoryOnly))
             Diagnostics.info("refresh_token_rotated", [("secret", name), ("note", "not a store secret: the new refresh token is kept in memory only")])
         case .failed(let why):
-            metrics.increment("scopeproxy_refresh_token_rotations_total", [("secret", job.secret), ("result", "write_failed")])
+            metrics.increment(.refreshTokenRotation(secret: job.secret, .writeFailed))
             Diagnostics.error("refresh_token_not_saved", [("secret", name), ("reason", why)])
         }
     }
@@ -139,8 +139,8 @@ final class TokenFetcher: @unchecked Sendable {
     /// Any thread: hands the result to the cache and wakes every waiter (each on its own loop).
     private func complete(_ job: Job, _ result: Result<OAuth2TokenGrant, TokenFailure>) {
         switch result {
-        case .success: metrics.increment("scopeproxy_token_fetches_total", [("secret", job.secret), ("result", "ok")])
-        case .failure(let failure): metrics.increment("scopeproxy_token_fetches_total", [("secret", job.secret), ("result", failure.reasonCode)])
+        case .success: metrics.increment(.tokenFetch(secret: job.secret, failure: nil))
+        case .failure(let failure): metrics.increment(.tokenFetch(secret: job.secret, failure: failure.reason))
         }
         let (waiters, delivered) = job.cache.complete(job.ticket, result, now: clock())
         for waiter in waiters { waiter.deliver(delivered) }

@@ -19,7 +19,7 @@ private let mailboxThreadingConfigured: Bool = {
 ///
 /// The owner closes it on the loop's thread before freeing the base (`close`); posts after that
 /// are refused, never run: the lock orders every `event_active` before the `event_free`.
-final class EventMailbox: @unchecked Sendable {
+final class EventMailbox: TokenMailbox, @unchecked Sendable {
     private struct Queue {
         var jobs: [@Sendable () -> Void] = []
         var isOpen = true

@@ -56,21 +56,13 @@ public final class OAuth2Tokens: Sendable {
     /// The token endpoint's origin (for `explain` and the 502 that names it).
     public func endpoint(of secret: String) -> Origin? { entries[secret]?.spec.endpoint }
 
-    /// What `acquire` did with a request for a token.
-    enum Acquisition {
-        /// `onReady` has run (a cached token, or a failure within the retry floor).
-        case answered
-        /// `onReady` runs once the fetch in flight ends, unless `withdraw(secret:waiterID:)` first.
-        case waiting(waiterID: UInt64)
-    }
-
     /// Asks for `secret`'s token on a worker's loop thread, whose mailbox is `mailbox`. `onReady` runs
     /// on that thread exactly once: before this returns when a valid token is cached (or the last
     /// fetch failed less than the retry floor ago), otherwise from the mailbox once the one fetch in
     /// flight ends. Returns nil (and never calls `onReady`) when `secret` is not an OAuth2 secret.
     @discardableResult
-    func acquire(secret: String, mailbox: EventMailbox,
-                 onReady: @escaping (Result<OAuth2AccessToken, TokenFailure>) -> Void) -> Acquisition? {
+    public func acquire(secret: String, mailbox: any TokenMailbox,
+                        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? {
         guard let entry = entries[secret] else { return nil }
         // The callback belongs to the caller's thread; it crosses threads only to be posted back.
         let callback = LoopBound(onReady)
@@ -99,14 +91,14 @@ public final class OAuth2Tokens: Sendable {
     /// A waiter gone before its answer (its client closed): the fetch in flight drops its callback
     /// (and the connection the callback could reach). The fetch itself goes on: other waiters and
     /// the next request want the token too. Loop thread of the waiter.
-    func withdraw(secret: String, waiterID: UInt64) {
+    public func withdraw(secret: String, waiterID: UInt64) {
         entries[secret]?.cache.withdraw(waiterID: waiterID)
     }
 
     /// A 401 came back from an origin `token` (of `secret`) was injected into: if it is still the
     /// current token, the next request fetches a new one. Any thread.
     @discardableResult
-    public func markStale(secret: String, token: OAuth2AccessToken) -> Bool {
+    public func markStale(secret: String, token: AccessToken) -> Bool {
         entries[secret]?.cache.markStale(token, now: clock()) ?? false
     }
 

@@ -151,7 +151,7 @@ final class Worker: @unchecked Sendable {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.
             parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS))
-            configuration.metrics.increment("scopeproxy_connection_limit_waits_total")
+            configuration.metrics.increment(.connectionLimitWait)
             let now = monotonicMilliseconds()
             if now - lastLimitLog >= 1000 {
                 lastLimitLog = now
@@ -224,12 +224,12 @@ final class Worker: @unchecked Sendable {
 
     /// Counted always; said on stderr at most 20 times a second per worker (a scanner on the port
     /// must not flood the diagnostics), with the number left unsaid in the next line.
-    func clientTLSFailed(peer: String, _ why: ClientListenerFailure, detail: String? = nil) {
-        configuration.metrics.increment("scopeproxy_client_tls_failures_total", [("reason", why.rawValue)])
+    func clientTLSFailed(peer: String, _ why: ClientTLSFailure, detail: String? = nil) {
+        configuration.metrics.increment(.clientTLSFailure(why))
         guard let suppressed = clientTLSLines.take(now: monotonicMilliseconds()) else { return }
         var fields = [("client", peer), ("reason", why.rawValue)]
         if let detail { fields.append(("detail", detail)) }
-        fields.append(("hint", why.hint))
+        fields.append(("hint", why.hint(at: .clientListener)))
         if suppressed > 0 { fields.append(("suppressed", String(suppressed))) }
         Diagnostics.error("client_tls_failed", fields)
     }

@@ -266,7 +266,7 @@ final class RunningProxy: Sendable {
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
-            engine.metrics.increment("scopeproxy_reloads_total", [("result", "ok")])
+            engine.metrics.increment(.reload(ok: true))
             Runtime.logWarnings(config)
             // Said before `reloaded`, so nobody reads that line as "everything in the file is in force".
             for key in RestartOnlySetting.ignoredByReload(started: started, reloaded: config) {
@@ -290,7 +290,7 @@ final class RunningProxy: Sendable {
     }
 
     private func reloadFailed(_ message: String) {
-        engine.metrics.increment("scopeproxy_reloads_total", [("result", "failed")])
+        engine.metrics.increment(.reload(ok: false))
         Diagnostics.error("reload_failed", [("error", message)])
     }
 }

@@ -28,7 +28,7 @@ struct AccessTokenMachineTests {
     static let source = FakeTokenSource()
     static let fixture = Fixture(yaml, secrets: ["cs": "CLIENT-SECRET-CANARY"], tokens: source)
     static let api = origin("https://api.example")
-    static let token = OAuth2AccessToken(value: SecretValue("ACCESS-TOKEN-CANARY-1"), generation: 1, validUntil: 0)
+    static let token = AccessToken(value: SecretValue("ACCESS-TOKEN-CANARY-1"), generation: 1, validUntil: 0)
 
     @Test("the hop waits for the token, then is planned with it; nothing connects before")
     func waitsThenGoes() throws {
@@ -49,7 +49,7 @@ struct AccessTokenMachineTests {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
         _ = p.feed(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))
-        let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: "rejected"))
+        let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: .rejected(status: 400, error: .invalidClient)))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(written.hasPrefix("HTTP/1.1 502 "))
         #expect(written.contains("credential_unavailable") && written.contains("https://auth.example") && written.contains("partner"))

@@ -109,10 +109,10 @@ struct InvariantTests {
         case .awaitingHead:
             return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
         case .awaitingToken:
-            let token = OAuth2AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
+            let token = AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
             let secret = machine.awaitedToken ?? "none"
             return pick([.tokenReady(secret: secret, token), .tokenReady(secret: "other", token),
-                         .tokenFailed(secret: secret, endpoint: nil, reason: "refused"),
+                         .tokenFailed(secret: secret, endpoint: nil, reason: .refused),
                          .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall)])
         case .collecting:
             return pick([.collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),

@@ -368,7 +368,7 @@ struct ConnectTests {
     struct HandshakeRow: Sendable, CustomTestStringConvertible {
         let name: String
         let event: ConnectionEvent
-        let why: InterceptionFailure
+        let why: ClientTLSFailure
         var testDescription: String { name }
     }
 

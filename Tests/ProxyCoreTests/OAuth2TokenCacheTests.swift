@@ -6,13 +6,13 @@ import Testing
 
 /// Waiters that record what they were delivered (the engine's would post to a worker).
 private final class Deliveries: Sendable {
-    private let received = Locked<[UInt64: [Result<OAuth2AccessToken, TokenFailure>]]>([:])
+    private let received = Locked<[UInt64: [Result<AccessToken, TokenFailure>]]>([:])
 
     func waiter(_ id: UInt64) -> TokenWaiter {
         TokenWaiter(id: id) { result in self.received.withLock { $0[id, default: []].append(result) } }
     }
 
-    func results(_ id: UInt64) -> [Result<OAuth2AccessToken, TokenFailure>] { received.withLock { $0[id] ?? [] } }
+    func results(_ id: UInt64) -> [Result<AccessToken, TokenFailure>] { received.withLock { $0[id] ?? [] } }
     var count: Int { received.withLock { $0.values.reduce(0) { $0 + $1.count } } }
 }
 
@@ -50,7 +50,7 @@ struct OAuth2TokenCacheTests {
         let cache = OAuth2TokenCache(secret: "partner")
         let deliveries = Deliveries()
         var ticket: TokenFetchTicket?
-        var current: OAuth2AccessToken?
+        var current: AccessToken?
         var nextID: UInt64 = 0
         for (index, step) in steps.enumerated() {
             switch step {

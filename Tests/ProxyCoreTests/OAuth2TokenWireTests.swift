@@ -153,10 +153,10 @@ struct OAuth2FailureTextTests {
         for reason in reasons {
             let failure = TokenFailure(secret: "partner_token", endpoint: endpoint, reason: reason)
             #expect(failure.description.hasPrefix("oauth2 token 'partner_token' from https://auth.example: "))
-            #expect(!failure.reasonCode.isEmpty)
+            #expect(!failure.reason.code.isEmpty)
         }
         #expect(TokenFailure(secret: "p", endpoint: endpoint, reason: .rejected(status: 400, error: .invalidGrant)).description.hasSuffix("(400 invalid_grant)"))
-        let token = OAuth2AccessToken(value: SecretValue("CANARY-access"), generation: 1, validUntil: 0)
+        let token = AccessToken(value: SecretValue("CANARY-access"), generation: 1, validUntil: 0)
         #expect(!"\(token)".contains("CANARY"))
         #expect(!String(reflecting: OAuth2TokenGrant(accessToken: SecretValue("CANARY-a"), expiresIn: 1, refreshToken: SecretValue("CANARY-r"))).contains("CANARY"))
     }

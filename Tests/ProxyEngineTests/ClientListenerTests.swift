@@ -58,7 +58,7 @@ private final class ClientListenerProxy {
         ["--proxy", proxyURL, "--proxy-cacert", caPath] + (client.map { ["--proxy-cert", $0.cert, "--proxy-key", $0.key] } ?? [])
     }
 
-    func failures(_ reason: ClientListenerFailure) -> UInt64 {
+    func failures(_ reason: ClientTLSFailure) -> UInt64 {
         metrics.value("scopeproxy_client_tls_failures_total", [("reason", reason.rawValue)])
     }
 

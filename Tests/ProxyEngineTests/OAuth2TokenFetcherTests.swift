@@ -17,15 +17,15 @@ private final class TestClock: Sendable {
 
 /// What the waiters were answered, and whether each answer arrived on the thread that asked.
 private final class Answers: Sendable {
-    private let results = Locked<[Result<OAuth2AccessToken, TokenFailure>]>([])
+    private let results = Locked<[Result<AccessToken, TokenFailure>]>([])
     private let wrongThread = Locked(0)
 
-    func record(_ result: Result<OAuth2AccessToken, TokenFailure>, askedOn thread: pthread_t) {
+    func record(_ result: Result<AccessToken, TokenFailure>, askedOn thread: pthread_t) {
         if pthread_equal(thread, pthread_self()) == 0 { wrongThread.withLock { $0 += 1 } }
         results.withLock { $0.append(result) }
     }
 
-    var all: [Result<OAuth2AccessToken, TokenFailure>] { results.withLock { $0 } }
+    var all: [Result<AccessToken, TokenFailure>] { results.withLock { $0 } }
     var offThread: Int { wrongThread.withLock { $0 } }
     var tokens: [String] { all.compactMap { try? String(decoding: $0.get().value.exposedBytes, as: UTF8.self) } }
     var failures: [TokenFailure] { all.compactMap { if case .failure(let failure) = $0 { failure } else { nil } } }
@@ -90,7 +90,7 @@ private final class Rig {
         }
     }
 
-    var lastToken: OAuth2AccessToken? { answers.all.last.flatMap { try? $0.get() } }
+    var lastToken: AccessToken? { answers.all.last.flatMap { try? $0.get() } }
 }
 
 @Suite("OAuth2 tokens through the engine: one token endpoint fixture over verified TLS", .serialized)
@@ -244,7 +244,7 @@ struct OAuth2TokenFetcherTests {
         #expect(rig.answers.wait(for: 6))
         #expect(Date().timeIntervalSince(started) < 1.4)
         #expect(rig.answers.failures.map(\.reason) == Array(repeating: .responseTimeout, count: 6))
-        #expect(rig.answers.failures.first?.reasonCode == "response_timeout")
+        #expect(rig.answers.failures.first?.reason.code == "response_timeout")
     }
 
     @Test("the observer (the tripwire's feed) learns every access token and rotated refresh token; currentValues lists the live token")

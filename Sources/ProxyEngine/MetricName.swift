@@ -1,0 +1,139 @@
+import ProxyCore
+
+/// Every metric /metrics exposes, with its type, help text and label names: the one list. The
+/// `# HELP` and `# TYPE` lines are rendered from it, docs/logging.md's metrics table is checked
+/// against it (`MetricTableTests`), and samples name their metric through it, so a name is never
+/// spelt twice. Adding a metric is adding a case here (the switches below make the rest follow).
+public enum MetricName: String, CaseIterable, Sendable {
+    case requests = "scopeproxy_requests_total"
+    case rateLimited = "scopeproxy_rate_limited_total"
+    case clientsRefused = "scopeproxy_clients_refused_total"
+    case loopRefused = "scopeproxy_loop_refused_total"
+    case injected = "scopeproxy_injected_total"
+    case stripped = "scopeproxy_stripped_total"
+    case redirects = "scopeproxy_redirects_total"
+    case upstreamErrors = "scopeproxy_upstream_errors_total"
+    case bytesIn = "scopeproxy_bytes_in_total"
+    case bytesOut = "scopeproxy_bytes_out_total"
+    case reloads = "scopeproxy_reloads_total"
+    case logTripwireHits = "scopeproxy_log_tripwire_hits_total"
+    case scrubbed = "scopeproxy_scrubbed_total"
+    case signed = "scopeproxy_signed_total"
+    case tokenFetches = "scopeproxy_token_fetches_total"
+    case refreshTokenRotations = "scopeproxy_refresh_token_rotations_total"
+    case egressBlocked = "scopeproxy_egress_blocked_total"
+    case logLinesDropped = "scopeproxy_log_lines_dropped_total"
+    case logWriteErrors = "scopeproxy_log_write_errors_total"
+    case connectionLimitWaits = "scopeproxy_connection_limit_waits_total"
+    case clientTLSFailures = "scopeproxy_client_tls_failures_total"
+    case clientConnections = "scopeproxy_client_connections"
+    case upstreamConnections = "scopeproxy_upstream_connections"
+
+    public enum Kind: String, Sendable {
+        case counter, gauge
+    }
+
+    public var kind: Kind {
+        switch self {
+        case .clientConnections, .upstreamConnections: .gauge
+        default: .counter
+        }
+    }
+
+    /// The label names, in the order a sample gives their values. Each is a bounded set the proxy
+    /// or the configuration fixes (see `Metrics`).
+    public var labels: [String] {
+        switch self {
+        case .requests: ["status_class", "scope", "client"]
+        case .rateLimited: ["client"]
+        case .clientsRefused, .clientTLSFailures: ["reason"]
+        case .loopRefused, .upstreamErrors, .signed: ["kind"]
+        case .injected, .stripped: ["header"]
+        case .redirects: ["decision"]
+        case .reloads: ["result"]
+        case .scrubbed: ["secret"]
+        case .tokenFetches, .refreshTokenRotations: ["secret", "result"]
+        case .egressBlocked: ["secret", "kind"]
+        case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits,
+             .clientConnections, .upstreamConnections:
+            []
+        }
+    }
+
+    /// The `# HELP` text.
+    public var help: String {
+        switch self {
+        case .requests: "Exchanges by response status class, scope and client (configured names, or none)."
+        case .rateLimited: "Requests refused with 429 because their client was over its rate, by client."
+        case .clientsRefused: "Requests refused with 407, by reason."
+        case .loopRefused:
+            "Requests refused with 403 loop_refused: a destination that is the proxy's own listener, or a connection the proxy itself opened (own_connection)."
+        case .injected: "Credential headers injected, by header name."
+        case .stripped: "Sensitive headers stripped, by header name."
+        case .redirects: "Redirect decisions."
+        case .upstreamErrors: "Exchanges that failed upstream, by kind."
+        case .bytesIn: "Bytes received from clients."
+        case .bytesOut: "Bytes sent to clients."
+        case .reloads: "Config reloads by result."
+        case .logTripwireHits: "Secret values found and scrubbed from log lines (should stay 0)."
+        case .scrubbed: "Injected or substituted values masked in responses (every match), by secret name."
+        case .signed: "Requests the proxy signed, by kind of signature (aws_sigv4)."
+        case .tokenFetches: "OAuth2 token requests, by secret and result (ok, or why it failed)."
+        case .refreshTokenRotations:
+            "Rotated OAuth2 refresh tokens, by secret and what became of them (persisted, memory_only, write_failed)."
+        case .egressBlocked:
+            "Requests stopped because they carried a secret's value or placeholder toward an origin outside its scopes, by secret name and kind (value or placeholder)."
+        case .logLinesDropped: "Access log lines dropped because the writer fell behind."
+        case .logWriteErrors: "Access log writes that failed (disk full, closed pipe); their lines are lost."
+        case .connectionLimitWaits: "Accepted connections that waited because limits.max_connections was reached."
+        case .clientTLSFailures: "Connections to tls.client_listen closed at the TLS handshake, by reason."
+        case .clientConnections: "Open client connections."
+        case .upstreamConnections: "Open upstream connections (in use and pooled)."
+        }
+    }
+}
+
+/// One event a counter counts, outside the per-exchange counters (`Metrics.count`): each case fixes
+/// its metric and the values of exactly that metric's labels, so a counter cannot be given a label
+/// it does not declare (and `MetricTableTests` checks every case against the table).
+public enum CounterEvent: Sendable {
+    /// A token request ended: the `result` label is `ok`, or the failure's code.
+    case tokenFetch(secret: String, failure: TokenFailure.Reason?)
+    case refreshTokenRotation(secret: String, RefreshTokenRotationResult)
+    case reload(ok: Bool)
+    case clientTLSFailure(ClientTLSFailure)
+    case logTripwireHits
+    case logLineDropped
+    case logWriteError
+    case connectionLimitWait
+
+    public enum RefreshTokenRotationResult: String, Sendable, CaseIterable {
+        case persisted
+        case memoryOnly = "memory_only"
+        case writeFailed = "write_failed"
+    }
+
+    public var metric: MetricName {
+        switch self {
+        case .tokenFetch: .tokenFetches
+        case .refreshTokenRotation: .refreshTokenRotations
+        case .reload: .reloads
+        case .clientTLSFailure: .clientTLSFailures
+        case .logTripwireHits: .logTripwireHits
+        case .logLineDropped: .logLinesDropped
+        case .logWriteError: .logWriteErrors
+        case .connectionLimitWait: .connectionLimitWaits
+        }
+    }
+
+    /// The label values, in the order of `metric.labels`.
+    var labelValues: [String] {
+        switch self {
+        case .tokenFetch(let secret, let failure): [secret, failure?.code ?? "ok"]
+        case .refreshTokenRotation(let secret, let result): [secret, result.rawValue]
+        case .reload(let ok): [ok ? "ok" : "failed"]
+        case .clientTLSFailure(let failure): [failure.rawValue]
+        case .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait: []
+        }
+    }
+}
