@@ -99,6 +99,11 @@ struct MachineFixture {
 private final class FuzzTokens: AccessTokenSource {
     let secretNames: Set<String> = ["api_token"]
     func endpoint(of secret: String) -> Origin? { try? Origin.parse("https://auth.test") }
+    // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
+    func acquire(secret: String, mailbox: any TokenMailbox,
+                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? { nil }
+    func withdraw(secret: String, waiterID: UInt64) {}
+    func markStale(secret: String, token: AccessToken) -> Bool { false }
 }
 
 /// The access token the fuzzer hands out: the api secret itself, so the usual checks (where it may

@@ -14,37 +14,44 @@ import Glibc
 ///   → `sendToUpstream` / `pumpRequestBody` → upstream bytes → `responseHead` → machine
 ///   → `relayResponseBody` → client → `releaseUpstream` (pool or close) → next request
 ///
+/// The steps live beside this file, in that order: the client's side and the event loop's
+/// callbacks here; each action carried out in `ClientConnectionActions.swift` (a token wait in
+/// `ClientConnectionTokens.swift`); the hop's leg and its response heads in
+/// `ClientConnectionUpstream.swift`; request and response bodies and tunnels in
+/// `ClientConnectionBodies.swift`. Their members are internal only so that those files can reach
+/// them; nothing outside `ClientConnection` uses them.
+///
 /// Everything runs on the worker's loop thread.
 final class ClientConnection: UpstreamLegOwner {
-    private unowned let worker: Worker
-    private var machine: ConnectionMachine
-    private var transport: ClientTransport!
+    unowned let worker: Worker
+    private(set) var machine: ConnectionMachine
+    private(set) var transport: ClientTransport!
     /// The current hop's upstream, if any (at most one at a time).
-    private var leg: UpstreamLeg?
+    var leg: UpstreamLeg?
     /// A request body being read whole before its hop is planned.
-    private var collector: BodyCollector?
+    var collector: BodyCollector?
     private var requestReader = HeadReader(limits: .request)
-    private var timer: OpaquePointer!
-    private var armedTimer: TimerPurpose?
+    private(set) var timer: OpaquePointer!
+    var armedTimer: TimerPurpose?
     let peer: String
     /// Events raised while actions run wait here, so the machine never handles one event inside
     /// another (a connector may report success before `connect` returns).
     private var pending: [ConnectionEvent] = []
-    private var dispatching = false
+    private(set) var dispatching = false
     /// The machine's actions for the event being run (one buffer, reused).
     private var actions: [ConnectionAction] = []
-    private var isClosed = false
+    private(set) var isClosed = false
     /// The token fetch this connection waits for, withdrawn from if it closes first.
     var awaitedToken: (tokens: any AccessTokenSource, secret: String, waiterID: UInt64)?
     /// Bulk progress (body bytes, tunnel bytes) goes to the machine at most this often: it only
     /// restarts the stall timer and counts bytes, and a report per 4 KiB read cost more than the
     /// read. Bytes are never lost: the next report carries them.
-    private let progressInterval: UInt64
-    private var lastProgressReport: UInt64 = 0
-    private var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
+    let progressInterval: UInt64
+    var lastProgressReport: UInt64 = 0
+    var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
 
-    private var configuration: EngineConfiguration { worker.configuration }
-    private var highWatermark: Int { configuration.limits.bufferHighWatermark }
+    var configuration: EngineConfiguration { worker.configuration }
+    var highWatermark: Int { configuration.limits.bufferHighWatermark }
 
     /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
     init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
@@ -79,7 +86,7 @@ final class ClientConnection: UpstreamLegOwner {
 
     // MARK: Events into the machine
 
-    private func deliver(_ event: ConnectionEvent) {
+    func deliver(_ event: ConnectionEvent) {
         if dispatching {
             pending.append(event)
             return
@@ -98,105 +105,13 @@ final class ClientConnection: UpstreamLegOwner {
         for action in actions { execute(action) }
     }
 
-    private func execute(_ actions: [ConnectionAction]) {
+    func execute(_ actions: [ConnectionAction]) {
         for action in actions { execute(action) }
-    }
-
-    // MARK: Actions out of the machine
-
-    private func execute(_ action: ConnectionAction) {
-        if isClosed {
-            // Only bookkeeping is left once the transport is gone.
-            switch action {
-            case .emit(let record): emit(record)
-            case .releaseUpstream(let hop, _): release(hop, reuse: false)
-            default: break
-            }
-            return
-        }
-        switch action {
-        case .writeToClient(let bytes):
-            transport.write(bytes)
-        case .startClientTLS(let origin):
-            startClientTLS(origin)
-        case .readNextRequest:
-            readRequestHead()
-            if !isClosed, machine.isAwaitingHead, transport.inputClosed {
-                deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
-            }
-        case .closeClient(.afterFlush):
-            transport.closeAfterFlush()
-        case .closeClient(.now):
-            close()
-        case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
-            connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
-        case .sendToUpstream(let hop, let bytes):
-            if let leg, leg.hop == hop { leg.write(bytes) }
-        case .collectRequestBody(let framing, let limit):
-            collector = BodyCollector(framing: framing, limit: limit)
-            collectRequestBody()
-        case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
-            guard let leg, leg.hop == hop else { return }
-            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe,
-                                       guard: egressGuard)
-            pumpRequestBody()
-        case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
-            guard let leg, leg.hop == hop else { return }
-            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe, scrub: scrub)
-            pumpResponseBody()
-        case .splice(let hop):
-            guard let leg, leg.hop == hop else { return }
-            leg.splicing = true
-            pumpTunnel()
-        case .finishTunnel(let hop, let side):
-            finishTunnel(hop, closedSide: side)
-        case .releaseUpstream(let hop, let reuse):
-            release(hop, reuse: reuse)
-        case .armTimer(let purpose, let milliseconds):
-            armedTimer = purpose
-            sp_event_add_ms(timer, milliseconds)
-        case .cancelTimer:
-            armedTimer = nil
-            event_del(timer)
-        case .emit(let record):
-            emit(record)
-        case .acquireToken(let secret, let scope):
-            acquireToken(secret, from: scope)
-        case .markTokenStale(let secret, let token, let scope):
-            scope.tokens?.markStale(secret: secret, token: token)
-        }
-    }
-
-    /// The token comes back as an event on this loop (at once when cached, else from the worker's
-    /// mailbox once the one fetch in flight ends); a connection gone by then ignores it. Whatever
-    /// kind of source the context holds, only `AccessTokenSource` is used.
-    func acquireToken(_ secret: String, from scope: ScopeContext) {
-        let requested = scope.tokens?.acquire(secret: secret, mailbox: worker.tokenMailbox) { [weak self] result in
-            guard let self, !self.isClosed else { return }
-            self.awaitedToken = nil
-            // From the mailbox this is a loop callback of its own: it flushes what it wrote, as the
-            // socket callbacks do (at once, inside `execute`, the running callback does).
-            let fromMailbox = !self.dispatching
-            switch result {
-            case .success(let token): self.deliver(.tokenReady(secret: secret, token))
-            case .failure(let failure): self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reason))
-            }
-            if fromMailbox, !self.isClosed { self.flushOutputs() }
-        }
-        switch requested {
-        case .answered:
-            break
-        case .waiting(let waiterID):
-            if let tokens = scope.tokens { awaitedToken = (tokens, secret, waiterID) }
-        case nil:
-            // The context's source does not know the secret (a reload removed it): fail closed.
-            deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: .noTokenSource))
-        }
     }
 
     // MARK: Client bytes → request head
 
-    private func readRequestHead() {
+    func readRequestHead() {
         guard EventBuffer.length(transport.input) > 0 else { return }
         if !requestReader.hasStarted { deliver(.headStarted) }
         do {
@@ -211,188 +126,11 @@ final class ClientConnection: UpstreamLegOwner {
         Arrival(now: monotonicMicroseconds(), scope: configuration.scope.context, wallClock: Int64(time(nil)))
     }
 
-    // MARK: Upstream legs
-
-    private func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool) {
-        if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
-        let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, worker: worker, owner: self)
-        self.leg = leg
-        if reusePooled, let pooled = worker.pool.checkout(origin) {
-            leg.attach(pooled: pooled)
-            deliver(.upstreamConnected(hop, reused: true))
-        } else {
-            leg.connect()
-        }
-    }
-
-    private func release(_ hop: HopID, reuse: Bool) {
-        guard let leg, leg.hop == hop else { return }
-        self.leg = nil
-        leg.release(reuse: reuse)
-    }
-
-    func legConnected(_ leg: UpstreamLeg) {
-        guard leg === self.leg else { return }
-        deliver(.upstreamConnected(leg.hop, reused: false))
-        flushOutputs()
-    }
-
-    func legConnectFailed(_ leg: UpstreamLeg, _ error: ProxyError) {
-        guard leg === self.leg else { return }
-        deliver(.upstreamConnectFailed(leg.hop, error))
-        flushOutputs()
-    }
-
-    func legReadable(_ leg: UpstreamLeg) {
-        guard leg === self.leg else { return }
-        if leg.splicing {
-            pumpTunnel()
-        } else if leg.responsePump != nil {
-            pumpResponseBody()
-        } else {
-            readResponseHeads(leg)
-        }
-        flushOutputs()
-    }
-
-    func legWritable(_ leg: UpstreamLeg) {
-        guard leg === self.leg else { return }
-        if leg.closingAfterDrain {
-            if let output = leg.output, EventBuffer.length(output) == 0 { close() }
-        } else if leg.splicing {
-            pumpTunnel()
-        } else {
-            pumpRequestBody()
-        }
-        flushOutputs()
-    }
-
-    func legHoldBackExpired(_ leg: UpstreamLeg) {
-        guard leg === self.leg, !isClosed else { return }
-        leg.releaseHeldBytes(clientOutput: transport.output)
-        flushOutputs()
-    }
-
-    func legClosed(_ leg: UpstreamLeg) {
-        guard leg === self.leg else { return }
-        deliver(.upstreamClosed(leg.hop, sawResponseBytes: leg.sawResponseBytes))
-        // A body being relayed ends (close-delimited) or is cut once the bytes sent before the
-        // close (held back by backpressure) are out.
-        if self.leg === leg, leg.responsePump != nil { pumpResponseBody() }
-        flushOutputs()
-    }
-
-    // MARK: Response heads ← upstream
-
-    /// Parses heads for as long as the machine expects one from this hop: interim responses keep
-    /// it waiting; once the final head is handled (relayed, followed, blocked) the loop ends, and
-    /// the hop's remaining bytes are never read as another response (a desync otherwise; docs/security-model.md, "Redirects").
-    private func readResponseHeads(_ leg: UpstreamLeg) {
-        while leg === self.leg, machine.expectsResponseHead(from: leg.hop), let input = leg.input, EventBuffer.length(input) > 0 {
-            leg.sawResponseBytes = true
-            do {
-                guard let (head, _) = try leg.responseReader.next(from: input, HeadParser.parseResponse) else { return }
-                let pipelined = !leg.awaitsRequestBytes && EventBuffer.length(transport.input) > 0
-                deliver(.responseHead(leg.hop, head, clientPipelined: pipelined))
-            } catch {
-                deliver(.responseHeadInvalid(leg.hop, reason: error.responseProblem))
-                return
-            }
-        }
-    }
-
-    // MARK: Bodies and tunnels (the leg and the splice move bytes; the machine hears what moved)
-
-    /// Bytes moved since the last (throttled) report, so the records of a connection that ends
-    /// now count every byte.
-    private func reportPendingProgress() {
-        guard let leg else { return }
-        if leg.requestPump?.isComplete == false, let progress = leg.requestProgress() { deliver(.requestBody(leg.hop, progress)) }
-        if leg.responsePump?.isComplete == false, let progress = leg.responseProgress() { deliver(.responseBody(leg.hop, progress)) }
-        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0 {
-            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
-            unreportedTunnelBytes = (0, 0)
-        }
-    }
-
-    private func progressDue() -> Bool {
-        let now = monotonicMicroseconds()
-        guard now - lastProgressReport >= progressInterval else { return false }
-        lastProgressReport = now
-        return true
-    }
-
-    private func collectRequestBody() {
-        guard let collector, let progress = collector.collect(from: transport.input, highWatermark: highWatermark) else { return }
-        if case .progressed = progress {} else { self.collector = nil }
-        deliver(.collectedBody(progress))
-    }
-
-    private func pumpRequestBody() {
-        guard let leg else { return }
-        let reports = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue())
-        leg.scheduleHoldBackRelease()
-        if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
-        // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
-        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding, bytesSent: reports.blockedAfterBytesSent))) }
-        if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
-            deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
-        }
-    }
-
-    private func pumpResponseBody() {
-        guard let leg else { return }
-        let reports = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark, reportProgress: progressDue())
-        leg.scheduleHoldBackRelease()
-        // The findings first: a `complete` ends the exchange, and its record must already name them.
-        if let findings = reports.scrubbed { deliver(.responseBody(leg.hop, .scrubbed(findings))) }
-        if let progress = reports.progress { deliver(.responseBody(leg.hop, progress)) }
-    }
-
-    private func pumpTunnel() {
-        guard let leg, leg.splicing else { return }
-        let moved = TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
-        unreportedTunnelBytes.fromClient += moved.fromClient
-        unreportedTunnelBytes.fromUpstream += moved.fromUpstream
-        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0, progressDue() {
-            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
-            unreportedTunnelBytes = (0, 0)
-        }
-    }
-
-    /// One side of a tunnel hung up: hand over what it sent, then close once the other side has it.
-    private func finishTunnel(_ hop: HopID, closedSide: TunnelSide) {
-        guard let leg, leg.hop == hop, let upstreamOutput = leg.output, let upstreamInput = leg.input else {
-            close()
-            return
-        }
-        let pending = unreportedTunnelBytes
-        unreportedTunnelBytes = (0, 0)
-        switch closedSide {
-        case .client:
-            let moved = TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
-            deliver(.tunnelBytes(hop, fromClient: pending.fromClient + moved, fromUpstream: pending.fromUpstream))
-            leg.flush()
-            if EventBuffer.length(upstreamOutput) == 0 {
-                close()
-            } else {
-                // Give the upstream a moment to take the last bytes, bounded.
-                leg.closingAfterDrain = true
-                transport.waitForUpstream(milliseconds: 2_000)
-            }
-        case .upstream:
-            let moved = TunnelSplice.handOver(from: upstreamInput, to: transport.output)
-            deliver(.tunnelBytes(hop, fromClient: pending.fromClient, fromUpstream: pending.fromUpstream + moved))
-            release(hop, reuse: false)
-            transport.closeAfterFlush()
-        }
-    }
-
     // MARK: TLS interception
 
     /// After `200 Connection Established`: terminate the client's TLS with a leaf the local CA mints
     /// for the tunnel's host.
-    private func startClientTLS(_ origin: Origin) {
+    func startClientTLS(_ origin: Origin) {
         transport.flush()
         let context = Unmanaged.passUnretained(self).toOpaque()
         guard let tls = configuration.tls, let ssl = try? tls.serverSession(for: origin.hostForLookup),
@@ -463,16 +201,6 @@ final class ClientConnection: UpstreamLegOwner {
         deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(transport.input)))
     }
 
-    /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the
-    /// first time only, so a client retrying in a loop does not flood it.
-    private static let hintedOnStderr = Locked<Set<String>>([])
-
-    private static func hintOnStderrOnce(_ failure: ExchangeFailure?, client: String) {
-        guard let (event, hint) = failure?.stderrHint,
-              hintedOnStderr.withLock({ $0.insert(event).inserted }) else { return }
-        Diagnostics.error(event, [("client", client), ("hint", hint + "; said once, the access log has every case")])
-    }
-
     fileprivate func lingerTimerFired() {
         transport.lingerTimerFired()
     }
@@ -490,7 +218,7 @@ final class ClientConnection: UpstreamLegOwner {
     /// output is empty, so the write callback that would resume that pump never comes. When a flush
     /// takes an output from above the low watermark to below it, the pump feeding it runs again
     /// here (a few rounds at most; the next callback carries on).
-    fileprivate func flushOutputs() {
+    func flushOutputs() {
         let lowWatermark = highWatermark / 2
         for _ in 0..<4 {
             guard !isClosed else { return }
@@ -530,14 +258,11 @@ final class ClientConnection: UpstreamLegOwner {
 
     /// Frees the client side and tells the machine, which releases the current hop and writes the
     /// line of an exchange that was still in flight.
-    private func close() {
+    func close() {
         guard !isClosed else { return }
         reportPendingProgress()
         isClosed = true
-        if let (tokens, secret, waiterID) = awaitedToken {
-            awaitedToken = nil
-            tokens.withdraw(secret: secret, waiterID: waiterID)
-        }
+        withdrawFromTokenWait()
         collector = nil
         event_free(timer)
         transport.free()
@@ -547,14 +272,6 @@ final class ClientConnection: UpstreamLegOwner {
             leg.release(reuse: false)
         }
         worker.connectionClosed(self)
-    }
-
-    // MARK: Access log and metrics
-
-    private func emit(_ record: ExchangeRecord) {
-        Self.hintOnStderrOnce(record.failure, client: record.client)
-        configuration.metrics.count(record, policy: configuration.scope.context.policy)
-        configuration.accessLog?.record(record)
     }
 }
 

@@ -8,6 +8,11 @@ final class FakeTokenSource: AccessTokenSource {
     let secretNames: Set<String>
     init(_ names: Set<String> = ["partner_token"]) { secretNames = names }
     func endpoint(of secret: String) -> Origin? { origin("https://auth.example") }
+    // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
+    func acquire(secret: String, mailbox: any TokenMailbox,
+                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? { nil }
+    func withdraw(secret: String, waiterID: UInt64) {}
+    func markStale(secret: String, token: AccessToken) -> Bool { false }
 }
 
 /// OAuth2 tokens in the exchange core: a request whose injection needs a token waits (nothing sent,
@@ -56,6 +61,40 @@ struct AccessTokenMachineTests {
         #expect(!written.contains("CLIENT-SECRET-CANARY"))
         #expect(p.connected.isEmpty)
         #expect(returned.contains(.readNextRequest), "the request was read whole: the connection stays")
+    }
+
+    /// One failure of each kind, its words the endpoint's (a canary) wherever a kind carries words;
+    /// the switch makes a new kind fail to compile here until it has a row.
+    static let everyReason: [TokenFailure.Reason] = {
+        let words = "ENDPOINT-WORDS-CANARY"
+        let reasons: [TokenFailure.Reason] = [
+            .secretUnavailable("cs"), .dnsFailure, .refused, .connectTimeout, .responseTimeout, .tlsVerification(words),
+            .tlsHandshake, .closedEarly, .responseTooLarge(limit: 65_536), .malformedResponse(words),
+            .rejected(status: 400, error: .invalidClient), .unexpectedStatus(503), .noTokenSource,
+        ]
+        for reason in reasons {
+            switch reason {
+            case .secretUnavailable, .dnsFailure, .refused, .connectTimeout, .responseTimeout, .tlsVerification, .tlsHandshake,
+                 .closedEarly, .responseTooLarge, .malformedResponse, .rejected, .unexpectedStatus, .noTokenSource:
+                break
+            }
+        }
+        return reasons
+    }()
+
+    @Test("every token failure reaches the 502 and the record's reason as its code, typed all the way; never with its words",
+          arguments: everyReason)
+    func typedFailure(_ reason: TokenFailure.Reason) {
+        var p = Playbook(Self.fixture)
+        p.start([.arm(.clientHead)])
+        _ = p.feed(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))
+        let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: reason))
+        let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
+        #expect(written.contains("credential_unavailable") && written.contains("(\(reason.code))"))
+        #expect(p.emitted.first?.failure == .proxy(.tokenUnavailable(scope: "partner", secret: "partner_token",
+                                                                      endpoint: origin("https://auth.example"), reason: reason)))
+        #expect(p.emitted.first?.failure?.reason == reason.code)
+        #expect(!written.contains("ENDPOINT-WORDS-CANARY"))
     }
 
     @Test("a 401 from the origin the token went to marks that token stale")

@@ -1,0 +1,91 @@
+import CLibevent
+import ProxyCore
+
+// Bodies and tunnels: the leg's pumps and the splice move the bytes, and the machine hears what
+// moved (throttled). Changes when body or tunnel handling does.
+extension ClientConnection {
+    /// Bytes moved since the last (throttled) report, so the records of a connection that ends
+    /// now count every byte.
+    func reportPendingProgress() {
+        guard let leg else { return }
+        if leg.requestPump?.isComplete == false, let progress = leg.requestProgress() { deliver(.requestBody(leg.hop, progress)) }
+        if leg.responsePump?.isComplete == false, let progress = leg.responseProgress() { deliver(.responseBody(leg.hop, progress)) }
+        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0 {
+            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
+            unreportedTunnelBytes = (0, 0)
+        }
+    }
+
+    func progressDue() -> Bool {
+        let now = monotonicMicroseconds()
+        guard now - lastProgressReport >= progressInterval else { return false }
+        lastProgressReport = now
+        return true
+    }
+
+    func collectRequestBody() {
+        guard let collector, let progress = collector.collect(from: transport.input, highWatermark: highWatermark) else { return }
+        if case .progressed = progress {} else { self.collector = nil }
+        deliver(.collectedBody(progress))
+    }
+
+    func pumpRequestBody() {
+        guard let leg else { return }
+        let reports = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue())
+        leg.scheduleHoldBackRelease()
+        if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
+        // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
+        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding, bytesSent: reports.blockedAfterBytesSent))) }
+        if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
+            deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
+        }
+    }
+
+    func pumpResponseBody() {
+        guard let leg else { return }
+        let reports = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark, reportProgress: progressDue())
+        leg.scheduleHoldBackRelease()
+        // The findings first: a `complete` ends the exchange, and its record must already name them.
+        if let findings = reports.scrubbed { deliver(.responseBody(leg.hop, .scrubbed(findings))) }
+        if let progress = reports.progress { deliver(.responseBody(leg.hop, progress)) }
+    }
+
+    func pumpTunnel() {
+        guard let leg, leg.splicing else { return }
+        let moved = TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
+        unreportedTunnelBytes.fromClient += moved.fromClient
+        unreportedTunnelBytes.fromUpstream += moved.fromUpstream
+        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0, progressDue() {
+            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
+            unreportedTunnelBytes = (0, 0)
+        }
+    }
+
+    /// One side of a tunnel hung up: hand over what it sent, then close once the other side has it.
+    func finishTunnel(_ hop: HopID, closedSide: TunnelSide) {
+        guard let leg, leg.hop == hop, let upstreamOutput = leg.output, let upstreamInput = leg.input else {
+            close()
+            return
+        }
+        let pending = unreportedTunnelBytes
+        unreportedTunnelBytes = (0, 0)
+        switch closedSide {
+        case .client:
+            let moved = TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
+            deliver(.tunnelBytes(hop, fromClient: pending.fromClient + moved, fromUpstream: pending.fromUpstream))
+            leg.flush()
+            if EventBuffer.length(upstreamOutput) == 0 {
+                close()
+            } else {
+                // Give the upstream a moment to take the last bytes, bounded.
+                leg.closingAfterDrain = true
+                transport.waitForUpstream(milliseconds: 2_000)
+            }
+        case .upstream:
+            let moved = TunnelSplice.handOver(from: upstreamInput, to: transport.output)
+            deliver(.tunnelBytes(hop, fromClient: pending.fromClient, fromUpstream: pending.fromUpstream + moved))
+            release(hop, reuse: false)
+            transport.closeAfterFlush()
+        }
+    }
+}
