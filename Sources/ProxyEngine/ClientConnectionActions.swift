@@ -69,6 +69,7 @@ extension ClientConnection {
         }
     }
 
+    /// One finished exchange (or hop, or tunnel): its metrics and its access-log line.
     func emit(_ record: ExchangeRecord) {
         Self.hintOnStderrOnce(record.failure, client: record.client)
         configuration.metrics.count(record, policy: configuration.scope.context.policy)
