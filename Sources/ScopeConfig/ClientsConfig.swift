@@ -1,5 +1,5 @@
 import HTTP1Codec
-import ProxyCore
+import ProxySettings
 import ScopePolicy
 
 /// `clients:` (docs/configuration.md, `clients`): how the proxy tells clients apart, each rule checked

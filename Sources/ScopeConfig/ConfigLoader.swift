@@ -1,6 +1,6 @@
 import HTTP1Codec
 import PosixSupport
-import ProxyCore
+import ProxySettings
 import ScopePolicy
 #if canImport(Glibc)
 import Glibc
