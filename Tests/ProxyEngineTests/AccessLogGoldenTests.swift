@@ -191,3 +191,48 @@ struct AccessLogGoldenTests {
         #expect(try line(row.record, .text, colour: true) == row.textInColour + "\n")
     }
 }
+
+@Suite("Access log: the field table drives the line")
+struct AccessLogFieldTableTests {
+    @Test("a record with every fact of its kind writes every field of the table for that kind, JSON and text, in the table's order",
+          arguments: [(Golden.everything, false), (Golden.interceptionFailed, true)])
+    func everyField(_ record: ExchangeRecord, isTunnel: Bool) throws {
+        let keys = topLevelKeys(try line(record, .json, bodies: true))
+        let text = try line(record, .text)
+        let expected = zip(LogField.ordered, LogField.rows).filter { $0.1.lines.includes(tunnel: isTunnel) }
+        #expect(keys == expected.map(\.0.name))
+        for (field, row) in expected {
+            switch row.text {
+            case .keyed(let key), .last(let key):
+                #expect(text.contains(" \(key)="), "\(field.name) on the text line as \(key)=")
+            case .withDecision(let key):
+                // Only a CONNECT line's decision carries the byte counts on the text line.
+                #expect(text.contains(" \(key)=") == isTunnel, "\(field.name) on the text line as \(key)=: \(isTunnel)")
+            case .head, .jsonOnly: break
+            }
+        }
+    }
+
+    /// The keys of a JSON object's own members, in order (not those of objects inside it).
+    private func topLevelKeys(_ json: String) -> [String] {
+        var keys: [String] = []
+        var depth = 0, inString = false, escaped = false, current = "", expectingKey = false
+        for character in json {
+            if inString {
+                if escaped { escaped = false; current.append(character) } else if character == "\\" { escaped = true } else if character == "\"" {
+                    inString = false
+                    if depth == 1 && expectingKey { keys.append(current); expectingKey = false }
+                } else { current.append(character) }
+                continue
+            }
+            switch character {
+            case "\"": inString = true; current = ""
+            case "{", "[": depth += 1; expectingKey = character == "{" && depth == 1
+            case "}", "]": depth -= 1
+            case ",": expectingKey = depth == 1
+            default: break
+            }
+        }
+        return keys
+    }
+}
