@@ -3,8 +3,9 @@ import ScopePolicy
 
 // The access log's fields, one row each: the one list the JSON line, the text line, the field list in
 // docs/logging.md and the Playbook's record checks are all made from. Adding a field is one case
-// here and one row in `LogField.row`; the compiler then asks for its JSON and text forms
-// (`AccessLog`'s exhaustive switches), and a test asks for its line in docs/logging.md.
+// here and one row in `LogField.row`: `AccessLog` writes it by the kind of its fact (a new kind of
+// fact makes the compiler ask for its JSON and text forms there), LogFieldTests asks for its line in
+// docs/logging.md and checks its redaction rule against its fact.
 
 /// One field of an access log line. The cases are in the JSON line's order.
 public enum LogField: String, CaseIterable, Sendable {

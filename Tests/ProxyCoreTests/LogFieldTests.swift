@@ -1,5 +1,7 @@
 import Foundation
+import HTTP1Codec
 import ProxyCore
+import ScopePolicy
 import Testing
 
 // The access log's one table of fields (Sources/ProxyCore/LogField.swift) against what is made from
@@ -46,5 +48,50 @@ struct LogFieldTests {
     @Test("the head words are the text line's start: time, method, url, status, duration")
     func headWords() {
         #expect(zip(LogField.ordered, LogField.rows).filter { $0.1.text == .head }.map(\.0) == [.ts, .method, .url, .status, .durationMS])
+    }
+
+    /// A record with every fact the table reads (`tunnel` aside: its line has the scope fields' place).
+    static var everything: ExchangeRecord {
+        var record = ExchangeRecord(id: "r", client: "127.0.0.1:1", method: "GET", startedAt: 0)
+        record.clientID = "c"
+        record.origin = try? Origin.parse("https://a.example")
+        record.pathAndQuery = "/p?q=1"
+        record.status = 200
+        record.scopes = ["a"]
+        record.injected = ["X-A"]
+        record.stripped = ["Cookie"]
+        record.skipped = [SkippedInjection(scope: "a", why: .path)]
+        record.signed = "aws_sigv4"
+        record.substituted = ["s"]
+        record.scrubbed = [SecretFinding(secret: "s", encoding: .raw, isPlaceholder: false)]
+        record.scrubSkipped = "gzip"
+        record.guardFinding = SecretFinding(secret: "s", encoding: .raw, isPlaceholder: true)
+        record.redirect = RedirectRecord(location: "/next", origin: nil, decision: .pass)
+        record.requestFields = HTTPFields([HTTPField(name: "Host", value: "a.example")])
+        record.responseFields = HTTPFields([])
+        record.requestBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
+        record.responseBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
+        record.failure = .responseCut
+        return record
+    }
+
+    @Test("each field's redaction rule is the one its kind of fact is written with", arguments: LogField.ordered)
+    func redactionRule(_ field: LogField) throws {
+        var record = Self.everything
+        if field == .decision { record.tunnel = .tunnel }
+        let fact = try #require(field.row.read(record), "the record has every fact")
+        let written: [LogRedaction] = switch fact {
+        // What the client or the origin chose, in its place: URLs through the URL rules, headers and
+        // bodies through theirs.
+        case .target, .redirect: [.url]
+        case .fields: [.headers]
+        case .body: [.body]
+        // Names the configuration or the header rules fixed, never a value.
+        case .names, .finding: [.names]
+        // A request id or method (a token alphabet), or what the proxy wrote itself.
+        case .text: [.token, .none]
+        case .now, .since, .number, .joinedNames, .reasons, .tunnel, .failure: [.none]
+        }
+        #expect(written.contains(field.row.redaction), "\(field.name): \(fact) is written as \(written), the table says \(field.row.redaction)")
     }
 }
