@@ -36,13 +36,16 @@ let package = Package(
         // here but keeps its own search.
         .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText", "SecretScan"]),
-        .target(name: "ScopeConfig", dependencies: ["ProxyCore", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
+        // The settings the data path runs on (timeouts, limits, routes, log, scrub and guard): what
+        // ScopeConfig produces and ProxyCore (which re-exports them) and the engine consume.
+        .target(name: "ProxySettings", dependencies: ["HTTP1Codec"]),
+        .target(name: "ScopeConfig", dependencies: ["ProxySettings", "ScopePolicy", "HTTP1Codec", "CYAML", "PosixSupport"]),
         // Reads secret files and the environment (I/O, but no sockets); re-reads rotated files.
         .target(name: "SecretStore", dependencies: ["ScopePolicy", "PosixSupport"]),
 
         // The exchange core: request admission, hop planning, response direction and the connection
-        // state machine (events in, actions out), plus the settings and records they share.
-        .target(name: "ProxyCore", dependencies: ["HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4"]),
+        // state machine (events in, actions out), plus the records they share.
+        .target(name: "ProxyCore", dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4"]),
 
         // The libevent engine: carries out what the core decides.
         .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),

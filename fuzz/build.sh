@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.build/fuzz
 binary="$out/scopeproxy-fuzz"
-inputs=(Sources/PosixSupport/*.swift Sources/JSONText/*.swift Sources/Digests/*.swift Sources/AWSSigV4/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
+inputs=(Sources/PosixSupport/*.swift Sources/ProxySettings/*.swift Sources/JSONText/*.swift Sources/Digests/*.swift Sources/AWSSigV4/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
         Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/SecretScan/*.swift Sources/Redaction/*.swift
         Tests/HTTP1CodecTests/SplitPointVerifier.swift Tests/SecretScanTests/NaiveSecretScan.swift fuzz/*.swift)
 if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
@@ -18,7 +18,7 @@ fi
 rm -rf "$out/src" && mkdir -p "$out/src"
 for file in "${inputs[@]}"; do
   module=$(basename "$(dirname "$file")")
-  sed -E '/^(@testable )?import (PosixSupport|JSONText|Digests|AWSSigV4|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|SecretScan|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
+  sed -E '/^(@testable |@_exported )?import (PosixSupport|ProxySettings|JSONText|Digests|AWSSigV4|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|SecretScan|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
 swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \

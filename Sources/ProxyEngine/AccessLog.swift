@@ -125,7 +125,7 @@ public final class AccessLog: Sendable {
     }
 
     func record(_ record: ExchangeRecord) {
-        let line = self.format == .json ? json(record) : Array(text(record).utf8)
+        let line = self.format == .json ? json(record) : text(record)
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
         let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
@@ -158,116 +158,158 @@ public final class AccessLog: Sendable {
 
     // MARK: Formatting
 
+    /// The fields a line carries, in the table's order (`LogField`, Sources/ProxyCore/LogField.swift):
+    /// each row says on which lines and when, and reads its fact from the record; what is left here
+    /// is how each kind of fact is written, with its redaction.
+    private func forEachField(of record: ExchangeRecord, _ body: (LogField, LogFieldRow, LogFact?) -> Void) {
+        let isTunnel = record.tunnel != nil
+        for (field, row) in zip(LogField.ordered, LogField.rows) where row.lines.includes(tunnel: isTunnel) {
+            if row.presence == .withBodies && !logBodies { continue }
+            body(field, row, row.read(record))
+        }
+    }
+
     /// The log's origins carry their port always (`https://api.x:443`), as they always have: a log
     /// is read by programs that compare them (docs/logging.md); people's texts (banner, `explain`,
     /// errors) print the RFC 6454 form.
-    private func url(_ record: ExchangeRecord) -> String? {
-        guard let origin = record.origin else { return nil }
-        // A CONNECT names an authority, not a path: its line shows the origin alone, whatever became of it.
-        if record.tunnel != nil || record.method == "CONNECT" { return origin.withPort }
-        return origin.withPort + redactor.pathAndQuery(record.pathAndQuery ?? "/")
+    private func url(_ origin: Origin, _ pathAndQuery: String?, authorityOnly: Bool) -> String {
+        authorityOnly ? origin.withPort : origin.withPort + redactor.pathAndQuery(pathAndQuery ?? "/")
     }
 
     /// One line, built as bytes: no intermediate strings for the parts the proxy writes itself.
     private func json(_ record: ExchangeRecord) -> [UInt8] {
         var line = JSONLine()
-        line.key("ts")
-        Self.appendTimestamp(to: &line.bytes, quoted: true)
-        line.string("id", record.id)
-        line.string("client", record.client)
-        // The configured client's name (`clients:`); absent when the proxy does not tell clients
-        // apart or did not recognise this one (then `reason` says why).
-        line.optionalString("client_id", record.clientID)
-        line.optionalString("method", record.method)
-        line.optionalString("url", url(record))
-        if let status = record.status { line.number("status", UInt64(status)) } else { line.raw("status", "null") }
-        line.number("bytes_in", record.bytesIn)
-        line.number("bytes_out", record.bytesOut)
-        line.key("duration_ms")
-        Self.appendMilliseconds(since: record.startedAt, to: &line.bytes)
-        if let decision = record.tunnel {
-            line.string("decision", decision.rawValue)
-            line.optionalString("reason", record.failure?.reason)
-        } else {
-            if record.scopes.isEmpty { line.raw("scope", "null") } else { line.string("scope", record.scopes.joined(separator: ",")) }
-            line.array("injected", record.injected)
-            line.array("stripped", record.stripped)
-            // Secrets by name only, never by value; present when something happened.
-            if let signed = record.signed { line.string("signed", signed) }
-            if !record.substituted.isEmpty { line.array("substituted", record.substituted) }
-            if !record.scrubbed.isEmpty { line.array("scrubbed", Self.scrubbedNames(record)) }
-            if let encoding = record.scrubSkipped { line.string("scrub_skipped", encoding) }
-            if let finding = record.guardFinding {
-                line.beginObject("guard")
-                line.string("secret", finding.secret)
-                line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
-                line.string("encoding", finding.encoding.description)
-                line.endObject()
+        forEachField(of: record) { field, row, fact in
+            if let fact {
+                json(fact, as: field.name, into: &line)
+            } else if row.presence == .nullable {
+                line.raw(field.name, "null")
             }
-            let reasons = record.skipped.map(\.description) + (record.failure?.reason.map { [$0] } ?? [])
-            if !reasons.isEmpty { line.string("reason", reasons.joined(separator: "; ")) }
-            if let redirect = record.redirect {
-                line.beginObject("redirect")
-                line.optionalString("location", redirect.location.map(redactor.url))
-                if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
-                line.string("decision", redirect.decision.rawValue)
-                line.endObject()
-            }
-            if let fields = record.requestFields { headers(fields, as: "req_headers", into: &line) }
-            if let fields = record.responseFields { headers(fields, as: "resp_headers", into: &line) }
-            if logBodies, let body = record.requestBody { line.string("req_body", summary(body)) }
-            if logBodies, let body = record.responseBody { line.string("resp_body", summary(body)) }
         }
-        line.optionalString("error", record.failure?.code)
         return line.finishLine()
     }
 
-    /// The names of the secrets masked in the response, each once, in the order first found (the
-    /// record has one finding per form of a value; the metric counts them).
-    static func scrubbedNames(_ record: ExchangeRecord) -> [String] {
-        var names: [String] = []
-        for finding in record.scrubbed where !names.contains(finding.secret) { names.append(finding.secret) }
-        return names
+    private func json(_ fact: LogFact, as name: String, into line: inout JSONLine) {
+        switch fact {
+        case .now:
+            line.key(name)
+            Self.appendTimestamp(to: &line.bytes, quoted: true)
+        case .since(let start):
+            line.key(name)
+            Self.appendMilliseconds(since: start, to: &line.bytes)
+        case .text(let value): line.string(name, value)
+        case .number(let value): line.number(name, value)
+        case .names(let names): line.array(name, names)
+        case .joinedNames(let names): line.string(name, names.joined(separator: ","))
+        case .target(let origin, let path, let authorityOnly): line.string(name, url(origin, path, authorityOnly: authorityOnly))
+        case .finding(let finding):
+            // Secrets by name only, never by value.
+            line.beginObject(name)
+            line.string("secret", finding.secret)
+            line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
+            line.string("encoding", finding.encoding.description)
+            line.endObject()
+        case .reasons(let skipped, let failure):
+            line.string(name, (skipped.map(\.description) + (failure.map { [$0] } ?? [])).joined(separator: "; "))
+        case .redirect(let redirect):
+            line.beginObject(name)
+            line.optionalString("location", redirect.location.map(redactor.url))
+            if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
+            line.string("decision", redirect.decision.rawValue)
+            line.endObject()
+        case .fields(let fields):
+            line.beginObject(name)
+            redactor.forEachHeader(fields) { name, value in line.string(name, value) }
+            line.endObject()
+        case .body(let body):
+            line.string(name, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
+        case .tunnel(let decision): line.string(name, decision.rawValue)
+        case .failure(let failure): line.string(name, failure.code)
+        }
     }
 
-    private func summary(_ body: ExchangeRecord.ObservedBody) -> String {
-        redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated)
-    }
-
-    private func headers(_ fields: HTTPFields, as name: String, into line: inout JSONLine) {
-        line.beginObject(name)
-        redactor.forEachHeader(fields) { name, value in line.string(name, value) }
-        line.endObject()
-    }
-
-    private func text(_ record: ExchangeRecord) -> String {
-        let status = record.status.map(String.init) ?? "-"
-        var parts = [Self.timestamp(), record.method ?? "-", url(record) ?? "-",
-                     colour ? Self.paint(status, Self.statusColour(record.status)) : status,
-                     Self.milliseconds(since: record.startedAt) + "ms"]
-        if let clientID = record.clientID { parts.append("client=\(clientID)") }
-        if let decision = record.tunnel {
-            parts.append("decision=\(decision.rawValue) in=\(record.bytesIn) out=\(record.bytesOut)")
-        } else {
-            parts.append("scope=\(record.scopes.isEmpty ? "-" : record.scopes.joined(separator: ","))")
-            if !record.injected.isEmpty { parts.append("injected=\(record.injected.joined(separator: ","))") }
-            if !record.stripped.isEmpty { parts.append("stripped=\(record.stripped.joined(separator: ","))") }
-            if let signed = record.signed { parts.append("signed=\(signed)") }
-            if !record.substituted.isEmpty { parts.append("substituted=\(record.substituted.joined(separator: ","))") }
-            if !record.scrubbed.isEmpty { parts.append("scrubbed=\(Self.scrubbedNames(record).joined(separator: ","))") }
-            if let encoding = record.scrubSkipped { parts.append("scrub_skipped=\(encoding)") }
-            if let finding = record.guardFinding {
-                parts.append("guard=\(finding.secret):\(finding.isPlaceholder ? "placeholder" : "value"):\(finding.encoding)")
+    /// `TS METHOD URL STATUS DURATIONms key=value... id=ID`: the same rows, placed by their
+    /// `LogTextForm`. A text line leaves out a list the JSON line writes empty, and carries no
+    /// headers and no bodies.
+    private func text(_ record: ExchangeRecord) -> [UInt8] {
+        var line: [UInt8] = []
+        forEachField(of: record) { field, row, fact in
+            guard row.text == .head else { return }
+            word(nil, painted: field == .status ? Self.statusColour(record.status) : nil, into: &line) { text(fact, into: &$0) }
+        }
+        forEachField(of: record) { _, row, fact in
+            guard case .keyed(let key) = row.text else { return }
+            guard let fact else {
+                if row.presence == .nullable { word(key, into: &line) { text(nil, into: &$0) } }
+                return
             }
-            if !record.skipped.isEmpty { parts.append("reason=\(record.skipped.map { "\($0.scope):\($0.why.rawValue)" }.joined(separator: ","))") }
-            if let redirect = record.redirect {
-                parts.append("redirect=\(redirect.decision.rawValue):\(redirect.origin?.withPort ?? "unreadable")")
+            switch fact {
+            case .names(let names) where names.isEmpty:
+                return
+            case .reasons(let skipped, _) where skipped.isEmpty:
+                return
+            case .failure(let failure):
+                // The failure's detail follows its code, both in red.
+                word(key, painted: Self.red, into: &line) { text(fact, into: &$0) }
+                if let reason = failure.reason { word(LogField.reason.name, painted: Self.red, into: &line) { $0 += reason.utf8 } }
+            case .tunnel:
+                // `decision=tunnel in=N out=N`: a CONNECT line's byte counts follow its decision.
+                word(key, into: &line) { text(fact, into: &$0) }
+                forEachField(of: record) { _, row, fact in
+                    if case .withDecision(let key) = row.text { word(key, into: &line) { text(fact, into: &$0) } }
+                }
+            default:
+                word(key, into: &line) { text(fact, into: &$0) }
             }
         }
-        if let failure = record.failure { parts.append(colour ? Self.paint("error=\(failure.code)", Self.red) : "error=\(failure.code)") }
-        if let reason = record.failure?.reason { parts.append(colour ? Self.paint("reason=\(reason)", Self.red) : "reason=\(reason)") }
-        parts.append(colour ? Self.paint("id=\(record.id)", Self.dim) : "id=\(record.id)")
-        return parts.joined(separator: " ") + "\n"
+        forEachField(of: record) { _, row, fact in
+            if case .last(let key) = row.text, let fact { word(key, painted: Self.dim, into: &line) { text(fact, into: &$0) } }
+        }
+        line.append(UInt8(ascii: "\n"))
+        return line
+    }
+
+    /// One word of a text line: a space before all but the first, `key=` when it has a key, in
+    /// colour when the line is.
+    private func word(_ key: String?, painted code: String? = nil, into line: inout [UInt8], _ value: (inout [UInt8]) -> Void) {
+        if !line.isEmpty { line.append(UInt8(ascii: " ")) }
+        let code = colour ? code : nil
+        if let code { line += "\u{1B}[".utf8; line += code.utf8; line.append(UInt8(ascii: "m")) }
+        if let key { line += key.utf8; line.append(UInt8(ascii: "=")) }
+        value(&line)
+        if code != nil { line += "\u{1B}[0m".utf8 }
+    }
+
+    /// A fact as the text line writes it; `-` for none.
+    private func text(_ fact: LogFact?, into line: inout [UInt8]) {
+        func join(_ parts: [String], _ separator: UInt8 = UInt8(ascii: ",")) {
+            for (index, part) in parts.enumerated() {
+                if index > 0 { line.append(separator) }
+                line += part.utf8
+            }
+        }
+        guard let fact else { return line.append(UInt8(ascii: "-")) }
+        switch fact {
+        case .now: Self.appendTimestamp(to: &line, quoted: false)
+        case .since(let start):
+            Self.appendMilliseconds(since: start, to: &line)
+            line += "ms".utf8
+        case .text(let value): line += value.utf8
+        case .number(let value): JSONLine.appendDecimal(value, to: &line)
+        case .names(let names), .joinedNames(let names): join(names)
+        case .target(let origin, let path, let authorityOnly): line += url(origin, path, authorityOnly: authorityOnly).utf8
+        case .finding(let finding):
+            line += "\(finding.secret):\(finding.isPlaceholder ? "placeholder" : "value"):\(finding.encoding)".utf8
+        case .reasons(let skipped, _):
+            // A failure's detail is written after its error code (`LogField.error`).
+            join(skipped.map { "\($0.scope):\($0.why.rawValue)" })
+        case .redirect(let redirect): line += "\(redirect.decision.rawValue):\(redirect.origin?.withPort ?? "unreadable")".utf8
+        case .tunnel(let decision): line += decision.rawValue.utf8
+        case .failure(let failure): line += failure.code.utf8
+        case .fields, .body:
+            // Never placed on a text line (`LogTextForm.jsonOnly`); a count, if ever, never a value.
+            line += fact.description.utf8
+        }
     }
 
     // SGR codes for the text format on a terminal.
@@ -284,26 +326,12 @@ public final class AccessLog: Sendable {
         }
     }
 
-    static func paint(_ text: String, _ code: String) -> String { "\u{1B}[\(code)m\(text)\u{1B}[0m" }
-
-    static func milliseconds(since start: UInt64) -> String {
-        var bytes: [UInt8] = []
-        appendMilliseconds(since: start, to: &bytes)
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
     /// `12.345`: milliseconds with three decimals.
     static func appendMilliseconds(since start: UInt64, to bytes: inout [UInt8]) {
         let elapsed = monotonicMicroseconds() - start
         JSONLine.appendDecimal(elapsed / 1000, to: &bytes)
         bytes.append(UInt8(ascii: "."))
         JSONLine.appendDecimal(elapsed % 1000, minimumDigits: 3, to: &bytes)
-    }
-
-    static func timestamp(quoted: Bool = false) -> String {
-        var bytes: [UInt8] = []
-        appendTimestamp(to: &bytes, quoted: quoted)
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// RFC 3339 UTC with milliseconds, without Foundation.

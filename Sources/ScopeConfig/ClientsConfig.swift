@@ -1,10 +1,27 @@
 import HTTP1Codec
-import ProxyCore
+import ProxySettings
 import ScopePolicy
 
 /// `clients:` (docs/configuration.md, `clients`): how the proxy tells clients apart, each rule checked
 /// here; scopes then refer to the names.
 extension Decoder {
+    /// `clients:`, or its shorthand for one client, `proxy_auth:` (never both).
+    mutating func readClients(_ keys: [String: YAMLNode], into config: inout ProxyConfiguration) throws(ConfigError) {
+        if let node = keys["clients"], !node.isNull {
+            if let auth = keys["proxy_auth"], !auth.isNull {
+                throw error(auth, "proxy_auth and clients cannot both be given: proxy_auth is the shorthand for one client; "
+                            + "with clients, write it as a client: { name: me, auth: { bearer: SECRET } } (or basic: { user: U, password: SECRET })")
+            }
+            config.clients = try clients(node)
+            clientNames = Set(config.clients.map(\.name))
+        }
+        if let node = keys["proxy_auth"], !node.isNull {
+            let auth = try mapping(node, allowed: ["secret"], context: "proxy_auth")
+            guard let secretNode = auth["secret"] else { throw error(node, "proxy_auth needs 'secret'") }
+            config.proxyAuthSecret = try secretReference(secretNode)
+        }
+    }
+
     func clients(_ node: YAMLNode) throws(ConfigError) -> [ClientRule] {
         var rules: [ClientRule] = []
         var names: Set<String> = []

@@ -1,5 +1,5 @@
 import HTTP1Codec
-import ProxyCore
+import ProxySettings
 import ScopePolicy
 
 /// A validated configuration: every value checked, every reference resolved. The executable maps it

@@ -55,6 +55,15 @@ struct HarnessTests {
         #expect(problems.count == 1 && problems[0].hasPrefix("action 2: record:"), "\(problems)")
     }
 
+    @Test("any field of the access log's table with another value (so a field added to the table is checkable)", arguments: LogField.ordered)
+    func logField(_ field: LogField) {
+        var p = Playbook()
+        p.requested()
+        let problems = p.mismatches(.timerFired(.connect), [.release(hop(1), reuse: false), .write(startingWith: "HTTP/1.1 502"),
+                                                            .emit(.field(field, .text("no record has this"))), .arm(.idle), .readNextRequest])
+        #expect(problems.count == 1 && problems[0].hasPrefix("action 2: record: \(field.name) is "), "\(problems)")
+    }
+
     @Test("bytes sent to another hop, or holding a canary")
     func sendShape() {
         var p = Playbook()

@@ -99,8 +99,12 @@ struct Fixture: Sendable {
 
 // MARK: Expectations
 
-/// One field of an emitted `ExchangeRecord` a test cares about.
+/// One field of an emitted `ExchangeRecord` a test cares about, named by the access log's field it
+/// shows in (`LogField`, the log's one table). `field` checks any field of the table as the table
+/// reads it, so a field added there can be checked here without a case of its own; the typed cases
+/// check a part of one (the origin of `url`, the total of `req_body`).
 enum RecordField: CustomStringConvertible {
+    case field(LogField, LogFact?)
     case id(String)
     case method(String?)
     case origin(Origin?)
@@ -119,52 +123,81 @@ enum RecordField: CustomStringConvertible {
     case requestBodyTotal(UInt64?)
     case responseBodyTotal(UInt64?)
 
+    /// The log field this checks, and which part of it (nil: all of it).
+    var logField: (field: LogField, part: String?) {
+        switch self {
+        case .field(let field, _): (field, nil)
+        case .id: (.id, nil)
+        case .method: (.method, nil)
+        case .origin: (.url, "origin")
+        case .path: (.url, "path")
+        case .status: (.status, nil)
+        case .clientID: (.clientID, nil)
+        case .failure: (.error, "failure")
+        case .scopes: (.scope, nil)
+        case .injected: (.injected, nil)
+        case .stripped: (.stripped, nil)
+        case .redirect: (.redirect, "decision")
+        case .redirectOrigin: (.redirect, "origin")
+        case .tunnel: (.decision, nil)
+        case .bytesIn: (.bytesIn, nil)
+        case .bytesOut: (.bytesOut, nil)
+        case .requestBodyTotal: (.requestBody, "total")
+        case .responseBodyTotal: (.responseBody, "total")
+        }
+    }
+
+    var name: String { logField.field.name + (logField.part.map { "." + $0 } ?? "") }
+
     /// nil when `record` has this value; otherwise what it has instead.
     func mismatch(_ record: ExchangeRecord) -> String? {
-        func compare<T: Equatable>(_ name: String, _ expected: T, _ actual: T) -> String? {
+        func compare<T: Equatable>(_ expected: T, _ actual: T) -> String? {
             expected == actual ? nil : "\(name) is \(actual), expected \(expected)"
         }
         return switch self {
-        case .id(let value): compare("id", value, record.id)
-        case .method(let value): compare("method", value, record.method)
-        case .origin(let value): compare("origin", value, record.origin)
-        case .path(let value): compare("path", value, record.pathAndQuery)
-        case .status(let value): compare("status", value, record.status)
-        case .clientID(let value): compare("clientID", value, record.clientID)
-        case .failure(let value): compare("failure", value, record.failure)
-        case .scopes(let value): compare("scopes", value, record.scopes)
-        case .injected(let value): compare("injected", value, record.injected)
-        case .stripped(let value): compare("stripped", value, record.stripped)
-        case .redirect(let value): compare("redirect decision", value, record.redirect?.decision)
-        case .redirectOrigin(let value): compare("redirect origin", value, record.redirect?.origin)
-        case .tunnel(let value): compare("tunnel", value, record.tunnel)
-        case .bytesIn(let value): compare("bytesIn", value, record.bytesIn)
-        case .bytesOut(let value): compare("bytesOut", value, record.bytesOut)
-        case .requestBodyTotal(let value): compare("requestBody.total", value, record.requestBody?.total)
-        case .responseBodyTotal(let value): compare("responseBody.total", value, record.responseBody?.total)
+        case .field(let field, let value): compare(value, field.row.read(record))
+        case .id(let value): compare(value, record.id)
+        case .method(let value): compare(value, record.method)
+        case .origin(let value): compare(value, record.origin)
+        case .path(let value): compare(value, record.pathAndQuery)
+        case .status(let value): compare(value, record.status)
+        case .clientID(let value): compare(value, record.clientID)
+        case .failure(let value): compare(value, record.failure)
+        case .scopes(let value): compare(value, record.scopes)
+        case .injected(let value): compare(value, record.injected)
+        case .stripped(let value): compare(value, record.stripped)
+        case .redirect(let value): compare(value, record.redirect?.decision)
+        case .redirectOrigin(let value): compare(value, record.redirect?.origin)
+        case .tunnel(let value): compare(value, record.tunnel)
+        case .bytesIn(let value): compare(value, record.bytesIn)
+        case .bytesOut(let value): compare(value, record.bytesOut)
+        case .requestBodyTotal(let value): compare(value, record.requestBody?.total)
+        case .responseBodyTotal(let value): compare(value, record.responseBody?.total)
         }
     }
 
     var description: String {
-        switch self {
-        case .id(let value): "id=\(value)"
-        case .method(let value): "method=\(value ?? "nil")"
-        case .origin(let value): "origin=\(value.map(String.init(describing:)) ?? "nil")"
-        case .path(let value): "path=\(value ?? "nil")"
-        case .status(let value): "status=\(value.map(String.init) ?? "nil")"
-        case .clientID(let value): "clientID=\(value ?? "nil")"
-        case .failure(let value): "failure=\(value?.code ?? "nil")"
-        case .scopes(let value): "scopes=\(value)"
-        case .injected(let value): "injected=\(value)"
-        case .stripped(let value): "stripped=\(value)"
-        case .redirect(let value): "redirect=\(value?.rawValue ?? "nil")"
-        case .redirectOrigin(let value): "redirect.origin=\(value.map(String.init(describing:)) ?? "nil")"
-        case .tunnel(let value): "tunnel=\(value?.rawValue ?? "nil")"
-        case .bytesIn(let value): "bytesIn=\(value)"
-        case .bytesOut(let value): "bytesOut=\(value)"
-        case .requestBodyTotal(let value): "requestBody.total=\(value.map(String.init) ?? "nil")"
-        case .responseBodyTotal(let value): "responseBody.total=\(value.map(String.init) ?? "nil")"
+        let value = switch self {
+        case .field(_, let value): value.map(String.init(describing:)) ?? "nil"
+        case .id(let value): value
+        case .method(let value): value ?? "nil"
+        case .origin(let value): value.map(String.init(describing:)) ?? "nil"
+        case .path(let value): value ?? "nil"
+        case .status(let value): value.map(String.init) ?? "nil"
+        case .clientID(let value): value ?? "nil"
+        case .failure(let value): value?.code ?? "nil"
+        case .scopes(let value): "\(value)"
+        case .injected(let value): "\(value)"
+        case .stripped(let value): "\(value)"
+        case .redirect(let value): value?.rawValue ?? "nil"
+        case .redirectOrigin(let value): value.map(String.init(describing:)) ?? "nil"
+        case .tunnel(let value): value?.rawValue ?? "nil"
+        case .bytesIn(let value): "\(value)"
+        case .bytesOut(let value): "\(value)"
+        case .requestBodyTotal(let value): value.map(String.init) ?? "nil"
+        case .responseBodyTotal(let value): value.map(String.init) ?? "nil"
         }
+        return "\(name)=\(value)"
     }
 }
 
@@ -270,9 +303,11 @@ func describe(_ action: ConnectionAction) -> String {
     case .writeToClient(let bytes): "writeToClient(\(quoted(text(bytes), limit: 160)))"
     case .sendToUpstream(let hop, let bytes): "sendToUpstream(\(hop), \(quoted(text(bytes), limit: 160)))"
     case .emit(let record):
-        "emit(id=\(record.id), status=\(record.status.map(String.init) ?? "nil"), failure=\(record.failure?.code ?? "nil"), "
-            + "scopes=\(record.scopes), injected=\(record.injected), stripped=\(record.stripped), "
-            + "redirect=\(record.redirect?.decision.rawValue ?? "nil"), tunnel=\(record.tunnel?.rawValue ?? "nil"))"
+        // Every field of the log's table the record has (the clock's aside), so a new one shows.
+        "emit(" + LogField.ordered.compactMap { field -> String? in
+            guard field != .ts, field != .durationMS, let fact = field.row.read(record) else { return nil }
+            return "\(field.name)=\(fact)"
+        }.joined(separator: ", ") + ")"
     default: "\(action)"
     }
 }
