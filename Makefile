@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -78,13 +78,23 @@ uninstall:
 run: release
 	.build/release/scopeproxy run $(ARGS)
 
+## The formatter's check, with the checked-in .swift-format (docs/testing.md says why each rule that is
+## off is off): any finding fails, and `make test` runs it first. `make format` rewrites the files in
+## place so that `make lint` passes.
+SWIFT_FORMAT_PATHS := Sources Tests fuzz Package.swift
+lint:
+	$(SWIFT) format lint --strict --configuration .swift-format --recursive --parallel $(SWIFT_FORMAT_PATHS)
+
+format:
+	$(SWIFT) format format --in-place --configuration .swift-format --recursive --parallel $(SWIFT_FORMAT_PATHS)
+
 ## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
 ## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the eleven fuzz
 ## targets, so a CI run is repeatable: fuzz/run.sh --fixed), then the allocation budget (CI runs this).
 ## The fuzz targets are compiled (sanitized and optimized: about three minutes) while the suite runs,
 ## once the suite is built: the suite mostly waits on sockets and child processes, so the two share
 ## the two cores.
-test: packages-test
+test: lint packages-test
 	$(SWIFT) build --build-tests
 	@mkdir -p .build; (fuzz/build.sh > .build/fuzz-build.log 2>&1; echo $$? > .build/fuzz-build.status) & builder=$$!; \
 	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$builder; cat .build/fuzz-build.log; \
