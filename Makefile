@@ -88,19 +88,27 @@ lint:
 format:
 	$(SWIFT) format format --in-place --configuration .swift-format --recursive --parallel $(SWIFT_FORMAT_PATHS)
 
-## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
-## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the eleven fuzz
-## targets, so a CI run is repeatable: fuzz/run.sh --fixed), then the allocation budget (CI runs this).
-## The fuzz targets are compiled (sanitized and optimized: about three minutes) while the suite runs,
-## once the suite is built: the suite mostly waits on sockets and child processes, so the two share
-## the two cores.
+## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
+## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
+## the eleven fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
+## (bench/cost.sh, as `make cost`). CI runs this. After the debug build the suite runs in front, and
+## two chains run beside it at a lower priority on what it leaves of the two cores (it mostly waits on
+## sockets and child processes): the fuzz build then the fuzz pass, and the release build then the
+## budget. The release build has its own scratch path because SwiftPM locks a build directory for the
+## whole of `swift test`. Each chain's output is printed after the suite; any failure fails the run.
+## docs/testing.md, "What takes the time", has the figures.
 test: lint packages-test
 	$(SWIFT) build --build-tests
-	@mkdir -p .build; (fuzz/build.sh > .build/fuzz-build.log 2>&1; echo $$? > .build/fuzz-build.status) & builder=$$!; \
-	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$builder; cat .build/fuzz-build.log; \
-	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-build.status)" = 0 ]
-	fuzz/run.sh --fixed
-	$(MAKE) --no-print-directory cost
+	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status; \
+	  (nice -n 10 fuzz/run.sh --fixed > .build/fuzz-pass.log 2>&1; echo $$? > .build/fuzz-pass.status) & fuzz=$$!; \
+	  (nice -n 10 $(SWIFT) build -c release --scratch-path .build/test-release > .build/cost.log 2>&1 \
+	     && COST_BUDGET=bench/cost-budget bench/cost.sh .build/test-release/release/scopeproxy 200 >> .build/cost.log 2>&1; \
+	   echo $$? > .build/cost.status) & cost=$$!; \
+	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$fuzz $$cost; \
+	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
+	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
+	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \
+	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-pass.status)" = 0 ] && [ "$$(cat .build/cost.status)" = 0 ]
 
 ## The per-request allocation budget (bench/cost-budget): valgrind counts, so a busy machine does
 ## not change the answer. Prints instructions and allocations per 1 KiB keep-alive request.
