@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -78,19 +78,36 @@ uninstall:
 run: release
 	.build/release/scopeproxy run $(ARGS)
 
-## Build and run the whole suite: codec tables, in-process engine tests, black-box binary tests,
-## then the short fuzz pass (a fixed number of inputs from a fixed seed for each of the eleven fuzz
-## targets, so a CI run is repeatable: fuzz/run.sh --fixed), then the allocation budget (CI runs this).
-## The fuzz targets are compiled (sanitized and optimized: about three minutes) while the suite runs,
-## once the suite is built: the suite mostly waits on sockets and child processes, so the two share
-## the two cores.
-test: packages-test
-	$(SWIFT) build --build-tests
-	@mkdir -p .build; (fuzz/build.sh > .build/fuzz-build.log 2>&1; echo $$? > .build/fuzz-build.status) & builder=$$!; \
-	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$builder; cat .build/fuzz-build.log; \
-	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-build.status)" = 0 ]
-	fuzz/run.sh --fixed
-	$(MAKE) --no-print-directory cost
+## The formatter's check, with the checked-in .swift-format (docs/testing.md says why each rule that is
+## off is off): any finding fails, and `make test` runs it first. `make format` rewrites the files in
+## place so that `make lint` passes.
+SWIFT_FORMAT_PATHS := Sources Tests fuzz Package.swift
+lint:
+	$(SWIFT) format lint --strict --configuration .swift-format --recursive --parallel $(SWIFT_FORMAT_PATHS)
+
+format:
+	$(SWIFT) format format --in-place --configuration .swift-format --recursive --parallel $(SWIFT_FORMAT_PATHS)
+
+## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
+## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
+## the eleven fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
+## (bench/cost.sh, as `make cost`). CI runs this. The debug build and then the suite run in front; two
+## chains start with them at a lower priority and use what they leave of the two cores (the build has
+## serial stretches, the suite mostly waits on sockets and child processes): the fuzz build then the
+## fuzz pass, and the release build then the budget. The release build has its own scratch path
+## because SwiftPM locks a build directory while it builds or tests. Each chain's output is printed
+## after the suite; any failure fails the run. docs/testing.md, "What takes the time", has the figures.
+test: lint packages-test
+	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status; \
+	  (nice -n 10 fuzz/run.sh --fixed > .build/fuzz-pass.log 2>&1; echo $$? > .build/fuzz-pass.status) & fuzz=$$!; \
+	  (nice -n 10 $(SWIFT) build -c release --scratch-path .build/test-release > .build/cost.log 2>&1 \
+	     && COST_BUDGET=bench/cost-budget bench/cost.sh .build/test-release/release/scopeproxy 200 >> .build/cost.log 2>&1; \
+	   echo $$? > .build/cost.status) & cost=$$!; \
+	  $(SWIFT) build --build-tests && $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$fuzz $$cost; \
+	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
+	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
+	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \
+	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-pass.status)" = 0 ] && [ "$$(cat .build/cost.status)" = 0 ]
 
 ## The per-request allocation budget (bench/cost-budget): valgrind counts, so a busy machine does
 ## not change the answer. Prints instructions and allocations per 1 KiB keep-alive request.

@@ -156,8 +156,8 @@ MALFORMED = {
     "control_in_target": b"GET " + TARGET + b"/\x01 HTTP/1.1\r\nHost: " + HOST + b"\r\n\r\n",
     "bare_lf": b"GET " + TARGET + b"/ HTTP/1.1\nHost: " + HOST + b"\n\n",
     "garbage": b"\xff\xfe\x00garbage\r\n\r\n",
-    # Long numbers (issue 22): a dotted host whose part overflows any integer, a Content-Length and
-    # a chunk size of 30 digits. The proxy answers 400 and stays up.
+    # Long numbers (docs/security-model.md, "Strict parsing"): a dotted host whose part overflows any
+    # integer, a Content-Length and a chunk size of 30 digits. The proxy answers 400 and stays up.
     "long_dotted_host": f"GET http://128.0.{LONG_DIGITS}.1/ HTTP/1.1\r\nHost: 128.0.{LONG_DIGITS}.1\r\n\r\n".encode(),
     "long_content_length": b"POST " + TARGET + b"/upload HTTP/1.1\r\nHost: " + HOST + b"\r\nContent-Length: " + b"9" * 30 + b"\r\n\r\n",
     "long_chunk_size": b"POST " + TARGET + b"/upload HTTP/1.1\r\nHost: " + HOST + b"\r\nTransfer-Encoding: chunked\r\n\r\n"

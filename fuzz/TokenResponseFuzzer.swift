@@ -1,7 +1,8 @@
-// TokenResponse: a token endpoint's answer is untrusted input (issue 16). The reader's verdict must
-// not depend on how the bytes arrive, it must stay within its bound, and nothing the endpoint said
-// may reach a failure's text (the 502 and the log): a canary planted anywhere in the response never
-// shows in the description of what went wrong, and a granted access token is a header-safe value.
+// TokenResponse: a token endpoint's answer is untrusted input (docs/security-model.md, "Credentials
+// the proxy computes"). The reader's verdict must not depend on how the bytes arrive, it must stay
+// within its bound, and nothing the endpoint said may reach a failure's text (the 502 and the log):
+// a canary planted anywhere in the response never shows in the description of what went wrong, and
+// a granted access token is a header-safe value.
 
 private let canary = Array("CANARYzq7".utf8)
 

@@ -4,7 +4,7 @@ import ScopePolicy
 import Testing
 
 /// `methods:` limits what a credential may do; `_method` in a query or a form body makes Laravel,
-/// Symfony and Rails run another method than the request line's. Found by the outside re-run.
+/// Symfony and Rails run another method than the request line's (docs/security-model.md).
 @Suite("Machine: method overrides in a query or a form body, and bodies read before scoping")
 struct MethodOverrideTests {
     static let mToken = "X-M-Key: M-INJECTED-9b3f"

@@ -323,7 +323,7 @@ struct RecordDetailTests {
 
 @Suite("Records: the failures the proxy also hints on its stderr, once")
 struct StderrHintTests {
-    /// The first-hour mistakes whose fix must reach someone who reads only the proxy's terminal;
+    /// The set-up mistakes whose fix must reach someone who reads only the proxy's terminal;
     /// every other failure stays in the access log alone (a hint per kind, not per connection).
     @Test("each failure hints on stderr or not, with a fixed text that says the fix",
           arguments: [

@@ -24,11 +24,14 @@ func lateEvents(for id: HopID) -> [ConnectionEvent] {
     ]
 }
 
-@Suite("Machine: redirect attacks found in hardening, as event sequences")
-struct RedirectFindingTests {
+/// Redirects as event sequences: the old hop stays silent, client credentials stay with the origin
+/// the client addressed, and an origin no scope covers cannot redirect into a scoped one
+/// (docs/security-model.md, "Redirects"). The same on the wire: ProxyEngineTests/RedirectEngineTests.swift.
+@Suite("Machine: redirects hop by hop: old hops silent, client credentials kept to their origin, no redirect into scope")
+struct RedirectSequenceTests {
     enum Outcome: String, Sendable, CaseIterable { case followed, blocked }
 
-    @Test("finding 1: after a followed or blocked 3xx, nothing of the old hop reaches the client", arguments: Outcome.allCases)
+    @Test("after a followed or blocked 3xx, nothing of the old hop reaches the client", arguments: Outcome.allCases)
     func oldHopSilenced(_ outcome: Outcome) {
         var p = Playbook(outcome == .followed ? Configs.follow : Configs.block)
         p.sent(["GET https://a.example/start HTTP/1.1", "Host: a.example"], to: a)
@@ -55,7 +58,7 @@ struct RedirectFindingTests {
         #expect(p.released == [hop(1)], "released exactly once")
     }
 
-    @Test("finding 2: a redirect answered by another: each hop new, each released once, older hops ignored")
+    @Test("a redirect answered by another: each hop new, each released once, older hops ignored")
     func chainOfRedirects() {
         var p = Playbook(Configs.follow)
         p.sent(["GET https://a.example/1 HTTP/1.1", "Host: a.example"], to: a)
@@ -93,7 +96,7 @@ struct RedirectFindingTests {
         var testDescription: String { name }
     }
 
-    @Test("finding 3: the client's Authorization and Cookie go only to the origin it addressed, whatever the scopes pass", arguments: [
+    @Test("the client's Authorization and Cookie go only to the origin it addressed, whatever the scopes pass", arguments: [
         CanaryRow(name: "A → B: B gets its own token and none of the client's values", locations: ["https://b.example/b"], origins: [b],
                   lastKeepsClientCredentials: false, lastToken: bToken, lastStripped: ["Authorization", "Cookie"]),
         CanaryRow(name: "A → A: a same-origin follow keeps them", locations: ["/again"], origins: [a],
@@ -134,7 +137,7 @@ struct RedirectFindingTests {
         ])
     }
 
-    @Test("finding 3: userinfo in the target becomes Authorization for the origin it names, and for no other")
+    @Test("userinfo in the target becomes Authorization for the origin it names, and for no other")
     func userinfoStaysHome() {
         var p = Playbook(Configs.follow)
         p.requested(["GET https://me:secret-pw@a.example/ HTTP/1.1", "Host: a.example"], to: a)
@@ -158,7 +161,7 @@ struct RedirectFindingTests {
         #expect(p.released == [hop(1), hop(2)])
     }
 
-    @Test("finding 6: an unscoped origin's redirect into a scoped origin goes back to the client; nothing is connected")
+    @Test("an unscoped origin's redirect into a scoped origin goes back to the client; nothing is connected")
     func unscopedIssuerRelayed() {
         var p = Playbook(Configs.follow)
         p.sent(["GET https://unscoped.example/ HTTP/1.1", "Host: unscoped.example"], to: unscoped)

@@ -3,7 +3,7 @@ import ProxyCore
 import ScopePolicy
 import Testing
 
-/// Issue 15 in the exchange core: placeholders replaced only where a scope substitutes them, the
+/// Secrets that cannot leave (docs/security-model.md), in the exchange core: placeholders replaced only where a scope substitutes them, the
 /// egress guard reading the head and in-memory bodies before anything is sent, and the response
 /// scrub of what an exchange sent. Canaries: `GH-REAL-VALUE-5e1d` (the value behind the
 /// placeholder), `A-INJECTED-7c1e` (what scope a injects).
@@ -240,10 +240,11 @@ extension Playbook {
     }
 }
 
-/// The outside attack on issue 15 (a client holding only a placeholder, a hostile origin): each
-/// finding as a table that failed before its fix.
-@Suite("Machine: the attack on placeholders, scrub and guard")
-struct SecretTrafficAttackTests {
+/// Placeholders, the scrub and the guard against a client holding only a placeholder and a hostile
+/// origin: across followed hops, in a redirect's host, interim heads and reason phrases, JSON
+/// escapes, head growth by substitution, per-field vouching and 100 Continue.
+@Suite("Machine: placeholders, scrub and guard against a hostile origin and a client holding only a placeholder")
+struct SecretTrafficHostilePeerTests {
     static let follow = Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\n", secrets: SecretTrafficTests.secrets)
     static let gh = SecretTrafficTests.gh
     static let placeholder = SecretTrafficTests.placeholder
@@ -254,7 +255,7 @@ struct SecretTrafficAttackTests {
         return nil
     }
 
-    @Test("F1: a followed hop's scrub also masks what earlier hops substituted (with guard: off the value can reach another scope's origin)")
+    @Test("a followed hop's scrub also masks what earlier hops substituted (with guard: off the value can reach another scope's origin)")
     func followedChainScrubbed() {
         var p = Playbook(Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\nguard: off\n", secrets: SecretTrafficTests.secrets))
         p.start([.arm(.clientHead)])
@@ -268,7 +269,7 @@ struct SecretTrafficAttackTests {
         #expect(Set(relayedScrub(returned) ?? []) == ["a_token", "gh_token"], "the body relay masks gh_token too")
     }
 
-    @Test("F2: a redirect that puts the value (lowercased) into a host: blocked, and the 403 does not echo it")
+    @Test("a redirect that puts the value (lowercased) into a host: blocked, and the 403 does not echo it")
     func valueInRedirectHost() {
         let fixture = Fixture(SecretTrafficTests.yaml + "redirects: { cross_origin: follow }\n",
                               secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": "MiXeDcAsEvAlUe77"])
@@ -283,7 +284,7 @@ struct SecretTrafficAttackTests {
         #expect(!written.lowercased().contains("mixedcasevalue77"), "the proxy's own answer is scrubbed")
     }
 
-    @Test("F3: a scoped origin's responses are scrubbed of its secrets even when this request sent none")
+    @Test("a scoped origin's responses are scrubbed of its secrets even when this request sent none")
     func scopedOriginAlwaysScrubbed() {
         var p = Playbook(SecretTrafficTests.fixture)
         p.sent(["GET https://gh.example/issues/1 HTTP/1.1", "Host: gh.example"], to: Self.gh)
@@ -291,7 +292,7 @@ struct SecretTrafficAttackTests {
         #expect(Set(relayedScrub(returned) ?? []) == ["gh_token"])
     }
 
-    @Test("F5: interim heads, the reason phrase and header names are scrubbed too")
+    @Test("interim heads, the reason phrase and header names are scrubbed too")
     func wholeHeadScrubbed() {
         var p = Playbook(SecretTrafficTests.fixture)
         p.sent(["GET https://a.example/ HTTP/1.1", "Host: a.example"], to: origin("https://a.example"))
@@ -302,7 +303,7 @@ struct SecretTrafficAttackTests {
         #expect(written.contains("HTTP/1.1 200 ***************\r\n") && written.contains("X-***************: 1\r\n"))
     }
 
-    @Test("F6: the value as the proxy wrote it into JSON (escaped) is masked in an echo")
+    @Test("the value as the proxy wrote it into JSON (escaped) is masked in an echo")
     func jsonEscapedMasked() {
         let fixture = Fixture(SecretTrafficTests.yaml, secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": "q\"uo\\te-9"])
         var p = Playbook(fixture)
@@ -312,7 +313,7 @@ struct SecretTrafficAttackTests {
         #expect(!written.contains(#"q\"uo\\te-9"#))
     }
 
-    @Test("F8: substitution cannot build a head past 64 KiB (431), nothing connected")
+    @Test("substitution cannot build a head past 64 KiB (431), nothing connected")
     func amplificationRefused() {
         let long = String(repeating: "v", count: 16 * 1024)
         let fixture = Fixture(SecretTrafficTests.yaml, secrets: ["a_token": "A-INJECTED-7c1e", "gh_token": long])
@@ -325,7 +326,7 @@ struct SecretTrafficAttackTests {
         #expect(p.emitted.last?.status == 431)
     }
 
-    @Test("F9: a substituted Cookie field is kept, another Cookie field of the client is still stripped")
+    @Test("a substituted Cookie field is kept, another Cookie field of the client is still stripped")
     func vouchedPerField() throws {
         var p = Playbook(SecretTrafficTests.fixture)
         p.requested(["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "Cookie: t=\(Self.placeholder)", "Cookie: sid=CLIENT-SID-CANARY"],
@@ -336,7 +337,7 @@ struct SecretTrafficAttackTests {
         #expect(!sent.contains("CLIENT-SID-CANARY"))
     }
 
-    @Test("F10: a body read first for substitution gets 100 Continue when the client expects it")
+    @Test("a body read first for substitution gets 100 Continue when the client expects it")
     func continueForCollectedBody() {
         var p = Playbook(SecretTrafficTests.fixture)
         p.start([.arm(.clientHead)])

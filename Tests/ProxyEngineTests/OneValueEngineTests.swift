@@ -11,10 +11,10 @@ struct OneValueEngineTests {
           arguments: ["block", "follow", "pass"], [false, true])
     func differingLocations(mode: String, allowedFirst: Bool) throws {
         let allowed = try FixtureOrigin(host: "127.0.0.2"), elsewhere = try FixtureOrigin(host: "127.0.0.1")
-        let allowedPath = Findings.canary("allowed"), elsewherePath = Findings.canary("elsewhere")
+        let allowedPath = Wire.canary("allowed"), elsewherePath = Wire.canary("elsewhere")
         let locations = [("Location", "\(allowed.url)/\(allowedPath)"), ("Location", "\(elsewhere.url)/\(elsewherePath)")]
         let ordered = allowedFirst ? locations : locations.reversed()
-        let redirecting = try Findings.scripted { _ in
+        let redirecting = try Wire.scripted { _ in
             Array(("HTTP/1.1 302 Found\r\n" + ordered.map { "\($0.0): \($0.1)\r\n" }.joined() + "Content-Length: 0\r\n\r\n").utf8)
         }
         defer { [allowed, elsewhere, redirecting].forEach { $0.stop() } }
@@ -22,7 +22,7 @@ struct OneValueEngineTests {
         defer { proxy.stop() }
 
         let socket = try proxy.connect()
-        try socket.send(Findings.request("\(redirecting.url)/start", host: redirecting.authority))
+        try socket.send(Wire.request("\(redirecting.url)/start", host: redirecting.authority))
         let answer = try #require(LenientResponse.read(HTTPReader(socket)), "an answer")
         #expect(answer.status == 502, "\(answer.head)")
         #expect(answer.bodyText.contains(#""error":"ambiguous_location""#), "\(answer.bodyText)")
@@ -33,7 +33,7 @@ struct OneValueEngineTests {
         #expect(allowed.requests.isEmpty && elsewhere.requests.isEmpty, "a Location was followed")
 
         // The connection carries on: the refusal is the origin's fault, not the client's.
-        try socket.send(Findings.request("\(allowed.url)/after", host: allowed.authority))
+        try socket.send(Wire.request("\(allowed.url)/after", host: allowed.authority))
         let next = try #require(LenientResponse.read(HTTPReader(socket)), "an answer to the next request")
         #expect(next.status == 200)
     }
@@ -43,7 +43,7 @@ struct OneValueEngineTests {
     func repeatedLocation(mode: String) throws {
         let landing = try FixtureOrigin(host: "127.0.0.2")
         let location = "\(landing.url)/landing"
-        let redirecting = try Findings.scripted { _ in
+        let redirecting = try Wire.scripted { _ in
             Array("HTTP/1.1 302 Found\r\nLocation: \(location)\r\nLocation: \(location)\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { [landing, redirecting].forEach { $0.stop() } }
@@ -51,7 +51,7 @@ struct OneValueEngineTests {
         defer { proxy.stop() }
         let answer = try #require(LenientResponse.read(HTTPReader(try {
             let socket = try proxy.connect()
-            try socket.send(Findings.request("\(redirecting.url)/start", host: redirecting.authority))
+            try socket.send(Wire.request("\(redirecting.url)/start", host: redirecting.authority))
             return socket
         }())))
         if mode == "follow" {

@@ -5,7 +5,7 @@ import ScopePolicy
 import Testing
 import TestSupport
 
-/// Issue 15 through the real engine: placeholders replaced for their origin only, the response
+/// Secrets that cannot leave (docs/security-model.md) through the real engine: placeholders replaced for their origin only, the response
 /// scrub across every chunk boundary, the egress guard at every offset of a streamed body. Each
 /// test plants canaries and proves where they arrived and where they did not; assertions print
 /// offsets and counts, never a body that could hold a value.

@@ -33,8 +33,8 @@ private struct Setup {
     let api: FixtureOrigin
     let proxy: ProxyHarness
     let routePort: UInt16
-    let token = Findings.canary("apitoken")
-    let agentKey = Findings.canary("agentkey")
+    let token = Wire.canary("apitoken")
+    let agentKey = Wire.canary("agentkey")
 
     init(me rule: String, follow: Bool = false, admin: Bool = false) throws {
         let api = try FixtureOrigin(host: "127.0.0.1")
@@ -56,7 +56,7 @@ private struct Setup {
     /// One request as agent on a fresh connection to the forward proxy.
     func asAgent(_ target: String, host: String, method: String = "GET", body: String? = nil) throws -> TestResponse? {
         let socket = try proxy.connect()
-        try socket.send(Findings.request(target, host: host, [("Proxy-Authorization", "Bearer \(agentKey)")], method: method, body: body))
+        try socket.send(Wire.request(target, host: host, [("Proxy-Authorization", "Bearer \(agentKey)")], method: method, body: body))
         return try HTTPReader(socket).readResponse()
     }
 
@@ -104,7 +104,7 @@ struct SelfConnectionEngineTests {
         let direct = try TestSocket.connect(port: setup.routePort)
         try direct.send("GET /v1/items HTTP/1.1\r\nHost: 127.0.0.1:\(setup.routePort)\r\n\r\n")
         #expect(try HTTPReader(direct).readResponse()?.status == 200)
-        #expect(try setup.proxy.exchange(Findings.request(setup.api.url + "/v1/other", host: setup.api.authority))?.status == 200)
+        #expect(try setup.proxy.exchange(Wire.request(setup.api.url + "/v1/other", host: setup.api.authority))?.status == 200)
         #expect(setup.api.requests.count == 2)
         #expect(setup.api.requests.allSatisfy { $0.header("authorization") == "Bearer \(setup.token)" }, "me gets the token both ways")
     }
@@ -115,7 +115,7 @@ struct SelfConnectionEngineTests {
         let setup = try Setup(me: rule, follow: true)
         defer { setup.stop() }
         let port = setup.routePort
-        let attacker = try Findings.scripted(host: "127.0.0.2") { _ in
+        let attacker = try Wire.scripted(host: "127.0.0.2") { _ in
             Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:\(port)/v1/delete-everything\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { attacker.stop() }
@@ -123,7 +123,7 @@ struct SelfConnectionEngineTests {
         #expect(isLoopRefusal(response))
         #expect(attacker.requests.count == 1)
         #expect(setup.api.acceptedConnections == 0)
-        #expect(!Findings.received(setup.api).contains(setup.token))
+        #expect(!Wire.received(setup.api).contains(setup.token))
     }
 
     @Test("requests to the proxy's own forward and admin ports through itself are refused")
@@ -137,7 +137,7 @@ struct SelfConnectionEngineTests {
         #expect(known.allSatisfy { $0.address.isLoopback })
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(forward)/", host: "127.0.0.1:\(forward)")))
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(admin)/metrics", host: "127.0.0.1:\(admin)")))
-        #expect(isLoopRefusal(try setup.proxy.exchange(Findings.request("http://0.0.0.0:\(admin)/healthz", host: "0.0.0.0:\(admin)"))),
+        #expect(isLoopRefusal(try setup.proxy.exchange(Wire.request("http://0.0.0.0:\(admin)/healthz", host: "0.0.0.0:\(admin)"))),
                 "the unspecified address connects to this machine; also for the uid client itself")
         #expect(setup.upstreamConnections == 0)
     }
@@ -153,7 +153,7 @@ struct SelfConnectionEngineTests {
         #expect(isLoopRefusal(try reader.readResponse()))
         #expect(reader.readUntilClose().isEmpty, "the refusal closes the connection: the other 49 are never read")
         #expect(setup.upstreamConnections == 0)
-        #expect(try setup.proxy.exchange(Findings.request(setup.api.url + "/after", host: setup.api.authority))?.status == 200,
+        #expect(try setup.proxy.exchange(Wire.request(setup.api.url + "/after", host: setup.api.authority))?.status == 200,
                 "another client is accepted and served")
         #expect(setup.proxy.server.configuration.metrics.value("scopeproxy_loop_refused_total", [("kind", "destination")]) == 1)
     }

@@ -3,7 +3,7 @@ import ScopePolicy
 import Testing
 @testable import ScopeConfig
 
-/// Issue 15's keys: `placeholder` and `env_var` on a secret, `substitute` on a scope, `scrub` and
+/// The keys of secrets that cannot leave (docs/configuration.md): `placeholder` and `env_var` on a secret, `substitute` on a scope, `scrub` and
 /// `guard` at the top. Every error has its fixture in Fixtures/ (exact FILE:LINE:COLUMN); these
 /// are the valid readings.
 @Suite("Config: placeholders, substitute, scrub and guard")

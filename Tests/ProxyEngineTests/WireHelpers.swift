@@ -2,9 +2,9 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Helpers shared by the regression tests for the outside security review (SecurityFindings*.swift).
-/// They rely only on TestSupport's public helpers and on bytes on the wire, never on engine internals.
-enum Findings {
+/// Helpers for tests that judge the proxy by the bytes on the wire (the redirect, scope-rule, upgrade
+/// and Host tests, among others). They rely only on TestSupport's public helpers and on bytes on the wire, never on engine internals.
+enum Wire {
     /// A unique credential stand-in. Letters only after the label: a digit run could make the log
     /// redactor classify it as `:number` and hide a leak the test is looking for.
     static func canary(_ label: String) -> String {

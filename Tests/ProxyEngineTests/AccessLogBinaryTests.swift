@@ -2,31 +2,52 @@ import Foundation
 import Testing
 import TestSupport
 
-/// What a new user meets first and must not be surprised by.
-@Suite("First hour: defaults that do what the config says", .serialized)
-struct FirstHourTests {
-    @Test("a loopback http:// origin gets its credential without require_https: false (its traffic never leaves the host)")
-    func loopbackInjectedByDefault() throws {
-        let origin = try FixtureOrigin(host: "127.0.0.1")
+/// The access log written by the built binary: what it must never show, what it must say, and a
+/// log output that cannot be written (docs/logging.md).
+@Suite("Access log: a query value hidden behind `;` under a safe name never reaches it", .serialized)
+struct LogQueryRedactionTests {
+    @Test("a query value hidden behind `;` under a safe name (limit=20;api_key=...) never reaches the access log")
+    func semicolonQueryValue() throws {
+        let secrets = (0..<5).map { Wire.canary("query\($0)") }
+        let origin = try Wire.scripted { request in
+            request.target.hasPrefix("/moved")  // the redirect's Location is logged too (redacted like a URL)
+                ? Array("HTTP/1.1 302 Found\r\nLocation: https://cdn.example/file?limit=5;sig=\(secrets[4])\r\nContent-Length: 0\r\n\r\n".utf8)
+                : Array("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".utf8)
+        }
         defer { origin.stop() }
-        let token = Findings.canary("token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: local, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, secrets: ["token": token])
-        defer { proxy.stop() }
-        _ = try proxy.exchange(Findings.request("\(origin.url)/v1/x", host: origin.authority))
-        #expect(origin.requests.first?.header("authorization") == "Bearer \(token)")
+        let configured = try ConfiguredProxy { logPath in "log: { output: \(logPath), format: json }\n" }
+        let proxy = configured.process
+        defer { proxy.terminate() }
+        let targets = [
+            "/items?limit=20;api_key=\(secrets[0])",
+            "/items?limit=20;api_key=\(secrets[1])&page=2",
+            "/items?page=2&sort=name;token=\(secrets[2])",
+            "/items?limit=20%3Bapi_key=x;password=\(secrets[3])",
+            "/moved?page=1",
+        ]
+        for target in targets {
+            let socket = try TestSocket.connect(port: proxy.port)
+            try socket.send("GET \(origin.url)\(target) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
+            #expect(try HTTPReader(socket).readResponse()?.status == (target.hasPrefix("/moved") ? 302 : 200))
+        }
+        #expect(origin.requests.count == targets.count)
+        #expect(proxy.terminate() == 0)
+        let log = try String(contentsOfFile: configured.logPath, encoding: .utf8)
+        #expect(log.split(separator: "\n").count == targets.count)
+        for (index, secret) in secrets.enumerated() {
+            #expect(!log.contains(secret), "the log shows the value hidden in \(index < 4 ? targets[index].prefix(30) : "the Location")…")
+        }
+        #expect(!secrets.contains { proxy.standardError.contains($0) })
     }
 }
 
-@Suite("First hour: the log says why nothing was injected", .serialized)
+@Suite("Access log: says why nothing was injected", .serialized)
 struct InjectionReasonTests {
     @Test("a covering scope that injects nothing names its rule in the log's reason; a request that got its credential has none")
     func reasonInLog() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
-        let token = Findings.canary("token")
+        let token = Wire.canary("token")
         let configured = try ConfiguredProxy(environment: ["T": token]) { logPath in """
             secrets: { token: { env: T } }
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" }, methods: [GET], paths: ["/v1"] }]
@@ -49,7 +70,7 @@ struct InjectionReasonTests {
     }
 }
 
-@Suite("First hour: an access log that cannot be written is said, never silently lost", .serialized)
+@Suite("Access log: an output that cannot be written is said, never silently lost", .serialized)
 struct UnwritableLogTests {
     @Test("a log output in a missing directory: check names the problem, run refuses to start and says why")
     func missingDirectory() throws {

@@ -2,22 +2,19 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for redirect attacks found in hardening (docs/security-model.md, "Redirects"), in-process. Each drives the
-/// proxy as a black box: a scripted origin answers with a 3xx, and the test checks what the client
-/// and every origin got. (Finding 2, the crash, runs against the built binary: see
-/// SecurityFindingsBinaryTests.swift.)
-@Suite("Security findings: redirects (1 desync, 3 credentials on followed hops, 4 block fails open, 6 confused deputy)", .serialized)
-struct SecurityFindingsRedirectTests {
-    // MARK: 1. Response desync after a followed or blocked 3xx
-
-    @Test("1: bytes an origin sends after a followed or blocked 3xx never reach the client; each request on the connection gets its own origin's answer",
+/// Redirects through the in-process engine, as a black box: a scripted origin answers with a 3xx,
+/// and each test checks what the client and every origin got (docs/security-model.md, "Redirects").
+/// Two 3xx in one write, against the built binary: BackToBackRedirectBinaryTests.swift.
+@Suite("Redirects: nothing an origin sends after a followed or blocked 3xx reaches the client", .serialized)
+struct RedirectStaleHopTests {
+    @Test("bytes an origin sends after a followed or blocked 3xx never reach the client; each request on the connection gets its own origin's answer",
           arguments: ["follow", "block"], [false, true])
     func noDesyncAfterRedirect(mode: String, pipelined: Bool) throws {
-        let marker = Findings.canary("forged")
+        let marker = Wire.canary("forged")
         let landing = try FixtureOrigin(host: "127.0.0.2")  // echo; where the 3xx points
         let second = try FixtureOrigin(host: "127.0.0.1")   // echo; the client's next request goes here
         let forgedBody = "\(marker)-body"
-        let redirecting = try Findings.scripted { _ in
+        let redirecting = try Wire.scripted { _ in
             // The 3xx and, in the same write, a second complete response the proxy must never parse.
             Array(("HTTP/1.1 302 Found\r\nLocation: \(landing.url)/landing\r\nContent-Length: 0\r\n\r\n"
                 + "HTTP/1.1 200 OK\r\nX-Forged: \(marker)\r\nContent-Length: \(forgedBody.utf8.count)\r\n\r\n\(forgedBody)").utf8)
@@ -28,8 +25,8 @@ struct SecurityFindingsRedirectTests {
 
         let socket = try proxy.connect()
         let reader = HTTPReader(socket)
-        let first = Findings.request("\(redirecting.url)/start", host: redirecting.authority, [("X-Test-Id", "first")])
-        let next = Findings.request("\(second.url)/second", host: second.authority, [("X-Test-Id", "second")])
+        let first = Wire.request("\(redirecting.url)/start", host: redirecting.authority, [("X-Test-Id", "first")])
+        let next = Wire.request("\(second.url)/second", host: second.authority, [("X-Test-Id", "second")])
         var answers: [LenientResponse?] = []
         if pipelined {
             try socket.send(first + next)
@@ -56,20 +53,21 @@ struct SecurityFindingsRedirectTests {
         #expect(two.header("x-echo-id") == "second", "the second answer is the second origin's: \(two.head.prefix(80))")
         #expect(two.bodyText.hasPrefix("target=/second"))
     }
+}
 
-    // MARK: 3. Follow mode re-sends the client's credentials for A to B
-
-    @Test("3: a followed cross-origin hop carries none of the client's credentials, even where both scopes pass them; it gets only what the proxy injects there",
+@Suite("Redirects: a followed hop to another origin carries none of the client's credentials", .serialized)
+struct RedirectClientCredentialTests {
+    @Test("a followed cross-origin hop carries none of the client's credentials, even where both scopes pass them; it gets only what the proxy injects there",
           arguments: [false, true])
     func followedHopCarriesNoClientCredentials(oneScopeForBoth: Bool) throws {
         let b = try FixtureOrigin(host: "127.0.0.2")
-        let a = try Findings.scripted { _ in
+        let a = try Wire.scripted { _ in
             Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: \(b.url)/next\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { a.stop(); b.stop() }
-        let aToken = Findings.canary("a-token"), bToken = Findings.canary("b-token")
-        let clientAuth = Findings.canary("client-auth"), cookie = Findings.canary("cookie"), key = Findings.canary("client-key")
-        let password = Findings.canary("userinfo")
+        let aToken = Wire.canary("a-token"), bToken = Wire.canary("b-token")
+        let clientAuth = Wire.canary("client-auth"), cookie = Wire.canary("cookie"), key = Wire.canary("client-key")
+        let password = Wire.canary("userinfo")
         let all = [aToken, bToken, clientAuth, cookie, key, password]
         let scopes = oneScopeForBoth
             ? """
@@ -89,17 +87,17 @@ struct SecurityFindingsRedirectTests {
         defer { proxy.stop() }
 
         let headers = [("Authorization", "Bearer \(clientAuth)"), ("Cookie", "sid=\(cookie)"), ("X-API-Key", key)]
-        let withHeaders = try #require(try proxy.exchange(Findings.request("\(a.url)/start", host: a.authority, headers, method: "POST", body: "replayed")))
+        let withHeaders = try #require(try proxy.exchange(Wire.request("\(a.url)/start", host: a.authority, headers, method: "POST", body: "replayed")))
         #expect(withHeaders.status == 200, "the proxy followed the 307")
-        let withUserinfo = try #require(try proxy.exchange(Findings.request("http://alice:\(password)@\(a.authority)/start", host: a.authority)))
+        let withUserinfo = try #require(try proxy.exchange(Wire.request("http://alice:\(password)@\(a.authority)/start", host: a.authority)))
         #expect(withUserinfo.status == 200)
 
         // Control: the origin the client addressed gets what its scope passes.
-        let atA = Findings.canaries(in: a, among: all)
+        let atA = Wire.canaries(in: a, among: all)
         #expect([clientAuth, cookie, key].allSatisfy(atA.contains), "the addressed origin gets the client's passed credentials")
         #expect(a.requests.last?.header("authorization") == "Basic " + Data("alice:\(password)".utf8).base64EncodedString())
 
-        let atB = Findings.canaries(in: b, among: all)
+        let atB = Wire.canaries(in: b, among: all)
         #expect(atB == [bToken], "B received client credentials meant for A: \(atB.subtracting([bToken]).map { $0.split(separator: "-")[1] }.sorted())")
         #expect(b.requests.count == 2)
         let hop = try #require(b.requests.first)
@@ -110,10 +108,10 @@ struct SecurityFindingsRedirectTests {
         #expect(b.requests.last?.header("authorization") == nil, "userinfo sent to A never becomes Authorization at B")
     }
 
-    @Test("3: a followed same-origin hop keeps the client's passed credentials (control for the cross-origin rule)")
+    @Test("a followed same-origin hop keeps the client's passed credentials (control for the cross-origin rule)")
     func sameOriginHopKeepsClientCredentials() throws {
-        let cookie = Findings.canary("cookie")
-        let a = try Findings.scripted { request in
+        let cookie = Wire.canary("cookie")
+        let a = try Wire.scripted { request in
             request.target == "/start"
                 ? Array("HTTP/1.1 302 Found\r\nLocation: /done\r\nContent-Length: 0\r\n\r\n".utf8)
                 : Array("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone".utf8)
@@ -124,13 +122,14 @@ struct SecurityFindingsRedirectTests {
             redirects: { cross_origin: follow }
             """, secrets: [:])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Findings.request("\(a.url)/start", host: a.authority, [("Cookie", cookie)])))
+        let response = try #require(try proxy.exchange(Wire.request("\(a.url)/start", host: a.authority, [("Cookie", cookie)])))
         #expect(response.status == 200)
         #expect(a.requests.map { $0.header("cookie") } == [cookie, cookie])
     }
+}
 
-    // MARK: 4. Block mode fails open on Locations the resolver cannot parse
-
+@Suite("Redirects: block mode fails closed on a Location it cannot read or that some client reads as another origin", .serialized)
+struct RedirectBlockModeTests {
     /// `{T}` is replaced by an address of another origin (127.0.0.2 with a live port).
     static let unparseableOrCrossOrigin: [String] = [
         "http://{T}/a b",                 // a space: not a valid URL, fail closed
@@ -146,18 +145,18 @@ struct SecurityFindingsRedirectTests {
         "ht\ttp://{T}/x",                 // tab inside the scheme
     ]
 
-    @Test("4: block mode answers 502 redirect_blocked for a Location it cannot parse or that WHATWG reads as another origin; the target gets nothing",
+    @Test("block mode answers 502 redirect_blocked for a Location it cannot parse or that WHATWG reads as another origin; the target gets nothing",
           arguments: unparseableOrCrossOrigin)
     func blockFailsClosed(_ template: String) throws {
         let target = try FixtureOrigin(host: "127.0.0.2")
         let location = template.replacingOccurrences(of: "{T}", with: target.authority)
-        let origin = try Findings.scripted { _ in
+        let origin = try Wire.scripted { _ in
             Array("HTTP/1.1 302 Found\r\nLocation: ".utf8) + Array(location.utf8) + Array("\r\nContent-Length: 5\r\n\r\nmoved".utf8)
         }
         defer { origin.stop(); target.stop() }
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: block }", secrets: [:])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Findings.request("\(origin.url)/start", host: origin.authority)))
+        let response = try #require(try proxy.exchange(Wire.request("\(origin.url)/start", host: origin.authority)))
         #expect(response.status == 502, "Location \(location.debugDescription) went to the client as \(response.status)")
         #expect(response.bodyText.contains("\"error\":\"redirect_blocked\""))
         #expect(response.header("location") == nil)
@@ -167,17 +166,17 @@ struct SecurityFindingsRedirectTests {
     /// `{O}` is the redirecting origin's own authority.
     static let sameOrigin: [String] = ["/next", "next?x=1", "?page=2", "", "http://{O}/abs", "//{O}/scheme-relative", "/a\\b"]
 
-    @Test("4: block mode still passes same-origin Locations, relative ones included (control)", arguments: sameOrigin)
+    @Test("block mode still passes same-origin Locations, relative ones included (control)", arguments: sameOrigin)
     func blockPassesSameOrigin(_ template: String) throws {
         let holder = LocationHolder()
-        let origin = try Findings.scripted { _ in
+        let origin = try Wire.scripted { _ in
             Array("HTTP/1.1 302 Found\r\nLocation: \(holder.value)\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { origin.stop() }
         holder.value = template.replacingOccurrences(of: "{O}", with: origin.authority)
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: block }", secrets: [:])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Findings.request("\(origin.url)/dir/start", host: origin.authority)))
+        let response = try #require(try proxy.exchange(Wire.request("\(origin.url)/dir/start", host: origin.authority)))
         #expect(response.status == 302, "same-origin Location \(holder.value.debugDescription)")
     }
 
@@ -190,51 +189,66 @@ struct SecurityFindingsRedirectTests {
         }
     }
 
-    // MARK: 6. Follow mode as a confused deputy
+    @Test("block mode refuses a Location that a browser reads as the same origin and curl as another (a backslash before @)")
+    func curlBackslashUserinfo() throws {
+        let evil = try FixtureOrigin(host: "127.0.0.3")
+        let api = try Wire.scripted { _ in Array("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1\\@\(evil.authority)/x\r\nContent-Length: 0\r\n\r\n".utf8) }
+        defer { api.stop(); evil.stop() }
+        let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: block }", secrets: [:])
+        defer { proxy.stop() }
+        let response = try #require(try proxy.exchange(Wire.request("\(api.url)/start", host: api.authority)))
+        #expect(response.status == 502)
+        #expect(response.bodyText.contains("redirect_blocked"))
+        #expect(response.header("location") == nil)
+        #expect(evil.requests.isEmpty)
+    }
+}
 
-    @Test("6: an origin no scope covers answering 307 into a scoped origin gets its 3xx returned unchanged; the scoped origin receives nothing")
+@Suite("Redirects: an origin no scope covers cannot redirect a request into a scoped origin", .serialized)
+struct RedirectIntoScopeTests {
+    @Test("an origin no scope covers answering 307 into a scoped origin gets its 3xx returned unchanged; the scoped origin receives nothing")
     func unscopedRedirectIntoScopedOrigin() throws {
         let scoped = try FixtureOrigin(host: "127.0.0.1")
-        let unscoped = try Findings.scripted(host: "127.0.0.2") { _ in
+        let unscoped = try Wire.scripted(host: "127.0.0.2") { _ in
             Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: \(scoped.url)/v1/transfer?to=attacker\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { scoped.stop(); unscoped.stop() }
-        let token = Findings.canary("token"), body = Findings.canary("body")
+        let token = Wire.canary("token"), body = Wire.canary("body")
         let proxy = try ProxyHarness(yaml: """
             secrets: { token: { env: T } }
             scopes: [{ name: bank, origins: ["\(scoped.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
             redirects: { cross_origin: follow }
             """, secrets: ["token": token])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Findings.request("\(unscoped.url)/innocent", host: unscoped.authority, method: "POST", body: body)))
+        let response = try #require(try proxy.exchange(Wire.request("\(unscoped.url)/innocent", host: unscoped.authority, method: "POST", body: body)))
         #expect(response.status == 307, "the proxy followed an unscoped origin's redirect into a scoped one")
         #expect(response.header("location") == "\(scoped.url)/v1/transfer?to=attacker")
         #expect(scoped.acceptedConnections == 0)
-        #expect(Findings.canaries(in: scoped, among: [token, body]).isEmpty, "the scoped origin got an authenticated, replayed request")
+        #expect(Wire.canaries(in: scoped, among: [token, body]).isEmpty, "the scoped origin got an authenticated, replayed request")
     }
 
-    @Test("6: the same on a chain: scoped A -> unscoped U -> scoped A2: U's 3xx goes to the client and A2 receives nothing")
+    @Test("the same on a chain: scoped A -> unscoped U -> scoped A2: U's 3xx goes to the client and A2 receives nothing")
     func unscopedHopInsideChain() throws {
         let scopedTarget = try FixtureOrigin(host: "127.0.0.1")
-        let unscoped = try Findings.scripted(host: "127.0.0.2") { _ in
+        let unscoped = try Wire.scripted(host: "127.0.0.2") { _ in
             Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: \(scopedTarget.url)/admin\r\nContent-Length: 0\r\n\r\n".utf8)
         }
-        let start = try Findings.scripted { _ in
+        let start = try Wire.scripted { _ in
             Array("HTTP/1.1 302 Found\r\nLocation: \(unscoped.url)/hop\r\nContent-Length: 0\r\n\r\n".utf8)
         }
         defer { [scopedTarget, unscoped, start].forEach { $0.stop() } }
-        let token = Findings.canary("token")
+        let token = Wire.canary("token")
         let proxy = try ProxyHarness(yaml: """
             secrets: { token: { env: T } }
             scopes: [{ name: a, origins: ["\(start.url)", "\(scopedTarget.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
             redirects: { cross_origin: follow }
             """, secrets: ["token": token])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Findings.request("\(start.url)/begin", host: start.authority)))
+        let response = try #require(try proxy.exchange(Wire.request("\(start.url)/begin", host: start.authority)))
         #expect(response.status == 307, "U's redirect comes back to the client")
         #expect(response.header("location") == "\(scopedTarget.url)/admin")
         #expect(unscoped.requests.count == 1, "the scoped origin's own redirect to U was followed")
-        #expect(Findings.canaries(in: unscoped, among: [token]).isEmpty)
+        #expect(Wire.canaries(in: unscoped, among: [token]).isEmpty)
         #expect(scopedTarget.acceptedConnections == 0)
     }
 }

@@ -2,10 +2,11 @@ import Foundation
 import Testing
 import TestSupport
 
-/// Regression tests for interception attacks found in hardening (docs/https.md), through the
-/// built binary with its local CA, the Python HTTPS origin and curl.
-@Suite("Security findings: TLS interception (10 proxy_auth inherited by the tunnel, 15 Host inside a tunnel)", .serialized)
-struct SecurityFindingsTLSTests {
+/// Requests inside an intercepted CONNECT tunnel (docs/https.md), through the built binary with its
+/// local CA, the Python HTTPS origin and curl: they inherit the tunnel's proxy authentication and
+/// are held to the origin the CONNECT named.
+@Suite("TLS interception: requests inside a tunnel inherit its CONNECT's authentication and are held to its target", .serialized)
+struct InterceptedTunnelTests {
     /// A binary intercepting `https://localhost:PORT`, injecting `token` there, with `proxy_auth` when given.
     private func interceptingProxy(_ pki: TestPKI, _ origin: HTTPSOrigin, token: String, proxyPassword: String?) throws
         -> (ConfiguredProxy, caPath: String) {
@@ -23,12 +24,12 @@ struct SecurityFindingsTLSTests {
         return (configured, configured.scratch.path + "/ca/scopeproxy-ca.pem")
     }
 
-    @Test("10: with proxy_auth, an authenticated CONNECT is intercepted and the requests inside the tunnel inherit it (curl sends Proxy-Authorization on CONNECT only)")
+    @Test("with proxy_auth, an authenticated CONNECT is intercepted and the requests inside the tunnel inherit it (curl sends Proxy-Authorization on CONNECT only)")
     func proxyAuthInheritedInsideTunnel() throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
-        let token = Findings.canary("token"), password = Findings.canary("proxy-pw")
+        let token = Wire.canary("token"), password = Wire.canary("proxy-pw")
         let (configured, caPath) = try interceptingProxy(pki, origin, token: token, proxyPassword: password)
         defer { configured.process.terminate() }
         let proxyURL = "http://127.0.0.1:\(configured.port)"
@@ -43,13 +44,13 @@ struct SecurityFindingsTLSTests {
         #expect(!origin.received.joined().contains(password), "Proxy-Authorization never reaches the origin")
     }
 
-    @Test("10: with proxy_auth, a CONNECT without valid credentials is 407 and nothing reaches the origin",
+    @Test("with proxy_auth, a CONNECT without valid credentials is 407 and nothing reaches the origin",
           arguments: [nil, "Bearer wrong", "Basic " + Data("anyone:wrong".utf8).base64EncodedString()] as [String?])
     func unauthenticatedConnectRefused(_ credentials: String?) throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
-        let (configured, _) = try interceptingProxy(pki, origin, token: Findings.canary("token"), proxyPassword: Findings.canary("proxy-pw"))
+        let (configured, _) = try interceptingProxy(pki, origin, token: Wire.canary("token"), proxyPassword: Wire.canary("proxy-pw"))
         defer { configured.process.terminate() }
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n"
@@ -60,12 +61,12 @@ struct SecurityFindingsTLSTests {
         #expect(origin.received.isEmpty)
     }
 
-    @Test("15: inside an intercepted tunnel, an origin-form request whose Host names another origin is 400 and the origin receives nothing")
+    @Test("inside an intercepted tunnel, an origin-form request whose Host names another origin is 400 and the origin receives nothing")
     func hostInsideTunnel() throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
-        let token = Findings.canary("token")
+        let token = Wire.canary("token")
         let (configured, caPath) = try interceptingProxy(pki, origin, token: token, proxyPassword: nil)
         defer { configured.process.terminate() }
         let proxyURL = "http://127.0.0.1:\(configured.port)"
