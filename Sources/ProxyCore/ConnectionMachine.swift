@@ -771,10 +771,8 @@ public struct ConnectionMachine {
     private func missingToken(_ request: ClientRequest, _ target: HopTarget, chain: RedirectChain, scope: ScopeContext,
                               have: [String: OAuth2AccessToken]) -> String? {
         guard !scope.tokenSecrets.isEmpty else { return nil }
-        var context = chain.context
-        if target.origin != request.origin { context.clientCredentialsAllowed = false }
         let needed = scope.policy.injectedSecrets(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                                  client: request.client.name, chain: context)
+                                                  client: request.client.name, chain: chain.context(forHopTo: target, of: request))
         return needed.filter { scope.tokenSecrets.contains($0) && have[$0] == nil }.sorted().first
     }
 
