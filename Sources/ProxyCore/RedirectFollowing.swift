@@ -167,3 +167,45 @@ extension ResponseDirector {
     }
 }
 
+// MARK: Following
+
+extension ExchangeMachine {
+    /// The next hop of a chain the proxy follows: the 3xx's connection is let go (never reused: its
+    /// body was not read), the hop gets its own log line, and the request is scoped afresh.
+    func follow(response: ResponseHead, to target: HopTarget, body: HopBody, redirect: RedirectRecord,
+                _ effects: inout MachineEffects) -> ExchangeOutcome {
+        guard let current = hopState else { return .ignored(.staleHop) }
+        effects.release(current.id)
+        var line = current.accounted(record)
+        line.status = response.status
+        line.responseFields = response.fields
+        line.redirect = redirect
+        effects.emit(line)
+        record = ResponseDirector.record(following: line, to: target, request: request)
+        let next = ResponseDirector.chain(after: chain, hop: current.hop, to: target, request: request)
+        return planFollowed(to: target, body: body, chain: next, tokens: [:], answerScrub: current.hop.scrub, &effects)
+    }
+
+    /// A followed hop, planned (once any access token it needs is here) and started as a new
+    /// `HopState`: nothing of the hop before it carries over.
+    func planFollowed(to target: HopTarget, body: HopBody, chain next: RedirectChain, tokens: [String: OAuth2AccessToken],
+                      answerScrub: SecretWatch?, _ effects: inout MachineEffects) -> ExchangeOutcome {
+        if let missing = missingToken(target, chain: next, have: tokens) {
+            return awaitToken(missing, .follow(target, body, next, tokens: tokens, answerScrub: answerScrub), &effects)
+        }
+        switch HopPlanner.plan(request, to: target, body: body, chain: next, scope: scope, requestID: record.id,
+                               wallClock: wallClock, tokens: tokens.mapValues(\.value)) {
+        case .failure(let error):
+            phase = .done
+            // The previous hop's scrub: its origin may have put a value into this hop's target.
+            return .answer(error, record, requestRead: true, scrub: answerScrub)
+        case .success(let hop):
+            record.note(hop.decision)
+            record.substituted = hop.substituted
+            record.signed = hop.signed
+            chain = next
+            begin(HopState(hop: hop, id: effects.nextHopID(), tokens: tokens), &effects)
+            return .proceeding
+        }
+    }
+}
