@@ -444,7 +444,8 @@ public struct ConnectionMachine {
     /// than hand them (and their credentials) to this one.
     private mutating func switchProtocols(_ head: ResponseHead, _ exchange: ExchangeMachine, clientPipelined: Bool) {
         guard !clientPipelined else {
-            let refused = exchange.fail(.badUpstreamResponse(exchange.request.origin, "101 on a connection with pipelined requests"),
+            let origin = exchange.hopState?.hop.origin ?? exchange.request.origin
+            let refused = exchange.fail(.badUpstreamResponse(origin, "101 on a connection with pipelined requests"),
                                         closeClient: true, &effects)
             return carryOut(refused, of: exchange)
         }
