@@ -147,7 +147,7 @@ public enum ResponseDirector {
         if hop.origin.scheme == .https && target.origin.scheme == .http { next.context.downgraded = true }
         // Once the chain has left the origin the client addressed, coming back does not restore
         // the client's credentials either: the next hop's context is kept for the rest of the chain.
-        next.context = chain.context(forHopTo: target, of: request)
+        next.context = next.context(forHopTo: target, of: request)
         // What this hop's response scrub covered, the next hop's covers too.
         next.scrubScopes |= hop.scrubScopes
         next.scrubNames.formUnion(hop.scrubNames)
