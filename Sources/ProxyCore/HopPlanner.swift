@@ -26,21 +26,6 @@ public struct HopTarget: Sendable, Equatable {
     }
 }
 
-/// The redirects the proxy followed for one client request so far.
-public struct RedirectChain: Sendable, Equatable {
-    public var hops = 0
-    /// The scopes (bit set, `ScopePolicy.coveringMask`) whose secrets earlier hops of the chain
-    /// may have sent: the scrub of every later hop masks them too (an origin's redirect can carry a
-    /// value into the next hop's target, which echoes it).
-    public var scrubScopes: UInt64 = 0
-    /// The same, by name, when the config has more than 64 scopes.
-    public var scrubNames: Set<String> = []
-    /// What the scope rules must remember across hops (stripped names, downgrade, whose credentials).
-    public var context = ChainContext()
-
-    public init() {}
-}
-
 /// One upstream request of an exchange, complete: where it goes, what the scope rules did, and the
 /// exact head that goes on the wire.
 public struct Hop: Sendable, Equatable {
@@ -100,215 +85,284 @@ public enum HopPlanner {
         _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
         requestID: String, wallClock: Int64, tokens: [String: SecretValue] = [:]
     ) -> Result<Hop, ProxyError> {
-        // Access tokens the exchange obtained (`oauth2:` secrets) render like any secret.
-        let secrets: any SecretLookup = tokens.isEmpty ? scope.secrets : TokenOverlay(base: scope.secrets, tokens: tokens)
-        var chainContext = chain.context
-        // A client's credentials were meant for the origin it addressed (docs/security-model.md, "Redirects").
-        if target.origin != request.origin { chainContext.clientCredentialsAllowed = false }
-        var replayed: [UInt8]?
-        if case .replayed(let bytes) = body { replayed = bytes }
-        let hasBody: Bool = switch body {
-        case .none: false
-        case .streamed: true
-        case .replayed(let bytes): !bytes.isEmpty
+        var planning = Planning(request, to: target, body: body, chain: chain, scope: scope, tokens: tokens)
+        do throws(ProxyError) {
+            try planning.substitutePlaceholders()
+            try planning.applyScopes(requestID: requestID)
+            try planning.sign(wallClock: wallClock)
+            let head = planning.serializedHead()
+            let watch = try planning.guardEgress(head)
+            return .success(planning.hop(head: head, scrub: planning.responseScrub(chain: chain), egressWatch: watch))
+        } catch {
+            return .failure(error)
         }
-        let override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
+    }
+
+    /// One hop being planned: the request's facts, and what each step has made of it so far.
+    struct Planning {
+        let request: ClientRequest
+        let target: HopTarget
+        let body: HopBody
+        let scope: ScopeContext
+        /// The store's secrets, with the exchange's access tokens (`oauth2:` secrets) on top.
+        let secrets: any SecretLookup
+        /// What this hop may carry (`RedirectChain.context(forHopTo:of:)`).
+        let chainContext: ChainContext
+        let override: MethodOverride
+        var client: String? { request.client.name }
+        /// The client's body when it is in memory (a replay, or read before planning).
+        let replayed: [UInt8]?
+
+        // What the steps make.
+        var fields: HTTPFields
+        var pathAndQuery: String
+        var outgoingBody: [UInt8]?
+        /// Fields whose values a substitution wrote (the scope rules trust them as the proxy's own).
+        var vouched: Set<Int> = []
+        var substituted: [String] = []
+        var outgoing: RequestHead
+        var decision = ScopeDecision()
+        var signed: String?
+
+        init(_ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
+             tokens: [String: SecretValue]) {
+            self.request = request
+            self.target = target
+            self.body = body
+            self.scope = scope
+            secrets = tokens.isEmpty ? scope.secrets : TokenOverlay(base: scope.secrets, tokens: tokens)
+            chainContext = chain.context(forHopTo: target, of: request)
+            var replayed: [UInt8]?
+            if case .replayed(let bytes) = body { replayed = bytes }
+            self.replayed = replayed
+            let hasBody: Bool = switch body {
+            case .none: false
+            case .streamed: true
+            case .replayed(let bytes): !bytes.isEmpty
+            }
+            override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
                                              contentType: request.head.fields.singleValue(of: "content-type").agreed,
                                              contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
                                              hasBody: hasBody)
-        let client = request.client.name
-        // The request facts a placeholder refusal explains itself with: built only when one is
-        // refused, or when a streamed body may still refuse one (a request that is not refused
-        // pays no allocation for them).
+            fields = request.head.fields
+            pathAndQuery = target.pathAndQuery
+            outgoingBody = replayed
+            outgoing = request.head
+        }
+
+        /// The request facts a placeholder refusal explains itself with: built only when one is
+        /// refused, or when a streamed body may still refuse one (a request that is not refused
+        /// pays no allocation for them).
         func placeholderFacts() -> PlaceholderRequest {
             PlaceholderRequest(
                 method: target.method, pathAndQuery: target.pathAndQuery, chain: chainContext, methodOverride: override,
                 contentType: request.head.fields.singleValue(of: "content-type").agreed,
                 contentEncoding: request.head.fields.listMembers("content-encoding").filter { $0 != "identity" }.first)
         }
+
         func refusal(_ secret: String, inBody: Bool) -> PlaceholderRefusal {
             scope.policy.placeholderRefusal(secret: secret, origin: target.origin, client: client, request: placeholderFacts(), inBody: inBody)
         }
 
-        // Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
-        var fields = request.head.fields
-        var pathAndQuery = target.pathAndQuery
-        var outgoingBody = replayed
-        var vouched: Set<Int> = []
-        var substituted: [String] = []
-        if !scope.values.placeholders.isEmpty {
+        // MARK: Step 1: substitute
+
+        /// Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
+        mutating func substitutePlaceholders() throws(ProxyError) {
+            guard !scope.values.placeholders.isEmpty else { return }
             let names = scope.policy.substitutable(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                                                    client: client, chain: chainContext, methodOverride: override)
-            if let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) {
-                // A client may not make the proxy build a head over the size it accepts from clients,
-                // nor a body far over the one it reads (a long value times many placeholders).
-                var headBudget = Self.maxSubstitutedHead
-                func apply(_ bytes: [UInt8], _ site: PlaceholderSite) -> Result<[UInt8]?, ProxyError> {
-                    let isBody = site == .jsonBody || site == .formBody
-                    let limit = isBody ? Self.maxSubstitutedBodyOutput : headBudget
-                    let outcome = substitution.rewrite(bytes, at: site, limit: limit)
-                    if !isBody {
-                        if case .rewritten(let rewritten, _) = outcome { headBudget -= rewritten.count } else { headBudget -= bytes.count }
-                    }
-                    switch outcome {
-                    case .tooLarge:
-                        return .failure(isBody ? .bodyTooLargeToInspect(limit: Self.maxSubstitutedBodyOutput) : .headTooLarge)
-                    case .unchanged:
-                        return .success(nil)
-                    case .rewritten(let rewritten, let secrets):
-                        for secret in secrets where !substituted.contains(secret) { substituted.append(secret) }
-                        return .success(rewritten)
-                    case .refused(let secret):
-                        return .failure(.placeholderOutOfScope(secret: secret, where: site.label, target.origin,
-                                                               refusal(secret, inBody: isBody)))
-                    case .unavailable(let secret):
-                        let owner = scope.policy.covering(target.origin, client: client).first { $0.substitute.contains(secret) }
-                        return .failure(.credentialUnavailable(scope: owner?.name ?? "substitute", secret: secret))
-                    }
+            guard let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) else { return }
+            // A client may not make the proxy build a head over the size it accepts from clients,
+            // nor a body far over the one it reads (a long value times many placeholders).
+            var headBudget = HopPlanner.maxSubstitutedHead
+            if let rewritten = try substitute(Array(pathAndQuery.utf8), at: .target, substitution, headBudget: &headBudget) {
+                pathAndQuery = String(decoding: rewritten, as: UTF8.self)
+            }
+            var rewrittenFields = HTTPFields()
+            rewrittenFields.reserveCapacity(fields.count)
+            for field in fields {
+                if let rewritten = try substitute(HTTPField.wireBytes(of: field.value), at: .header(field.name), substitution,
+                                                  headBudget: &headBudget) {
+                    vouched.insert(rewrittenFields.count)
+                    rewrittenFields.append(name: field.name, value: HTTPField.value(wireBytes: rewritten))
+                } else {
+                    rewrittenFields.append(name: field.name, value: field.value)
                 }
-                switch apply(Array(pathAndQuery.utf8), .target) {
-                case .failure(let error): return .failure(error)
-                case .success(let rewritten?): pathAndQuery = String(decoding: rewritten, as: UTF8.self)
-                case .success(nil): break
-                }
-                var rewrittenFields = HTTPFields()
-                rewrittenFields.reserveCapacity(fields.count)
-                for field in fields {
-                    switch apply(HTTPField.wireBytes(of: field.value), .header(field.name)) {
-                    case .failure(let error): return .failure(error)
-                    case .success(let rewritten?):
-                        vouched.insert(rewrittenFields.count)
-                        rewrittenFields.append(name: field.name, value: HTTPField.value(wireBytes: rewritten))
-                    case .success(nil):
-                        rewrittenFields.append(name: field.name, value: field.value)
+            }
+            fields = rewrittenFields
+            if let bytes = replayed, !bytes.isEmpty {
+                // Only JSON and forms are rewritten (escaped for their syntax); a placeholder in
+                // any other body is refused by `rewrite` finding it at a site it cannot serve.
+                let site = PlaceholderSite.body(of: fields)
+                if let rewritten = try substitute(bytes, at: site ?? .jsonBody, substitution, headBudget: &headBudget) {
+                    guard site != nil else {
+                        let secret = substituted.last ?? ""
+                        throw .placeholderOutOfScope(secret: secret, where: "body", target.origin, refusal(secret, inBody: true))
                     }
-                }
-                fields = rewrittenFields
-                if let bytes = replayed, !bytes.isEmpty {
-                    // Only JSON and forms are rewritten (escaped for their syntax); a placeholder in
-                    // any other body is refused by `rewrite` finding it at a site it cannot serve.
-                    let site = PlaceholderSite.body(of: fields)
-                    switch apply(bytes, site ?? .jsonBody) {
-                    case .failure(let error): return .failure(error)
-                    case .success(let rewritten?):
-                        guard site != nil else {
-                            let secret = substituted.last ?? ""
-                            return .failure(.placeholderOutOfScope(secret: secret, where: "body", target.origin,
-                                                                   refusal(secret, inBody: true)))
-                        }
-                        outgoingBody = rewritten
-                    case .success(nil): break
-                    }
+                    outgoingBody = rewritten
                 }
             }
         }
 
-        let scoped: ScopedRequest
-        switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                  fields: fields, hasUserinfo: request.userinfo != nil,
-                                  secrets: secrets, chain: chainContext, methodOverride: override,
-                                  client: client, vouched: vouched) {
-        case .failure(.secretUnavailable(let scopeName, let secret)):
-            return .failure(.credentialUnavailable(scope: scopeName, secret: secret))
-        case .success(let result):
-            scoped = result
-        }
-        var outgoing = request.head
-        outgoing.method = target.method
-        outgoing.fields = scoped.fields
-        if case .replayed(let bytes) = body, bytes.isEmpty, target.method != request.head.method {
-            // A 303 (or a POST's 301/302) turned the request into a bodiless GET: its body's type goes too.
-            outgoing.fields.removeAll("content-type")
-            outgoing.fields.removeAll("content-length")
-        }
-        outgoing.fields.set(name: "X-Request-ID", value: requestID)
-        if scoped.keepUserinfo, let userinfo = request.userinfo, !outgoing.fields.contains("authorization") {
-            // Userinfo cannot travel in an origin-form target; a scope that passes Authorization gets
-            // it the way clients send it.
-            outgoing.fields.append(name: "Authorization",
-                                   value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
-        }
-        if scope.protection.scrub == .strict, !scoped.decision.scopes.isEmpty {
-            // A compressed body cannot be scanned in flight: ask scoped origins for identity.
-            outgoing.fields.set(name: "Accept-Encoding", value: "identity")
-        }
-        var signed: String?
-        if let signer = scope.policy.signingScope(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                                  client: client, chain: chainContext, methodOverride: override),
-           let signing = signer.signing {
-            switch sign(&outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
-                        scope: signer, spec: signing, secrets: secrets, wallClock: wallClock) {
-            case .failure(let error): return .failure(error)
-            case .success: signed = signing.kind
+        /// One site's bytes with their placeholders replaced; nil when unchanged.
+        private mutating func substitute(_ bytes: [UInt8], at site: PlaceholderSite, _ substitution: PlaceholderSubstitution,
+                                         headBudget: inout Int) throws(ProxyError) -> [UInt8]? {
+            let isBody = site == .jsonBody || site == .formBody
+            let limit = isBody ? HopPlanner.maxSubstitutedBodyOutput : headBudget
+            let outcome = substitution.rewrite(bytes, at: site, limit: limit)
+            if !isBody {
+                if case .rewritten(let rewritten, _) = outcome { headBudget -= rewritten.count } else { headBudget -= bytes.count }
+            }
+            switch outcome {
+            case .tooLarge:
+                throw isBody ? .bodyTooLargeToInspect(limit: HopPlanner.maxSubstitutedBodyOutput) : .headTooLarge
+            case .unchanged:
+                return nil
+            case .rewritten(let rewritten, let secrets):
+                for secret in secrets where !substituted.contains(secret) { substituted.append(secret) }
+                return rewritten
+            case .refused(let secret):
+                throw .placeholderOutOfScope(secret: secret, where: site.label, target.origin, refusal(secret, inBody: isBody))
+            case .unavailable(let secret):
+                let owner = scope.policy.covering(target.origin, client: client).first { $0.substitute.contains(secret) }
+                throw .credentialUnavailable(scope: owner?.name ?? "substitute", secret: secret)
             }
         }
-        let framing: BodyFraming = switch body {
-        case .none: .none
-        case .streamed(let framing): framing
-        case .replayed: (outgoingBody ?? []).isEmpty ? .none : .contentLength(UInt64(outgoingBody!.count))
+
+        // MARK: Step 2: scope
+
+        /// The scope rules: client credentials stripped or passed, the scopes' headers injected.
+        mutating func applyScopes(requestID: String) throws(ProxyError) {
+            let scoped: ScopedRequest
+            switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                                      fields: fields, hasUserinfo: request.userinfo != nil,
+                                      secrets: secrets, chain: chainContext, methodOverride: override,
+                                      client: client, vouched: vouched) {
+            case .failure(.secretUnavailable(let scopeName, let secret)):
+                throw .credentialUnavailable(scope: scopeName, secret: secret)
+            case .success(let result):
+                scoped = result
+            }
+            decision = scoped.decision
+            outgoing.method = target.method
+            outgoing.fields = scoped.fields
+            if case .replayed(let bytes) = body, bytes.isEmpty, target.method != request.head.method {
+                // A 303 (or a POST's 301/302) turned the request into a bodiless GET: its body's type goes too.
+                outgoing.fields.removeAll("content-type")
+                outgoing.fields.removeAll("content-length")
+            }
+            outgoing.fields.set(name: "X-Request-ID", value: requestID)
+            if scoped.keepUserinfo, let userinfo = request.userinfo, !outgoing.fields.contains("authorization") {
+                // Userinfo cannot travel in an origin-form target; a scope that passes Authorization gets
+                // it the way clients send it.
+                outgoing.fields.append(name: "Authorization",
+                                       value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
+            }
+            if scope.protection.scrub == .strict, !scoped.decision.scopes.isEmpty {
+                // A compressed body cannot be scanned in flight: ask scoped origins for identity.
+                outgoing.fields.set(name: "Accept-Encoding", value: "identity")
+            }
         }
-        let head = Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
+
+        // MARK: Step 3: sign
+
+        /// A scope that signs this request (`sign:`) computes its credential over the scoped head.
+        mutating func sign(wallClock: Int64) throws(ProxyError) {
+            guard let signer = scope.policy.signingScope(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                                                         client: client, chain: chainContext, methodOverride: override),
+                  let signing = signer.signing else { return }
+            try HopPlanner.sign(&outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
+                                scope: signer, spec: signing, secrets: secrets, wallClock: wallClock).get()
+            signed = signing.kind
+            if !decision.injected.contains(where: { $0.lowercased() == "authorization" }) { decision.injected.append("Authorization") }
+        }
+
+        /// The head exactly as it goes on the wire.
+        func serializedHead() -> [UInt8] {
+            let framing: BodyFraming = switch body {
+            case .none: .none
+            case .streamed(let framing): framing
+            case .replayed: (outgoingBody ?? []).isEmpty ? .none : .contentLength(UInt64(outgoingBody!.count))
+            }
+            return Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
                                               framing: framing, upgrade: request.isUpgrade).serialized()
+        }
 
-        // The egress guard: the head (and a body in memory) must carry no value of a secret this
-        // origin's scopes do not send, and no placeholder left unreplaced. Nothing was sent yet.
-        let guarding = scope.protection.guardMode == .on
-        let policy = scope.policy
-        let watch = scope.values.guardWatch(
-            allowedKey: policy.coveringMask(target.origin, client: client).map { .scopes($0) }
-                ?? .names(policy.secretsSent(to: target.origin, client: client).sorted()),
-            allowed: { policy.secretsSent(to: target.origin, client: client) }, values: guarding, placeholders: true)
-        if let watch {
+        // MARK: Step 4: guard
+
+        /// The egress guard: the head (and a body in memory) must carry no value of a secret this
+        /// origin's scopes do not send, and no placeholder left unreplaced. Nothing was sent yet.
+        /// Returns the watch, for a body that streams.
+        func guardEgress(_ head: [UInt8]) throws(ProxyError) -> SecretWatch? {
+            let policy = scope.policy
+            let client = client
+            let origin = target.origin
+            let watch = scope.values.guardWatch(
+                allowedKey: policy.coveringMask(origin, client: client).map { .scopes($0) }
+                    ?? .names(policy.secretsSent(to: origin, client: client).sorted()),
+                allowed: { policy.secretsSent(to: origin, client: client) }, values: scope.protection.guardMode == .on,
+                placeholders: true)
+            guard let watch else { return nil }
             if let match = watch.firstMatch(in: head) {
-                return .failure(blocked(watch.finding(match), where: Self.site(of: match, in: head), target.origin, scope.policy, client: client,
-                                        request: placeholderFacts()))
+                throw HopPlanner.blocked(watch.finding(match), where: HopPlanner.site(of: match, in: head), origin, policy,
+                                         client: client, request: placeholderFacts())
             }
             if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
-                return .failure(blocked(watch.finding(match), where: "body", target.origin, scope.policy, client: client,
-                                        request: placeholderFacts()))
+                throw HopPlanner.blocked(watch.finding(match), where: "body", origin, policy, client: client, request: placeholderFacts())
             }
+            return watch
         }
-        var decision = scoped.decision
-        if signed != nil, !decision.injected.contains(where: { $0.lowercased() == "authorization" }) {
-            decision.injected.append("Authorization")
-        }
-        // The scrub masks every secret this origin's scopes send, for any client (a value written
-        // through an API for one client comes back in another's read, whether or not this request
-        // got it), and those of the chain's earlier hops. One watch per scope set: a client cannot
-        // make the proxy build more.
-        var scrub: SecretWatch?
-        var scrubScopes: UInt64 = 0
-        var scrubNames: Set<String> = []
-        if scope.protection.scrub != .off {
+
+        // MARK: Step 5: scrub
+
+        /// What the response scrub masks. Every secret this origin's scopes send, for any client (a
+        /// value written through an API for one client comes back in another's read, whether or not
+        /// this request got it), and those of the chain's earlier hops. One watch per scope set: a
+        /// client cannot make the proxy build more.
+        func responseScrub(chain: RedirectChain) -> (watch: SecretWatch?, scopes: UInt64, names: Set<String>) {
+            guard scope.protection.scrub != .off else { return (nil, 0, []) }
+            let policy = scope.policy
             // What the proxy sends this origin by itself (a token endpoint), or sent it under the
             // configuration before a reload: masked too, for any client.
             let extra = scope.values.extraScrubNames(for: target.origin)
             if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty, extra.isEmpty {
-                scrubScopes = mask | chain.scrubScopes
-                if scrubScopes != 0 {
-                    let scopes = scrubScopes
-                    scrub = scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) })
-                }
-            } else {
-                scrubNames = policy.secretsSentToAnyClient(target.origin).union(extra)
-                    .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
-                scrub = scope.values.scrubWatch(scrubNames)
+                let scopes = mask | chain.scrubScopes
+                guard scopes != 0 else { return (nil, 0, []) }
+                return (scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) }),
+                        scopes, [])
             }
+            let names = policy.secretsSentToAnyClient(target.origin).union(extra)
+                .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
+            return (scope.values.scrubWatch(names), 0, names)
         }
-        var streamedGuard: SecretWatch?
-        if case .streamed = body { streamedGuard = watch }
-        return .success(Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
-                            isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub, bodyGuard: streamedGuard,
-                            signed: signed, scrubScopes: scrubScopes, scrubNames: scrubNames,
-                            placeholderRequest: streamedGuard == nil ? nil : placeholderFacts()))
+
+        func hop(head: [UInt8], scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?) -> Hop {
+            var streamedGuard: SecretWatch?
+            if case .streamed = body { streamedGuard = egressWatch }
+            return Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
+                       isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
+                       signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
+                       placeholderRequest: streamedGuard == nil ? nil : placeholderFacts())
+        }
+    }
+
+    /// A signature for a hop, by kind: every kind is a case here, so a new one does not compile
+    /// until it says how it signs (it can never sign nothing silently).
+    static func sign(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
+                     outgoingBody: [UInt8]?, scope: Scope, spec: SigningSpec, secrets: any SecretLookup,
+                     wallClock: Int64) -> Result<Void, ProxyError> {
+        switch spec {
+        case .awsSigV4(let aws):
+            signAWSSigV4(&outgoing, pathAndQuery: &pathAndQuery, origin: origin, body: body, outgoingBody: outgoingBody,
+                         scope: scope, spec: aws, secrets: secrets, wallClock: wallClock)
+        }
     }
 
     /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query
     /// goes out in its canonical form (what was signed is exactly what the origin reads, `+` included).
-    static func sign(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
-                     outgoingBody: [UInt8]?, scope: Scope, spec: SigningSpec, secrets: any SecretLookup,
-                     wallClock: Int64) -> Result<Void, ProxyError> {
-        guard case .awsSigV4(let aws) = spec else { return .success(()) }
+    static func signAWSSigV4(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
+                             outgoingBody: [UInt8]?, scope: Scope, spec aws: AWSSigV4Spec, secrets: any SecretLookup,
+                             wallClock: Int64) -> Result<Void, ProxyError> {
         let payloadHash: String
         switch (aws.payloadHashing, body) {
         case (.unsignedPayload, _):

@@ -24,9 +24,6 @@ public struct AccessToken: Sendable, Equatable {
     }
 }
 
-/// The name the exchange core still spells (ConnectionMachine.swift); goes when that file is split.
-public typealias OAuth2AccessToken = AccessToken
-
 /// How long tokens are trusted, and how soon a failed endpoint is tried again (docs/security-model.md, "Credentials the proxy computes").
 public struct TokenCachePolicy: Sendable, Equatable {
     /// Tokens are renewed this long before the endpoint's `expires_in` ends.

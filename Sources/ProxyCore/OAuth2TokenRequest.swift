@@ -14,8 +14,12 @@ public struct OAuth2TokenRequest: Sendable {
     /// `refreshToken` is required for the refresh-token grant and ignored otherwise.
     public static func make(_ spec: OAuth2Spec, clientSecret: SecretValue, refreshToken: SecretValue?) -> OAuth2TokenRequest {
         var form: [(String, [UInt8])] = [("grant_type", Array(spec.grant.grantType.utf8))]
-        if case .refreshToken = spec.grant, let refreshToken {
-            form.append(("refresh_token", refreshToken.exposedBytes))
+        // What each grant adds to the form: a new grant kind does not compile until it says.
+        switch spec.grant {
+        case .clientCredentials:
+            break
+        case .refreshToken:
+            if let refreshToken { form.append(("refresh_token", refreshToken.exposedBytes)) }
         }
         if let scope = spec.scope { form.append(("scope", Array(scope.utf8))) }
         if let audience = spec.audience { form.append(("audience", Array(audience.utf8))) }

@@ -42,7 +42,7 @@ struct AccessTokenMachineTests {
         p.on(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"),
              [.cancelTimer, .exactly(.acquireToken(secret: "partner_token", from: Self.fixture.scope))])
         #expect(p.connected.isEmpty)
-        p.ignores(.tokenReady(secret: "other_token", Self.token))
+        p.impossible(.tokenReady(secret: "other_token", Self.token), .unrequestedToken)  // the engine answers only what was asked
         p.on(.tokenReady(secret: "partner_token", Self.token), [.arm(.connect), .connect(hop(1), Self.api, .tls, reusePooled: true)])
         p.on(.upstreamConnected(hop(1), reused: false),
              [.send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\n", containing: ["Authorization: Bearer ACCESS-TOKEN-CANARY-1\r\n"]),

@@ -102,7 +102,7 @@ struct InvariantTests {
         func pick(_ events: [ConnectionEvent]) -> ConnectionEvent { events.randomElement(using: &rng)! }
         let head = ConnectionEvent.requestHead(requestHead(requests.randomElement(using: &rng)!), headBytes: 50, Arrival(now: 1, scope: scope))
         let someResponse = responses.randomElement(using: &rng)!
-        switch machine.state {
+        switch machine.phase {
         case .handshaking:
             return pick([.clientTLSEstablished, .clientTLSEstablished, .clientTLSEstablished, .clientTLSFailed(.clientRejectedCertificate),
                          .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain])
@@ -262,7 +262,7 @@ struct InvariantTests {
                 case .requestHead, .requestHeadInvalid: seen.headTaken(p.machine.isAwaitingHead)
                 case .timerFired(.clientHead):
                     // Only a head that started becomes a 408; a silent connection just closes.
-                    if case .awaitingHead(.started) = p.machine.state { seen.headTaken(true) }
+                    if case .awaitingHead(.started) = p.machine.phase { seen.headTaken(true) }
                 default: break
                 }
                 let current = p.machine.currentHop

@@ -273,6 +273,25 @@ struct LifecycleTests {
         #expect(p.emitted.count == 1)
     }
 
+    @Test("a 101 behind which the client pipelined a request is refused, naming the origin of the hop that sent it")
+    func upgradeWithPipelinedRequest() {
+        var p = Playbook(Configs.follow)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("GET https://a.example/ws HTTP/1.1", "Host: a.example", "Connection: Upgrade", "Upgrade: websocket"),
+             [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n"), .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 307 Temporary Redirect", "Location: https://b.example/ws", "Content-Length: 0")),
+             [.release(hop(1), reuse: false), .emit(.status(307), .redirect(.follow)), .arm(.connect),
+              .connect(hop(2), b, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(2), reused: false),
+             [.send(hop(2), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["Upgrade: websocket\r\n"]), .arm(.responseHead)])
+        p.on(.responseHead(hop(2), response("HTTP/1.1 101 Switching Protocols", "Connection: Upgrade", "Upgrade: websocket"), clientPipelined: true), [
+            .release(hop(2), reuse: false), .cancelTimer,
+            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["https://b.example", "101 on a connection with pipelined requests"]),
+            .emit(.status(502), .origin(b)), .close(.afterFlush),
+        ])
+    }
+
     @Test("a 101 to a request that asked for no upgrade is refused with 502")
     func unaskedUpgrade() {
         var p = Playbook()

@@ -357,6 +357,9 @@ struct Playbook {
             logBodies: logBodies)
         machine = ConnectionMachine(settings: settings, mode: mode, facts: facts ?? ConnectionFacts(peer: Self.peer),
                                     ids: RequestIDGenerator(seed: Self.seed))
+        // Counted, not asserted: `on` and `ignores` check that no event of a table was impossible,
+        // `impossible` that one was, and random walks feed whatever they like.
+        machine.toleratesImpossibleEvents = true
     }
 
     /// The request id the machine makes for the `n`th request (1-based) that brings none.
@@ -399,9 +402,30 @@ struct Playbook {
     /// Feeds `event` and checks that the machine returns exactly the `expected` actions, in order.
     @discardableResult
     mutating func on(_ event: ConnectionEvent, _ expected: [Expect], sourceLocation: SourceLocation = #_sourceLocation) -> [ConnectionAction] {
+        let impossibleBefore = machine.impossibleEvents
         let returned = machine.handle(event)
         check(describeEvent(event), returned, expected, sourceLocation)
+        if machine.impossibleEvents != impossibleBefore {
+            Issue.record("after \(describeEvent(event)): the machine took it for impossible (\(machine.lastImpossible.map { "\($0)" } ?? "?"))",
+                         sourceLocation: sourceLocation)
+        }
         return returned
+    }
+
+    /// Feeds `event` and checks that the machine does nothing and counts it as impossible, for `reason`
+    /// (a correct engine cannot send it now).
+    mutating func impossible(_ event: ConnectionEvent, _ reason: ImpossibleEvent, sourceLocation: SourceLocation = #_sourceLocation) {
+        let before = machine.impossibleEvents
+        let returned = machine.handle(event)
+        check(describeEvent(event), returned, [], sourceLocation)
+        #expect(machine.impossibleEvents == before + 1, "not counted as impossible: \(describeEvent(event))", sourceLocation: sourceLocation)
+        #expect(machine.lastImpossible == reason, sourceLocation: sourceLocation)
+    }
+
+    /// Feeds `event` and checks that the machine does nothing, dropping it as stale for `reason`.
+    mutating func ignores(_ event: ConnectionEvent, as reason: StaleEvent, sourceLocation: SourceLocation = #_sourceLocation) {
+        on(event, [], sourceLocation: sourceLocation)
+        #expect(machine.lastIgnored == reason, "dropped for another reason: \(describeEvent(event))", sourceLocation: sourceLocation)
     }
 
     /// Feeds `event` without checking what comes back (the caller looks at it).

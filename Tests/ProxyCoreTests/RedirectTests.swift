@@ -279,6 +279,27 @@ struct FollowBodyTests {
         ], sourceLocation: sourceLocation)
     }
 
+    @Test("a followed https -> http hop carries nothing injected, even into a scope that injects there; its link keeps the downgrade")
+    func downgradeCarriesNothing() {
+        let dev = origin("http://dev.example")
+        let fixture = Fixture(Configs.scopes + """
+              - name: dev
+                origins: ["http://dev.example"]
+                require_https: false
+                inject: { X-Dev-Key: "${b_token}" }
+
+            """ + Configs.redirects("follow"))
+        var p = Playbook(fixture)
+        p.start([.arm(.clientHead)])
+        p.on(p.head("GET https://a.example/x HTTP/1.1", "Host: a.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
+        p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "GET /x HTTP/1.1\r\n", containing: [aToken]), .arm(.responseHead)])
+        p.on(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: http://dev.example/landing", "Content-Length: 0")),
+             [.release(hop(1), reuse: false), .emit(.status(302), .redirect(.follow)), .arm(.connect),
+              .connect(hop(2), dev, .plain, reusePooled: true)])
+        p.on(.upstreamConnected(hop(2), reused: false),
+             [.send(hop(2), startingWith: "GET /landing HTTP/1.1\r\n", excluding: ["X-Dev-Key", "B-INJECTED", "A-INJECTED"]), .arm(.responseHead)])
+    }
+
     @Test("a 307 of a request whose body was kept is followed with the same method and body")
     func replay307() {
         var p = Playbook(Configs.follow)

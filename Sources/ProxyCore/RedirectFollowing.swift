@@ -1,6 +1,38 @@
 import HTTP1Codec
 import ScopePolicy
 
+// Redirect following, in one place: what becomes of a final response head (relay, follow, refuse),
+// the chain a followed redirect extends, and what the next hop may carry. The exchange machine
+// asks `ResponseDirector.direct` and, on a follow, `ResponseDirector.chain(after:)` and
+// `RedirectChain.context(forHopTo:of:)`; the hop planner applies that context. Pure Location
+// resolution and the pass/follow/block verdict are policy-free URL reading and stay in
+// ScopePolicy (Redirects.swift: `RedirectPolicy.decide`, `RedirectPolicy.resolve`).
+
+/// The redirects the proxy followed for one client request so far.
+public struct RedirectChain: Sendable, Equatable {
+    public var hops = 0
+    /// The scopes (bit set, `ScopePolicy.coveringMask`) whose secrets earlier hops of the chain
+    /// may have sent: the scrub of every later hop masks them too (an origin's redirect can carry a
+    /// value into the next hop's target, which echoes it).
+    public var scrubScopes: UInt64 = 0
+    /// The same, by name, when the config has more than 64 scopes.
+    public var scrubNames: Set<String> = []
+    /// What the scope rules must remember across hops (stripped names, downgrade, whose credentials).
+    public var context = ChainContext()
+
+    public init() {}
+
+    /// What a hop of this chain to `target` may carry: the one place the rule is set that a
+    /// client's own credentials (sensitive headers, userinfo) go only to the origin the client
+    /// addressed (docs/security-model.md, "Redirects"). Planning, the token wait and the next
+    /// link of the chain all read it from here.
+    public func context(forHopTo target: HopTarget, of request: ClientRequest) -> ChainContext {
+        var context = context
+        if target.origin != request.origin { context.clientCredentialsAllowed = false }
+        return context
+    }
+}
+
 /// What becomes of a final (non-1xx) response head.
 public enum ResponseDirection: Sendable, Equatable {
     /// Send it to the client, as rewritten (a route's Location), with the redirect decision to log.
@@ -114,11 +146,66 @@ public enum ResponseDirector {
         next.context.strippedByClientHeader.formUnion(hop.decision.stripped.map { $0.lowercased() })
         if hop.origin.scheme == .https && target.origin.scheme == .http { next.context.downgraded = true }
         // Once the chain has left the origin the client addressed, coming back does not restore
-        // the client's credentials either.
-        if target.origin != request.origin { next.context.clientCredentialsAllowed = false }
+        // the client's credentials either: the next hop's context is kept for the rest of the chain.
+        next.context = next.context(forHopTo: target, of: request)
         // What this hop's response scrub covered, the next hop's covers too.
         next.scrubScopes |= hop.scrubScopes
         next.scrubNames.formUnion(hop.scrubNames)
         return next
+    }
+}
+
+extension ResponseDirector {
+    /// The log line of a followed hop: the same request id and client, the redirect's target.
+    static func record(following previous: ExchangeRecord, to target: HopTarget, request: ClientRequest) -> ExchangeRecord {
+        var next = ExchangeRecord(id: previous.id, client: previous.client, method: target.method, startedAt: previous.startedAt)
+        next.clientID = previous.clientID
+        next.origin = target.origin
+        next.pathAndQuery = target.pathAndQuery
+        next.requestFields = request.head.fields
+        return next
+    }
+}
+
+// MARK: Following
+
+extension ExchangeMachine {
+    /// The next hop of a chain the proxy follows: the 3xx's connection is let go (never reused: its
+    /// body was not read), the hop gets its own log line, and the request is scoped afresh.
+    func follow(response: ResponseHead, to target: HopTarget, body: HopBody, redirect: RedirectRecord,
+                _ effects: inout MachineEffects) -> ExchangeOutcome {
+        guard let current = hopState else { return .ignored(.staleHop) }
+        effects.release(current.id)
+        var line = current.accounted(record)
+        line.status = response.status
+        line.responseFields = response.fields
+        line.redirect = redirect
+        effects.emit(line)
+        record = ResponseDirector.record(following: line, to: target, request: request)
+        let next = ResponseDirector.chain(after: chain, hop: current.hop, to: target, request: request)
+        return planFollowed(to: target, body: body, chain: next, tokens: [:], answerScrub: current.hop.scrub, &effects)
+    }
+
+    /// A followed hop, planned (once any access token it needs is here) and started as a new
+    /// `HopState`: nothing of the hop before it carries over.
+    func planFollowed(to target: HopTarget, body: HopBody, chain next: RedirectChain, tokens: [String: AccessToken],
+                      answerScrub: SecretWatch?, _ effects: inout MachineEffects) -> ExchangeOutcome {
+        if let missing = missingToken(target, chain: next, have: tokens) {
+            return awaitToken(missing, .follow(target, body, next, tokens: tokens, answerScrub: answerScrub), &effects)
+        }
+        switch HopPlanner.plan(request, to: target, body: body, chain: next, scope: scope, requestID: record.id,
+                               wallClock: wallClock, tokens: tokens.mapValues(\.value)) {
+        case .failure(let error):
+            phase = .done
+            // The previous hop's scrub: its origin may have put a value into this hop's target.
+            return .answer(error, record, requestRead: true, scrub: answerScrub)
+        case .success(let hop):
+            record.note(hop.decision)
+            record.substituted = hop.substituted
+            record.signed = hop.signed
+            chain = next
+            begin(HopState(hop: hop, id: effects.nextHopID(), tokens: tokens), &effects)
+            return .proceeding
+        }
     }
 }
