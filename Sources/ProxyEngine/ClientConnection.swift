@@ -252,6 +252,15 @@ final class ClientConnection: UpstreamLegOwner {
         deliver(.drain)
     }
 
+    /// What the machine counted as impossible (a bug in this engine, asserted in debug builds):
+    /// counted in /metrics and said on stderr with its reason, never silently dropped.
+    private func reportImpossibleEvents() {
+        guard machine.impossibleEvents > 0 else { return }
+        configuration.metrics.increment(.impossibleEvents, by: UInt64(machine.impossibleEvents))
+        Diagnostics.error("impossible_event", [("reason", machine.lastImpossible.map { "\($0)" } ?? "?"),
+                                               ("count", String(machine.impossibleEvents))])
+    }
+
     func abort() {
         close()
     }
@@ -267,6 +276,7 @@ final class ClientConnection: UpstreamLegOwner {
         event_free(timer)
         transport.free()
         deliver(.connectionClosed)
+        reportImpossibleEvents()
         if let leg {
             self.leg = nil
             leg.release(reuse: false)

@@ -25,6 +25,7 @@ public enum MetricName: String, CaseIterable, Sendable {
     case logLinesDropped = "scopeproxy_log_lines_dropped_total"
     case logWriteErrors = "scopeproxy_log_write_errors_total"
     case connectionLimitWaits = "scopeproxy_connection_limit_waits_total"
+    case impossibleEvents = "scopeproxy_impossible_events_total"
     case clientTLSFailures = "scopeproxy_client_tls_failures_total"
     case clientConnections = "scopeproxy_client_connections"
     case upstreamConnections = "scopeproxy_upstream_connections"
@@ -54,7 +55,7 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .scrubbed: ["secret"]
         case .tokenFetches, .refreshTokenRotations: ["secret", "result"]
         case .egressBlocked: ["secret", "kind"]
-        case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits,
+        case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits, .impossibleEvents,
              .clientConnections, .upstreamConnections:
             []
         }
@@ -86,6 +87,8 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .logLinesDropped: "Access log lines dropped because the writer fell behind."
         case .logWriteErrors: "Access log writes that failed (disk full, closed pipe); their lines are lost."
         case .connectionLimitWaits: "Accepted connections that waited because limits.max_connections was reached."
+        case .impossibleEvents:
+            "Events the connection state machine received that a correct engine cannot send (should stay 0; a debug build stops on the first)."
         case .clientTLSFailures: "Connections to tls.client_listen closed at the TLS handshake, by reason."
         case .clientConnections: "Open client connections."
         case .upstreamConnections: "Open upstream connections (in use and pooled)."
@@ -106,6 +109,8 @@ public enum CounterEvent: Sendable {
     case logLineDropped
     case logWriteError
     case connectionLimitWait
+    /// Events a connection's machine counted as impossible (`ImpossibleEvent`), added when it closes.
+    case impossibleEvents
 
     public enum RefreshTokenRotationResult: String, Sendable, CaseIterable {
         case persisted
@@ -123,6 +128,7 @@ public enum CounterEvent: Sendable {
         case .logLineDropped: .logLinesDropped
         case .logWriteError: .logWriteErrors
         case .connectionLimitWait: .connectionLimitWaits
+        case .impossibleEvents: .impossibleEvents
         }
     }
 
@@ -133,7 +139,7 @@ public enum CounterEvent: Sendable {
         case .refreshTokenRotation(let secret, let result): [secret, result.rawValue]
         case .reload(let ok): [ok ? "ok" : "failed"]
         case .clientTLSFailure(let failure): [failure.rawValue]
-        case .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait: []
+        case .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait, .impossibleEvents: []
         }
     }
 }

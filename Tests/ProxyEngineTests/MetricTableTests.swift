@@ -32,12 +32,12 @@ private let everyCounterEvent: [CounterEvent] = {
     let events: [CounterEvent] = [
         .tokenFetch(secret: "partner", failure: nil), .tokenFetch(secret: "partner", failure: .refused),
         .refreshTokenRotation(secret: "partner", .memoryOnly), .reload(ok: false), .clientTLSFailure(.notTLS),
-        .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait,
+        .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait, .impossibleEvents,
     ]
     for event in events {
         switch event {
         case .tokenFetch, .refreshTokenRotation, .reload, .clientTLSFailure, .logTripwireHits, .logLineDropped, .logWriteError,
-             .connectionLimitWait:
+             .connectionLimitWait, .impossibleEvents:
             break
         }
     }
