@@ -7,7 +7,7 @@ import PackageDescription
 let package = Package(
     name: "scopeproxy",
     products: [
-        .executable(name: "scopeproxy", targets: ["scopeproxy"]),
+        .executable(name: "scopeproxy", targets: ["scopeproxy"])
     ],
     targets: [
         // C at the edge: one system-library target per C library, macros wrapped in each shim.h.
@@ -45,18 +45,30 @@ let package = Package(
 
         // The exchange core: request admission, hop planning, response direction and the connection
         // state machine (events in, actions out), plus the records they share.
-        .target(name: "ProxyCore", dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4"]),
+        .target(
+            name: "ProxyCore", dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4"]),
 
         // The libevent engine: carries out what the core decides.
-        .target(name: "ProxyEngine", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag", "PosixSupport"]),
+        .target(
+            name: "ProxyEngine",
+            dependencies: [
+                "ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag",
+                "PosixSupport",
+            ]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
         // only hands it the command line.
-        .target(name: "ScopeProxyApp", dependencies: ["HTTP1Codec", "ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Digests", "PosixSupport"]),
+        .target(
+            name: "ScopeProxyApp",
+            dependencies: [
+                "HTTP1Codec", "ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Digests", "PosixSupport",
+            ]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
         // Test fixtures: loopback origins and raw clients (blocking sockets on their own threads).
-        .target(name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyCore", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"], path: "Tests/TestSupport"),
+        .target(
+            name: "TestSupport", dependencies: ["HTTP1Codec", "ProxyCore", "ProxyEngine", "ScopeProxyApp", "ScopeConfig", "COpenSSL"],
+            path: "Tests/TestSupport"),
         .testTarget(name: "HTTP1CodecTests", dependencies: ["HTTP1Codec"]),
         .testTarget(name: "JSONTextTests", dependencies: ["JSONText"]),
         // The AWS SigV4 test suite's vectors (Vectors/) and botocore's signer (python3) as references.
@@ -65,12 +77,18 @@ let package = Package(
         .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
-        .testTarget(name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
-                    resources: [.copy("Fixtures")]),
+        .testTarget(
+            name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
+            resources: [.copy("Fixtures")]),
         // The exchange core's state machine, driven by tables of events (no sockets).
         .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig", "AWSSigV4"]),
         .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec"]),
-        .testTarget(name: "ProxyEngineTests", dependencies: ["ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "COpenSSL", "TestSupport", "SecretStore", "ScopePolicy"]),
+        .testTarget(
+            name: "ProxyEngineTests",
+            dependencies: [
+                "ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "COpenSSL", "TestSupport", "SecretStore",
+                "ScopePolicy",
+            ]),
         // The command line through the built binary (and the pieces it is generated from).
         .testTarget(name: "CLITests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],

@@ -14,7 +14,6 @@ func fuzzConfig(_ data: UnsafePointer<UInt8>, _ size: Int) {
     }
 }
 
-
 /// Lines as YAML counts them: CRLF, a lone CR, LF, NEL, LS and PS each end a line.
 func yamlLineCount(_ text: String) -> Int {
     var lines = 1

@@ -34,7 +34,7 @@
 private let tracing = getenv("SCOPEPROXY_FUZZ_TRACE") != nil
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // MARK: Canaries
@@ -100,8 +100,10 @@ private final class FuzzTokens: AccessTokenSource {
     let secretNames: Set<String> = ["api_token"]
     func endpoint(of secret: String) -> Origin? { try? Origin.parse("https://auth.test") }
     // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
-    func acquire(secret: String, mailbox: any TokenMailbox,
-                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? { nil }
+    func acquire(
+        secret: String, mailbox: any TokenMailbox,
+        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
+    ) -> TokenRequest? { nil }
     func withdraw(secret: String, waiterID: UInt64) {}
     func markStale(secret: String, token: AccessToken) -> Bool { false }
 }
@@ -117,16 +119,19 @@ private func fixture(_ yaml: String, secrets: [String: String], tokens: (any Acc
     } catch {
         fatalError("fixture config: \(error)")
     }
-    let intercept: Set<String> = switch config.tls.intercept {
-    case .hosts(let hosts): Set(hosts)
-    case .scoped: Set(config.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
-    }
+    let intercept: Set<String> =
+        switch config.tls.intercept {
+        case .hosts(let hosts): Set(hosts)
+        case .scoped: Set(config.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
+        }
     // The guard and the scrub run over the canaries (on, as by default): their paths are walked too.
-    let values = SecretValueIndex(placeholders: PlaceholderTable(config.placeholders, key: [UInt8](repeating: 1, count: 32)),
-                                  values: secrets.mapValues { Array($0.utf8) })
-    let scope = ScopeContext(policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
-                             proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept,
-                             protection: config.protection, values: values, tokens: tokens)
+    let values = SecretValueIndex(
+        placeholders: PlaceholderTable(config.placeholders, key: [UInt8](repeating: 1, count: 32)),
+        values: secrets.mapValues { Array($0.utf8) })
+    let scope = ScopeContext(
+        policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
+        proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept,
+        protection: config.protection, values: values, tokens: tokens)
     var limits = config.limits
     limits.maxInformationalResponses = 3
     let settings = ConnectionMachine.Settings(
@@ -135,15 +140,17 @@ private func fixture(_ yaml: String, secrets: [String: String], tokens: (any Acc
     let route = config.routes.first.map { route in
         ConnectionMode.route(upstream: route.upstream, publicOrigin: origin("http://\(route.listen)"))
     }
-    return MachineFixture(scope: scope, settings: settings, route: route,
-                          covered: Set(config.policy.scopes.flatMap(\.origins)))
+    return MachineFixture(
+        scope: scope, settings: settings, route: route,
+        covered: Set(config.policy.scopes.flatMap(\.origins)))
 }
 
 private let allSecrets = ["api_token": apiSecret, "cdn_token": cdnSecret, "proxy_password": proxySecret]
 
 let machineFixtures: [MachineFixture] = [
     // 0: pass mode, open proxy, tunnels allowed, nothing intercepted.
-    fixture("""
+    fixture(
+        """
         secrets:
           api_token: { env: API_TOKEN }
           cdn_token: { env: CDN_TOKEN }
@@ -152,7 +159,8 @@ let machineFixtures: [MachineFixture] = [
         tls: { tunnel: allow }
         """, secrets: allSecrets),
     // 1: follow mode, proxy authentication, one intercepted host, bodies logged.
-    fixture("""
+    fixture(
+        """
         secrets:
           api_token: { env: API_TOKEN }
           cdn_token: { env: CDN_TOKEN }
@@ -164,7 +172,8 @@ let machineFixtures: [MachineFixture] = [
         log: { bodies: true }
         """, secrets: allSecrets),
     // 2: block mode with one allowed origin, a route to the api.
-    fixture("""
+    fixture(
+        """
         secrets:
           api_token: { env: API_TOKEN }
           cdn_token: { env: CDN_TOKEN }
@@ -176,7 +185,8 @@ let machineFixtures: [MachineFixture] = [
         """, secrets: allSecrets),
     // 3: follow mode, a route to the loopback origin, every scoped host intercepted, injection
     //    limited by method and path, and the cdn secret missing (credential_unavailable).
-    fixture("""
+    fixture(
+        """
         secrets:
           api_token: { env: API_TOKEN }
           cdn_token: { env: CDN_TOKEN }
@@ -199,7 +209,8 @@ let machineFixtures: [MachineFixture] = [
         log: { bodies: true }
         """, secrets: ["api_token": apiSecret]),
     // 4: no scopes (every sensitive header stripped everywhere), follow mode, proxy authentication.
-    fixture("""
+    fixture(
+        """
         secrets:
           proxy_password: { env: PROXY_PASSWORD }
         proxy_auth: { secret: proxy_password }
@@ -207,7 +218,8 @@ let machineFixtures: [MachineFixture] = [
         tls: { tunnel: allow }
         """, secrets: allSecrets),
     // 5: the api's credential is an OAuth2 token: requests to it wait for the token (follow mode).
-    fixture("""
+    fixture(
+        """
         secrets:
           api_token: { oauth2: { token_url: "https://auth.test/token", grant: client_credentials, client_id: c, client_secret: proxy_password } }
           cdn_token: { env: CDN_TOKEN }
@@ -346,7 +358,9 @@ private struct Harness {
         // Nothing of a hop the machine let go of (or never opened) may have any effect: its bytes
         // would reach the client, or its failure end another hop's exchange.
         if let about = hopOf(event), hops[about.value]?.released ?? true, !actions.isEmpty {
-            fail("an event of \(about) (\(hops[about.value] == nil ? "never connected" : "released")) produced " + actions.map(describe).joined(separator: "; "))
+            fail(
+                "an event of \(about) (\(hops[about.value] == nil ? "never connected" : "released")) produced "
+                    + actions.map(describe).joined(separator: "; "))
         }
         check(actions)
         // A 101 on a connection whose client already sent more would hand those pipelined requests
@@ -360,11 +374,11 @@ private struct Harness {
     func hopOf(_ event: ConnectionEvent) -> HopID? {
         switch event {
         case .upstreamConnected(let hop, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
-             .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
-             .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
+            .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
+            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
-             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed:
+            .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed:
             nil
         }
     }
@@ -456,8 +470,9 @@ private struct Harness {
         var searchFrom = bytes.startIndex
         while let found = find(clientMarker, in: bytes, from: searchFrom) {
             if !addressed {
-                fail("client credential sent to \(hop.origin), client addressed \(unit.origin.map { "\($0)" } ?? "nothing")"
-                     + (fixture.covered.contains(hop.origin) ? "" : " (no scope covers it)") + ":\n" + String(decoding: bytes, as: UTF8.self))
+                fail(
+                    "client credential sent to \(hop.origin), client addressed \(unit.origin.map { "\($0)" } ?? "nothing")"
+                        + (fixture.covered.contains(hop.origin) ? "" : " (no scope covers it)") + ":\n" + String(decoding: bytes, as: UTF8.self))
             }
             let tag = Array("CLIENT\(hop.unit)-".utf8)
             if find(tag, in: bytes, from: found) != found {
@@ -528,17 +543,22 @@ private struct Harness {
         switch operation {
         case 0: requestHead(&input)
         case 1:
-            let errors: [HTTPParseError] = [.headTooLarge, .tooManyFields, .targetTooLong, .unsupportedVersion,
-                                            .unsupportedTransferCoding, .malformed("fuzz"), .tlsHandshake]
-            deliver(.requestHeadInvalid(errors[input.pick(errors.count)], Arrival(now: 1, scope: fixture.scope)),
-                    unit: Unit(needsRecord: true, origin: nil))
+            let errors: [HTTPParseError] = [
+                .headTooLarge, .tooManyFields, .targetTooLong, .unsupportedVersion,
+                .unsupportedTransferCoding, .malformed("fuzz"), .tlsHandshake,
+            ]
+            deliver(
+                .requestHeadInvalid(errors[input.pick(errors.count)], Arrival(now: 1, scope: fixture.scope)),
+                unit: Unit(needsRecord: true, origin: nil))
         case 2: deliver(.headStarted)
         case 3: deliver(.upstreamConnected(hop(&input), reused: input.bool()))
         case 4:
             let target = hop(&input)
             let origin = hops[target.value]?.origin ?? otherOrigin
-            let errors: [ProxyError] = [.dnsFailure(origin), .upstreamRefused(origin), .connectTimeout(origin),
-                                        .upstreamTLSVerification(origin, "fuzz"), .upstreamTLSHandshake(origin)]
+            let errors: [ProxyError] = [
+                .dnsFailure(origin), .upstreamRefused(origin), .connectTimeout(origin),
+                .upstreamTLSVerification(origin, "fuzz"), .upstreamTLSHandshake(origin),
+            ]
             deliver(.upstreamConnectFailed(target, errors[input.pick(errors.count)]))
         case 5: deliver(.requestBody(hop(&input), progress(&input)))
         case 6:
@@ -578,8 +598,10 @@ private struct Harness {
         if closed {
             deliver(.drain)
         } else if let secret = machine.awaitedToken {
-            deliver(input.byte() < 224 ? .tokenReady(secret: secret, fuzzToken)
-                                       : .tokenFailed(secret: secret, endpoint: nil, reason: .rejected(status: 401, error: nil)))
+            deliver(
+                input.byte() < 224
+                    ? .tokenReady(secret: secret, fuzzToken)
+                    : .tokenFailed(secret: secret, endpoint: nil, reason: .rejected(status: 401, error: nil)))
         } else if machine.isHandshaking {
             deliver(input.byte() < 224 ? .clientTLSEstablished : .clientTLSFailed(.clientRejectedCertificate))
         } else if machine.isAwaitingHead {
@@ -588,8 +610,12 @@ private struct Harness {
             if !state.connectedEvent {
                 deliver(.upstreamConnected(current, reused: input.bool()))
             } else if state.pumping && !state.requestComplete {
-                deliver(.requestBody(current, .complete(payload: 5, consumed: 5, captured: input.bool() ? Array("hello".utf8) : nil,
-                                                        observed: nil)))
+                deliver(
+                    .requestBody(
+                        current,
+                        .complete(
+                            payload: 5, consumed: 5, captured: input.bool() ? Array("hello".utf8) : nil,
+                            observed: nil)))
             } else if machine.expectsResponseHead(from: current) {
                 deliver(.responseHead(current, responseHead(&input)))
             } else if state.relaying {
@@ -631,12 +657,21 @@ private struct Harness {
         let payload = UInt64(input.byte() % 8)
         switch kind % 8 {
         case 6: return .scrubbed([SecretFinding(secret: "api_token", encoding: .raw, isPlaceholder: false)])
-        case 7: return .blocked(SecretFinding(secret: "cdn_token", encoding: .percentUppercase, isPlaceholder: kind & 0x40 != 0),
-                             bytesSent: kind & 0x80 != 0)
+        case 7:
+            return .blocked(
+                SecretFinding(secret: "cdn_token", encoding: .percentUppercase, isPlaceholder: kind & 0x40 != 0),
+                bytesSent: kind & 0x80 != 0)
         case 0, 1: return .moved(payload: payload, consumed: payload + UInt64(kind % 3))
         case 2, 3:
-            let captured: [UInt8]? = switch kind % 3 { case 0: nil; case 1: []; default: Array("hello".utf8) }
-            let observed = kind & 0x80 == 0 ? nil
+            let captured: [UInt8]? =
+                switch kind % 3 {
+                case 0: nil;
+                case 1: [];
+                default: Array("hello".utf8)
+                }
+            let observed =
+                kind & 0x80 == 0
+                ? nil
                 : ExchangeRecord.ObservedBody(bytes: Array("{\"a\":1}".utf8), total: payload, truncated: false, contentType: nil)
             return .complete(payload: payload, consumed: payload, captured: captured, observed: observed)
         case 4: return .invalid
@@ -738,8 +773,9 @@ private struct Harness {
         let head = RequestHead(method: method, target: target, version: kind == 8 ? .http1_0 : .http1_1, fields: fields)
         let arrival = Arrival(now: UInt64(number), scope: fixture.scope)
         let closes = kind == 8 || credentials & 0x40 != 0
-        deliver(.requestHead(head, headBytes: 64 + fields.count * 24, arrival),
-                unit: Unit(needsRecord: true, origin: addressed, closes: closes))
+        deliver(
+            .requestHead(head, headBytes: 64 + fields.count * 24, arrival),
+            unit: Unit(needsRecord: true, origin: addressed, closes: closes))
     }
 }
 

@@ -1,7 +1,7 @@
 // One libFuzzer binary, eleven targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
 // drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of six.
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [

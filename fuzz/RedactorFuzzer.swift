@@ -41,4 +41,3 @@ func fuzzRedactor(_ data: UnsafePointer<UInt8>, _ size: Int) {
     fuzzCheck(scrubbed.hits >= 1, "tripwire missed a base64-embedded canary")
     fuzzCheck(tripwire.scrub(scrubbed.line).hits == 0, "scrub left a hit")
 }
-

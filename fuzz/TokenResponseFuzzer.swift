@@ -30,8 +30,9 @@ func fuzzTokenResponse(_ data: UnsafePointer<UInt8>, _ size: Int) {
     if case .needMore = piecesOutcome { piecesOutcome = pieces.endOfInput() }
     // A reader that has decided stops being fed, so a complete answer may be seen earlier in pieces;
     // what it decided must still be the same.
-    fuzzCheck(describe(wholeOutcome) == describe(piecesOutcome) || input.count > 4096,
-              "whole: \(describe(wholeOutcome)), in pieces of \(step): \(describe(piecesOutcome))")
+    fuzzCheck(
+        describe(wholeOutcome) == describe(piecesOutcome) || input.count > 4096,
+        "whole: \(describe(wholeOutcome)), in pieces of \(step): \(describe(piecesOutcome))")
 
     let endpoint = try! Origin.parse("https://auth.example")
     switch wholeOutcome {
@@ -45,8 +46,9 @@ func fuzzTokenResponse(_ data: UnsafePointer<UInt8>, _ size: Int) {
             let text = TokenFailure(secret: "t", endpoint: endpoint, reason: reason).description
             fuzzCheck(!text.utf8.contains(subsequence: canary), "a parse failure repeats the response: \(text)")
         case .success(let grant):
-            fuzzCheck(!grant.accessToken.exposedBytes.contains { $0 < 0x20 || $0 == 0x7F },
-                      "a granted access token holds a control byte")
+            fuzzCheck(
+                !grant.accessToken.exposedBytes.contains { $0 < 0x20 || $0 == 0x7F },
+                "a granted access token holds a control byte")
         }
     }
 }

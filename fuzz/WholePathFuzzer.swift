@@ -20,7 +20,7 @@
 // byte: < 224 one of `numberPieces`/`textPieces`, else the next byte itself.
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Numbers as they come from outside: long runs, the integer edges, leading zeros, signs,
@@ -147,8 +147,10 @@ func fuzzWholePath(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let setup = input.byte()
     let fixture = machineFixtures[Int(setup & 7) % machineFixtures.count]
     let mode = setup & 8 != 0 ? fixture.route ?? .forwardProxy : .forwardProxy
-    var path = WholePath(machine: ConnectionMachine(settings: fixture.settings, mode: mode, peer: "127.0.0.1:5000",
-                                                     ids: RequestIDGenerator(seed: 11)))
+    var path = WholePath(
+        machine: ConnectionMachine(
+            settings: fixture.settings, mode: mode, peer: "127.0.0.1:5000",
+            ids: RequestIDGenerator(seed: 11)))
     path.machine.toleratesImpossibleEvents = true  // counted, not asserted: see ExchangeMachineFuzzer
     _ = path.machine.start()
     var requests = 0

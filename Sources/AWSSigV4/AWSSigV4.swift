@@ -172,8 +172,9 @@ public struct AWSSigV4Timestamp: Sendable, Equatable {
     public let second: Int
 
     public init(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
-        precondition((1...9999).contains(year) && (1...12).contains(month) && (1...31).contains(day)
-                     && (0...23).contains(hour) && (0...59).contains(minute) && (0...60).contains(second), "invalid UTC time")
+        precondition(
+            (1...9999).contains(year) && (1...12).contains(month) && (1...31).contains(day)
+                && (0...23).contains(hour) && (0...59).contains(minute) && (0...60).contains(second), "invalid UTC time")
         self.year = year
         self.month = month
         self.day = day
@@ -196,8 +197,9 @@ public struct AWSSigV4Timestamp: Sendable, Equatable {
         let day = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
         let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        self.init(year: Int(year), month: Int(month), day: Int(day),
-                  hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60)
+        self.init(
+            year: Int(year), month: Int(month), day: Int(day),
+            hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60)
     }
 
     /// `YYYYMMDD`: the credential scope's date.
@@ -275,7 +277,8 @@ public struct AWSSigV4Signer: Sendable {
         let scope = "\(time.dateStamp)/\(region)/\(service)/aws4_request"
         let stringToSign = Self.stringToSign(amzDate: amzDate, scope: scope, canonicalRequest: canonical.bytes)
         let signature = Hex.lowercase(HMAC.sha256(key: signingKey(dateStamp: time.dateStamp), message: stringToSign))
-        let authorization = "\(AWSSigV4.algorithm) Credential=\(credentials.accessKeyID)/\(scope), "
+        let authorization =
+            "\(AWSSigV4.algorithm) Credential=\(credentials.accessKeyID)/\(scope), "
             + "SignedHeaders=\(canonical.signedHeaders.joined(separator: ";")), Signature=\(signature)"
         added.append(HTTPField(name: "Authorization", value: authorization))
         return AWSSigV4Signature(fields: added, signedHeaders: canonical.signedHeaders, canonicalQuery: canonical.query)

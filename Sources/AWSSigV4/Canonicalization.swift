@@ -51,8 +51,11 @@ enum AWSSigV4Canonical {
                 name = piece
                 value = ""
             }
-            pairs.append((Array(PercentEncoding.encode(PercentEncoding.decode(name, plusAsSpace: true)).utf8),
-                          Array(PercentEncoding.encode(PercentEncoding.decode(value, plusAsSpace: true)).utf8)))
+            pairs.append(
+                (
+                    Array(PercentEncoding.encode(PercentEncoding.decode(name, plusAsSpace: true)).utf8),
+                    Array(PercentEncoding.encode(PercentEncoding.decode(value, plusAsSpace: true)).utf8)
+                ))
         }
         pairs.sort { left, right in
             left.name != right.name ? left.name.lexicographicallyPrecedes(right.name) : left.value.lexicographicallyPrecedes(right.value)

@@ -27,8 +27,9 @@ public enum HMAC {
         let result = key.withUnsafeBufferPointer { keyBytes in
             message.withUnsafeBufferPointer { input in
                 digest.withUnsafeMutableBufferPointer { output in
-                    COpenSSL.HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), input.baseAddress, input.count,
-                                  output.baseAddress, &length)
+                    COpenSSL.HMAC(
+                        EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), input.baseAddress, input.count,
+                        output.baseAddress, &length)
                 }
             }
         }

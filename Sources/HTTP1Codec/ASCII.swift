@@ -78,7 +78,9 @@ enum ASCII {
                 for index in 0..<buffer.count where lowercased(buffer[index]) != expected[index] { return false }
                 return true
             }
-        }) { return result }
+        }) {
+            return result
+        }
         var rhs = lowercase.utf8.makeIterator()
         for byte in bytes {
             guard let expected = rhs.next(), lowercased(byte) == expected else { return false }

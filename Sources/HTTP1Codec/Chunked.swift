@@ -16,14 +16,14 @@ public struct ChunkedDecoder: Sendable {
 
     private enum State: Sendable {
         case size(digits: Int, value: UInt64)
-        case sizeWhitespace                      // BWS between size and ";"
-        case extensionStart                      // just after ";" (BWS then a name)
+        case sizeWhitespace  // BWS between size and ";"
+        case extensionStart  // just after ";" (BWS then a name)
         case extensionName(length: Int)
-        case extensionAfterName                  // BWS before "=" or ";" or CRLF
-        case extensionValueStart                 // after "=" (BWS then token or quoted-string)
+        case extensionAfterName  // BWS before "=" or ";" or CRLF
+        case extensionValueStart  // after "=" (BWS then token or quoted-string)
         case extensionToken(length: Int)
         case extensionQuoted(escaped: Bool)
-        case extensionAfterValue                 // BWS before ";" or CRLF
+        case extensionAfterValue  // BWS before ";" or CRLF
         case sizeLineLF
         case data(remaining: UInt64)
         case dataCR

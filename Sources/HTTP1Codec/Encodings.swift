@@ -56,7 +56,8 @@ public enum PercentEncoding {
         var bytes = Array(text.utf8)[...]
         while let byte = bytes.popFirst() {
             if byte == UInt8(ascii: "%"), bytes.count >= 2, let high = hexValue(bytes[bytes.startIndex]),
-               let low = hexValue(bytes[bytes.startIndex + 1]) {
+                let low = hexValue(bytes[bytes.startIndex + 1])
+            {
                 output.append(high << 4 | low)
                 bytes = bytes.dropFirst(2)
             } else if plusAsSpace, byte == UInt8(ascii: "+") {

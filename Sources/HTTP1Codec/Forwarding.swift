@@ -96,7 +96,8 @@ public enum Forwarding {
             // A HEAD or 304 response's Content-Length describes the representation, not this
             // message: pass it on when it is well-formed.
             if head.status != 204, !head.isInformational,
-               let length = try? BodyFraming.parseContentLength(head.fields) {
+                let length = try? BodyFraming.parseContentLength(head.fields)
+            {
                 fields.append(name: "Content-Length", value: String(length))
             }
         case .untilClose:

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A socket address to listen on (or to reach the admin endpoint at): `HOST:PORT`. One type for the

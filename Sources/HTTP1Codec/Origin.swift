@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 public enum Scheme: String, Sendable, Hashable {
@@ -55,7 +55,8 @@ public struct Origin: Hashable, Sendable, CustomStringConvertible {
     public static func parse(_ text: String) throws(TargetParseError) -> Origin {
         var text = text
         if text.utf8.contains(where: { $0 >= 0x80 }), let schemeEnd = text.firstIndex(of: ":"),
-           text[schemeEnd...].hasPrefix("://") {
+            text[schemeEnd...].hasPrefix("://")
+        {
             // IDN host: convert it before the strict (ASCII-only) target parser sees it.
             let afterScheme = text.index(schemeEnd, offsetBy: 3)
             let authorityEnd = text[afterScheme...].firstIndex(where: { $0 == "/" || $0 == ":" }) ?? text.endIndex
@@ -118,7 +119,7 @@ public struct Host: Hashable, Sendable {
         for byte in name {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
                 break
             case UInt8(ascii: "."):
                 guard previous != UInt8(ascii: "."), previous != 0 else { throw .invalid("invalid host name") }
@@ -153,7 +154,8 @@ public struct Host: Hashable, Sendable {
         guard !label.isEmpty else { return false }
         if label.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) { return true }
         guard label.count >= 2, label[label.startIndex] == UInt8(ascii: "0"),
-              ASCII.lowercased(label[label.startIndex + 1]) == UInt8(ascii: "x") else { return false }
+            ASCII.lowercased(label[label.startIndex + 1]) == UInt8(ascii: "x")
+        else { return false }
         return label.dropFirst(2).allSatisfy { byte in
             (byte >= 0x30 && byte <= 0x39) || (ASCII.lowercased(byte) >= 0x61 && ASCII.lowercased(byte) <= 0x66)
         }
@@ -227,7 +229,7 @@ public enum RequestTarget: Equatable, Sendable {
             return .origin(pathAndQuery: target)
         }
         guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon + 2 < bytes.count,
-              bytes[colon + 1] == UInt8(ascii: "/"), bytes[colon + 2] == UInt8(ascii: "/")
+            bytes[colon + 1] == UInt8(ascii: "/"), bytes[colon + 2] == UInt8(ascii: "/")
         else { throw .invalid("unsupported request target") }
         let scheme: Scheme
         if ASCII.equalsIgnoringCase(bytes[..<colon], lowercase: "http") {

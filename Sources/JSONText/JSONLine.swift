@@ -57,7 +57,8 @@ public struct JSONLine {
         while index < text.count {
             // Eight bytes at a time while none of them needs escaping (a log line is mostly such runs).
             if index + 8 <= text.count, let base = text.baseAddress,
-               !wordNeedsEscape(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)) {
+                !wordNeedsEscape(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self))
+            {
                 index += 8
                 continue
             }

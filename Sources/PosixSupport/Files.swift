@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Reads a file that is expected to be small (configs, secrets), refusing to slurp anything larger.

@@ -24,8 +24,10 @@ public protocol AccessTokenSource: AnyObject, Sendable {
     /// token, or a failure it will not retry yet), otherwise as a job posted to `mailbox`. Returns
     /// nil, and never calls `onReady`, when `secret` is not this source's. No loop ever blocks.
     @discardableResult
-    func acquire(secret: String, mailbox: any TokenMailbox,
-                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest?
+    func acquire(
+        secret: String, mailbox: any TokenMailbox,
+        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
+    ) -> TokenRequest?
     /// The waiter of a `.waiting` request is gone (its client closed): its `onReady` is dropped, and
     /// with it whatever it holds. The fetch itself goes on. Loop thread of the waiter.
     func withdraw(secret: String, waiterID: UInt64)

@@ -46,8 +46,10 @@ public struct ClientRequest: Sendable, Equatable {
     public let framing: BodyFraming
     public let client: ClientIdentity
 
-    public init(head: RequestHead, origin: Origin, pathAndQuery: String, userinfo: String?, framing: BodyFraming,
-                client: ClientIdentity) {
+    public init(
+        head: RequestHead, origin: Origin, pathAndQuery: String, userinfo: String?, framing: BodyFraming,
+        client: ClientIdentity
+    ) {
         self.head = head
         self.origin = origin
         self.pathAndQuery = pathAndQuery
@@ -88,8 +90,10 @@ public enum RequestAdmission {
 
     /// `facts`: what the engine knows about the connection (`clients:` recognition); `now`:
     /// monotonic microseconds (rate limits).
-    public static func admit(_ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
-                             facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0) -> Admission {
+    public static func admit(
+        _ head: RequestHead, mode: ConnectionMode, scope: ScopeContext, policy: Policy,
+        facts: ConnectionFacts = ConnectionFacts(peer: ""), now: UInt64 = 0
+    ) -> Admission {
         // Before any client rule, and in every mode: the proxy's own connection must never borrow
         // an identity (`uid:` is the proxy's user, `source:` this machine's address).
         if facts.isProxyOwnConnection { return .reject(.loopRefused(nil)) }
@@ -100,9 +104,11 @@ public enum RequestAdmission {
             // the tunnel must not keep a deleted client's credentials (a config without any
             // clients makes every request the one unnamed client, as a new connection would be).
             if let name = established.name, !scope.clients.isEmpty, !scope.clients.names.contains(name) {
-                return .reject(.proxyAuthenticationRequired(ClientRefusal(
-                    reason: .clientNotRecognised, detail: "client '\(name)' was removed by a reload", schemes: scope.clients.schemes,
-                    recognizers: scope.clients.recognizers)))
+                return .reject(
+                    .proxyAuthenticationRequired(
+                        ClientRefusal(
+                            reason: .clientNotRecognised, detail: "client '\(name)' was removed by a reload", schemes: scope.clients.schemes,
+                            recognizers: scope.clients.recognizers)))
             }
             client = scope.clients.isEmpty ? .unnamed : established
         } else {
@@ -165,7 +171,8 @@ public enum RequestAdmission {
         // One field holding a list of media types is the same ambiguity (Rack splits it at ',' and
         // reads the first); a comma inside a quoted parameter is not a list.
         if let type = head.fields.singleValue(of: "content-type").agreed,
-           type.prefix(while: { $0 != ";" }).contains(",") {
+            type.prefix(while: { $0 != ";" }).contains(",")
+        {
             return .reject(.malformedRequest("a Content-Type with more than one media type"))
         }
         // RFC 9110 §7.6.1: a connection option never names a field meant for the origin. Naming one
@@ -180,8 +187,10 @@ public enum RequestAdmission {
         } catch {
             return .reject(ProxyError(error))
         }
-        return .forward(ClientRequest(head: head, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
-                                      framing: framing, client: client))
+        return .forward(
+            ClientRequest(
+                head: head, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
+                framing: framing, client: client))
     }
 
     /// End-to-end fields that decide how the proxy reads a request: never a connection option.

@@ -29,8 +29,10 @@ public struct ClientRefusal: Sendable, Equatable {
     /// these (never Proxy-Authorization when no client uses `auth`, which could not succeed).
     public var recognizers: ClientRecognizers
 
-    public init(reason: Reason, detail: String? = nil, schemes: [ProxyAuthScheme] = [.basic],
-                recognizers: ClientRecognizers = ClientRecognizers(proxyAuthorization: true)) {
+    public init(
+        reason: Reason, detail: String? = nil, schemes: [ProxyAuthScheme] = [.basic],
+        recognizers: ClientRecognizers = ClientRecognizers(proxyAuthorization: true)
+    ) {
         self.reason = reason
         self.detail = detail
         self.schemes = schemes
@@ -51,8 +53,10 @@ public struct ClientRecognizers: Sendable, Equatable {
     public var uid = false
     public var source = false
 
-    public init(proxyAuthorization: Bool = false, clientCertificate: Bool = false, clientCertificateListen: String? = nil,
-                uid: Bool = false, source: Bool = false) {
+    public init(
+        proxyAuthorization: Bool = false, clientCertificate: Bool = false, clientCertificateListen: String? = nil,
+        uid: Bool = false, source: Bool = false
+    ) {
         self.proxyAuthorization = proxyAuthorization
         self.clientCertificate = clientCertificate
         self.clientCertificateListen = clientCertificateListen
@@ -61,9 +65,10 @@ public struct ClientRecognizers: Sendable, Equatable {
     }
 
     public init(_ rules: [ClientRule], tlsClientListen: String?) {
-        self.init(proxyAuthorization: rules.contains { $0.auth != nil }, clientCertificate: rules.contains { $0.tlsClient != nil },
-                  clientCertificateListen: tlsClientListen, uid: rules.contains { $0.uid != nil },
-                  source: rules.contains { !$0.sources.isEmpty })
+        self.init(
+            proxyAuthorization: rules.contains { $0.auth != nil }, clientCertificate: rules.contains { $0.tlsClient != nil },
+            clientCertificateListen: tlsClientListen, uid: rules.contains { $0.uid != nil },
+            source: rules.contains { !$0.sources.isEmpty })
     }
 }
 
@@ -109,7 +114,7 @@ public final class ClientDirectory: Sendable {
         if let certificate = facts.certificate {
             for rule in rules {
                 guard let match = rule.tlsClient, certificate.verifiedBy.contains(match.caFile),
-                      match.subject.matches(commonNames: certificate.commonNames, subjectAltNames: certificate.subjectAltNames)
+                    match.subject.matches(commonNames: certificate.commonNames, subjectAltNames: certificate.subjectAltNames)
                 else { continue }
                 return .client(ClientIdentity(name: rule.name))
             }

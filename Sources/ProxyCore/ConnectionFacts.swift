@@ -15,8 +15,10 @@ public struct ConnectionFacts: Sendable, Equatable {
     /// (docs/security-model.md, "Clients"); every request on it is refused with `loop_refused`.
     public var isProxyOwnConnection: Bool
 
-    public init(peer: String, peerIP: String? = nil, owner: SocketOwner = .notLookedUp, certificate: ClientCertificate? = nil,
-                isProxyOwnConnection: Bool = false) {
+    public init(
+        peer: String, peerIP: String? = nil, owner: SocketOwner = .notLookedUp, certificate: ClientCertificate? = nil,
+        isProxyOwnConnection: Bool = false
+    ) {
         self.peer = peer
         self.peerIP = peerIP
         self.owner = owner

@@ -30,8 +30,10 @@ public struct ConnectionMachine {
         /// `log.bodies`: keep the first bytes of bodies for the log's summaries.
         public var logBodies: Bool
 
-        public init(timeouts: Timeouts = Timeouts(), limits: Limits = Limits(),
-                    admission: RequestAdmission.Policy = .init(tunnel: .deny, canIntercept: false), logBodies: Bool = false) {
+        public init(
+            timeouts: Timeouts = Timeouts(), limits: Limits = Limits(),
+            admission: RequestAdmission.Policy = .init(tunnel: .deny, canIntercept: false), logBodies: Bool = false
+        ) {
             self.timeouts = timeouts
             self.limits = limits
             self.admission = admission
@@ -315,8 +317,9 @@ public struct ConnectionMachine {
             impossible(reason)
         case .answer(let error, let record, let requestRead, let scrub):
             state = .closing  // the exchange is over; reject decides what comes next
-            reject(error, record: record, consumedBody: requestRead && exchange.request.head.wantsKeepAlive,
-                   clientVersion: exchange.request.head.version, scrub: scrub)
+            reject(
+                error, record: record, consumedBody: requestRead && exchange.request.head.wantsKeepAlive,
+                clientVersion: exchange.request.head.version, scrub: scrub)
         case .interim(let head):
             // 1xx must not go to an HTTP/1.0 client (RFC 9110 §15.2).
             guard exchange.request.head.version == .http1_1 else { return }
@@ -349,8 +352,9 @@ public struct ConnectionMachine {
         record.bytesIn = UInt64(headBytes)
         record.requestFields = head.fields
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
-        let admission = RequestAdmission.admit(head, mode: mode, scope: arrival.scope, policy: settings.admission,
-                                               facts: facts, now: arrival.now)
+        let admission = RequestAdmission.admit(
+            head, mode: mode, scope: arrival.scope, policy: settings.admission,
+            facts: facts, now: arrival.now)
         covering = nil
         switch admission {
         case .reject(.rateLimited(let client, _)): record.clientID = client
@@ -412,8 +416,9 @@ public struct ConnectionMachine {
     }
 
     private func newExchange(_ request: ClientRequest, _ arrival: Arrival, _ record: ExchangeRecord) -> ExchangeMachine {
-        ExchangeMachine(request: request, scope: arrival.scope, wallClock: arrival.wallClock, record: record, mode: mode,
-                        limits: settings.limits, logBodies: settings.logBodies)
+        ExchangeMachine(
+            request: request, scope: arrival.scope, wallClock: arrival.wallClock, record: record, mode: mode,
+            limits: settings.limits, logBodies: settings.logBodies)
     }
 
     // MARK: Responses, rendered in HTTP/1.1
@@ -423,7 +428,8 @@ public struct ConnectionMachine {
     private mutating func respond(_ head: ResponseHead, framing: BodyFraming, _ exchange: ExchangeMachine) {
         let version = exchange.request.head.version
         let clientFraming = Forwarding.clientFraming(upstream: framing, clientVersion: version)
-        let keepAlive = exchange.request.head.wantsKeepAlive && !draining && !clientInputClosed
+        let keepAlive =
+            exchange.request.head.wantsKeepAlive && !draining && !clientInputClosed
             && clientFraming != .untilClose && exchange.requestBody == .complete
         var clientHead = Forwarding.clientResponse(from: head, framing: clientFraming, clientVersion: version, keepAlive: keepAlive)
         clientHead.fields.set(name: "X-Request-ID", value: exchange.record.id)
@@ -435,8 +441,9 @@ public struct ConnectionMachine {
         }
         let bytes = clientHead.serialized()
         effects.append(.writeToClient(bytes))
-        exchange.relay(head, clientHead: clientHead, bytes: bytes.count, inbound: framing, outbound: clientFraming,
-                       keepClient: keepAlive, scrub: bodyScrub, &effects)
+        exchange.relay(
+            head, clientHead: clientHead, bytes: bytes.count, inbound: framing, outbound: clientFraming,
+            keepClient: keepAlive, scrub: bodyScrub, &effects)
     }
 
     /// A 101: after it every byte the client sends goes to this origin. Bytes it sent before seeing
@@ -445,12 +452,14 @@ public struct ConnectionMachine {
     private mutating func switchProtocols(_ head: ResponseHead, _ exchange: ExchangeMachine, clientPipelined: Bool) {
         guard !clientPipelined else {
             let origin = exchange.hopState?.hop.origin ?? exchange.request.origin
-            let refused = exchange.fail(.badUpstreamResponse(origin, "101 on a connection with pipelined requests"),
-                                        closeClient: true, &effects)
+            let refused = exchange.fail(
+                .badUpstreamResponse(origin, "101 on a connection with pipelined requests"),
+                closeClient: true, &effects)
             return carryOut(refused, of: exchange)
         }
-        var switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: exchange.request.head.version,
-                                                  keepAlive: true, switchingProtocols: true)
+        var switching = Forwarding.clientResponse(
+            from: head, framing: .none, clientVersion: exchange.request.head.version,
+            keepAlive: true, switchingProtocols: true)
         guard let (hop, record) = exchange.upgraded(&switching) else { return }
         state = .tunnel(Tunnel(hopID: hop, record: record))
         effects.append(.writeToClient(switching.serialized()))
@@ -522,8 +531,10 @@ public struct ConnectionMachine {
     /// when the request was read whole and the error leaves the byte stream in a known state.
     /// `scrub`: what the exchange's responses are scrubbed of; the proxy's own answer too (its
     /// message names origins, and a redirect can put a value into one).
-    private mutating func reject(_ error: ProxyError, record: ExchangeRecord, consumedBody: Bool,
-                                 clientVersion: HTTPVersion = .http1_1, scrub: SecretWatch? = nil) {
+    private mutating func reject(
+        _ error: ProxyError, record: ExchangeRecord, consumedBody: Bool,
+        clientVersion: HTTPVersion = .http1_1, scrub: SecretWatch? = nil
+    ) {
         effects.cancelTimer()
         let keepAlive = consumedBody && error.allowsKeepAlive && !draining && !clientInputClosed
         var response = error.response(keepAlive: keepAlive, requestID: record.id, clientVersion: clientVersion)

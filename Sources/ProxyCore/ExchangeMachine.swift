@@ -65,8 +65,10 @@ public final class ExchangeMachine {
         case complete
     }
 
-    public init(request: ClientRequest, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord, mode: ConnectionMode,
-                limits: Limits, logBodies: Bool) {
+    public init(
+        request: ClientRequest, scope: ScopeContext, wallClock: Int64, record: ExchangeRecord, mode: ConnectionMode,
+        limits: Limits, logBodies: Bool
+    ) {
         self.request = request
         self.scope = scope
         self.wallClock = wallClock
@@ -122,20 +124,26 @@ public final class ExchangeMachine {
         guard request.framing != .none else { return .stream }
         let head = request.head
         var limit: Int?
-        if scope.policy.needsBodyInspection(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                            contentType: head.fields.singleValue(of: "content-type").agreed,
-                                            contentEncoding: head.fields.listMembers("content-encoding").joined(separator: ","),
-                                            client: request.client.name) {
+        if scope.policy.needsBodyInspection(
+            method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
+            contentType: head.fields.singleValue(of: "content-type").agreed,
+            contentEncoding: head.fields.listMembers("content-encoding").joined(separator: ","),
+            client: request.client.name)
+        {
             limit = limits.maxInspectedBody
         }
         if !scope.values.placeholders.isEmpty, scope.policy.substitutes(for: request.origin, client: request.client.name),
-           PlaceholderSite.body(of: head.fields) != nil {
+            PlaceholderSite.body(of: head.fields) != nil
+        {
             let fits = if case .contentLength(let length) = request.framing { length <= UInt64(limits.maxSubstitutedBody) } else { true }
             if fits { limit = max(limit ?? 0, limits.maxSubstitutedBody) }
         }
-        guard let signer = scope.policy.signingScope(method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
-                                                     client: request.client.name),
-              let signing = signer.signing else {
+        guard
+            let signer = scope.policy.signingScope(
+                method: head.method, origin: request.origin, pathAndQuery: request.pathAndQuery,
+                client: request.client.name),
+            let signing = signer.signing
+        else {
             return limit.map { .read(limit: $0, signingScope: nil) } ?? .stream
         }
         // A signature over the body (SigV4 of anything but s3) needs it whole, up to its limit.
@@ -168,8 +176,9 @@ public final class ExchangeMachine {
 
     /// A CONNECT tunnel: one raw hop to the origin; bytes are spliced once it connects.
     public func startTunnel(to origin: Origin, _ effects: inout MachineEffects) {
-        let hop = Hop(target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), decision: ScopeDecision(),
-                      head: [], body: .none, isUpgrade: false)
+        let hop = Hop(
+            target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), decision: ScopeDecision(),
+            head: [], body: .none, isUpgrade: false)
         begin(HopState(hop: hop, id: effects.nextHopID(), tokens: [:]), &effects)
     }
 
@@ -178,8 +187,10 @@ public final class ExchangeMachine {
         if let missing = missingToken(target, chain: chain, have: tokens) {
             return awaitToken(missing, .first(body, tokens: tokens), &effects)
         }
-        switch HopPlanner.plan(request, to: target, body: body, chain: chain, scope: scope, requestID: record.id,
-                               wallClock: wallClock, tokens: tokens.mapValues(\.value)) {
+        switch HopPlanner.plan(
+            request, to: target, body: body, chain: chain, scope: scope, requestID: record.id,
+            wallClock: wallClock, tokens: tokens.mapValues(\.value))
+        {
         case .failure(let error):
             phase = .done
             return .answer(error, record, requestRead: { if case .streamed = body { false } else { true } }(), scrub: nil)
@@ -209,8 +220,9 @@ public final class ExchangeMachine {
     /// not hold yet; nil when it holds them all (or needs none).
     func missingToken(_ target: HopTarget, chain: RedirectChain, have: [String: AccessToken]) -> String? {
         guard !scope.tokenSecrets.isEmpty else { return nil }
-        let needed = scope.policy.injectedSecrets(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                                  client: request.client.name, chain: chain.context(forHopTo: target, of: request))
+        let needed = scope.policy.injectedSecrets(
+            method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+            client: request.client.name, chain: chain.context(forHopTo: target, of: request))
         return needed.filter { scope.tokenSecrets.contains($0) && have[$0] == nil }.sorted().first
     }
 
@@ -239,13 +251,15 @@ public final class ExchangeMachine {
         guard case .awaitingToken(let awaited, let resume) = phase, awaited == secret else { return .impossible(.unrequestedToken) }
         let owner = (record.origin.map { scope.policy.covering($0, client: request.client.name) } ?? [])
             .first { $0.inject.contains { $0.template.secretNames.contains(secret) } }
-        let read = switch resume {
-        case .first(let body, _): { if case .streamed = body { false } else { true } }()
-        case .follow: true
-        }
+        let read =
+            switch resume {
+            case .first(let body, _): { if case .streamed = body { false } else { true } }()
+            case .follow: true
+            }
         phase = .done
-        return .answer(.tokenUnavailable(scope: owner?.name ?? "?", secret: secret, endpoint: endpoint, reason: reason),
-                       record, requestRead: read, scrub: nil)
+        return .answer(
+            .tokenUnavailable(scope: owner?.name ?? "?", secret: secret, endpoint: endpoint, reason: reason),
+            record, requestRead: read, scrub: nil)
     }
 
     // MARK: Events
@@ -397,8 +411,9 @@ public final class ExchangeMachine {
             if !bytesSent { record.injected = [] }
             let hop = hopState!.hop
             let facts = hop.placeholderRequest ?? PlaceholderRequest(method: hop.target.method, pathAndQuery: hop.target.pathAndQuery)
-            return fail(HopPlanner.blocked(finding, where: "body", hop.origin, scope.policy, client: request.client.name, request: facts),
-                        closeClient: true, &effects)
+            return fail(
+                HopPlanner.blocked(finding, where: "body", hop.origin, scope.policy, client: request.client.name, request: facts),
+                closeClient: true, &effects)
         case .scrubbed:
             return .impossible(.impossibleBodyReport)  // request bodies are guarded, never scrubbed
         }
@@ -417,7 +432,8 @@ public final class ExchangeMachine {
         // method is idempotent: the origin may have run the request before closing, and a proxy
         // must not repeat a POST or PATCH on its own (RFC 9110 §9.2.2).
         if current.reused, !current.retried, !sawResponseBytes, current.requestConsumed == 0,
-           Self.idempotentMethods.contains(current.hop.target.method) {
+            Self.idempotentMethods.contains(current.hop.target.method)
+        {
             effects.release(current.id)
             begin(current.retry(as: effects.nextHopID()), &effects)
             return .proceeding

@@ -179,8 +179,11 @@ public enum ExchangeFailure: Sendable, Equatable {
         case .proxy(.interceptionFailed(_, .clientRejectedCertificate)):
             ("client_rejected_certificate", ClientTLSFailure.clientRejectedCertificate.hint(at: .interception))
         case .proxy(.tlsToPlainListener):
-            ("client_spoke_tls_to_plain_listener", "a client spoke TLS to the plain proxy listener: its proxy URL says https:// "
-                + "where it should say http:// (HTTPS_PROXY=http://HOST:PORT, curl -x http://HOST:PORT)")
+            (
+                "client_spoke_tls_to_plain_listener",
+                "a client spoke TLS to the plain proxy listener: its proxy URL says https:// "
+                    + "where it should say http:// (HTTPS_PROXY=http://HOST:PORT, curl -x http://HOST:PORT)"
+            )
         default:
             nil
         }
@@ -204,10 +207,11 @@ public enum ExchangeFailure: Sendable, Equatable {
 public enum RequestID {
     /// At most 64 characters of `[A-Za-z0-9._-]`.
     public static func isWellFormed(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.count <= 64 && value.utf8.allSatisfy { byte in
-            (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-        }
+        !value.isEmpty && value.utf8.count <= 64
+            && value.utf8.allSatisfy { byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                    || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+            }
     }
 }
 
@@ -248,6 +252,6 @@ public struct RequestIDGenerator: Sendable {
         state ^= state >> 12
         state ^= state << 25
         state ^= state >> 27
-        return state &* 2685821657736338717
+        return state &* 2_685_821_657_736_338_717
     }
 }

@@ -73,9 +73,12 @@ extension ExchangeMachine {
         guard let current = hopState, let scrub = current.hop.scrub else { return .scrub(nil) }
         guard let encoding = ResponseScrub.unscannableEncoding(clientHead.fields) else { return .scrub(scrub) }
         guard scope.protection.scrub != .strict else {
-            return .refused(fail(.badUpstreamResponse(current.hop.origin,
-                                                      "\(encoding) body despite Accept-Encoding: identity (scrub: strict cannot scan it)"),
-                                 &effects))
+            return .refused(
+                fail(
+                    .badUpstreamResponse(
+                        current.hop.origin,
+                        "\(encoding) body despite Accept-Encoding: identity (scrub: strict cannot scan it)"),
+                    &effects))
         }
         record.scrubSkipped = encoding
         return .scrub(nil)
@@ -84,16 +87,21 @@ extension ExchangeMachine {
     /// The final head went to the client (`bytes` long, as rendered): its body is relayed from
     /// `inbound` framing to `outbound`. `keepClient`: the client connection may serve another
     /// request once this response is whole (the connection's decision).
-    public func relay(_ upstream: ResponseHead, clientHead: ResponseHead, bytes: Int, inbound: BodyFraming, outbound: BodyFraming,
-                      keepClient: Bool, scrub: SecretWatch?, _ effects: inout MachineEffects) {
+    public func relay(
+        _ upstream: ResponseHead, clientHead: ResponseHead, bytes: Int, inbound: BodyFraming, outbound: BodyFraming,
+        keepClient: Bool, scrub: SecretWatch?, _ effects: inout MachineEffects
+    ) {
         guard let current = hopState else { return }
         record.status = upstream.status
         record.responseFields = clientHead.fields
         record.bytesOut += UInt64(bytes)
-        hopState!.response = .relaying(allowsReuse: upstream.allowsReuse, delimitedByClose: inbound == .untilClose,
-                                       keepClient: keepClient, payload: 0)
-        effects.append(.relayResponseBody(current.id, inbound: inbound, outbound: outbound,
-                                          observe: logBodies ? limits.maxObservedBody : nil, scrub: scrub))
+        hopState!.response = .relaying(
+            allowsReuse: upstream.allowsReuse, delimitedByClose: inbound == .untilClose,
+            keepClient: keepClient, payload: 0)
+        effects.append(
+            .relayResponseBody(
+                current.id, inbound: inbound, outbound: outbound,
+                observe: logBodies ? limits.maxObservedBody : nil, scrub: scrub))
         effects.arm(.stall)
     }
 

@@ -54,10 +54,12 @@ public struct Hop: Sendable, Equatable {
     /// The facts a placeholder found later in the streamed body is refused on.
     public let placeholderRequest: PlaceholderRequest?
 
-    public init(target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
-                isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
-                signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
-                placeholderRequest: PlaceholderRequest? = nil) {
+    public init(
+        target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
+        isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
+        signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
+        placeholderRequest: PlaceholderRequest? = nil
+    ) {
         self.placeholderRequest = placeholderRequest
         self.signed = signed
         self.scrubScopes = scrubScopes
@@ -124,8 +126,10 @@ public enum HopPlanner {
         var decision = ScopeDecision()
         var signed: String?
 
-        init(_ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
-             tokens: [String: SecretValue]) {
+        init(
+            _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
+            tokens: [String: SecretValue]
+        ) {
             self.request = request
             self.target = target
             self.body = body
@@ -135,15 +139,17 @@ public enum HopPlanner {
             var replayed: [UInt8]?
             if case .replayed(let bytes) = body { replayed = bytes }
             self.replayed = replayed
-            let hasBody: Bool = switch body {
-            case .none: false
-            case .streamed: true
-            case .replayed(let bytes): !bytes.isEmpty
-            }
-            override = MethodOverride.detect(pathAndQuery: target.pathAndQuery, body: replayed,
-                                             contentType: request.head.fields.singleValue(of: "content-type").agreed,
-                                             contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
-                                             hasBody: hasBody)
+            let hasBody: Bool =
+                switch body {
+                case .none: false
+                case .streamed: true
+                case .replayed(let bytes): !bytes.isEmpty
+                }
+            override = MethodOverride.detect(
+                pathAndQuery: target.pathAndQuery, body: replayed,
+                contentType: request.head.fields.singleValue(of: "content-type").agreed,
+                contentEncoding: request.head.fields.listMembers("content-encoding").joined(separator: ","),
+                hasBody: hasBody)
             fields = request.head.fields
             pathAndQuery = target.pathAndQuery
             outgoingBody = replayed
@@ -169,8 +175,9 @@ public enum HopPlanner {
         /// Placeholders first: replaced where this origin's scopes substitute them, refused anywhere else.
         mutating func substitutePlaceholders() throws(ProxyError) {
             guard !scope.values.placeholders.isEmpty else { return }
-            let names = scope.policy.substitutable(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                                   client: client, chain: chainContext, methodOverride: override)
+            let names = scope.policy.substitutable(
+                method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                client: client, chain: chainContext, methodOverride: override)
             guard let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) else { return }
             // A client may not make the proxy build a head over the size it accepts from clients,
             // nor a body far over the one it reads (a long value times many placeholders).
@@ -181,8 +188,10 @@ public enum HopPlanner {
             var rewrittenFields = HTTPFields()
             rewrittenFields.reserveCapacity(fields.count)
             for field in fields {
-                if let rewritten = try substitute(HTTPField.wireBytes(of: field.value), at: .header(field.name), substitution,
-                                                  headBudget: &headBudget) {
+                if let rewritten = try substitute(
+                    HTTPField.wireBytes(of: field.value), at: .header(field.name), substitution,
+                    headBudget: &headBudget)
+                {
                     vouched.insert(rewrittenFields.count)
                     rewrittenFields.append(name: field.name, value: HTTPField.value(wireBytes: rewritten))
                 } else {
@@ -205,8 +214,10 @@ public enum HopPlanner {
         }
 
         /// One site's bytes with their placeholders replaced; nil when unchanged.
-        private mutating func substitute(_ bytes: [UInt8], at site: PlaceholderSite, _ substitution: PlaceholderSubstitution,
-                                         headBudget: inout Int) throws(ProxyError) -> [UInt8]? {
+        private mutating func substitute(
+            _ bytes: [UInt8], at site: PlaceholderSite, _ substitution: PlaceholderSubstitution,
+            headBudget: inout Int
+        ) throws(ProxyError) -> [UInt8]? {
             let isBody = site == .jsonBody || site == .formBody
             let limit = isBody ? HopPlanner.maxSubstitutedBodyOutput : headBudget
             let outcome = substitution.rewrite(bytes, at: site, limit: limit)
@@ -234,10 +245,12 @@ public enum HopPlanner {
         /// The scope rules: client credentials stripped or passed, the scopes' headers injected.
         mutating func applyScopes(requestID: String) throws(ProxyError) {
             let scoped: ScopedRequest
-            switch scope.policy.apply(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                      fields: fields, hasUserinfo: request.userinfo != nil,
-                                      secrets: secrets, chain: chainContext, methodOverride: override,
-                                      client: client, vouched: vouched) {
+            switch scope.policy.apply(
+                method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                fields: fields, hasUserinfo: request.userinfo != nil,
+                secrets: secrets, chain: chainContext, methodOverride: override,
+                client: client, vouched: vouched)
+            {
             case .failure(.secretUnavailable(let scopeName, let secret)):
                 throw .credentialUnavailable(scope: scopeName, secret: secret)
             case .success(let result):
@@ -255,8 +268,9 @@ public enum HopPlanner {
             if scoped.keepUserinfo, let userinfo = request.userinfo, !outgoing.fields.contains("authorization") {
                 // Userinfo cannot travel in an origin-form target; a scope that passes Authorization gets
                 // it the way clients send it.
-                outgoing.fields.append(name: "Authorization",
-                                       value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
+                outgoing.fields.append(
+                    name: "Authorization",
+                    value: "Basic " + Base64.encode(PercentEncoding.decode(Substring(userinfo))))
             }
             if scope.protection.scrub == .strict, !scoped.decision.scopes.isEmpty {
                 // A compressed body cannot be scanned in flight: ask scoped origins for identity.
@@ -268,24 +282,32 @@ public enum HopPlanner {
 
         /// A scope that signs this request (`sign:`) computes its credential over the scoped head.
         mutating func sign(wallClock: Int64) throws(ProxyError) {
-            guard let signer = scope.policy.signingScope(method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-                                                         client: client, chain: chainContext, methodOverride: override),
-                  let signing = signer.signing else { return }
-            try HopPlanner.sign(&outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
-                                scope: signer, spec: signing, secrets: secrets, wallClock: wallClock).get()
+            guard
+                let signer = scope.policy.signingScope(
+                    method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
+                    client: client, chain: chainContext, methodOverride: override),
+                let signing = signer.signing
+            else { return }
+            try HopPlanner.sign(
+                &outgoing, pathAndQuery: &pathAndQuery, origin: target.origin, body: body, outgoingBody: outgoingBody,
+                scope: signer, spec: signing, secrets: secrets, wallClock: wallClock
+            ).get()
             signed = signing.kind
             if !decision.injected.contains(where: { $0.lowercased() == "authorization" }) { decision.injected.append("Authorization") }
         }
 
         /// The head exactly as it goes on the wire.
         func serializedHead() -> [UInt8] {
-            let framing: BodyFraming = switch body {
-            case .none: .none
-            case .streamed(let framing): framing
-            case .replayed: (outgoingBody ?? []).isEmpty ? .none : .contentLength(UInt64(outgoingBody!.count))
-            }
-            return Forwarding.upstreamRequest(from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
-                                              framing: framing, upgrade: request.isUpgrade).serialized()
+            let framing: BodyFraming =
+                switch body {
+                case .none: .none
+                case .streamed(let framing): framing
+                case .replayed: (outgoingBody ?? []).isEmpty ? .none : .contentLength(UInt64(outgoingBody!.count))
+                }
+            return Forwarding.upstreamRequest(
+                from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
+                framing: framing, upgrade: request.isUpgrade
+            ).serialized()
         }
 
         // MARK: Step 4: guard
@@ -304,8 +326,9 @@ public enum HopPlanner {
                 placeholders: true)
             guard let watch else { return nil }
             if let match = watch.firstMatch(in: head) {
-                throw HopPlanner.blocked(watch.finding(match), where: HopPlanner.site(of: match, in: head), origin, policy,
-                                         client: client, request: placeholderFacts())
+                throw HopPlanner.blocked(
+                    watch.finding(match), where: HopPlanner.site(of: match, in: head), origin, policy,
+                    client: client, request: placeholderFacts())
             }
             if let outgoingBody, let match = watch.firstMatch(in: outgoingBody) {
                 throw HopPlanner.blocked(watch.finding(match), where: "body", origin, policy, client: client, request: placeholderFacts())
@@ -328,8 +351,10 @@ public enum HopPlanner {
             if let mask = policy.coveringMaskForAnyClient(target.origin), chain.scrubNames.isEmpty, extra.isEmpty {
                 let scopes = mask | chain.scrubScopes
                 guard scopes != 0 else { return (nil, 0, []) }
-                return (scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) }),
-                        scopes, [])
+                return (
+                    scope.values.scrubWatch(key: .scopes(scopes), secrets: { policy.secretNames(inMask: scopes, \.secretNames) }),
+                    scopes, []
+                )
             }
             let names = policy.secretsSentToAnyClient(target.origin).union(extra)
                 .union(chain.scrubNames).union(policy.secretNames(inMask: chain.scrubScopes, \.secretNames))
@@ -339,30 +364,36 @@ public enum HopPlanner {
         func hop(head: [UInt8], scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?) -> Hop {
             var streamedGuard: SecretWatch?
             if case .streamed = body { streamedGuard = egressWatch }
-            return Hop(target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
-                       isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
-                       signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
-                       placeholderRequest: streamedGuard == nil ? nil : placeholderFacts())
+            return Hop(
+                target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
+                isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
+                signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
+                placeholderRequest: streamedGuard == nil ? nil : placeholderFacts())
         }
     }
 
     /// A signature for a hop, by kind: every kind is a case here, so a new one does not compile
     /// until it says how it signs (it can never sign nothing silently).
-    static func sign(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
-                     outgoingBody: [UInt8]?, scope: Scope, spec: SigningSpec, secrets: any SecretLookup,
-                     wallClock: Int64) -> Result<Void, ProxyError> {
+    static func sign(
+        _ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
+        outgoingBody: [UInt8]?, scope: Scope, spec: SigningSpec, secrets: any SecretLookup,
+        wallClock: Int64
+    ) -> Result<Void, ProxyError> {
         switch spec {
         case .awsSigV4(let aws):
-            signAWSSigV4(&outgoing, pathAndQuery: &pathAndQuery, origin: origin, body: body, outgoingBody: outgoingBody,
-                         scope: scope, spec: aws, secrets: secrets, wallClock: wallClock)
+            signAWSSigV4(
+                &outgoing, pathAndQuery: &pathAndQuery, origin: origin, body: body, outgoingBody: outgoingBody,
+                scope: scope, spec: aws, secrets: secrets, wallClock: wallClock)
         }
     }
 
     /// AWS SigV4 for a hop: the client's own signing fields go, the signature's come, and the query
     /// goes out in its canonical form (what was signed is exactly what the origin reads, `+` included).
-    static func signAWSSigV4(_ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
-                             outgoingBody: [UInt8]?, scope: Scope, spec aws: AWSSigV4Spec, secrets: any SecretLookup,
-                             wallClock: Int64) -> Result<Void, ProxyError> {
+    static func signAWSSigV4(
+        _ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, body: HopBody,
+        outgoingBody: [UInt8]?, scope: Scope, spec aws: AWSSigV4Spec, secrets: any SecretLookup,
+        wallClock: Int64
+    ) -> Result<Void, ProxyError> {
         let payloadHash: String
         switch (aws.payloadHashing, body) {
         case (.unsignedPayload, _):
@@ -388,12 +419,15 @@ public enum HopPlanner {
         let path = String(pathAndQuery.prefix { $0 != "?" })
         let query = pathAndQuery.firstIndex(of: "?").map { String(pathAndQuery[pathAndQuery.index(after: $0)...]) } ?? ""
         do {
-            let credentials = try AWSCredentials(accessKeyID: keyID.exposedBytes, secretAccessKey: secretKey.exposedBytes,
-                                                 sessionToken: token?.exposedBytes)
+            let credentials = try AWSCredentials(
+                accessKeyID: keyID.exposedBytes, secretAccessKey: secretKey.exposedBytes,
+                sessionToken: token?.exposedBytes)
             let signer = try AWSSigV4Signer(service: aws.service, region: aws.region, credentials: credentials)
-            let signature = try signer.sign(AWSSigV4Request(method: outgoing.method, authority: origin.authority, path: path,
-                                                            query: query, fields: outgoing.fields, payloadHash: payloadHash),
-                                            at: AWSSigV4Timestamp(secondsSinceEpoch: wallClock))
+            let signature = try signer.sign(
+                AWSSigV4Request(
+                    method: outgoing.method, authority: origin.authority, path: path,
+                    query: query, fields: outgoing.fields, payloadHash: payloadHash),
+                at: AWSSigV4Timestamp(secondsSinceEpoch: wallClock))
             for field in signature.fields { outgoing.fields.append(name: field.name, value: field.value) }
             pathAndQuery = signature.canonicalQuery.isEmpty ? path : path + "?" + signature.canonicalQuery
             return .success(())
@@ -407,12 +441,17 @@ public enum HopPlanner {
     /// The most a body may grow to by substitution.
     static let maxSubstitutedBodyOutput = 4 * 1024 * 1024
 
-    static func blocked(_ finding: SecretFinding, where site: String, _ origin: Origin, _ policy: ScopePolicy, client: String?,
-                        request: PlaceholderRequest) -> ProxyError {
-        finding.isPlaceholder ? .placeholderOutOfScope(secret: finding.secret, where: site, origin,
-                                                       policy.placeholderRefusal(secret: finding.secret, origin: origin, client: client,
-                                                                                 request: request, inBody: site == "body",
-                                                                                 encodedAs: finding.encoding == .raw ? nil : "\(finding.encoding)"))
+    static func blocked(
+        _ finding: SecretFinding, where site: String, _ origin: Origin, _ policy: ScopePolicy, client: String?,
+        request: PlaceholderRequest
+    ) -> ProxyError {
+        finding.isPlaceholder
+            ? .placeholderOutOfScope(
+                secret: finding.secret, where: site, origin,
+                policy.placeholderRefusal(
+                    secret: finding.secret, origin: origin, client: client,
+                    request: request, inBody: site == "body",
+                    encodedAs: finding.encoding == .raw ? nil : "\(finding.encoding)"))
             : .secretEgressBlocked(finding, where: site, origin)
     }
 

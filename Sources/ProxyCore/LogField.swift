@@ -154,8 +154,10 @@ public struct LogFieldRow: Sendable {
     /// How the fact is read from the record; nil when the record has none.
     public let read: @Sendable (ExchangeRecord) -> LogFact?
 
-    init(_ lines: LogLines, _ presence: LogPresence, _ redaction: LogRedaction, text: LogTextForm, _ doc: String,
-         read: @escaping @Sendable (ExchangeRecord) -> LogFact?) {
+    init(
+        _ lines: LogLines, _ presence: LogPresence, _ redaction: LogRedaction, text: LogTextForm, _ doc: String,
+        read: @escaping @Sendable (ExchangeRecord) -> LogFact?
+    ) {
         self.lines = lines
         self.presence = presence
         self.redaction = redaction
@@ -172,14 +174,18 @@ extension LogField {
         case .ts:
             LogFieldRow(.every, .always, .none, text: .head, "when the line was written, RFC 3339 UTC with milliseconds") { _ in .now }
         case .id:
-            LogFieldRow(.every, .always, .token, text: .last("id"),
-                        "the request id (see below); every hop of a followed redirect has the same one") { .text($0.id) }
+            LogFieldRow(
+                .every, .always, .token, text: .last("id"),
+                "the request id (see below); every hop of a followed redirect has the same one"
+            ) { .text($0.id) }
         case .client:
             LogFieldRow(.every, .always, .none, text: .jsonOnly, "the client's address and port") { .text($0.client) }
         case .clientID:
-            LogFieldRow(.every, .whenSet, .none, text: .keyed("client"),
-                        "the name of the configured client (`clients:`, or `proxy_auth` for the shorthand) the request came from; "
-                            + "absent when no clients are configured or the client was not recognised (a 407: then `reason` says why)") {
+            LogFieldRow(
+                .every, .whenSet, .none, text: .keyed("client"),
+                "the name of the configured client (`clients:`, or `proxy_auth` for the shorthand) the request came from; "
+                    + "absent when no clients are configured or the client was not recognised (a 407: then `reason` says why)"
+            ) {
                 $0.clientID.map(LogFact.text)
             }
         case .method:
@@ -187,107 +193,146 @@ extension LogField {
                 $0.method.map(LogFact.text)
             }
         case .url:
-            LogFieldRow(.every, .whenSet, .url, text: .head,
-                        "the origin with its port, always (`https://api.x:443`; the banner, `explain` and errors print the default "
-                            + "port nowhere, as people write origins), plus the redacted path and query; for a CONNECT, the requested "
-                            + "host:port as `https://host:port` (the port always), whatever became of it (tunnelled, intercepted, denied, "
-                            + "refused, failed); a refused request (a 407, a 403, a 400) names its target whenever the target could be read; "
-                            + "absent only when it could not (a malformed head, an origin-form request to the forward proxy, a TLS client "
-                            + "on the plain listener)") { record in
+            LogFieldRow(
+                .every, .whenSet, .url, text: .head,
+                "the origin with its port, always (`https://api.x:443`; the banner, `explain` and errors print the default "
+                    + "port nowhere, as people write origins), plus the redacted path and query; for a CONNECT, the requested "
+                    + "host:port as `https://host:port` (the port always), whatever became of it (tunnelled, intercepted, denied, "
+                    + "refused, failed); a refused request (a 407, a 403, a 400) names its target whenever the target could be read; "
+                    + "absent only when it could not (a malformed head, an origin-form request to the forward proxy, a TLS client "
+                    + "on the plain listener)"
+            ) { record in
                 // A CONNECT names an authority, not a path: its line shows the origin alone, whatever became of it.
-                record.origin.map { .target($0, pathAndQuery: record.pathAndQuery, authorityOnly: record.tunnel != nil || record.method == "CONNECT") }
+                record.origin.map {
+                    .target($0, pathAndQuery: record.pathAndQuery, authorityOnly: record.tunnel != nil || record.method == "CONNECT")
+                }
             }
         case .status:
-            LogFieldRow(.every, .nullable, .none, text: .head,
-                        "the status sent to the client (an error's own status), `null` when none was sent") {
+            LogFieldRow(
+                .every, .nullable, .none, text: .head,
+                "the status sent to the client (an error's own status), `null` when none was sent"
+            ) {
                 $0.status.map { .number(UInt64($0)) }
             }
         case .bytesIn:
-            LogFieldRow(.every, .always, .none, text: .withDecision("in"),
-                        "bytes from the client: head plus payload; for a tunnel, the bytes spliced from the client") { .number($0.bytesIn) }
+            LogFieldRow(
+                .every, .always, .none, text: .withDecision("in"),
+                "bytes from the client: head plus payload; for a tunnel, the bytes spliced from the client"
+            ) { .number($0.bytesIn) }
         case .bytesOut:
-            LogFieldRow(.every, .always, .none, text: .withDecision("out"),
-                        "bytes to the client: head plus payload; for a tunnel, the bytes spliced to the client") { .number($0.bytesOut) }
+            LogFieldRow(
+                .every, .always, .none, text: .withDecision("out"),
+                "bytes to the client: head plus payload; for a tunnel, the bytes spliced to the client"
+            ) { .number($0.bytesOut) }
         case .durationMS:
-            LogFieldRow(.every, .always, .none, text: .head,
-                        "from the request head's arrival to the line, milliseconds with three decimals") { .since($0.startedAt) }
+            LogFieldRow(
+                .every, .always, .none, text: .head,
+                "from the request head's arrival to the line, milliseconds with three decimals"
+            ) { .since($0.startedAt) }
         case .decision:
-            LogFieldRow(.tunnel, .always, .none, text: .keyed("decision"),
-                        "CONNECT lines only, instead of the scope fields: `intercept`, `tunnel` or `deny` (below)") {
+            LogFieldRow(
+                .tunnel, .always, .none, text: .keyed("decision"),
+                "CONNECT lines only, instead of the scope fields: `intercept`, `tunnel` or `deny` (below)"
+            ) {
                 $0.tunnel.map(LogFact.tunnel)
             }
         case .scope:
-            LogFieldRow(.exchange, .nullable, .none, text: .keyed("scope"),
-                        "the names of the scopes covering the origin for this client, joined with `,`, or `null` (no scope covers it, "
-                            + "or the request was refused before its client and origin were known: a 407, a 429, a malformed head); a "
-                            + "request refused after that (`placeholder_out_of_scope`, `secret_egress_blocked`, `credential_unavailable`...) "
-                            + "names them too") { $0.scopes.isEmpty ? nil : .joinedNames($0.scopes) }
+            LogFieldRow(
+                .exchange, .nullable, .none, text: .keyed("scope"),
+                "the names of the scopes covering the origin for this client, joined with `,`, or `null` (no scope covers it, "
+                    + "or the request was refused before its client and origin were known: a 407, a 429, a malformed head); a "
+                    + "request refused after that (`placeholder_out_of_scope`, `secret_egress_blocked`, `credential_unavailable`...) "
+                    + "names them too"
+            ) { $0.scopes.isEmpty ? nil : .joinedNames($0.scopes) }
         case .injected:
             LogFieldRow(.exchange, .always, .names, text: .keyed("injected"), "header names the proxy injected") { .names($0.injected) }
         case .stripped:
-            LogFieldRow(.exchange, .always, .names, text: .keyed("stripped"),
-                        "header names removed from the client's request by the scope rules (a header the proxy replaced with its own "
-                            + "injection is not listed)") { .names($0.stripped) }
+            LogFieldRow(
+                .exchange, .always, .names, text: .keyed("stripped"),
+                "header names removed from the client's request by the scope rules (a header the proxy replaced with its own "
+                    + "injection is not listed)"
+            ) { .names($0.stripped) }
         case .signed:
-            LogFieldRow(.exchange, .whenSet, .none, text: .keyed("signed"),
-                        "only when the proxy signed the request: `aws_sigv4` (then `injected` lists `Authorization`)") {
+            LogFieldRow(
+                .exchange, .whenSet, .none, text: .keyed("signed"),
+                "only when the proxy signed the request: `aws_sigv4` (then `injected` lists `Authorization`)"
+            ) {
                 $0.signed.map(LogFact.text)
             }
         case .substituted:
-            LogFieldRow(.exchange, .whenSet, .names, text: .keyed("substituted"),
-                        "only when placeholders were replaced: the names of the secrets whose values went out in their place") {
+            LogFieldRow(
+                .exchange, .whenSet, .names, text: .keyed("substituted"),
+                "only when placeholders were replaced: the names of the secrets whose values went out in their place"
+            ) {
                 $0.substituted.isEmpty ? nil : .names($0.substituted)
             }
         case .scrubbed:
-            LogFieldRow(.exchange, .whenSet, .names, text: .keyed("scrubbed"),
-                        "only when the response scrub masked something: the names of the secrets found (and masked) in the response's "
-                            + "headers or body, each once") { $0.scrubbed.isEmpty ? nil : .names($0.scrubbedNames) }
+            LogFieldRow(
+                .exchange, .whenSet, .names, text: .keyed("scrubbed"),
+                "only when the response scrub masked something: the names of the secrets found (and masked) in the response's "
+                    + "headers or body, each once"
+            ) { $0.scrubbed.isEmpty ? nil : .names($0.scrubbedNames) }
         case .scrubSkipped:
-            LogFieldRow(.exchange, .whenSet, .none, text: .keyed("scrub_skipped"),
-                        "only when the response body could not be scanned: its `Content-Encoding` (`gzip`); it passed as the origin "
-                            + "sent it (`scrub: on`)") { $0.scrubSkipped.map(LogFact.text) }
+            LogFieldRow(
+                .exchange, .whenSet, .none, text: .keyed("scrub_skipped"),
+                "only when the response body could not be scanned: its `Content-Encoding` (`gzip`); it passed as the origin "
+                    + "sent it (`scrub: on`)"
+            ) { $0.scrubSkipped.map(LogFact.text) }
         case .guard:
-            LogFieldRow(.exchange, .whenSet, .names, text: .keyed("guard"),
-                        "only when the egress guard stopped the request: `{\"secret\": NAME, \"placeholder\": true\\|false, "
-                            + "\"encoding\": FORM}` where FORM is `raw`, `percent`, `percent-lowercase`, `base64+N` or `base64url+N` "
-                            + "(N: the value's offset in its base64 group, 0-2) (`error` says `secret_egress_blocked` or "
-                            + "`placeholder_out_of_scope`); text: `guard=SECRET:value\\|placeholder:FORM`") { $0.guardFinding.map(LogFact.finding) }
+            LogFieldRow(
+                .exchange, .whenSet, .names, text: .keyed("guard"),
+                "only when the egress guard stopped the request: `{\"secret\": NAME, \"placeholder\": true\\|false, "
+                    + "\"encoding\": FORM}` where FORM is `raw`, `percent`, `percent-lowercase`, `base64+N` or `base64url+N` "
+                    + "(N: the value's offset in its base64 group, 0-2) (`error` says `secret_egress_blocked` or "
+                    + "`placeholder_out_of_scope`); text: `guard=SECRET:value\\|placeholder:FORM`"
+            ) { $0.guardFinding.map(LogFact.finding) }
         case .reason:
-            LogFieldRow(.every, .whenSet, .none, text: .keyed("reason"),
-                        "only when a covering scope injected nothing into this request: `SCOPE: WHY` for each such scope, joined with "
-                            + "`; ` (below; text: `SCOPE:WHY` joined with `,`); on a 407, why the client was not recognised "
-                            + "(`client_not_recognised`, `proxy_authorization_not_recognised`, `proxy_authorization_scheme_not_configured`, "
-                            + "`proxy_authorization_invalid (WHY)`); on a failed interception, why (text: after `error`); on a 502 "
-                            + "`credential_unavailable` for an access token, the code of why it could not be had (`refused`, `rejected`, "
-                            + "`response_timeout`, `malformed_response`, `no_token_source`, ...: never what the token endpoint answered)") { record in
+            LogFieldRow(
+                .every, .whenSet, .none, text: .keyed("reason"),
+                "only when a covering scope injected nothing into this request: `SCOPE: WHY` for each such scope, joined with "
+                    + "`; ` (below; text: `SCOPE:WHY` joined with `,`); on a 407, why the client was not recognised "
+                    + "(`client_not_recognised`, `proxy_authorization_not_recognised`, `proxy_authorization_scheme_not_configured`, "
+                    + "`proxy_authorization_invalid (WHY)`); on a failed interception, why (text: after `error`); on a 502 "
+                    + "`credential_unavailable` for an access token, the code of why it could not be had (`refused`, `rejected`, "
+                    + "`response_timeout`, `malformed_response`, `no_token_source`, ...: never what the token endpoint answered)"
+            ) { record in
                 let skipped = record.tunnel == nil ? record.skipped : []
                 let failure = record.failure?.reason
                 return skipped.isEmpty && failure == nil ? nil : .reasons(skipped, failure: failure)
             }
         case .redirect:
-            LogFieldRow(.exchange, .whenSet, .url, text: .keyed("redirect"),
-                        "only on 3xx with a Location: `location` (redacted as a URL), `origin` it resolves to (`null` if unreadable), "
-                            + "`decision` (`pass`, `follow`, `block`); text: `redirect=DECISION:ORIGIN`") { $0.redirect.map(LogFact.redirect) }
+            LogFieldRow(
+                .exchange, .whenSet, .url, text: .keyed("redirect"),
+                "only on 3xx with a Location: `location` (redacted as a URL), `origin` it resolves to (`null` if unreadable), "
+                    + "`decision` (`pass`, `follow`, `block`); text: `redirect=DECISION:ORIGIN`"
+            ) { $0.redirect.map(LogFact.redirect) }
         case .requestHeaders:
-            LogFieldRow(.exchange, .whenSet, .headers, text: .jsonOnly,
-                        "the client's request headers, names lowercased, values redacted (below); repeated names joined with `, `") {
+            LogFieldRow(
+                .exchange, .whenSet, .headers, text: .jsonOnly,
+                "the client's request headers, names lowercased, values redacted (below); repeated names joined with `, `"
+            ) {
                 $0.requestFields.map(LogFact.fields)
             }
         case .responseHeaders:
-            LogFieldRow(.exchange, .whenSet, .headers, text: .jsonOnly,
-                        "the response headers sent to the client, as `req_headers`") { $0.responseFields.map(LogFact.fields) }
+            LogFieldRow(
+                .exchange, .whenSet, .headers, text: .jsonOnly,
+                "the response headers sent to the client, as `req_headers`"
+            ) { $0.responseFields.map(LogFact.fields) }
         case .requestBody:
             LogFieldRow(.exchange, .withBodies, .body, text: .jsonOnly, "with `log.bodies: true` only: the request body's redacted summary (below)") {
                 $0.requestBody.map(LogFact.body)
             }
         case .responseBody:
-            LogFieldRow(.exchange, .withBodies, .body, text: .jsonOnly, "with `log.bodies: true` only: the response body's redacted summary (below)") {
+            LogFieldRow(.exchange, .withBodies, .body, text: .jsonOnly, "with `log.bodies: true` only: the response body's redacted summary (below)")
+            {
                 $0.responseBody.map(LogFact.body)
             }
         case .error:
-            LogFieldRow(.every, .whenSet, .none, text: .keyed("error"),
-                        "only on failures: a proxy error code (the `error` of the JSON error body), `response_cut` (the response failed "
-                            + "under way and was cut) or `client_closed` (the client left first)") { $0.failure.map(LogFact.failure) }
+            LogFieldRow(
+                .every, .whenSet, .none, text: .keyed("error"),
+                "only on failures: a proxy error code (the `error` of the JSON error body), `response_cut` (the response failed "
+                    + "under way and was cut) or `client_closed` (the client left first)"
+            ) { $0.failure.map(LogFact.failure) }
         }
     }
 
@@ -295,11 +340,12 @@ extension LogField {
     public static var documentation: String {
         var lines = ["| field | on | redaction | meaning |", "|---|---|---|---|"]
         for (field, row) in zip(ordered, rows) {
-            let on = switch row.lines {
-            case .every: "every line"
-            case .exchange: "requests"
-            case .tunnel: "CONNECT"
-            }
+            let on =
+                switch row.lines {
+                case .every: "every line"
+                case .exchange: "requests"
+                case .tunnel: "CONNECT"
+                }
             lines.append("| `\(field.name)` | \(on) | \(row.redaction.rawValue) | \(row.doc) |")
         }
         return lines.joined(separator: "\n")

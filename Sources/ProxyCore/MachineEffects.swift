@@ -35,12 +35,13 @@ public struct MachineEffects {
 
     mutating func arm(_ purpose: TimerPurpose) {
         timer = purpose
-        let milliseconds = switch purpose {
-        case .clientHead: timeouts.clientHeader
-        case .idle, .stall: timeouts.idle
-        case .connect: timeouts.connect
-        case .responseHead: timeouts.upstream
-        }
+        let milliseconds =
+            switch purpose {
+            case .clientHead: timeouts.clientHeader
+            case .idle, .stall: timeouts.idle
+            case .connect: timeouts.connect
+            case .responseHead: timeouts.upstream
+            }
         actions.append(.armTimer(purpose, milliseconds: milliseconds))
     }
 

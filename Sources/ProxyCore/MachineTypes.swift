@@ -101,8 +101,9 @@ public final class SecretWatch: Sendable, Equatable {
     }
 
     public func finding(_ match: SecretMatch) -> SecretFinding {
-        SecretFinding(secret: secrets[match.pattern.secret], encoding: match.pattern.encoding,
-                      isPlaceholder: placeholders[match.pattern.secret])
+        SecretFinding(
+            secret: secrets[match.pattern.secret], encoding: match.pattern.encoding,
+            isPlaceholder: placeholders[match.pattern.secret])
     }
 
     public static func == (lhs: SecretWatch, rhs: SecretWatch) -> Bool { lhs === rhs }

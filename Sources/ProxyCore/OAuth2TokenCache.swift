@@ -156,9 +156,10 @@ public final class OAuth2TokenCache: Sendable {
             }
             switch result {
             case .success(let grant):
-                let token = AccessToken(value: grant.accessToken, generation: guarded.nextGeneration,
-                                              validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now,
-                                              expiresAt: now + policy.validity(expiresIn: grant.expiresIn))
+                let token = AccessToken(
+                    value: grant.accessToken, generation: guarded.nextGeneration,
+                    validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now,
+                    expiresAt: now + policy.validity(expiresIn: grant.expiresIn))
                 guarded.nextGeneration += 1
                 guarded.state = .valid(token)
                 return (waiters, .success(token))
@@ -178,7 +179,8 @@ public final class OAuth2TokenCache: Sendable {
     public func markStale(_ token: AccessToken, now: UInt64 = .max) -> Bool {
         guarded.withLock { guarded in
             guard case .valid(let current) = guarded.state, current.generation == token.generation,
-                  now >= current.obtainedAt &+ policy.retryFloorMilliseconds else { return false }
+                now >= current.obtainedAt &+ policy.retryFloorMilliseconds
+            else { return false }
             guarded.replacedExpiries.removeAll { $0 <= now }
             guard guarded.replacedExpiries.count < policy.maxReplacedValid else { return false }
             guarded.replacedExpiries.append(current.expiresAt)
@@ -201,7 +203,8 @@ public final class OAuth2TokenCache: Sendable {
     public func withdraw(waiterID: UInt64) -> Bool {
         guarded.withLock { guarded in
             guard case .fetching(let ticket, var waiters) = guarded.state,
-                  let index = waiters.firstIndex(where: { $0.id == waiterID }) else { return false }
+                let index = waiters.firstIndex(where: { $0.id == waiterID })
+            else { return false }
             waiters.remove(at: index)
             guarded.state = .fetching(ticket, waiters: waiters)
             return true

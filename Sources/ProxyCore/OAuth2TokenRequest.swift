@@ -29,7 +29,8 @@ public struct OAuth2TokenRequest: Sendable {
         case .basic:
             // RFC 6749 §2.3.1: client_id and secret are each form-urlencoded (Appendix B) before
             // they are joined with ":" and base64-encoded: a ":" in the id stays unambiguous.
-            let credentials = Array(FormEncoding.encode(Array(spec.clientID.utf8)).utf8) + [UInt8(ascii: ":")]
+            let credentials =
+                Array(FormEncoding.encode(Array(spec.clientID.utf8)).utf8) + [UInt8(ascii: ":")]
                 + Array(FormEncoding.encode(clientSecret.exposedBytes).utf8)
             fields.append(name: "Authorization", value: "Basic " + Base64.encode(credentials))
         case .body:
@@ -60,7 +61,7 @@ public enum FormEncoding {
         for byte in bytes {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "*"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"):
+                UInt8(ascii: "*"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"):
                 output.append(byte)
             case UInt8(ascii: " "):
                 output.append(UInt8(ascii: "+"))

@@ -112,7 +112,8 @@ public struct PlaceholderSubstitution {
     static func basicCredentials(_ value: [UInt8]) -> [UInt8]? {
         let scheme = Array("basic ".utf8)
         guard value.count > scheme.count,
-              value.prefix(scheme.count).map({ $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }).elementsEqual(scheme) else { return nil }
+            value.prefix(scheme.count).map({ $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }).elementsEqual(scheme)
+        else { return nil }
         let encoded = String(decoding: value.dropFirst(scheme.count), as: UTF8.self)
         return Base64.decode(encoded.trimmingCharacters(in: " \t"))
     }

@@ -215,8 +215,9 @@ public enum ProxyError: Error, Equatable, Sendable {
         var ways: [String] = []
         if kinds.proxyAuthorization { ways.append("send Proxy-Authorization (\(refusal.schemes.map(\.rawValue).joined(separator: " or ")))") }
         if kinds.clientCertificate {
-            ways.append("present a client certificate on the TLS client listener (tls.client_listen"
-                        + (kinds.clientCertificateListen.map { " \($0)" } ?? "") + ")")
+            ways.append(
+                "present a client certificate on the TLS client listener (tls.client_listen"
+                    + (kinds.clientCertificateListen.map { " \($0)" } ?? "") + ")")
         }
         if kinds.uid { ways.append("connect over loopback as a configured uid") }
         if kinds.source { ways.append("connect from a configured source network") }
@@ -290,9 +291,9 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var allowsKeepAlive: Bool {
         switch self {
         case .dnsFailure, .upstreamRefused, .connectTimeout, .responseTimeout, .upstreamClosed,
-             .badUpstreamResponse, .notProxyRequest, .hostMismatch,
-             .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
-             .tokenUnavailable:
+            .badUpstreamResponse, .notProxyRequest, .hostMismatch,
+            .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .redirectLoop, .upstreamTLSVerification, .upstreamTLSHandshake,
+            .tokenUnavailable:
             true
         default:
             false

@@ -59,8 +59,10 @@ public enum ResponseDirector {
         /// kept (too large, or not in follow mode).
         public var replayableBody: [UInt8]?
 
-        public init(request: ClientRequest, hop: Hop, chain: RedirectChain, mode: ConnectionMode, scope: ScopeContext,
-                    requestComplete: Bool, replayableBody: [UInt8]?) {
+        public init(
+            request: ClientRequest, hop: Hop, chain: RedirectChain, mode: ConnectionMode, scope: ScopeContext,
+            requestComplete: Bool, replayableBody: [UInt8]?
+        ) {
             self.request = request
             self.hop = hop
             self.chain = chain
@@ -90,14 +92,16 @@ public enum ResponseDirector {
             return .refuse(.ambiguousLocation(hop.origin), redirect: nil)
         }
         if case .route(let upstream, let publicOrigin) = context.mode, let location,
-           case .target(let target) = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
-           target.origin == upstream {
+            case .target(let target) = RedirectPolicy.resolve(location, origin: hop.origin, pathAndQuery: hop.target.pathAndQuery),
+            target.origin == upstream
+        {
             // A route's client knows only the route: a Location pointing upstream is rewritten back
             // to the address the client used (its Host, when it named one), or the listener's.
             var rewritten = head
-            let authority = context.request.head.fields.singleValue(of: "host").only.flatMap { host in
-                (try? RequestTarget.parseAuthority(Substring(host))) != nil ? host : nil
-            } ?? publicOrigin.authority
+            let authority =
+                context.request.head.fields.singleValue(of: "host").only.flatMap { host in
+                    (try? RequestTarget.parseAuthority(Substring(host))) != nil ? host : nil
+                } ?? publicOrigin.authority
             rewritten.fields.set(name: "Location", value: "http://\(authority)\(target.pathAndQuery)")
             return .relay(rewritten, redirect: nil)
         }
@@ -132,9 +136,10 @@ public enum ResponseDirector {
             let issuerCovered = !context.scope.policy.covering(hop.origin, client: context.request.client.name).isEmpty
             let targetCovered = !context.scope.policy.covering(target.origin, client: context.request.client.name).isEmpty
             if targetCovered && !issuerCovered { return .relay(head, redirect: passed) }
-            return .follow(HopTarget(origin: target.origin, method: method, pathAndQuery: target.pathAndQuery),
-                           body: .replayed(body),
-                           redirect: RedirectRecord(location: location, origin: target.origin, decision: .follow))
+            return .follow(
+                HopTarget(origin: target.origin, method: method, pathAndQuery: target.pathAndQuery),
+                body: .replayed(body),
+                redirect: RedirectRecord(location: location, origin: target.origin, decision: .follow))
         }
     }
 
@@ -172,8 +177,10 @@ extension ResponseDirector {
 extension ExchangeMachine {
     /// The next hop of a chain the proxy follows: the 3xx's connection is let go (never reused: its
     /// body was not read), the hop gets its own log line, and the request is scoped afresh.
-    func follow(response: ResponseHead, to target: HopTarget, body: HopBody, redirect: RedirectRecord,
-                _ effects: inout MachineEffects) -> ExchangeOutcome {
+    func follow(
+        response: ResponseHead, to target: HopTarget, body: HopBody, redirect: RedirectRecord,
+        _ effects: inout MachineEffects
+    ) -> ExchangeOutcome {
         guard let current = hopState else { return .ignored(.staleHop) }
         effects.release(current.id)
         var line = current.accounted(record)
@@ -188,13 +195,17 @@ extension ExchangeMachine {
 
     /// A followed hop, planned (once any access token it needs is here) and started as a new
     /// `HopState`: nothing of the hop before it carries over.
-    func planFollowed(to target: HopTarget, body: HopBody, chain next: RedirectChain, tokens: [String: AccessToken],
-                      answerScrub: SecretWatch?, _ effects: inout MachineEffects) -> ExchangeOutcome {
+    func planFollowed(
+        to target: HopTarget, body: HopBody, chain next: RedirectChain, tokens: [String: AccessToken],
+        answerScrub: SecretWatch?, _ effects: inout MachineEffects
+    ) -> ExchangeOutcome {
         if let missing = missingToken(target, chain: next, have: tokens) {
             return awaitToken(missing, .follow(target, body, next, tokens: tokens, answerScrub: answerScrub), &effects)
         }
-        switch HopPlanner.plan(request, to: target, body: body, chain: next, scope: scope, requestID: record.id,
-                               wallClock: wallClock, tokens: tokens.mapValues(\.value)) {
+        switch HopPlanner.plan(
+            request, to: target, body: body, chain: next, scope: scope, requestID: record.id,
+            wallClock: wallClock, tokens: tokens.mapValues(\.value))
+        {
         case .failure(let error):
             phase = .done
             // The previous hop's scrub: its origin may have put a value into this hop's target.

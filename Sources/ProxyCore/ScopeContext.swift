@@ -1,5 +1,5 @@
-import PosixSupport
 import HTTP1Codec
+import PosixSupport
 import ScopePolicy
 
 /// Everything the data path needs from the scope layer, as one immutable value. A reload builds a
@@ -26,10 +26,12 @@ public final class ScopeContext: Sendable {
     /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
     /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
     /// `clients` is given: the config refuses both at once).
-    public init(policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
-                proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
-                protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
-                tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil) {
+    public init(
+        policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
+        proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
+        protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
+        tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil
+    ) {
         self.protection = protection
         self.values = values
         self.tokens = tokens

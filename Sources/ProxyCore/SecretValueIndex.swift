@@ -50,8 +50,10 @@ public final class SecretValueIndex: Sendable {
         let holdBack: Int
         let watches = Locked<[WatchKey: SecretWatch?]>([:])
 
-        init(current: [String: [UInt8]], retired: [String: [Retired]], earlier: [String: [[UInt8]]],
-             values: [String: [[UInt8]]], exclusions: [Exclusion], holdBack: Int) {
+        init(
+            current: [String: [UInt8]], retired: [String: [Retired]], earlier: [String: [[UInt8]]],
+            values: [String: [[UInt8]]], exclusions: [Exclusion], holdBack: Int
+        ) {
             self.current = current
             self.retired = retired
             self.earlier = earlier
@@ -234,8 +236,9 @@ public final class SecretValueIndex: Sendable {
         // left out above do not count: a huge file secret must not make every body wait for megabytes.
         var longest = placeholders.texts.values.map { Self.longestFormBound(length: $0.utf8.count) }.max() ?? 0
         for list in all.values { for value in list { longest = max(longest, Self.longestFormBound(length: value.count)) } }
-        let snapshot = Snapshot(current: current, retired: retired, earlier: earlier, values: all, exclusions: excluded,
-                                holdBack: SecretHoldBack.bytes(longestForm: longest))
+        let snapshot = Snapshot(
+            current: current, retired: retired, earlier: earlier, values: all, exclusions: excluded,
+            holdBack: SecretHoldBack.bytes(longestForm: longest))
         self.current.withLock { $0 = snapshot }
     }
 
@@ -285,8 +288,10 @@ public final class SecretValueIndex: Sendable {
     }
 
     /// `guardWatch`, cached under `allowedKey`; `allowed` is asked only when the watch is built.
-    public func guardWatch(allowedKey: SetKey, allowed computeAllowed: () -> Set<String>, values: Bool,
-                           placeholders: Bool) -> SecretWatch? {
+    public func guardWatch(
+        allowedKey: SetKey, allowed computeAllowed: () -> Set<String>, values: Bool,
+        placeholders: Bool
+    ) -> SecretWatch? {
         guard values || (placeholders && !self.placeholders.isEmpty) else { return nil }
         let snapshot = current.withLock { $0 }
         let key = WatchKey.guarding(allowed: values ? allowedKey : .names([]), values: values, placeholders: placeholders)
@@ -336,15 +341,20 @@ public final class SecretValueIndex: Sendable {
     /// The secrets the current values leave out of scanning (too long; see `Exclusion`).
     public var exclusions: [Exclusion] { current.withLock { $0 }.exclusions }
 
-    private func watch(_ key: WatchKey, _ snapshot: Snapshot,
-                       build: () -> (names: [String], bytes: [[UInt8]], placeholders: [Bool])) -> SecretWatch? {
+    private func watch(
+        _ key: WatchKey, _ snapshot: Snapshot,
+        build: () -> (names: [String], bytes: [[UInt8]], placeholders: [Bool])
+    ) -> SecretWatch? {
         if let cached = snapshot.watches.withLock({ $0[key] }) { return cached }
         // Built outside the lock (a large set takes milliseconds); two threads may both build the
         // same watch once, and the first stored wins.
         let parts = build()
-        let built: SecretWatch? = parts.names.isEmpty ? nil
-            : SecretWatch(scanner: SecretScanner(secrets: parts.bytes), secrets: parts.names, placeholders: parts.placeholders,
-                          holdBack: snapshot.holdBack)
+        let built: SecretWatch? =
+            parts.names.isEmpty
+            ? nil
+            : SecretWatch(
+                scanner: SecretScanner(secrets: parts.bytes), secrets: parts.names, placeholders: parts.placeholders,
+                holdBack: snapshot.holdBack)
         return snapshot.watches.withLock { watches in
             if let existing = watches[key] { return existing }
             watches[key] = built

@@ -54,7 +54,8 @@ public enum SocketOwnerTable {
         for table in tables {
             for line in table.split(separator: "\n").dropFirst() {
                 guard let row = parseRow(line, littleEndian: littleEndian), row.local == client, row.remote == server,
-                      let uid = liveOwner(state: row.state, inode: row.inode, uid: row.uid) else { continue }
+                    let uid = liveOwner(state: row.state, inode: row.inode, uid: row.uid)
+                else { continue }
                 if let earlier = found, earlier != uid { return nil }
                 found = uid
             }
@@ -75,11 +76,12 @@ public enum SocketOwnerTable {
         let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
         // sl, local, remote, st, tx:rx, tr:when, retrnsmt, uid, timeout, inode, ...
         guard fields.count >= 10, fields[0].hasSuffix(":"),
-              let local = endpoint(fields[1], littleEndian: littleEndian),
-              let remote = endpoint(fields[2], littleEndian: littleEndian),
-              fields[3].utf8.count == 2, fields[3].utf8.allSatisfy(\.isHexDigitASCII), let state = UInt8(fields[3], radix: 16),
-              let uid = decimal(fields[7]).flatMap(UInt32.init(exactly:)),
-              let inode = decimal(fields[9]) else { return nil }
+            let local = endpoint(fields[1], littleEndian: littleEndian),
+            let remote = endpoint(fields[2], littleEndian: littleEndian),
+            fields[3].utf8.count == 2, fields[3].utf8.allSatisfy(\.isHexDigitASCII), let state = UInt8(fields[3], radix: 16),
+            let uid = decimal(fields[7]).flatMap(UInt32.init(exactly:)),
+            let inode = decimal(fields[9])
+        else { return nil }
         return Row(local: local, remote: remote, state: state, uid: uid, inode: inode)
     }
 
@@ -92,7 +94,8 @@ public enum SocketOwnerTable {
     static func endpoint(_ text: Substring, littleEndian: Bool) -> Endpoint? {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, parts[1].utf8.count == 4, let port = UInt16(parts[1], radix: 16),
-              parts[0].utf8.count == 8 || parts[0].utf8.count == 32 else { return nil }
+            parts[0].utf8.count == 8 || parts[0].utf8.count == 32
+        else { return nil }
         var bytes: [UInt8] = []
         var words = parts[0][...]
         while !words.isEmpty {

@@ -1,12 +1,13 @@
-import PosixSupport
 import Dispatch
 import HTTP1Codec
 import JSONText
+import PosixSupport
 import ProxyCore
 import Redaction
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Formats, scrubs and writes access log lines. Formatting runs on the worker that finished the
@@ -38,8 +39,10 @@ public final class AccessLog: Sendable {
 
     /// Opens the output now: a file that cannot be opened (a missing directory, no permission) is an
     /// error at start, never a proxy that runs and loses every line.
-    public init(format: LogFormat, colour: Bool = false, output: LogOutput, rules: RedactionRules, logBodies: Bool,
-                secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) {
+    public init(
+        format: LogFormat, colour: Bool = false, output: LogOutput, rules: RedactionRules, logBodies: Bool,
+        secretValues: [SecretValue], metrics: Metrics, observer: (@Sendable (String) -> Void)? = nil
+    ) throws(EngineError) {
         let fd = Self.open(output)
         if case .file(let path) = output, fd < 0 {
             throw .logOutput("cannot open the access log \(path): \(String(cString: strerror(errno)))")
@@ -89,8 +92,12 @@ public final class AccessLog: Sendable {
         let now = time(nil)
         guard now - lastWriteErrorReport >= 60 else { return }
         lastWriteErrorReport = now
-        Diagnostics.error("log_write_failed", [("error", String(cString: strerror(errorNumber))),
-                                               ("hint", "lines are lost until writes succeed; see \(MetricName.logWriteErrors.rawValue)")])
+        Diagnostics.error(
+            "log_write_failed",
+            [
+                ("error", String(cString: strerror(errorNumber))),
+                ("hint", "lines are lost until writes succeed; see \(MetricName.logWriteErrors.rawValue)"),
+            ])
     }
 
     /// Touched by the writer thread only.
@@ -102,8 +109,12 @@ public final class AccessLog: Sendable {
         guard case .file(let path) = output else { return }
         let fresh = Self.open(output)
         guard fresh >= 0 else {
-            Diagnostics.error("log_reopen_failed", [("path", path), ("error", String(cString: strerror(errno))),
-                                                    ("hint", "still writing to the previously opened file")])
+            Diagnostics.error(
+                "log_reopen_failed",
+                [
+                    ("path", path), ("error", String(cString: strerror(errno))),
+                    ("hint", "still writing to the previously opened file"),
+                ])
             return
         }
         let old = descriptor.withLock { current in
@@ -112,7 +123,9 @@ public final class AccessLog: Sendable {
         }
         // A write in flight may still use the old descriptor for a moment; closing it a second
         // later costs nothing and avoids writing into a reused fd number.
-        PosixThread(name: "scopeproxy-logrot") { sleep(1); close(old) }.detach()
+        PosixThread(name: "scopeproxy-logrot") {
+            sleep(1); close(old)
+        }.detach()
     }
 
     private static func open(_ output: LogOutput) -> Int32 {

@@ -1,8 +1,9 @@
-import HTTP1Codec
 import CLibevent
+import HTTP1Codec
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The admin endpoint: `GET /healthz` (200 `ok` once ready, 503 while draining) and `GET /metrics`
@@ -45,12 +46,16 @@ final class AdminServer: @unchecked Sendable {
         // when it is accepted, so they are set before the loop runs.
         evhttp_set_max_headers_size(http, Self.maxHeadBytes)
         evhttp_set_max_body_size(http, 0)
-        evhttp_set_gencb(http, { request, context in
-            Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
-        }, Unmanaged.passUnretained(self).toOpaque())
-        stopEvent = event_new(base, -1, 0, { _, _, context in
-            event_base_loopbreak(Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().base)
-        }, Unmanaged.passUnretained(self).toOpaque())
+        evhttp_set_gencb(
+            http,
+            { request, context in
+                Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().handle(request!)
+            }, Unmanaged.passUnretained(self).toOpaque())
+        stopEvent = event_new(
+            base, -1, 0,
+            { _, _, context in
+                event_base_loopbreak(Unmanaged<AdminServer>.fromOpaque(context!).takeUnretainedValue().base)
+            }, Unmanaged.passUnretained(self).toOpaque())
     }
 
     func start() {

@@ -92,8 +92,10 @@ struct BodyPump {
 
     /// `capture`: keep up to that many body bytes (for a replay); `observe`: keep the first bytes (log).
     /// `scrub` (responses): mask these values; `guard` (requests): never forward these values.
-    init(inbound: BodyFraming, outbound: BodyFraming, capture: Int? = nil, observe: Int? = nil,
-         scrub: SecretWatch? = nil, guard egress: SecretWatch? = nil) {
+    init(
+        inbound: BodyFraming, outbound: BodyFraming, capture: Int? = nil, observe: Int? = nil,
+        scrub: SecretWatch? = nil, guard egress: SecretWatch? = nil
+    ) {
         defer {
             if let capture { startCapture(limit: capture) }
             if let observe { startObserving(limit: observe) }
@@ -244,7 +246,8 @@ struct BodyPump {
             // One contiguous piece, looked at where libevent keeps it (no copy to scan it). Should
             // the first chain ever be empty (libevent keeps data first; this is defensive), the
             // bytes are pulled up instead of waiting forever on a peek that shows nothing.
-            let extent = EventBuffer.firstExtent(source)
+            let extent =
+                EventBuffer.firstExtent(source)
                 ?? EventBuffer.contiguousPrefix(source, min(count - taken, Self.filterPiece))
             guard extent.count > 0 else { break }
             let length = min(extent.count, count - taken, Self.filterPiece)
@@ -262,8 +265,10 @@ struct BodyPump {
 
     /// Masks the values in `piece` (the first bytes of `source`) and writes what the scrubber lets
     /// out: same length overall, but the last bytes of a piece may wait for the next.
-    private mutating func scrubPiece(_ piece: UnsafeBufferPointer<UInt8>, _ filter: BodyFilter,
-                                     from source: OpaquePointer, to destination: OpaquePointer) {
+    private mutating func scrubPiece(
+        _ piece: UnsafeBufferPointer<UInt8>, _ filter: BodyFilter,
+        from source: OpaquePointer, to destination: OpaquePointer
+    ) {
         filter.scratch.removeAll(keepingCapacity: true)
         filter.scrubber!.scrub(piece, into: &filter.scratch) { filter.masked($0) }
         evbuffer_drain(source, piece.count)  // only now: `piece` points into the source
@@ -274,8 +279,10 @@ struct BodyPump {
     /// earlier pieces first, then this piece's, moved chain to chain), and holds the rest. On a
     /// value, forwards only what lies before it and stops for good: the value's bytes never reach
     /// the destination.
-    private mutating func guardPiece(_ piece: UnsafeBufferPointer<UInt8>, _ filter: BodyFilter,
-                                     from source: OpaquePointer, to destination: OpaquePointer) {
+    private mutating func guardPiece(
+        _ piece: UnsafeBufferPointer<UInt8>, _ filter: BodyFilter,
+        from source: OpaquePointer, to destination: OpaquePointer
+    ) {
         let verdict = filter.egressGuard!.inspect(piece)
         // `piece`'s bytes are not read after this: moving bytes out of the source may free them.
         let fromHeld = min(verdict.forwardable, filter.held.count)
@@ -348,8 +355,9 @@ struct BodyPump {
         guard isComplete else { return .moved(payload: payload, consumed: consumed) }
         var summary: ExchangeRecord.ObservedBody?
         if let observed, bodyBytes > 0 {
-            summary = ExchangeRecord.ObservedBody(bytes: observed, total: bodyBytes, truncated: observedTruncated,
-                                                  contentType: nil)
+            summary = ExchangeRecord.ObservedBody(
+                bytes: observed, total: bodyBytes, truncated: observedTruncated,
+                contentType: nil)
         }
         return .complete(payload: payload, consumed: consumed, captured: captured, observed: summary)
     }

@@ -1,9 +1,10 @@
 import CLibevent
-import PosixSupport
 import HTTP1Codec
+import PosixSupport
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One client connection: the driver between libevent and the connection's state machine. It
@@ -63,16 +64,18 @@ final class ClientConnection: UpstreamLegOwner {
             logBodies: worker.configuration.accessLog?.logBodies == true)
         machine = ConnectionMachine(settings: settings, mode: mode, facts: facts, ids: worker.requestIDs.fork())
         progressInterval = UInt64(min(100, max(1, worker.configuration.timeouts.idle / 4))) * 1000
-        transport = ClientTransport(bev: bev, base: worker.base, idleMilliseconds: worker.configuration.timeouts.idle,
-                                    highWatermark: worker.configuration.limits.bufferHighWatermark, tls: tls,
-                                    finished: { [unowned self] in close() })
+        transport = ClientTransport(
+            bev: bev, base: worker.base, idleMilliseconds: worker.configuration.timeouts.idle,
+            highWatermark: worker.configuration.limits.bufferHighWatermark, tls: tls,
+            finished: { [unowned self] in close() })
     }
 
     func start() {
         let context = Unmanaged.passUnretained(self).toOpaque()
         timer = event_new(worker.base, -1, 0, timerCallback, context)
-        transport.install(read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
-                          timer: lingerCallback, context: context)
+        transport.install(
+            read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
+            timer: lingerCallback, context: context)
         execute(machine.start())
         // Bytes decrypted with the end of a TLS handshake arrived before these callbacks were set:
         // no read callback will announce them.
@@ -134,8 +137,9 @@ final class ClientConnection: UpstreamLegOwner {
         transport.flush()
         let context = Unmanaged.passUnretained(self).toOpaque()
         guard let tls = configuration.tls, let ssl = try? tls.serverSession(for: origin.hostForLookup),
-              transport.startTLS(ssl, read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
-                                 context: context)
+            transport.startTLS(
+                ssl, read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
+                context: context)
         else {
             deliver(.clientTLSFailed(.certificateUnavailable))
             return
@@ -257,8 +261,12 @@ final class ClientConnection: UpstreamLegOwner {
     private func reportImpossibleEvents() {
         guard machine.impossibleEvents > 0 else { return }
         configuration.metrics.increment(.impossibleEvents, by: UInt64(machine.impossibleEvents))
-        Diagnostics.error("impossible_event", [("reason", machine.lastImpossible.map { "\($0)" } ?? "?"),
-                                               ("count", String(machine.impossibleEvents))])
+        Diagnostics.error(
+            "impossible_event",
+            [
+                ("reason", machine.lastImpossible.map { "\($0)" } ?? "?"),
+                ("count", String(machine.impossibleEvents)),
+            ])
     }
 
     func abort() {

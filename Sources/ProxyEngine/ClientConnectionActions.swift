@@ -39,8 +39,9 @@ extension ClientConnection {
             collectRequestBody()
         case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
             guard let leg, leg.hop == hop else { return }
-            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe,
-                                       guard: egressGuard)
+            leg.requestPump = BodyPump(
+                inbound: framing, outbound: framing, capture: capture, observe: observe,
+                guard: egressGuard)
             pumpRequestBody()
         case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
             guard let leg, leg.hop == hop else { return }
@@ -82,7 +83,8 @@ extension ClientConnection {
 
     private static func hintOnStderrOnce(_ failure: ExchangeFailure?, client: String) {
         guard let (event, hint) = failure?.stderrHint,
-              hintedOnStderr.withLock({ $0.insert(event).inserted }) else { return }
+            hintedOnStderr.withLock({ $0.insert(event).inserted })
+        else { return }
         Diagnostics.error(event, [("client", client), ("hint", hint + "; said once, the access log has every case")])
     }
 }

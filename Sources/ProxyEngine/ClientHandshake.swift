@@ -1,8 +1,9 @@
 import CLibevent
 import COpenSSL
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A connection to the TLS client listener before its first HTTP byte: the server-side TLS
@@ -39,8 +40,9 @@ final class ClientHandshake {
         // On failure libevent has freed the SSL and closed the descriptor, or (allocation failed
         // first) touched neither: closing here could close a descriptor reused since. Both only
         // happen out of memory; a leak is the safer of the two.
-        guard let bev = bufferevent_openssl_socket_new(
-            worker.base, fd, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
+        guard
+            let bev = bufferevent_openssl_socket_new(
+                worker.base, fd, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
         else { return nil }
         // A client that closes without close_notify (most do, after their last response) ends
         // its input like a TCP FIN on the plain listener, not with an error. Request bodies are
@@ -52,17 +54,21 @@ final class ClientHandshake {
     func start() {
         guard let bev else { return }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        timer = event_new(worker.base, -1, 0, { _, _, context in
-            let handshake = Unmanaged<ClientHandshake>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(handshake) { handshake.fail(.handshakeTimeout) }
-        }, context)
+        timer = event_new(
+            worker.base, -1, 0,
+            { _, _, context in
+                let handshake = Unmanaged<ClientHandshake>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(handshake) { handshake.fail(.handshakeTimeout) }
+            }, context)
         if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.clientHeader) }
         // No read callback: decrypted bytes that arrive with the end of the handshake wait in the
         // input for the connection.
-        bufferevent_setcb(bev, nil, nil, { _, events, context in
-            let handshake = Unmanaged<ClientHandshake>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(handshake) { handshake.event(events) }
-        }, context)
+        bufferevent_setcb(
+            bev, nil, nil,
+            { _, events, context in
+                let handshake = Unmanaged<ClientHandshake>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(handshake) { handshake.event(events) }
+            }, context)
         bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
     }
 

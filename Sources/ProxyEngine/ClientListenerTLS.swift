@@ -2,8 +2,9 @@ import CLibevent
 import COpenSSL
 import HTTP1Codec
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One CA file whose certificates the TLS client listener accepts on client certificates.
@@ -187,7 +188,8 @@ final class ClientListenerTLS: @unchecked Sendable {
         var result: [String] = []
         for index in 0..<sp_general_names_count(names) {
             guard let name = sp_general_names_at(names, index), let value = sp_general_name_string(name),
-                  let data = ASN1_STRING_get0_data(value) else { continue }
+                let data = ASN1_STRING_get0_data(value)
+            else { continue }
             let bytes = UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(value)))
             switch sp_general_name_type(name) {
             case sp_gen_dns(): if let text = cleanText(bytes) { result.append("DNS:" + text) }

@@ -37,7 +37,7 @@ extension ClientTLSFailure {
         switch Int32(ERR_GET_REASON(code)) {
         // The client sent an alert about our certificate.
         case SSL_R_TLSV1_ALERT_UNKNOWN_CA, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN,
-             SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+            SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED, SSL_R_TLSV1_ALERT_ACCESS_DENIED:
             return Classified(failure: .clientRejectedCertificate)
         // We asked for a certificate and the one sent did not verify (only the client listener asks).
         case SSL_R_CERTIFICATE_VERIFY_FAILED, SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
@@ -47,7 +47,7 @@ extension ClientTLSFailure {
         case SSL_R_UNEXPECTED_EOF_WHILE_READING:
             return Classified(failure: .closedDuringHandshake)  // OpenSSL 3: the peer hung up inside a record
         case SSL_R_UNSUPPORTED_PROTOCOL, SSL_R_NO_SHARED_CIPHER, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION, SSL_R_VERSION_TOO_LOW,
-             SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
+            SSL_R_NO_PROTOCOLS_AVAILABLE, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
             return Classified(failure: .noCommonProtocol)
         default:
             let reason = ERR_reason_error_string(code).map { String(cString: $0) } ?? "error \(ERR_GET_REASON(code))"

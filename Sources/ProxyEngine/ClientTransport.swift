@@ -1,9 +1,10 @@
 import CLibevent
 import COpenSSL
-import ProxyCore
 import HTTP1Codec
+import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The client side of a connection as bytes: its bufferevent (a TLS filter after an intercepted
@@ -41,8 +42,10 @@ final class ClientTransport {
     private let finished: () -> Void
 
     /// `tls`: `bev` is already a TLS bufferevent (the TLS client listener's), read by libevent.
-    init(bev: OpaquePointer, base: OpaquePointer, idleMilliseconds: Int, highWatermark: Int, tls: Bool = false,
-         finished: @escaping () -> Void) {
+    init(
+        bev: OpaquePointer, base: OpaquePointer, idleMilliseconds: Int, highWatermark: Int, tls: Bool = false,
+        finished: @escaping () -> Void
+    ) {
         self.bev = bev
         isTLS = tls
         self.base = base
@@ -64,8 +67,10 @@ final class ClientTransport {
         return outputBuffer(bev)
     }
 
-    func install(read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
-                 timer: event_callback_fn, context: UnsafeMutableRawPointer) {
+    func install(
+        read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
+        timer: event_callback_fn, context: UnsafeMutableRawPointer
+    ) {
         bufferevent_setcb(bev, read, write, event, context)
         configure(bev)
         lingerCallback = timer
@@ -104,13 +109,16 @@ final class ClientTransport {
     /// bufferevent stays underneath and is freed with the filter. On the TLS client listener that
     /// one is TLS too: an intercepted CONNECT there is TLS inside TLS, a filter over the listener's
     /// TLS bufferevent.
-    func startTLS(_ ssl: OpaquePointer, read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
-                  context: UnsafeMutableRawPointer) -> Bool {
+    func startTLS(
+        _ ssl: OpaquePointer, read: bufferevent_data_cb, write: bufferevent_data_cb, event: bufferevent_event_cb,
+        context: UnsafeMutableRawPointer
+    ) -> Bool {
         reader?.stop()
         reader = nil
         bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
-        guard let filter = bufferevent_openssl_filter_new(
-            base, bev, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
+        guard
+            let filter = bufferevent_openssl_filter_new(
+                base, bev, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_accepting())), Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
         else {
             SSL_free(ssl)
             return false

@@ -2,8 +2,9 @@ import CSocketDiag
 import PosixSupport
 import ProxyCore
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Gathers `ConnectionFacts` when a connection is accepted: the peer's address, and, only when a
@@ -35,39 +36,43 @@ enum ConnectionFactsReader {
 
     static func owner(fd: Int32, client: SocketOwnerTable.Endpoint) -> SocketOwner {
         #if os(Linux)
-        guard client.address.isLoopback else { return .unknown(reason: "not a loopback client") }
-        var storage = sockaddr_storage()
-        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        let named = withUnsafeMutablePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0, let server = withUnsafePointer(to: &storage, {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { endpoint($0) }
-        }) else { return .unknown(reason: "getsockname failed") }
-        switch askKernel(client: client, server: server) {
-        case .found(let uid): return .uid(uid)
-        case .notLive:
-            return .unknown(reason: "the client's socket is no longer held by any process (it closed before it was accepted)")
-        case .noSuchSocket:
-            return .unknown(reason: "no socket in this network namespace has the client's address (another network namespace, or it closed)")
-        case .failed(let errno): return .unknown(reason: "sock_diag lookup failed (errno \(errno))")
-        case .unavailable: break  // read the table below
-        }
-        var tables: [String] = []
-        for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            switch SmallFile.read(path, limit: 64 << 20) {
-            case .success(let bytes): tables.append(String(decoding: bytes, as: UTF8.self))
-            case .failure(.missing): continue  // no IPv6 in this kernel
-            case .failure(let failure): return .unknown(reason: "cannot read \(path): \(failure.describe(path))")
+            guard client.address.isLoopback else { return .unknown(reason: "not a loopback client") }
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let named = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
             }
-        }
-        guard !tables.isEmpty else { return .unknown(reason: "no /proc/net/tcp (is /proc mounted?)") }
-        guard let uid = SocketOwnerTable.owner(client: client, server: server, tables: tables) else {
-            return .unknown(reason: "no live socket in this network namespace has the client's address (another network namespace, or it closed)")
-        }
-        return .uid(uid)
+            guard named == 0,
+                let server = withUnsafePointer(
+                    to: &storage,
+                    {
+                        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { endpoint($0) }
+                    })
+            else { return .unknown(reason: "getsockname failed") }
+            switch askKernel(client: client, server: server) {
+            case .found(let uid): return .uid(uid)
+            case .notLive:
+                return .unknown(reason: "the client's socket is no longer held by any process (it closed before it was accepted)")
+            case .noSuchSocket:
+                return .unknown(reason: "no socket in this network namespace has the client's address (another network namespace, or it closed)")
+            case .failed(let errno): return .unknown(reason: "sock_diag lookup failed (errno \(errno))")
+            case .unavailable: break  // read the table below
+            }
+            var tables: [String] = []
+            for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                switch SmallFile.read(path, limit: 64 << 20) {
+                case .success(let bytes): tables.append(String(decoding: bytes, as: UTF8.self))
+                case .failure(.missing): continue  // no IPv6 in this kernel
+                case .failure(let failure): return .unknown(reason: "cannot read \(path): \(failure.describe(path))")
+                }
+            }
+            guard !tables.isEmpty else { return .unknown(reason: "no /proc/net/tcp (is /proc mounted?)") }
+            guard let uid = SocketOwnerTable.owner(client: client, server: server, tables: tables) else {
+                return .unknown(reason: "no live socket in this network namespace has the client's address (another network namespace, or it closed)")
+            }
+            return .uid(uid)
         #else
-        return .unknown(reason: "uid recognition needs Linux /proc/net/tcp")
+            return .unknown(reason: "uid recognition needs Linux /proc/net/tcp")
         #endif
     }
 
@@ -89,8 +94,9 @@ enum ConnectionFactsReader {
         let clientBytes = v4 ? Array(client.address.bytes.suffix(4)) : client.address.bytes
         let serverBytes = v4 ? Array(server.address.bytes.suffix(4)) : server.address.bytes
         var answer = sp_socket_owner_answer()
-        let result = sp_tcp_socket_owner(v4 ? AF_INET : AF_INET6, clientBytes, client.port, serverBytes, server.port,
-                                         SocketOwnerTable.liveClientStateMask, &answer)
+        let result = sp_tcp_socket_owner(
+            v4 ? AF_INET : AF_INET6, clientBytes, client.port, serverBytes, server.port,
+            SocketOwnerTable.liveClientStateMask, &answer)
         if result == 0 {
             guard let uid = SocketOwnerTable.liveOwner(state: answer.state, inode: UInt64(answer.inode), uid: UInt32(answer.uid)) else {
                 return .notLive

@@ -65,5 +65,5 @@ public struct EngineConfiguration: Sendable {
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif

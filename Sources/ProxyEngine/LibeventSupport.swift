@@ -1,8 +1,9 @@
 import CLibevent
-import JSONText
 import HTTP1Codec
+import JSONText
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Small, allocation-free helpers over libevent's C API. Nothing here holds state.
@@ -124,13 +125,15 @@ enum SocketAddress {
             return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
                 var raw = v4.pointee.sin_addr
                 inet_ntop(AF_INET, &raw, &buffer, socklen_t(buffer.count))
-                return "\(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)):\(UInt16(bigEndian: v4.pointee.sin_port))"
+                return
+                    "\(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)):\(UInt16(bigEndian: v4.pointee.sin_port))"
             }
         case AF_INET6:
             return address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
                 var raw = v6.pointee.sin6_addr
                 inet_ntop(AF_INET6, &raw, &buffer, socklen_t(buffer.count))
-                return "[\(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))]:\(UInt16(bigEndian: v6.pointee.sin6_port))"
+                return
+                    "[\(String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))]:\(UInt16(bigEndian: v6.pointee.sin6_port))"
             }
         default:
             return "unknown"
@@ -166,12 +169,14 @@ final class PosixThread: @unchecked Sendable {
         self.body = body
         self.name = String(name.prefix(15))
         let context = Unmanaged.passRetained(self).toOpaque()
-        let result = pthread_create(&handle, nil, { context in
-            let thread = Unmanaged<PosixThread>.fromOpaque(context!).takeRetainedValue()
-            thread.name.withCString { sp_set_thread_name($0) }
-            thread.body()
-            return nil
-        }, context)
+        let result = pthread_create(
+            &handle, nil,
+            { context in
+                let thread = Unmanaged<PosixThread>.fromOpaque(context!).takeRetainedValue()
+                thread.name.withCString { sp_set_thread_name($0) }
+                thread.body()
+                return nil
+            }, context)
         precondition(result == 0, "pthread_create failed: \(result)")
     }
 

@@ -1,7 +1,8 @@
 import CLibevent
 import HTTP1Codec
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One bound, listening TCP socket per address, shared by every worker thread of this process

@@ -56,7 +56,7 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .tokenFetches, .refreshTokenRotations: ["secret", "result"]
         case .egressBlocked: ["secret", "kind"]
         case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits, .impossibleEvents,
-             .clientConnections, .upstreamConnections:
+            .clientConnections, .upstreamConnections:
             []
         }
     }

@@ -74,7 +74,8 @@ public final class Metrics: Sendable {
         let statusClass = record.status.map { min(max($0 / 100, 0), 5) } ?? 6
         let upstreamError = record.failure.flatMap { $0.isUpstreamFailure ? $0.code : nil }
         exchanges.withLock { counters in
-            counters.requests[.init(statusClass: statusClass, scope: record.scopes.first ?? "none", client: record.clientID ?? "none"), default: 0] += 1
+            counters.requests[.init(statusClass: statusClass, scope: record.scopes.first ?? "none", client: record.clientID ?? "none"), default: 0] +=
+                1
             switch record.failure {
             case .proxy(.rateLimited(let client, _))?: counters.rateLimited[client, default: 0] += 1
             case .proxy(.proxyAuthenticationRequired(let refusal))?: counters.clientRefusals[refusal.reason.rawValue, default: 0] += 1
@@ -108,11 +109,12 @@ public final class Metrics: Sendable {
     /// the process exits), whether or not rendering would merge some of them.
     var storedEntries: Int {
         let generic = counters.withLock { $0.count }
-        return generic + exchanges.withLock { counters in
-            counters.requests.count + counters.injected.count + counters.stripped.count + counters.redirects.count
-                + counters.upstreamErrors.count + counters.rateLimited.count + counters.clientRefusals.count
-                + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count
-        }
+        return generic
+            + exchanges.withLock { counters in
+                counters.requests.count + counters.injected.count + counters.stripped.count + counters.redirects.count
+                    + counters.upstreamErrors.count + counters.rateLimited.count + counters.clientRefusals.count
+                    + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count
+            }
     }
 
     /// Every counter as (key, value): the generic ones and the per-exchange ones.

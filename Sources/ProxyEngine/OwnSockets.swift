@@ -2,8 +2,9 @@ import CLibevent
 import PosixSupport
 import ProxyCore
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The proxy never connects to itself, and a connection that comes from itself is never a client

@@ -1,8 +1,9 @@
+import CLibevent
 import HTTP1Codec
 import ProxyCore
-import CLibevent
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// libevent must be told to use pthread locks once, before any event_base exists.
@@ -75,10 +76,12 @@ public final class ProxyServer: @unchecked Sendable {
         // Said once at start when the descriptor limit, not max_connections, will bound the clients
         // (a busy connection holds a second descriptor upstream; EMFILE then pauses accepting).
         if descriptors >= 0, descriptors < slots.limit + 64 {
-            Diagnostics.info("descriptor_limit", [
-                ("max_connections", String(slots.limit)), ("open_files_limit", String(descriptors)),
-                ("note", "the descriptor limit is lower than max_connections; accepting pauses when it is reached"),
-            ])
+            Diagnostics.info(
+                "descriptor_limit",
+                [
+                    ("max_connections", String(slots.limit)), ("open_files_limit", String(descriptors)),
+                    ("note", "the descriptor limit is lower than max_connections; accepting pauses when it is reached"),
+                ])
         }
         // Every address is bound once, before any worker watches it: a taken address fails here,
         // whole, and nothing listens half-configured.
@@ -119,8 +122,9 @@ public final class ProxyServer: @unchecked Sendable {
     /// interception is on: clients trust the one CA for both.
     private static func clientListenerTLS(_ listener: ClientListener, tls: TLSContexts?) throws(EngineError) -> ClientListenerTLS {
         guard let minter = tls?.minter else {
-            throw .clientListener("tls.client_listen needs the local CA to sign its certificate, and the CA is loaded only when "
-                                  + "TLS interception is on: list hosts in tls.intercept (or intercept: scoped with an https scope)")
+            throw .clientListener(
+                "tls.client_listen needs the local CA to sign its certificate, and the CA is loaded only when "
+                    + "TLS interception is on: list hosts in tls.intercept (or intercept: scoped with an https scope)")
         }
         do {
             return try ClientListenerTLS(caFiles: listener.caFiles, minter: minter)
@@ -196,21 +200,27 @@ public final class ProxyServer: @unchecked Sendable {
         let context = Unmanaged.passUnretained(loop).toOpaque()
         var events: [OpaquePointer] = []
         for signalNumber in [SIGTERM, SIGINT] {
-            let event = event_new(base, signalNumber, sp_ev_signal() | sp_ev_persist(), { signalNumber, _, context in
-                let loop = Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue()
-                Diagnostics.info("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
-                event_base_loopbreak(loop.base)
-            }, context)!
+            let event = event_new(
+                base, signalNumber, sp_ev_signal() | sp_ev_persist(),
+                { signalNumber, _, context in
+                    let loop = Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue()
+                    Diagnostics.info("shutdown", [("signal", signalNumber == SIGTERM ? "SIGTERM" : "SIGINT")])
+                    event_base_loopbreak(loop.base)
+                }, context)!
             event_add(event, nil)
             events.append(event)
         }
-        let hangup = event_new(base, SIGHUP, sp_ev_signal() | sp_ev_persist(), { _, _, context in
-            Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.hangup()
-        }, context)!
+        let hangup = event_new(
+            base, SIGHUP, sp_ev_signal() | sp_ev_persist(),
+            { _, _, context in
+                Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.hangup()
+            }, context)!
         event_add(hangup, nil)
-        let tick = event_new(base, -1, sp_ev_persist(), { _, _, context in
-            Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.tick()
-        }, context)!
+        let tick = event_new(
+            base, -1, sp_ev_persist(),
+            { _, _, context in
+                Unmanaged<MainLoop>.fromOpaque(context!).takeUnretainedValue().hooks.tick()
+            }, context)!
         sp_event_add_ms(tick, 1000)
         events += [hangup, tick]
         pthread_sigmask(SIG_UNBLOCK, &handled, nil)

@@ -1,6 +1,7 @@
 import CLibevent
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Reads a plain TCP socket into its bufferevent's input buffer in large chunks.
@@ -37,8 +38,10 @@ final class SocketReader {
 
     /// Reads `bev`'s socket from now on; `read`/`event` are the bufferevent's callbacks, called the
     /// same way (with `bev` and `context`).
-    init(base: OpaquePointer, bev: OpaquePointer, highWatermark: Int, read: bufferevent_data_cb, event: bufferevent_event_cb,
-         context: UnsafeMutableRawPointer) {
+    init(
+        base: OpaquePointer, bev: OpaquePointer, highWatermark: Int, read: bufferevent_data_cb, event: bufferevent_event_cb,
+        context: UnsafeMutableRawPointer
+    ) {
         self.bev = bev
         fd = bufferevent_getfd(bev)
         self.highWatermark = highWatermark
@@ -47,16 +50,20 @@ final class SocketReader {
         self.context = context
         bufferevent_disable(bev, sp_ev_read())
         let own = Unmanaged.passUnretained(self).toOpaque()
-        self.event = event_new(base, fd, sp_ev_read() | sp_ev_persist(), { _, _, context in
-            let reader = Unmanaged<SocketReader>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(reader) { reader.readable() }
-        }, own)
+        self.event = event_new(
+            base, fd, sp_ev_read() | sp_ev_persist(),
+            { _, _, context in
+                let reader = Unmanaged<SocketReader>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(reader) { reader.readable() }
+            }, own)
         // Reading resumes when the consumer drains the input below the watermark.
-        watch = evbuffer_add_cb(inputBuffer(bev), { _, info, context in
-            guard let info, info.pointee.n_deleted > 0 else { return }
-            let reader = Unmanaged<SocketReader>.fromOpaque(context!).takeUnretainedValue()
-            reader.resumeIfRoom()
-        }, own)
+        watch = evbuffer_add_cb(
+            inputBuffer(bev),
+            { _, info, context in
+                guard let info, info.pointee.n_deleted > 0 else { return }
+                let reader = Unmanaged<SocketReader>.fromOpaque(context!).takeUnretainedValue()
+                reader.resumeIfRoom()
+            }, own)
         if EventBuffer.length(inputBuffer(bev)) < highWatermark, let event = self.event {
             event_add(event, nil)
         } else {

@@ -1,8 +1,9 @@
-import PosixSupport
 import CLibevent
 import COpenSSL
+import PosixSupport
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 public struct TLSError: Error, CustomStringConvertible, Sendable {
@@ -32,7 +33,7 @@ func generateP256Key() throws(TLSError) -> OpaquePointer {
     defer { EVP_PKEY_CTX_free(context) }
     var key: OpaquePointer?
     guard EVP_PKEY_keygen_init(context) == 1, EVP_PKEY_CTX_set_group_name(context, "P-256") == 1,
-          EVP_PKEY_keygen(context, &key) == 1, let key
+        EVP_PKEY_keygen(context, &key) == 1, let key
     else { throw TLSError(description: "cannot generate a P-256 key: \(openSSLErrorText())") }
     return key
 }
@@ -287,7 +288,8 @@ public final class TLSContexts: @unchecked Sendable {
         case X509_V_ERR_CERT_NOT_YET_VALID: "certificate not yet valid"
         case X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH: "certificate name mismatch"
         case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT,
-             X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN: "unknown issuer"
+            X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+            "unknown issuer"
         default:
             String(cString: X509_verify_cert_error_string(code))
         }

@@ -33,8 +33,10 @@ final class TokenFetcher: @unchecked Sendable {
     private var exchanges: [ObjectIdentifier: (exchange: TokenExchange, job: Job)] = [:]
     private var rotations: [String: Rotation] = [:]
 
-    init(configuration: EngineConfiguration, secrets: SecretLookup, sink: RefreshTokenSink?, responseLimit: Int,
-         clock: @escaping @Sendable () -> UInt64, observer: TokenObserver?) throws(EngineError) {
+    init(
+        configuration: EngineConfiguration, secrets: SecretLookup, sink: RefreshTokenSink?, responseLimit: Int,
+        clock: @escaping @Sendable () -> UInt64, observer: TokenObserver?
+    ) throws(EngineError) {
         self.observer = observer
         var configuration = configuration
         if configuration.tls == nil { configuration.tls = try? TLSContexts(authority: nil, upstreamCA: nil) }
@@ -120,7 +122,8 @@ final class TokenFetcher: @unchecked Sendable {
             metrics.increment(.refreshTokenRotation(secret: job.secret, .persisted))
         case .notAStoreSecret:
             metrics.increment(.refreshTokenRotation(secret: job.secret, .memoryOnly))
-            Diagnostics.info("refresh_token_rotated", [("secret", name), ("note", "not a store secret: the new refresh token is kept in memory only")])
+            Diagnostics.info(
+                "refresh_token_rotated", [("secret", name), ("note", "not a store secret: the new refresh token is kept in memory only")])
         case .failed(let why):
             metrics.increment(.refreshTokenRotation(secret: job.secret, .writeFailed))
             Diagnostics.error("refresh_token_not_saved", [("secret", name), ("reason", why)])

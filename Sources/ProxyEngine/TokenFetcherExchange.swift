@@ -2,8 +2,9 @@ import CLibevent
 import COpenSSL
 import HTTP1Codec
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One token request on the fetcher's loop: connect (DNS, TCP, verified TLS: `UpstreamConnector`,
@@ -41,10 +42,12 @@ final class TokenExchange: UpstreamConnectorDelegate {
     func start(finish: @escaping (Outcome) -> Void) {
         self.finish = finish
         let context = Unmanaged.passUnretained(self).toOpaque()
-        timer = event_new(worker.base, -1, 0, { _, _, context in
-            let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(exchange) { exchange.timedOut() }
-        }, context)
+        timer = event_new(
+            worker.base, -1, 0,
+            { _, _, context in
+                let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(exchange) { exchange.timedOut() }
+            }, context)
         if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.connect) }
         let connector = UpstreamConnector(origin: origin, worker: worker, tls: origin.scheme == .https)
         connector.delegate = self
@@ -68,25 +71,29 @@ final class TokenExchange: UpstreamConnectorDelegate {
         phase = .exchanging(bev: bev, reader: OAuth2TokenResponseReader(limit: responseLimit))
         if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.upstream) }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        bufferevent_setcb(bev, { _, context in
-            let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(exchange) { exchange.readable() }
-        }, nil, { _, events, context in
-            let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
-            withExtendedLifetime(exchange) { exchange.event(events) }
-        }, context)
+        bufferevent_setcb(
+            bev,
+            { _, context in
+                let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(exchange) { exchange.readable() }
+            }, nil,
+            { _, events, context in
+                let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
+                withExtendedLifetime(exchange) { exchange.event(events) }
+            }, context)
         _ = request.withUnsafeBytes { bufferevent_write(bev, $0.baseAddress, $0.count) }
         bufferevent_enable(bev, sp_ev_read() | sp_ev_write())
     }
 
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
-        let reason: TokenFailure.Reason = switch error {
-        case .dnsFailure: .dnsFailure
-        case .upstreamTLSVerification(_, let why): .tlsVerification(why)
-        case .upstreamTLSHandshake: .tlsHandshake
-        case .connectTimeout: .connectTimeout
-        default: .refused
-        }
+        let reason: TokenFailure.Reason =
+            switch error {
+            case .dnsFailure: .dnsFailure
+            case .upstreamTLSVerification(_, let why): .tlsVerification(why)
+            case .upstreamTLSHandshake: .tlsHandshake
+            case .connectTimeout: .connectTimeout
+            default: .refused
+            }
         end(.failure(reason))
     }
 

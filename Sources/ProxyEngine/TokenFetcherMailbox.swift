@@ -1,8 +1,9 @@
 import CLibevent
 import PosixSupport
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// libevent's pthread locking must be on before a base that other threads poke is created; the
@@ -30,9 +31,13 @@ final class EventMailbox: TokenMailbox, @unchecked Sendable {
 
     init?(base: OpaquePointer) {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        guard let event = event_new(base, -1, 0, { _, _, context in
-            Unmanaged<EventMailbox>.fromOpaque(context!).takeUnretainedValue().runJobs()
-        }, context) else { return nil }
+        guard
+            let event = event_new(
+                base, -1, 0,
+                { _, _, context in
+                    Unmanaged<EventMailbox>.fromOpaque(context!).takeUnretainedValue().runJobs()
+                }, context)
+        else { return nil }
         self.event = event
     }
 
@@ -91,10 +96,12 @@ final class MailboxLoop: @unchecked Sendable {
 
     /// Stops the loop (after `beforeStop` ran on it, to release what lives there) and joins it.
     func stop(beforeStop: @escaping @Sendable () -> Void = {}) {
-        guard stopped.withLock({ wasStopped in
-            defer { wasStopped = true }
-            return !wasStopped
-        }) else { return }
+        guard
+            stopped.withLock({ wasStopped in
+                defer { wasStopped = true }
+                return !wasStopped
+            })
+        else { return }
         let worker = worker
         if !mailbox.post({
             beforeStop()

@@ -34,17 +34,21 @@ public final class OAuth2Tokens: Sendable {
     /// the endpoint said), on the fetcher's thread, before
     /// any waiter gets it: the log tripwire must know them. The fetcher's thread starts now; nothing
     /// is fetched until a request needs a token.
-    public init(specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
-                policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
-                clock: (@Sendable () -> UInt64)? = nil,
-                observer: TokenObserver? = nil) throws(EngineError) {
+    public init(
+        specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
+        policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
+        clock: (@Sendable () -> UInt64)? = nil,
+        observer: TokenObserver? = nil
+    ) throws(EngineError) {
         let clock = clock ?? { monotonicMilliseconds() }
-        entries = Dictionary(uniqueKeysWithValues: specs.map { name, spec in
-            (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))
-        })
+        entries = Dictionary(
+            uniqueKeysWithValues: specs.map { name, spec in
+                (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))
+            })
         names = Set(specs.keys)
-        fetcher = try TokenFetcher(configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
-                                   observer: observer)
+        fetcher = try TokenFetcher(
+            configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
+            observer: observer)
         self.clock = clock
     }
 
@@ -61,8 +65,10 @@ public final class OAuth2Tokens: Sendable {
     /// fetch failed less than the retry floor ago), otherwise from the mailbox once the one fetch in
     /// flight ends. Returns nil (and never calls `onReady`) when `secret` is not an OAuth2 secret.
     @discardableResult
-    public func acquire(secret: String, mailbox: any TokenMailbox,
-                        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? {
+    public func acquire(
+        secret: String, mailbox: any TokenMailbox,
+        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
+    ) -> TokenRequest? {
         guard let entry = entries[secret] else { return nil }
         // The callback belongs to the caller's thread; it crosses threads only to be posted back.
         let callback = LoopBound(onReady)

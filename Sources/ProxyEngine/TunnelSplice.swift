@@ -8,8 +8,10 @@ enum TunnelSplice {
     /// One round each way; returns the bytes moved from the client and from the upstream.
     static func pump(client: ClientTransport, upstream: UpstreamLeg, highWatermark: Int) -> (fromClient: UInt64, fromUpstream: UInt64) {
         guard let upstreamInput = upstream.input, let upstreamOutput = upstream.output else { return (0, 0) }
-        return (move(from: client.input, to: upstreamOutput, highWatermark: highWatermark),
-                move(from: upstreamInput, to: client.output, highWatermark: highWatermark))
+        return (
+            move(from: client.input, to: upstreamOutput, highWatermark: highWatermark),
+            move(from: upstreamInput, to: client.output, highWatermark: highWatermark)
+        )
     }
 
     /// Everything that side sent, whatever the other side's backlog (it hung up: this is the end).

@@ -2,8 +2,9 @@ import CLibevent
 import COpenSSL
 import HTTP1Codec
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 protocol UpstreamConnectorDelegate: AnyObject {
@@ -54,10 +55,12 @@ final class UpstreamConnector {
         lookupInFlight = true
         // Retained until the callback runs, which it always does (also on cancel).
         let context = Unmanaged.passRetained(self).toOpaque()
-        let request = evdns_getaddrinfo(worker.dns, host, nil, &hints, { result, addresses, context in
-            let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeRetainedValue()
-            connector.resolved(result: result, addresses: addresses)
-        }, context)
+        let request = evdns_getaddrinfo(
+            worker.dns, host, nil, &hints,
+            { result, addresses, context in
+                let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeRetainedValue()
+                connector.resolved(result: result, addresses: addresses)
+            }, context)
         // `localhost` and /etc/hosts names are answered inside the call, which then returns NULL.
         if lookupInFlight { lookup = request }
     }
@@ -126,10 +129,12 @@ final class UpstreamConnector {
                 return
             }
             let context = Unmanaged.passUnretained(self).toOpaque()
-            bufferevent_setcb(bev, nil, nil, { bev, events, context in
-                let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeUnretainedValue()
-                withExtendedLifetime(connector) { connector.connectEvent(events) }
-            }, context)
+            bufferevent_setcb(
+                bev, nil, nil,
+                { bev, events, context in
+                    let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeUnretainedValue()
+                    withExtendedLifetime(connector) { connector.connectEvent(events) }
+                }, context)
             let started = worker.configuration.ownSockets.connect(bev, to: &address)
             if started == 0 {
                 connecting = bev

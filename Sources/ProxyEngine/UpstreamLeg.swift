@@ -131,8 +131,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             if let pooledReader, pooledReader.retarget(read: legReadCallback, event: legEventCallback, context: context.toOpaque()) {
                 reader = pooledReader
             } else {
-                reader = SocketReader(base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
-                                      event: legEventCallback, context: context.toOpaque())
+                reader = SocketReader(
+                    base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
+                    event: legEventCallback, context: context.toOpaque())
             }
         }
     }
@@ -198,8 +199,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
         if let leak = requestPump!.takeBlock() {
             // Measured before this run's bytes count as appended: only earlier bytes can have left.
-            return PumpReports(progress: nonEmpty(requestPump!.progress()), blocked: leak,
-                               blockedAfterBytesSent: appendedToOutput > before)
+            return PumpReports(
+                progress: nonEmpty(requestPump!.progress()), blocked: leak,
+                blockedAfterBytesSent: appendedToOutput > before)
         }
         guard reportProgress || requestPump!.isComplete else { return PumpReports() }
         return PumpReports(progress: nonEmpty(requestPump!.progress()))

@@ -84,7 +84,7 @@ final class UpstreamPool {
 
     fileprivate func remove(_ connection: UpstreamConnection) {
         guard var list = idle[connection.origin],
-              let index = list.firstIndex(where: { $0 === connection })
+            let index = list.firstIndex(where: { $0 === connection })
         else { return }
         list.remove(at: index)
         idle[connection.origin] = list.isEmpty ? nil : list

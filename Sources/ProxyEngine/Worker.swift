@@ -1,9 +1,10 @@
-import PosixSupport
 import CLibevent
 import HTTP1Codec
+import PosixSupport
 import ProxyCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One event-loop thread: its own event_base, resolver, listeners (on the process's shared sockets),
@@ -72,23 +73,30 @@ final class Worker: @unchecked Sendable {
         guard let base = event_base_new() else { throw .eventBase }
         self.base = base
         // Nameservers from /etc/resolv.conf; /etc/hosts is loaded explicitly (evdns skips it otherwise).
-        guard let dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE)
-            ?? evdns_base_new(base, 0)
+        guard
+            let dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE)
+                ?? evdns_base_new(base, 0)
         else { throw .eventBase }
         evdns_base_load_hosts(dns, nil)
         self.dns = dns
         pool = UpstreamPool(limits: configuration.limits, metrics: configuration.metrics, ownSockets: configuration.ownSockets)
 
         let context = Unmanaged.passUnretained(self).toOpaque()
-        wakeEvent = event_new(base, -1, 0, { _, _, context in
-            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().runCommands()
-        }, context)
-        resumeAcceptEvent = event_new(base, -1, 0, { _, _, context in
-            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().resumeAccepting()
-        }, context)
-        housekeepingEvent = event_new(base, -1, sp_ev_persist(), { _, _, context in
-            Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().housekeeping()
-        }, context)
+        wakeEvent = event_new(
+            base, -1, 0,
+            { _, _, context in
+                Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().runCommands()
+            }, context)
+        resumeAcceptEvent = event_new(
+            base, -1, 0,
+            { _, _, context in
+                Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().resumeAccepting()
+            }, context)
+        housekeepingEvent = event_new(
+            base, -1, sp_ev_persist(),
+            { _, _, context in
+                Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue().housekeeping()
+            }, context)
         sp_event_add_ms(housekeepingEvent, 1000)
         guard let mailbox = EventMailbox(base: base) else { throw .eventBase }
         tokenMailbox = mailbox
@@ -117,10 +125,14 @@ final class Worker: @unchecked Sendable {
         let listenerContext = ListenerContext(worker: self, clientTLS: clientTLS)
         let context = Unmanaged.passUnretained(listenerContext).toOpaque()
         // backlog -1: the socket is listening already.
-        guard let created = evconnlistener_new(base, { _, fd, address, _, context in
-            let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
-            listener.worker.accept(fd: fd, address: address!, mode: listener.mode, clientTLS: listener.clientTLS)
-        }, context, flags, -1, fd) else {
+        guard
+            let created = evconnlistener_new(
+                base,
+                { _, fd, address, _, context in
+                    let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
+                    listener.worker.accept(fd: fd, address: address!, mode: listener.mode, clientTLS: listener.clientTLS)
+                }, context, flags, -1, fd)
+        else {
             close(fd)
             throw .listen("cannot watch the listening socket of \(socket.address)")
         }
@@ -325,11 +337,13 @@ final class Worker: @unchecked Sendable {
             return
         }
         let context = Unmanaged.passUnretained(self).toOpaque()
-        graceEvent = event_new(base, -1, 0, { _, _, context in
-            let worker = Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue()
-            for connection in Array(worker.clients.values) { connection.abort() }
-            worker.finishDrain()
-        }, context)
+        graceEvent = event_new(
+            base, -1, 0,
+            { _, _, context in
+                let worker = Unmanaged<Worker>.fromOpaque(context!).takeUnretainedValue()
+                for connection in Array(worker.clients.values) { connection.abort() }
+                worker.finishDrain()
+            }, context)
         sp_event_add_ms(graceEvent, graceMilliseconds)
     }
 

@@ -1,4 +1,5 @@
 import JSONText
+
 /// A redacted summary of a JSON body: the structure stays, values only under safe keys, arrays cut
 /// to their first 3 elements plus a count, the whole capped at 2 KB. Anything that is not JSON is
 /// summarized as `<N bytes TYPE>`.
@@ -125,7 +126,9 @@ struct JSONParser {
                 index += 1
                 switch escaped {
                 case UInt8(ascii: "u"):
-                    guard index + 4 <= bytes.count, let code = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16) else { return nil }
+                    guard index + 4 <= bytes.count, let code = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16) else {
+                        return nil
+                    }
                     index += 4
                     output += Array(String(Unicode.Scalar(code).map(Character.init) ?? "?").utf8)
                 case UInt8(ascii: "n"): output.append(0x0A)

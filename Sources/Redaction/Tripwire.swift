@@ -1,8 +1,9 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import HTTP1Codec
 import SecretScan
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The second, independent layer: before a log line is written it is scanned for every secret value
 /// the store holds, raw, percent-encoded, base64 and base64url. A hit is replaced and counted; the

@@ -9,8 +9,10 @@ extension Decoder {
     mutating func readClients(_ keys: [String: YAMLNode], into config: inout ProxyConfiguration) throws(ConfigError) {
         if let node = keys["clients"], !node.isNull {
             if let auth = keys["proxy_auth"], !auth.isNull {
-                throw error(auth, "proxy_auth and clients cannot both be given: proxy_auth is the shorthand for one client; "
-                            + "with clients, write it as a client: { name: me, auth: { bearer: SECRET } } (or basic: { user: U, password: SECRET })")
+                throw error(
+                    auth,
+                    "proxy_auth and clients cannot both be given: proxy_auth is the shorthand for one client; "
+                        + "with clients, write it as a client: { name: me, auth: { bearer: SECRET } } (or basic: { user: U, password: SECRET })")
             }
             config.clients = try clients(node)
             clientNames = Set(config.clients.map(\.name))
@@ -62,11 +64,11 @@ extension Decoder {
             var uid: UInt32?
             if let uidNode = keys["uid"] {
                 #if os(Linux)
-                let value = try int(uidNode)
-                guard (0..<Int(UInt32.max)).contains(value) else { throw error(uidNode, "uid must be between 0 and 4294967294") }
-                uid = UInt32(value)
+                    let value = try int(uidNode)
+                    guard (0..<Int(UInt32.max)).contains(value) else { throw error(uidNode, "uid must be between 0 and 4294967294") }
+                    uid = UInt32(value)
                 #else
-                throw error(uidNode, "uid recognition needs Linux (/proc/net/tcp); it is not available on this system")
+                    throw error(uidNode, "uid recognition needs Linux (/proc/net/tcp); it is not available on this system")
                 #endif
             }
             var sources: [CIDR] = []
@@ -78,8 +80,10 @@ extension Decoder {
                     switch CIDR.parse(text) {
                     case .success(let cidr): sources.append(cidr)
                     case .failure(.invalidAddress):
-                        throw error(entry, "'\(text)' is not an IP network: expected ADDRESS/PREFIX like 10.0.0.0/8 or fd00::/8 "
-                                    + "(IPv4 in four decimal parts without leading zeros)")
+                        throw error(
+                            entry,
+                            "'\(text)' is not an IP network: expected ADDRESS/PREFIX like 10.0.0.0/8 or fd00::/8 "
+                                + "(IPv4 in four decimal parts without leading zeros)")
                     case .failure(.invalidPrefix): throw error(entry, "'\(text)': the prefix length must be 0-32 for IPv4, 0-128 for IPv6")
                     case .failure(.hostBitsSet): throw error(entry, "'\(text)' has bits set after the prefix: write the network address")
                     }
@@ -112,8 +116,10 @@ extension Decoder {
                     throw error(nameNode, "'anonymous' applies to clients nothing else recognises: give it no auth, uid, source or tls_client")
                 }
             } else if !rule.hasRecognitionMethod {
-                throw error(nameNode, "client '\(name)' has no way to be recognised: give it auth, uid, source or tls_client "
-                            + "(only the client named 'anonymous' needs none)")
+                throw error(
+                    nameNode,
+                    "client '\(name)' has no way to be recognised: give it auth, uid, source or tls_client "
+                        + "(only the client named 'anonymous' needs none)")
             }
             rules.append(rule)
         }

@@ -9,8 +9,10 @@ public enum ConfigLoader {
         switch SmallFile.read(path, limit: 4 << 20) {
         case .success(let read): bytes = read
         case .failure(let failure):
-            throw ConfigError(file: path, mark: Mark(line: 1, column: 1), message: "the config file " + failure.describe(path)
-                              + (failure == .tooLarge ? " (the limit is 4 MiB)" : ""))
+            throw ConfigError(
+                file: path, mark: Mark(line: 1, column: 1),
+                message: "the config file " + failure.describe(path)
+                    + (failure == .tooLarge ? " (the limit is 4 MiB)" : ""))
         }
         return try parse(String(decoding: bytes, as: UTF8.self), file: path, home: home)
     }

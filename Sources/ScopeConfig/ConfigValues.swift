@@ -1,7 +1,8 @@
 import HTTP1Codec
 import PosixSupport
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The value types every section reads: mappings with their allowed keys, lists, strings, numbers,
@@ -59,7 +60,9 @@ extension Decoder {
         let wordList = allowed.dropLast().joined(separator: ", ") + " or " + allowed.last!
         guard case .scalar(let text, _) = node.value else { throw error(node, "\(key) must be \(wordList)") }
         guard let value = Word(rawValue: text) else {
-            let hint = ["true", "yes"].contains(text.lowercased()) ? " (for \(text) write on)"
+            let hint =
+                ["true", "yes"].contains(text.lowercased())
+                ? " (for \(text) write on)"
                 : ["false", "no"].contains(text.lowercased()) ? " (for \(text) write off)" : ""
             throw error(node, "\(key) must be \(wordList), not '\(text)'\(hint)")
         }

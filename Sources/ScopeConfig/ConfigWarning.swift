@@ -37,10 +37,11 @@ extension Decoder {
         let routed = Set(config.routes.map(\.upstream))
         let connect = config.tls.tunnel == .deny ? "which is denied (403, tls.tunnel: deny)" : "which is tunnelled unseen (tls.tunnel: allow)"
         return origins.filter { $0.origin.scheme == .https && !intercepted.contains($0.origin.host) && !routed.contains($0.origin) }.map { entry in
-            ConfigWarning(file: file, mark: entry.mark,
-                          message: "https origin https://\(entry.origin.authority) of scope '\(entry.scope)' is not intercepted: a client using HTTPS_PROXY "
-                          + "reaches it through CONNECT, \(connect), so the scope never applies there; "
-                          + "add `tls: { intercept: scoped }` (and trust the proxy's CA: scopeproxy ca) or reach it through a route")
+            ConfigWarning(
+                file: file, mark: entry.mark,
+                message: "https origin https://\(entry.origin.authority) of scope '\(entry.scope)' is not intercepted: a client using HTTPS_PROXY "
+                    + "reaches it through CONNECT, \(connect), so the scope never applies there; "
+                    + "add `tls: { intercept: scoped }` (and trust the proxy's CA: scopeproxy ca) or reach it through a route")
         }
     }
 }

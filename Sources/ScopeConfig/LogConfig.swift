@@ -22,7 +22,9 @@ extension Decoder {
             }
         }
         if let bodiesNode = keys["bodies"] { settings.bodies = try bool(bodiesNode) }
-        if let node = keys["safe_headers"] { settings.safeHeaders = try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() } }
+        if let node = keys["safe_headers"] {
+            settings.safeHeaders = try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() }
+        }
         if let node = keys["safe_query"] { settings.safeQuery = try list(node).map { item throws(ConfigError) in try nonEmptyString(item) } }
         if let node = keys["safe_json_keys"] { settings.safeJSONKeys = try list(node).map { item throws(ConfigError) in try nonEmptyString(item) } }
         return settings
@@ -31,8 +33,11 @@ extension Decoder {
     /// `bodies: true` written next to an explicit `format: text` does nothing: said at the `bodies` key.
     func logBodiesWarning(_ keys: [String: YAMLNode], _ config: ProxyConfiguration) -> ConfigWarning? {
         guard let logNode = keys["log"], case .mapping(let pairs) = logNode.value, config.log.bodiesWithoutEffect(format: config.log.format),
-              config.log.formatIsExplicit, let bodiesKey = pairs.first(where: { pair in
-                  if case .scalar("bodies", _) = pair.key.value { true } else { false } })?.key else { return nil }
+            config.log.formatIsExplicit,
+            let bodiesKey = pairs.first(where: { pair in
+                if case .scalar("bodies", _) = pair.key.value { true } else { false }
+            })?.key
+        else { return nil }
         return ConfigWarning(file: file, mark: bodiesKey.mark, message: LogSettings.bodiesWithoutEffectMessage)
     }
 }

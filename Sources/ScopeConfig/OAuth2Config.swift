@@ -25,8 +25,9 @@ public enum OAuth2Config {
 extension Decoder {
     func oauth2(_ node: YAMLNode, secret name: String, inputSecrets: Set<String>) throws(ConfigError) -> OAuth2Spec {
         let context = "the oauth2 of secret '\(name)'"
-        let keys = try mapping(node, allowed: ["token_url", "grant", "client_id", "client_secret", "refresh_token", "scope", "audience", "client_auth"],
-                               context: context)
+        let keys = try mapping(
+            node, allowed: ["token_url", "grant", "client_id", "client_secret", "refresh_token", "scope", "audience", "client_auth"],
+            context: context)
         guard case .mapping = node.value else { throw error(node, "\(context) must be a mapping") }
         func required(_ key: String) throws(ConfigError) -> YAMLNode {
             guard let value = keys[key] else { throw error(node, "\(context) needs '\(key)'") }
@@ -48,7 +49,10 @@ extension Decoder {
             guard let refreshNode else { throw error(node, "grant: refresh_token needs 'refresh_token' (the name of the secret holding it)") }
             grant = .refreshToken(secret: try inputSecret(refreshNode, oauth2Secret: name, inputSecrets: inputSecrets))
         default:
-            throw error(grantNode, "unknown grant '\(grantName)': use client_credentials or refresh_token\(suggestion(grantName, ["client_credentials", "refresh_token"]))")
+            throw error(
+                grantNode,
+                "unknown grant '\(grantName)': use client_credentials or refresh_token\(suggestion(grantName, ["client_credentials", "refresh_token"]))"
+            )
         }
 
         let idNode = try required("client_id")
@@ -64,7 +68,8 @@ extension Decoder {
             let text = try nonEmptyString(scopeNode)
             // Appendix A.4: scope = scope-token *( SP scope-token ), scope-token = 1*NQCHAR.
             let tokens = text.split(separator: " ", omittingEmptySubsequences: false)
-            guard tokens.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy { $0 == 0x21 || (0x23...0x5B).contains($0) || (0x5D...0x7E).contains($0) } }) else {
+            guard tokens.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy { $0 == 0x21 || (0x23...0x5B).contains($0) || (0x5D...0x7E).contains($0) } })
+            else {
                 throw error(scopeNode, "scope must be scope tokens separated by single spaces (RFC 6749 §3.3)")
             }
             scope = text
@@ -81,12 +86,14 @@ extension Decoder {
         if let authNode = keys["client_auth"] {
             let text = try string(authNode)
             guard let parsed = OAuth2Spec.ClientAuthentication(rawValue: text) else {
-                throw error(authNode, "unknown client_auth '\(text)': use basic (RFC 6749 §2.3.1 HTTP Basic) or body\(suggestion(text, ["basic", "body"]))")
+                throw error(
+                    authNode, "unknown client_auth '\(text)': use basic (RFC 6749 §2.3.1 HTTP Basic) or body\(suggestion(text, ["basic", "body"]))")
             }
             clientAuthentication = parsed
         }
-        return OAuth2Spec(endpoint: endpoint, path: path, grant: grant, clientID: clientID, clientSecret: clientSecret,
-                          scope: scope, audience: audience, clientAuthentication: clientAuthentication)
+        return OAuth2Spec(
+            endpoint: endpoint, path: path, grant: grant, clientID: clientID, clientSecret: clientSecret,
+            scope: scope, audience: audience, clientAuthentication: clientAuthentication)
     }
 
     /// `https://host[:port]/path[?query]`; http only to loopback (the client secret travels in it).

@@ -37,12 +37,16 @@ extension Decoder {
                     // `paths: "/v1/"` one level too deep would inject a header named paths, and the
                     // scope would then apply to every path: never a header, always this error.
                     if Self.scopeKeys.contains(header) {
-                        throw error(headerNode, "inject header '\(header)' is a scope key: indent it to the scope's level, "
-                                    + "like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(header)")
+                        throw error(
+                            headerNode,
+                            "inject header '\(header)' is a scope key: indent it to the scope's level, "
+                                + "like 'inject:' (two spaces less), or it becomes a header and the scope loses its \(header)")
                     }
                     if Self.topLevelKeys.contains(header) {
-                        throw error(headerNode, "inject header '\(header)' is a top-level key: unindent it to the start of the line, "
-                                    + "like 'scopes:', or it becomes a header and the config loses its \(header)")
+                        throw error(
+                            headerNode,
+                            "inject header '\(header)' is a top-level key: unindent it to the start of the line, "
+                                + "like 'scopes:', or it becomes a header and the config loses its \(header)")
                     }
                     let template: HeaderTemplate
                     do {
@@ -58,18 +62,24 @@ extension Decoder {
                         throw self.error(templateNode, "'${\(secret)}' names no secret in 'secrets'\(suggestion(secret, secretNames))")
                     }
                     if let mistaken = template.mistakenReference(among: secretNames) {
-                        throw self.error(templateNode, "'\(mistaken)' is a secret, but this template would send its name literally: did you mean '${\(mistaken)}'?")
+                        throw self.error(
+                            templateNode, "'\(mistaken)' is a secret, but this template would send its name literally: did you mean '${\(mistaken)}'?"
+                        )
                     }
                     injections.append(.init(header: header, template: template))
                 }
             }
-            let pass = try keys["pass"].map { node throws(ConfigError) in try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() } } ?? []
+            let pass =
+                try keys["pass"].map { node throws(ConfigError) in
+                    try list(node).map { item throws(ConfigError) in try headerName(item).lowercased() }
+                } ?? []
             let methods = try keys["methods"].map { node throws(ConfigError) -> Set<String> in
-                Set(try list(node).map { item throws(ConfigError) -> String in
-                    let method = try nonEmptyString(item)
-                    guard method.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) else { throw error(item, "methods are uppercase tokens like GET") }
-                    return method
-                })
+                Set(
+                    try list(node).map { item throws(ConfigError) -> String in
+                        let method = try nonEmptyString(item)
+                        guard method.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) else { throw error(item, "methods are uppercase tokens like GET") }
+                        return method
+                    })
             }
             let paths = try keys["paths"].map { node throws(ConfigError) -> [String] in
                 try list(node).map { item throws(ConfigError) -> String in
@@ -83,8 +93,10 @@ extension Decoder {
                 for item in try list(node) {
                     let client = try nonEmptyString(item)
                     guard clientNames.contains(client) else {
-                        throw error(item, "'\(client)' names no client in 'clients'\(suggestion(client, clientNames))"
-                                    + (clientNames.isEmpty ? " (the config defines no clients)" : ""))
+                        throw error(
+                            item,
+                            "'\(client)' names no client in 'clients'\(suggestion(client, clientNames))"
+                                + (clientNames.isEmpty ? " (the config defines no clients)" : ""))
                     }
                     served.insert(client)
                 }
@@ -93,7 +105,9 @@ extension Decoder {
             let substitute = try keys["substitute"].map { node throws(ConfigError) in try substituted(node) } ?? []
             let signing = try keys["sign"].map { node throws(ConfigError) in try self.signing(node, scope: name) }
             if let signNode = keys["sign"], let injected = injections.first(where: { $0.header.lowercased() == "authorization" }) {
-                throw error(signNode, "scope '\(name)' both signs and injects \(injected.header): the signature is the Authorization header; remove the inject")
+                throw error(
+                    signNode,
+                    "scope '\(name)' both signs and injects \(injected.header): the signature is the Authorization header; remove the inject")
             }
             // A substituted placeholder or a signature puts a credential on the wire, as an injection does.
             let givesCredentials = !injections.isEmpty || !pass.isEmpty || !substitute.isEmpty || signing != nil
@@ -108,11 +122,16 @@ extension Decoder {
                     // Judged on the parsed host: `http://127.evil.example` is a name, not loopback.
                     let loopback = origin.isLoopback
                     if explicitHTTPS == true {
-                        throw self.error(originNode, "http origin \(origin) in scope '\(name)' with require_https: true"
-                                         + (loopback ? " (a loopback origin needs no require_https setting: remove it)" : ""))
+                        throw self.error(
+                            originNode,
+                            "http origin \(origin) in scope '\(name)' with require_https: true"
+                                + (loopback ? " (a loopback origin needs no require_https setting: remove it)" : ""))
                     }
                     if givesCredentials && !loopback && explicitHTTPS != false {
-                        throw self.error(originNode, "http origin \(origin) would get credentials in clear text: set require_https: false on scope '\(name)' if that is really meant")
+                        throw self.error(
+                            originNode,
+                            "http origin \(origin) would get credentials in clear text: set require_https: false on scope '\(name)' if that is really meant"
+                        )
                     }
                 }
                 // A signature sets Authorization: it counts as injecting it.
@@ -122,16 +141,20 @@ extension Decoder {
                     // then each request gets exactly one of them.
                     for other in injectors[origin]?[header] ?? [] {
                         guard let mine = servedClients, let theirs = other.clients, mine.isDisjoint(with: theirs) else {
-                            throw self.error(originNode, "scopes '\(other.scope)' and '\(name)' both inject \(shown) at \(origin)"
-                                             + (servedClients != nil || other.clients != nil ? " for the same client" : ""))
+                            throw self.error(
+                                originNode,
+                                "scopes '\(other.scope)' and '\(name)' both inject \(shown) at \(origin)"
+                                    + (servedClients != nil || other.clients != nil ? " for the same client" : ""))
                         }
                     }
                     injectors[origin, default: [:]][header, default: []].append((name, servedClients))
                 }
             }
-            scopes.append(Scope(name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
-                                pass: Set(pass), methods: methods, paths: paths, clients: servedClients, substitute: substitute,
-                                signing: signing))
+            scopes.append(
+                Scope(
+                    name: name, origins: origins, requireHTTPS: requireHTTPS, inject: injections,
+                    pass: Set(pass), methods: methods, paths: paths, clients: servedClients, substitute: substitute,
+                    signing: signing))
         }
         return scopes
     }

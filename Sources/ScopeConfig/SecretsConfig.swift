@@ -29,15 +29,19 @@ extension Decoder {
                 throw error(keyNode, "secret names use letters, digits, '_', '.' and '-'")
             }
             if Self.secretKeys.contains(name), case .scalar = valueNode.value {
-                throw error(keyNode, "'\(name)' is an option of a secret, not a secret: indent it under the secret it belongs to "
-                            + "(at the level of its env, file, store or oauth2)")
+                throw error(
+                    keyNode,
+                    "'\(name)' is an option of a secret, not a secret: indent it under the secret it belongs to "
+                        + "(at the level of its env, file, store or oauth2)")
             }
             if Self.topLevelKeys.contains(name), !valueNode.isMapping {
                 throw error(keyNode, "'\(name)' is a top-level key, not a secret: unindent it to the start of the line, like 'secrets:'")
             }
             if case .scalar(let text, _) = valueNode.value, !valueNode.isNull {
-                throw error(valueNode, "secret '\(name)' must be a mapping: a secret names its source: "
-                            + "\(name): { env: \(text.isEmpty ? "VARIABLE" : text) } (or file:, store:, oauth2:)")
+                throw error(
+                    valueNode,
+                    "secret '\(name)' must be a mapping: a secret names its source: "
+                        + "\(name): { env: \(text.isEmpty ? "VARIABLE" : text) } (or file:, store:, oauth2:)")
             }
             let fields = try mapping(valueNode, allowed: Self.secretKeys, context: "secret '\(name)'")
             let sources = ["env", "file", "store", "oauth2"].filter { fields[$0] != nil }

@@ -25,26 +25,31 @@ extension Decoder {
         }
         let fields = try mapping(node, allowed: ["service", "region", "access_key_id", "secret_access_key", "session_token"], context: context)
         for required in ["service", "region", "access_key_id", "secret_access_key"] where fields[required] == nil {
-            throw error(node, "\(context) needs '\(required)'"
-                        + (required.hasSuffix("_id") || required.hasPrefix("secret") ? " (a secret name)" : ""))
+            throw error(
+                node,
+                "\(context) needs '\(required)'"
+                    + (required.hasSuffix("_id") || required.hasPrefix("secret") ? " (a secret name)" : ""))
         }
         let service = try scopeComponent(fields["service"]!, what: "service", example: "s3, execute-api or sts")
         let region = try scopeComponent(fields["region"]!, what: "region", example: "eu-west-1")
         let accessKeyID = try secretReference(fields["access_key_id"]!)
         let secretAccessKey = try secretReference(fields["secret_access_key"]!)
         if accessKeyID == secretAccessKey {
-            throw error(fields["secret_access_key"]!, "access_key_id and secret_access_key name the same secret '\(accessKeyID)': they are two values")
+            throw error(
+                fields["secret_access_key"]!, "access_key_id and secret_access_key name the same secret '\(accessKeyID)': they are two values")
         }
         var sessionToken: String?
         if let tokenNode = fields["session_token"], !tokenNode.isNull {
             let name = try secretReference(tokenNode)
             if name == accessKeyID || name == secretAccessKey {
-                throw error(tokenNode, "session_token names the same secret '\(name)' as \(name == accessKeyID ? "access_key_id" : "secret_access_key")")
+                throw error(
+                    tokenNode, "session_token names the same secret '\(name)' as \(name == accessKeyID ? "access_key_id" : "secret_access_key")")
             }
             sessionToken = name
         }
-        return AWSSigV4Spec(service: service, region: region, accessKeyIDSecret: accessKeyID, secretAccessKeySecret: secretAccessKey,
-                            sessionTokenSecret: sessionToken)
+        return AWSSigV4Spec(
+            service: service, region: region, accessKeyIDSecret: accessKeyID, secretAccessKeySecret: secretAccessKey,
+            sessionTokenSecret: sessionToken)
     }
 
     /// A region or service name: lowercase letters, digits and '-' (AWS spells them so; they go
@@ -53,8 +58,10 @@ extension Decoder {
         let text = try nonEmptyString(node)
         guard AWSSigV4Spec.isValidScopeComponent(text) else {
             let lowered = text.lowercased()
-            throw error(node, "invalid AWS \(what) '\(text)': lowercase letters, digits and '-', like \(example)"
-                        + (lowered != text && AWSSigV4Spec.isValidScopeComponent(lowered) ? ", did you mean '\(lowered)'?" : ""))
+            throw error(
+                node,
+                "invalid AWS \(what) '\(text)': lowercase letters, digits and '-', like \(example)"
+                    + (lowered != text && AWSSigV4Spec.isValidScopeComponent(lowered) ? ", did you mean '\(lowered)'?" : ""))
         }
         return text
     }

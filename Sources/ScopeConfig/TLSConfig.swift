@@ -14,11 +14,12 @@ extension Decoder {
             if case .scalar(let text, _) = interceptNode.value, text == "scoped" {
                 settings.intercept = .scoped
             } else {
-                settings.intercept = .hosts(try list(interceptNode).map { item throws(ConfigError) -> String in
-                    let host = try string(item)
-                    guard let parsed = try? Host.parse(Substring(host)) else { throw error(item, "invalid host '\(host)'") }
-                    return parsed.normalized
-                })
+                settings.intercept = .hosts(
+                    try list(interceptNode).map { item throws(ConfigError) -> String in
+                        let host = try string(item)
+                        guard let parsed = try? Host.parse(Substring(host)) else { throw error(item, "invalid host '\(host)'") }
+                        return parsed.normalized
+                    })
             }
         }
         if let tunnelNode = keys["tunnel"] {
@@ -34,8 +35,10 @@ extension Decoder {
             // Its certificate comes from the local CA clients already trust for interception, and
             // that CA is in use only when something is intercepted.
             if settings.intercept == .hosts([]) {
-                throw error(listenNode, "client_listen needs TLS interception on: its certificate is signed by the local CA, "
-                            + "which is used only when tls.intercept lists hosts (or is 'scoped')")
+                throw error(
+                    listenNode,
+                    "client_listen needs TLS interception on: its certificate is signed by the local CA, "
+                        + "which is used only when tls.intercept lists hosts (or is 'scoped')")
             }
         }
         return settings

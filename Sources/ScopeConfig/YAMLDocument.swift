@@ -105,7 +105,8 @@ enum YAMLDocument {
                 return " (a tab: YAML indents with spaces only; replace the tab with spaces)"
             }
             if problem.contains("did not find expected key") || problem.contains("did not find expected '-' indicator") {
-                return " (this line's indentation does not match the lines above it: YAML nests by indentation, so align it with the keys it belongs with)"
+                return
+                    " (this line's indentation does not match the lines above it: YAML nests by indentation, so align it with the keys it belongs with)"
             }
             if problem.contains("mapping values are not allowed") {
                 return " (a second ':' on this line: put a space after each key's colon, and quote values that contain ': ')"
@@ -167,7 +168,9 @@ enum YAMLDocument {
             }
         }
 
-        func refuseAnchorAndTag(_ anchor: UnsafeMutablePointer<yaml_char_t>?, _ tag: UnsafeMutablePointer<yaml_char_t>?, _ mark: Mark) throws(ConfigError) {
+        func refuseAnchorAndTag(_ anchor: UnsafeMutablePointer<yaml_char_t>?, _ tag: UnsafeMutablePointer<yaml_char_t>?, _ mark: Mark)
+            throws(ConfigError)
+        {
             if anchor != nil { throw error(mark, "YAML anchors are not supported in scopeproxy configs") }
             if tag != nil { throw error(mark, "YAML tags are not supported in scopeproxy configs") }
         }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// An IP address as 16 bytes: IPv4 as its IPv4-mapped IPv6 form (`::ffff:a.b.c.d`), so that a
@@ -37,12 +37,12 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         guard !text.isEmpty, text.utf8.count <= 45 else { return nil }
         if !text.contains(":") { return parseIPv4(text) }
         #if canImport(Glibc)
-        var raw = in6_addr()
-        let parsed = String(text).withCString { inet_pton(AF_INET6, $0, &raw) }
-        guard parsed == 1 else { return nil }
-        return IPAddress(bytes: withUnsafeBytes(of: raw) { Array($0) })
+            var raw = in6_addr()
+            let parsed = String(text).withCString { inet_pton(AF_INET6, $0, &raw) }
+            guard parsed == 1 else { return nil }
+            return IPAddress(bytes: withUnsafeBytes(of: raw) { Array($0) })
         #else
-        return nil
+            return nil
         #endif
     }
 
@@ -76,13 +76,13 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         if isIPv4 { return bytes[12...].map(String.init).joined(separator: ".") }
         #if canImport(Glibc)
-        var raw = in6_addr()
-        withUnsafeMutableBytes(of: &raw) { $0.copyBytes(from: bytes) }
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        guard inet_ntop(AF_INET6, &raw, &buffer, socklen_t(buffer.count)) != nil else { return "?" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            var raw = in6_addr()
+            withUnsafeMutableBytes(of: &raw) { $0.copyBytes(from: bytes) }
+            var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+            guard inet_ntop(AF_INET6, &raw, &buffer, socklen_t(buffer.count)) != nil else { return "?" }
+            return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         #else
-        return "?"
+            return "?"
         #endif
     }
 }
@@ -111,7 +111,8 @@ public struct CIDR: Sendable, Hashable, CustomStringConvertible {
         if parts.count == 2 {
             let digits = parts[1]
             guard !digits.isEmpty, digits.utf8.count <= 3, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                  digits == "0" || !digits.hasPrefix("0"), let value = Int(digits), value <= maximum else {
+                digits == "0" || !digits.hasPrefix("0"), let value = Int(digits), value <= maximum
+            else {
                 return .failure(.invalidPrefix)
             }
             length = value

@@ -14,8 +14,10 @@ public struct ClientRule: Sendable, Equatable {
     /// Requests per period; nil: unlimited.
     public let rate: RateLimit?
 
-    public init(name: String, auth: ClientAuth? = nil, uid: UInt32? = nil, sources: [CIDR] = [],
-                tlsClient: TLSClientMatch? = nil, rate: RateLimit? = nil) {
+    public init(
+        name: String, auth: ClientAuth? = nil, uid: UInt32? = nil, sources: [CIDR] = [],
+        tlsClient: TLSClientMatch? = nil, rate: RateLimit? = nil
+    ) {
         self.name = name
         self.auth = auth
         self.uid = uid

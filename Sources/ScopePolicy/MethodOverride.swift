@@ -16,8 +16,10 @@ public enum MethodOverride: Sendable, Equatable {
     /// From the query, and from a body when there is one (`body`: the whole body, read; `hasBody`:
     /// the request has one, read or not). A body a framework would decode first (`Content-Encoding`)
     /// cannot be read here: unreadable.
-    public static func detect(pathAndQuery: String, body: [UInt8]?, contentType: String?, contentEncoding: String? = nil,
-                              hasBody: Bool = false) -> MethodOverride {
+    public static func detect(
+        pathAndQuery: String, body: [UInt8]?, contentType: String?, contentEncoding: String? = nil,
+        hasBody: Bool = false
+    ) -> MethodOverride {
         var found: [String] = []
         if let question = pathAndQuery.firstIndex(of: "?") {
             found += values(in: Array(pathAndQuery.utf8[pathAndQuery.utf8.index(after: question)...]))
@@ -122,7 +124,8 @@ public enum MethodOverride: Sendable, Equatable {
                 if body[index] == UInt8(ascii: "\\"), index + 1 < body.count {
                     let escape = body[index + 1]
                     if escape == UInt8(ascii: "u"), index + 5 < body.count,
-                       let code = UInt8(String(decoding: body[(index + 2)...(index + 5)], as: UTF8.self), radix: 16) {
+                        let code = UInt8(String(decoding: body[(index + 2)...(index + 5)], as: UTF8.self), radix: 16)
+                    {
                         decoded.append(code)
                         index += 6
                     } else {
@@ -163,9 +166,10 @@ public enum MethodOverride: Sendable, Equatable {
             while cursor < lowered.count, lowered[cursor] == UInt8(ascii: " ") { cursor += 1 }
             let quoted = cursor < lowered.count && lowered[cursor] == UInt8(ascii: "\"")
             if quoted { cursor += 1 }
-            let end = lowered[cursor...].firstIndex {
-                quoted ? $0 == UInt8(ascii: "\"") : ($0 == UInt8(ascii: ";") || $0 == 0x0D || $0 == 0x0A || $0 == UInt8(ascii: " "))
-            } ?? lowered.count
+            let end =
+                lowered[cursor...].firstIndex {
+                    quoted ? $0 == UInt8(ascii: "\"") : ($0 == UInt8(ascii: ";") || $0 == 0x0D || $0 == 0x0A || $0 == UInt8(ascii: " "))
+                } ?? lowered.count
             let raw = Array(lowered[cursor..<end])
             // Percent and RFC 2231 (`utf-8''%5Fmethod`) forms: decoded as a framework would.
             let afterCharset = raw.split(separator: UInt8(ascii: "'"), omittingEmptySubsequences: false).last.map(Array.init) ?? raw

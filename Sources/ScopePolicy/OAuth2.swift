@@ -39,8 +39,10 @@ public struct OAuth2Spec: Sendable, Equatable {
     public let audience: String?
     public let clientAuthentication: ClientAuthentication
 
-    public init(endpoint: Origin, path: String, grant: Grant, clientID: String, clientSecret: String,
-                scope: String? = nil, audience: String? = nil, clientAuthentication: ClientAuthentication = .basic) {
+    public init(
+        endpoint: Origin, path: String, grant: Grant, clientID: String, clientSecret: String,
+        scope: String? = nil, audience: String? = nil, clientAuthentication: ClientAuthentication = .basic
+    ) {
         self.endpoint = endpoint
         self.path = path
         self.grant = grant

@@ -33,8 +33,10 @@ public struct PlaceholderRequest: Sendable, Equatable {
     public var contentType: String?
     public var contentEncoding: String?
 
-    public init(method: String, pathAndQuery: String, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none,
-                contentType: String? = nil, contentEncoding: String? = nil) {
+    public init(
+        method: String, pathAndQuery: String, chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none,
+        contentType: String? = nil, contentEncoding: String? = nil
+    ) {
         self.method = method
         self.pathAndQuery = pathAndQuery
         self.chain = chain
@@ -50,8 +52,10 @@ extension ScopePolicy {
     /// head. Each rule `substitutable` applies is asked in turn, so the answer is the rule that
     /// decided: a scope that lists the secret is never reported as absent, nor a body the proxy
     /// does not rewrite as a methods/paths limit.
-    public func placeholderRefusal(secret: String, origin: Origin, client: String?,
-                                   request: PlaceholderRequest, inBody: Bool, encodedAs: String? = nil) -> PlaceholderRefusal {
+    public func placeholderRefusal(
+        secret: String, origin: Origin, client: String?,
+        request: PlaceholderRequest, inBody: Bool, encodedAs: String? = nil
+    ) -> PlaceholderRefusal {
         let listing = scopes.filter { $0.substitute.contains(secret) && $0.origins.contains(origin) }
         if listing.isEmpty { return .notListed }
         let serving = listing.filter { $0.serves(client) }
@@ -63,8 +67,10 @@ extension ScopePolicy {
         var skipped: [SkippedInjection] = []
         var substituting: [String] = []
         for scope in serving {
-            if let why = injectionSkip(scope, method: request.method, origin: origin, pathAndQuery: request.pathAndQuery,
-                                       override: request.methodOverride) {
+            if let why = injectionSkip(
+                scope, method: request.method, origin: origin, pathAndQuery: request.pathAndQuery,
+                override: request.methodOverride)
+            {
                 skipped.append(SkippedInjection(scope: scope.name, why: why))
             } else {
                 substituting.append(scope.name)

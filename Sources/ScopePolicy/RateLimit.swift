@@ -12,7 +12,8 @@ public struct RateLimit: Sendable, Equatable, CustomStringConvertible {
     public static func parse(_ text: String) -> RateLimit? {
         let parts = text.split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].utf8.count <= 7, parts[0].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-              !parts[0].hasPrefix("0"), let count = Int(parts[0]), count > 0 else { return nil }
+            !parts[0].hasPrefix("0"), let count = Int(parts[0]), count > 0
+        else { return nil }
         switch parts[1] {
         case "s": return RateLimit(count: count, periodSeconds: 1)
         case "m": return RateLimit(count: count, periodSeconds: 60)

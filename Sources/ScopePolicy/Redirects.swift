@@ -115,8 +115,9 @@ extension RedirectPolicy {
         var text = Substring(location.trimmingCharacters(asciiControlOrSpace: true))
         var scheme = base.scheme
         if let colon = text.firstIndex(of: ":"),
-           text[..<colon].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }),
-           text[text.index(after: colon)...].hasPrefix("//") {
+            text[..<colon].allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+.-".contains($0)) }),
+            text[text.index(after: colon)...].hasPrefix("//")
+        {
             switch text[..<colon].lowercased() {
             case "http": scheme = .http
             case "https": scheme = .https
@@ -432,7 +433,8 @@ extension String {
     func trimmingCharacters(asciiControlOrSpace: Bool) -> String {
         let scalars = Array(unicodeScalars)
         guard let start = scalars.firstIndex(where: { $0.value > 0x20 }),
-              let end = scalars.lastIndex(where: { $0.value > 0x20 }) else { return "" }
+            let end = scalars.lastIndex(where: { $0.value > 0x20 })
+        else { return "" }
         var result = String.UnicodeScalarView()
         result.append(contentsOf: scalars[start...end])
         return String(result)

@@ -46,7 +46,8 @@ public struct Scope: Sendable, Equatable {
         self.clients = clients
         self.substitute = substitute
         self.signing = signing
-        let actions = inject.map(CredentialAction.inject) + (signing.map { [CredentialAction.sign($0)] } ?? [])
+        let actions =
+            inject.map(CredentialAction.inject) + (signing.map { [CredentialAction.sign($0)] } ?? [])
             + substitute.sorted().map(CredentialAction.substitute)
         credentialActions = actions
         // The secrets are derived from the actions: a credential kind the egress guard lets through
@@ -237,11 +238,14 @@ public struct ScopePolicy: Sendable {
         var decision = ScopeDecision()
         let listing = covering(origin)
         // Said in the log, never silent: a scope skipped because it does not serve this client.
-        let served = listing.allSatisfy({ $0.clients == nil }) ? listing : listing.filter { scope in
-            if scope.serves(client) { return true }
-            decision.skipped.append(SkippedInjection(scope: scope.name, why: .clientNotServed))
-            return false
-        }
+        let served =
+            listing.allSatisfy({ $0.clients == nil })
+            ? listing
+            : listing.filter { scope in
+                if scope.serves(client) { return true }
+                decision.skipped.append(SkippedInjection(scope: scope.name, why: .clientNotServed))
+                return false
+            }
         if chain.downgraded {
             decision.skipped += served.filter { !$0.inject.isEmpty }.map { SkippedInjection(scope: $0.name, why: .httpsDowngrade) }
         }
@@ -251,9 +255,12 @@ public struct ScopePolicy: Sendable {
         // credential sent with it is handed to whatever reads the response (cross-site tracing).
         // Methods are case-sensitive (§9.1), but servers that fold case would run `trace` too.
         let isTrace = method.utf8.count == 5 && method.uppercased() == "TRACE"
-        decision.reason = chain.downgraded ? .httpsDowngrade
-            : isTrace ? .traceMethod
-            : covering.isEmpty ? .originNotInScope : .originInScope
+        decision.reason =
+            chain.downgraded
+            ? .httpsDowngrade
+            : isTrace
+                ? .traceMethod
+                : covering.isEmpty ? .originNotInScope : .originInScope
 
         // Injected header names belong to the proxy: the client's value never passes under them.
         // Usually one scope covers an origin: its sets are used as they are (no per-request copy).
@@ -265,7 +272,9 @@ public struct ScopePolicy: Sendable {
             if !isTrace { passed.formUnion(scope.pass) }
             if scope.methods != nil { limitsMethods = true }
         }
-        let strippedEarlier = chain.strippedByClientHeader.isEmpty ? []
+        let strippedEarlier =
+            chain.strippedByClientHeader.isEmpty
+            ? []
             : Set(chain.strippedByClientHeader.map(SensitiveHeaders.canonicalName))
 
         var output = HTTPFields()
@@ -281,7 +290,8 @@ public struct ScopePolicy: Sendable {
             // `vouched` (field positions): the client's value had a placeholder the proxy replaced by
             // a secret this origin's scopes substitute: that field is the proxy's credential, not the
             // client's (another field of the same name is not).
-            let allowed = !isAlias && chain.clientCredentialsAllowed
+            let allowed =
+                !isAlias && chain.clientCredentialsAllowed
                 && (passed.contains(name) || vouched.contains(index)) && !strippedEarlier.contains(name)
             // `methods:` limits what a credential may do; a method-override header would undo it.
             let overridesMethod = limitsMethods && SensitiveHeaders.methodOverride.contains(name)
@@ -293,8 +303,12 @@ public struct ScopePolicy: Sendable {
         }
 
         for scope in covering where !scope.inject.isEmpty {
-            let skip = isTrace ? .trace : injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery,
-                                                         override: methodOverride)
+            let skip =
+                isTrace
+                ? .trace
+                : injectionSkip(
+                    scope, method: method, origin: origin, pathAndQuery: pathAndQuery,
+                    override: methodOverride)
             if let skip {
                 decision.skipped.append(SkippedInjection(scope: scope.name, why: skip))
                 continue
@@ -314,7 +328,8 @@ public struct ScopePolicy: Sendable {
         decision.stripped = stripped.filter { name in !decision.injected.contains { $0.lowercased() == name.lowercased() } }
 
         // Userinfo becomes an Authorization header: it follows the same rule, TRACE included.
-        let keepUserinfo = hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization") && !strippedEarlier.contains("authorization")
+        let keepUserinfo =
+            hasUserinfo && chain.clientCredentialsAllowed && passed.contains("authorization") && !strippedEarlier.contains("authorization")
         decision.userinfoRemoved = hasUserinfo && !keepUserinfo
         return .success(ScopedRequest(fields: output, keepUserinfo: keepUserinfo, decision: decision))
     }
@@ -322,8 +337,10 @@ public struct ScopePolicy: Sendable {
     /// The secrets whose placeholders are replaced by their values in this request: listed in
     /// `substitute` by a scope covering the origin for this client, under the same conditions as
     /// its injection (https, `methods:`, `paths:`; never TRACE, never after a downgrade).
-    public func substitutable(method: String, origin: Origin, pathAndQuery: String, client: String?,
-                              chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none) -> Set<String> {
+    public func substitutable(
+        method: String, origin: Origin, pathAndQuery: String, client: String?,
+        chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none
+    ) -> Set<String> {
         guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return [] }
         var names: Set<String> = []
         for scope in scopes where !scope.substitute.isEmpty && scope.origins.contains(origin) && scope.serves(client) {
@@ -336,12 +353,16 @@ public struct ScopePolicy: Sendable {
 
     /// The secrets this request's injections render: those of the covering scopes that inject into
     /// it (same conditions as `apply`). A request that needs an access token waits for it first.
-    public func injectedSecrets(method: String, origin: Origin, pathAndQuery: String, client: String?,
-                                chain: ChainContext = ChainContext()) -> Set<String> {
+    public func injectedSecrets(
+        method: String, origin: Origin, pathAndQuery: String, client: String?,
+        chain: ChainContext = ChainContext()
+    ) -> Set<String> {
         guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return [] }
         var names: Set<String> = []
-        for scope in scopes where !scope.inject.isEmpty && scope.origins.contains(origin) && scope.serves(client)
-            && injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) == nil {
+        for scope in scopes
+        where !scope.inject.isEmpty && scope.origins.contains(origin) && scope.serves(client)
+            && injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery) == nil
+        {
             names.formUnion(scope.inject.flatMap(\.template.secretNames))
         }
         return names
@@ -349,8 +370,10 @@ public struct ScopePolicy: Sendable {
 
     /// The scope that signs this request (the first covering one with `sign:`, under the same
     /// conditions as its injection); nil when none does.
-    public func signingScope(method: String, origin: Origin, pathAndQuery: String, client: String?,
-                             chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none) -> Scope? {
+    public func signingScope(
+        method: String, origin: Origin, pathAndQuery: String, client: String?,
+        chain: ChainContext = ChainContext(), methodOverride: MethodOverride = .none
+    ) -> Scope? {
         guard !chain.downgraded, !(method.utf8.count == 5 && method.uppercased() == "TRACE") else { return nil }
         return scopes.first { scope in
             scope.signing != nil && scope.origins.contains(origin) && scope.serves(client)
@@ -408,14 +431,18 @@ public struct ScopePolicy: Sendable {
         return union
     }
 
-    func injectionApplies(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
-                          override: MethodOverride = .none) -> Bool {
+    func injectionApplies(
+        _ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
+        override: MethodOverride = .none
+    ) -> Bool {
         injectionSkip(scope, method: method, origin: origin, pathAndQuery: pathAndQuery, override: override) == nil
     }
 
     /// Why `scope` injects nothing into this request; nil when it injects.
-    public func injectionSkip(_ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
-                              override: MethodOverride = .none) -> InjectionSkip? {
+    public func injectionSkip(
+        _ scope: Scope, method: String, origin: Origin, pathAndQuery: String,
+        override: MethodOverride = .none
+    ) -> InjectionSkip? {
         // Loopback http (127/8, ::1, localhost) never leaves the host: it gets credentials without
         // `require_https: false` (a `require_https: true` scope listing an http origin is a config error).
         if scope.requireHTTPS && origin.scheme != .https && !origin.isLoopback { return .httpOrigin }
@@ -436,11 +463,14 @@ public struct ScopePolicy: Sendable {
     /// Whether the body must be read before the request can be scoped: a covering scope limits
     /// `methods:` and would inject into this request, and the body is a form, which may carry a
     /// `_method` override (`MethodOverride.detect`).
-    public func needsBodyInspection(method: String, origin: Origin, pathAndQuery: String, contentType: String?,
-                                    contentEncoding: String? = nil, client: String? = nil) -> Bool {
+    public func needsBodyInspection(
+        method: String, origin: Origin, pathAndQuery: String, contentType: String?,
+        contentEncoding: String? = nil, client: String? = nil
+    ) -> Bool {
         // An encoded body is not read: `MethodOverride.detect` calls it unreadable as it is.
         guard MethodOverride.isForm(contentType) || MethodOverride.isJSON(contentType),
-              !MethodOverride.isEncoded(contentEncoding) else { return false }
+            !MethodOverride.isEncoded(contentEncoding)
+        else { return false }
         return covering(origin, client: client).contains { scope in
             scope.methods != nil && !scope.inject.isEmpty
                 && injectionApplies(scope, method: method, origin: origin, pathAndQuery: pathAndQuery)

@@ -46,7 +46,7 @@ public struct HeaderTemplate: Sendable, Equatable {
                 }
             }
             guard let scalar = character.unicodeScalars.first, character.unicodeScalars.count == 1,
-                  scalar.value == 0x09 || (scalar.value >= 0x20 && scalar.value < 0x7F)
+                scalar.value == 0x09 || (scalar.value >= 0x20 && scalar.value < 0x7F)
             else { throw .invalidCharacter }
             literal.append(character)
             index = text.index(after: index)
@@ -58,7 +58,7 @@ public struct HeaderTemplate: Sendable, Equatable {
     public static func isNameByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"):
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"):
             true
         default:
             false

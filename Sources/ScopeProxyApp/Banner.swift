@@ -40,7 +40,9 @@ struct Banner {
             lines.append("  route \(address) -> \(Self.origin(route.upstream))")
         }
         if let auth = config.proxyAuthSecret { lines.append("  proxy auth: required (password from secret '\(auth)')") }
-        lines.append("  redirects: \(config.redirects.mode.rawValue) cross-origin" + (config.redirects.mode == .follow ? " (up to \(config.redirects.maxHops) hops)" : ""))
+        lines.append(
+            "  redirects: \(config.redirects.mode.rawValue) cross-origin"
+                + (config.redirects.mode == .follow ? " (up to \(config.redirects.maxHops) hops)" : ""))
         if let admin = config.admin {
             let bound = ListenAddress(host: admin.host, port: adminPort ?? admin.port)
             lines.append("  admin: http://\(bound)/healthz and /metrics")
@@ -61,15 +63,20 @@ struct Banner {
         if let clientListen, let caCertificate {
             let url = Self.proxyURL(clientListen).replacingOccurrences("http://", "https://")
             let authorities = config.clientCAFiles.count
-            lines.append("  TLS client listener: \(url) (proxy certificate from \(caCertificate); client certificates from "
-                         + "\(authorities == 0 ? "no CA: clients connect without one" : "\(authorities) CA file(s)"))")
+            lines.append(
+                "  TLS client listener: \(url) (proxy certificate from \(caCertificate); client certificates from "
+                    + "\(authorities == 0 ? "no CA: clients connect without one" : "\(authorities) CA file(s)"))")
         }
-        lines.append("  CONNECT tunnels: " + (tunnel == .allow ? "allowed (bytes spliced, nothing scoped inside)"
-                                                   : caCertificate == nil ? "denied (403)" : "denied (403) unless intercepted"))
+        lines.append(
+            "  CONNECT tunnels: "
+                + (tunnel == .allow
+                    ? "allowed (bytes spliced, nothing scoped inside)"
+                    : caCertificate == nil ? "denied (403)" : "denied (403) unless intercepted"))
         // curl reads lowercase http_proxy only (uppercase HTTP_PROXY is ignored for CGI safety);
         // most other clients read either spelling.
         if config.proxyAuthSecret == nil && config.clients.isEmpty && !Self.isLoopback(listen.host) {
-            lines.append("  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
+            lines.append(
+                "  warning: \(listen) is reachable beyond this machine and proxy_auth is off: whoever reaches it uses the injected credentials")
         }
         lines += Self.useIt(Self.proxyURL(listen), proxyAuthSecret: config.proxyAuthSecret, clients: config.clients)
         return lines.joined(separator: "\n") + "\n"
@@ -88,11 +95,13 @@ struct Banner {
         if clients.contains(where: { if case .basic? = $0.auth { true } else { false } }) {
             // Where a Basic client's password goes, never the password.
             let withUser = url.replacingOccurrences("http://", "http://USER:PASSWORD@")
-            lines.append("  use it (a Basic client: its user and the value of its password secret): export http_proxy=\(withUser) https_proxy=\(withUser)")
+            lines.append(
+                "  use it (a Basic client: its user and the value of its password secret): export http_proxy=\(withUser) https_proxy=\(withUser)")
         }
         if clients.contains(where: { if case .bearer? = $0.auth { true } else { false } }) {
-            lines.append("  use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
-                         + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x \(url) URL; other clients: docs/clients.md")
+            lines.append(
+                "  use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
+                    + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x \(url) URL; other clients: docs/clients.md")
         }
         if lines.isEmpty { lines.append("  use it: export http_proxy=\(url) https_proxy=\(url)") }
         return lines

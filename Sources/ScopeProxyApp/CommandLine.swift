@@ -1,7 +1,8 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import ScopeConfig
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A parsed command line: which command, its option values and its arguments (all checked against
 /// the command table; nothing here is unknown).
@@ -89,7 +90,9 @@ enum CommandLineParser {
             return .usageError("unexpected argument \(stray) after \(next)", command)
         }
         guard let subcommand = command.subcommand(next) else {
-            let what = next.hasPrefix("-") ? "'\(command.path.joined(separator: " "))' needs a subcommand (\(list(names))) before options, got '\(next)'"
+            let what =
+                next.hasPrefix("-")
+                ? "'\(command.path.joined(separator: " "))' needs a subcommand (\(list(names))) before options, got '\(next)'"
                 : "unknown command '\(command.path.joined(separator: " ")) \(next)'\(commandSuggestion(next, in: command))"
             return .usageError(what, command)
         }
@@ -165,8 +168,9 @@ enum CommandLineParser {
                 // word itself is never shown: `secret set NAME VALUE` puts a secret there.
                 let takes = command.arguments.isEmpty ? "no arguments" : command.arguments.map(\.name).joined(separator: " ") + " only"
                 let hint = command.path == ["secret", "set"] ? "; the value is read from standard input, never from the command line" : ""
-                return .usageError("unexpected argument in position \(accepted + 1) (not shown: it may be a secret); "
-                    + "\(command.fullName) takes \(takes)\(hint)", command)
+                return .usageError(
+                    "unexpected argument in position \(accepted + 1) (not shown: it may be a secret); "
+                        + "\(command.fullName) takes \(takes)\(hint)", command)
             }
             return .usageError("unexpected argument '\(stray)'\(argumentSuggestion(stray, command))", command)
         }
@@ -180,8 +184,10 @@ enum CommandLineParser {
 
     /// ` (did you mean 'check'?)`: a close spelling, a unique prefix, or a common word for a command.
     static func commandSuggestion(_ word: String, in group: CommandSpec) -> String {
-        let aliases = ["version": "--version", "start": "run", "serve": "run", "validate": "check", "lint": "check",
-                       "status": "health", "show": "config print", "print": "config print"]
+        let aliases = [
+            "version": "--version", "start": "run", "serve": "run", "validate": "check", "lint": "check",
+            "status": "health", "show": "config print", "print": "config print",
+        ]
         if group.path.isEmpty {
             if let alias = aliases[word.lowercased()] { return " (did you mean '\(group.fullName) \(alias)'?)" }
             if looksLikeConfigFile(word) { return " (did you mean --config \(word)?)" }
@@ -245,6 +251,6 @@ enum CommandLineParser {
     }
 }
 
-private extension String {
-    var trimmingDashes: Substring { self.drop { $0 == "-" } }
+extension String {
+    fileprivate var trimmingDashes: Substring { self.drop { $0 == "-" } }
 }

@@ -27,8 +27,10 @@ struct OptionSpec: Sendable {
     /// Checks a value; returns why it is not acceptable (the message says what was expected).
     let validate: (@Sendable (String) -> String?)?
 
-    init(_ long: String, short: Character? = nil, value: String? = nil, _ summary: String, repeatable: Bool = false,
-         completion: ValueCompletion = .none, validate: (@Sendable (String) -> String?)? = nil) {
+    init(
+        _ long: String, short: Character? = nil, value: String? = nil, _ summary: String, repeatable: Bool = false,
+        completion: ValueCompletion = .none, validate: (@Sendable (String) -> String?)? = nil
+    ) {
         self.long = long
         self.short = short
         self.value = value
@@ -89,9 +91,11 @@ struct CommandSpec: Sendable {
     /// typed by mistake does not land on a terminal, in a CI log or in a bug report.
     let argumentsMayBeSecrets: Bool
 
-    init(_ path: [String], _ summary: String, details: [String] = [], options: [OptionSpec] = [], arguments: [ArgumentSpec] = [],
-         subcommands: [CommandSpec] = [], examples: [String] = [], argumentsMayBeSecrets: Bool = false,
-         action: (@Sendable (Invocation) -> Int32)? = nil) {
+    init(
+        _ path: [String], _ summary: String, details: [String] = [], options: [OptionSpec] = [], arguments: [ArgumentSpec] = [],
+        subcommands: [CommandSpec] = [], examples: [String] = [], argumentsMayBeSecrets: Bool = false,
+        action: (@Sendable (Invocation) -> Int32)? = nil
+    ) {
         self.argumentsMayBeSecrets = argumentsMayBeSecrets
         self.path = path
         self.summary = summary
@@ -167,22 +171,26 @@ enum CommandTable {
             "Loads the config (or the embedded safe default: 127.0.0.1:8080, no scopes, every sensitive header stripped "
                 + "everywhere) and every secret, prints what it is about to do, then 'listening on HOST:PORT' on standard error "
                 + "once it accepts connections. An invalid config exits 2; a secret or TLS file it cannot use exits 1, naming "
-                + "it (never its value). SIGHUP reloads config and secrets; SIGTERM and SIGINT stop it gracefully.",
+                + "it (never its value). SIGHUP reloads config and secrets; SIGTERM and SIGINT stop it gracefully."
         ],
         options: [
             configOption,
-            OptionSpec("listen", value: "HOST:PORT", "listen here instead of the config's 'listen' (port 0 picks a free port)",
-                       validate: { text in
-                           guard let address = ListenAddress.parse(text) else {
-                               let problem = ListenAddress.problem(text)
-                               return "expects HOST:PORT, like 127.0.0.1:8080" + (problem.hasPrefix("expected") ? "" : ", but \(problem)")
-                           }
-                           return address.hostProblem
-                       }),
-            OptionSpec("threads", value: "N", "event-loop threads, 1 to 256 (default: one per core)",
-                       validate: { Int($0).map { (1...256).contains($0) } == true ? nil : "expects a number from 1 to 256" }),
-            OptionSpec("tunnel", value: "allow|deny", "override tls.tunnel: splice (allow) or refuse with 403 (deny) CONNECT to hosts that are not intercepted",
-                       completion: .words(TunnelPolicy.allCases.map(\.rawValue))),
+            OptionSpec(
+                "listen", value: "HOST:PORT", "listen here instead of the config's 'listen' (port 0 picks a free port)",
+                validate: { text in
+                    guard let address = ListenAddress.parse(text) else {
+                        let problem = ListenAddress.problem(text)
+                        return "expects HOST:PORT, like 127.0.0.1:8080" + (problem.hasPrefix("expected") ? "" : ", but \(problem)")
+                    }
+                    return address.hostProblem
+                }),
+            OptionSpec(
+                "threads", value: "N", "event-loop threads, 1 to 256 (default: one per core)",
+                validate: { Int($0).map { (1...256).contains($0) } == true ? nil : "expects a number from 1 to 256" }),
+            OptionSpec(
+                "tunnel", value: "allow|deny",
+                "override tls.tunnel: splice (allow) or refuse with 403 (deny) CONNECT to hosts that are not intercepted",
+                completion: .words(TunnelPolicy.allCases.map(\.rawValue))),
             OptionSpec("no-access-log", "write no access log (for measuring the log's cost in benchmarks only)"),
         ],
         examples: ["scopeproxy run --config config.yaml --listen 127.0.0.1:0"],
@@ -212,18 +220,20 @@ enum CommandTable {
                     "The value is read from standard input, never from the command line (argv is visible to every local user "
                         + "in /proc, and lands in shell history). On a terminal it asks for the value with echo off and reads one "
                         + "line (at most 4095 bytes there: pipe longer values in); from a pipe or file it takes every byte, with "
-                        + "one trailing newline removed.",
+                        + "one trailing newline removed."
                 ],
                 options: [configOption],
                 arguments: [ArgumentSpec("NAME", "the store name (letters, digits, '_', '.', '-')")],
                 examples: ["printf %s \"$TOKEN\" | scopeproxy secret set github", "scopeproxy secret set github   # asks for the value"],
                 argumentsMayBeSecrets: true,
                 action: Commands.secretSet),
-            CommandSpec(["secret", "list"], "list the names in the store (never values)", options: [configOption], argumentsMayBeSecrets: true,
-                        action: Commands.secretList),
-            CommandSpec(["secret", "rm"], "remove a secret from the store", options: [configOption],
-                        arguments: [ArgumentSpec("NAME", "the store name", completion: .secretNames)], argumentsMayBeSecrets: true,
-                        action: Commands.secretRemove),
+            CommandSpec(
+                ["secret", "list"], "list the names in the store (never values)", options: [configOption], argumentsMayBeSecrets: true,
+                action: Commands.secretList),
+            CommandSpec(
+                ["secret", "rm"], "remove a secret from the store", options: [configOption],
+                arguments: [ArgumentSpec("NAME", "the store name", completion: .secretNames)], argumentsMayBeSecrets: true,
+                action: Commands.secretRemove),
         ],
         argumentsMayBeSecrets: true)
 
@@ -264,8 +274,10 @@ enum CommandTable {
 
     static let health = CommandSpec(
         ["health"], "ask a running proxy's admin endpoint whether it is healthy",
-        details: ["Requests /healthz from the config's 'admin' address: exit 0 and 'healthy' when it answers 200, exit 1 and the "
-                  + "reason otherwise (for container health checks without curl)."],
+        details: [
+            "Requests /healthz from the config's 'admin' address: exit 0 and 'healthy' when it answers 200, exit 1 and the "
+                + "reason otherwise (for container health checks without curl)."
+        ],
         options: [configOption],
         action: Commands.health)
 
@@ -277,7 +289,7 @@ enum CommandTable {
                 details: ["Every key of the schema, with secrets as their sources (never values). The output is itself a valid config."],
                 options: [configOption],
                 examples: ["scopeproxy config print > effective.yaml"],
-                action: Commands.configPrint),
+                action: Commands.configPrint)
         ])
 
     static let explain = CommandSpec(
@@ -286,20 +298,25 @@ enum CommandTable {
         options: [
             configOption,
             OptionSpec("request", short: "X", value: "METHOD", "the request method (default: GET)"),
-            OptionSpec("header", short: "H", value: "'Name: value'", "a request header, as the client would send it (repeatable)",
-                       repeatable: true,
-                       validate: { Commands.splitHeader($0) == nil ? "expects 'Name: value'" : nil }),
+            OptionSpec(
+                "header", short: "H", value: "'Name: value'", "a request header, as the client would send it (repeatable)",
+                repeatable: true,
+                validate: { Commands.splitHeader($0) == nil ? "expects 'Name: value'" : nil }),
             OptionSpec("location", value: "URL", "also show what a 3xx from this origin with this Location would get"),
             OptionSpec("client", value: "NAME", "explain for this configured client (clients:); an unknown name exits 2"),
         ],
         arguments: [ArgumentSpec("URL", "the request's absolute URL")],
-        examples: ["scopeproxy explain -X POST -H 'Cookie: sid=1' https://api.library.example/v1/books",
-                   "scopeproxy explain --location https://cdn.library.example/b.pdf https://api.library.example/v1/books/1/pdf"],
+        examples: [
+            "scopeproxy explain -X POST -H 'Cookie: sid=1' https://api.library.example/v1/books",
+            "scopeproxy explain --location https://cdn.library.example/b.pdf https://api.library.example/v1/books/1/pdf",
+        ],
         action: Commands.explain)
 
     static let help = CommandSpec(
         ["help"], "show the usage of scopeproxy or of one command",
-        arguments: [ArgumentSpec("COMMAND", "a command (and subcommand), like 'secret set'", required: false, completion: .commands),
-                    ArgumentSpec("SUBCOMMAND", "a subcommand", required: false)],
+        arguments: [
+            ArgumentSpec("COMMAND", "a command (and subcommand), like 'secret set'", required: false, completion: .commands),
+            ArgumentSpec("SUBCOMMAND", "a subcommand", required: false),
+        ],
         action: Commands.help)
 }

@@ -4,8 +4,9 @@ import ProxyEngine
 import ScopeConfig
 import ScopePolicy
 import SecretStore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The command line (docs/configuration.md and `scopeproxy --help`): `run` (default), `check`, `secret set|list|rm`,
@@ -116,11 +117,14 @@ public enum Commands {
         var found: [String] = []
         let substituted = config.policy.scopes.reduce(into: Set<String>()) { $0.formUnion($1.substitute) }
         for declared in config.placeholders where !substituted.contains(declared.secret) {
-            found.append("secret '\(declared.secret)' has a placeholder but no scope substitutes it: every request carrying it "
-                         + "is refused (403 placeholder_out_of_scope); list it in a scope's substitute")
+            found.append(
+                "secret '\(declared.secret)' has a placeholder but no scope substitutes it: every request carrying it "
+                    + "is refused (403 placeholder_out_of_scope); list it in a scope's substitute")
         }
         if !config.placeholders.isEmpty {
-            do { _ = try PlaceholderKey.load(path: config.placeholderKeyPath) } catch { found.append("\(error.description); run would refuse to start") }
+            do { _ = try PlaceholderKey.load(path: config.placeholderKeyPath) } catch {
+                found.append("\(error.description); run would refuse to start")
+            }
         }
         return found
     }
@@ -193,20 +197,23 @@ public enum Commands {
             fail(error.description)
             return 1
         }
-        let banner = Banner(config: config, source: source, listen: address, routes: server.routeAddresses,
-                            adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
-                            caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
-                            clientListen: server.clientListenAddress)
+        let banner = Banner(
+            config: config, source: source, listen: address, routes: server.routeAddresses,
+            adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
+            caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
+            clientListen: server.clientListenAddress)
         // The banner, the config's warnings under it, then the `listening on` line last: scripts and
         // tests wait for that exact line.
         writeStandardError(banner.text)
         Runtime.logWarnings(config)
         // A format the file did not fix became text here (stdout is a terminal): the loader could not know.
         if logEnabled, !config.log.formatIsExplicit, config.log.bodiesWithoutEffect(format: presentation.format) {
-            Diagnostics.warning("config_warning", [("warning", LogSettings.bodiesWithoutEffectMessage + " (text was chosen because stdout is a terminal)")])
+            Diagnostics.warning(
+                "config_warning", [("warning", LogSettings.bodiesWithoutEffectMessage + " (text was chosen because stdout is a terminal)")])
         }
         writeStandardError("listening on \(address)\n")
-        let running = RunningProxy(configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
+        let running = RunningProxy(
+            configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         running.stop()
         return 0
@@ -236,8 +243,9 @@ public enum Commands {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         let exported = config.placeholders.filter { $0.environmentVariable != nil }
         guard !exported.isEmpty else {
-            fail("no secret declares `env_var` (with `placeholder: true`) in \(invocation.configPath?.described ?? "the embedded default"): "
-                 + "nothing to export")
+            fail(
+                "no secret declares `env_var` (with `placeholder: true`) in \(invocation.configPath?.described ?? "the embedded default"): "
+                    + "nothing to export")
             return 0
         }
         guard let table = placeholderTable(config) else { return 1 }
@@ -264,10 +272,12 @@ public enum Commands {
     /// `-`: what secret names and lowercase hex are made of), else nil after saying so. Printed
     /// unquoted for `eval`, so this is checked, not assumed.
     private static func shellSafe(_ table: PlaceholderTable, _ secret: String) -> String? {
-        guard let text = table.texts[secret], !text.isEmpty, text.utf8.allSatisfy({ byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
-                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
-        }) else {
+        guard let text = table.texts[secret], !text.isEmpty,
+            text.utf8.allSatisfy({ byte in
+                (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+            })
+        else {
             fail("the placeholder of secret '\(secret)' is not shell-safe; nothing printed")
             return nil
         }
@@ -302,8 +312,9 @@ public enum Commands {
         // Port 0 is a free port the running proxy chose at start: nothing here can know which, so
         // asking port 0 would only ever say "nothing answers" while the proxy is up.
         guard admin.port != 0 else {
-            fail("admin \(admin) listens on a free port chosen at start (its banner's admin line names it): health cannot "
-                 + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
+            fail(
+                "admin \(admin) listens on a free port chosen at start (its banner's admin line names it): health cannot "
+                    + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
             return 2
         }
         switch HealthProbe.ask(admin) {
@@ -339,8 +350,9 @@ public enum Commands {
                 return 2
             }
             // An entry for a config not written yet is legitimate: stored, but said.
-            writeStandardError("warning: no secret of \(invocation.configPath!.described) reads store entry '\(name)'"
-                               + (readers.isEmpty ? "" : " (store entries read: \(readers.keys.sorted().joined(separator: ", ")))") + "\n")
+            writeStandardError(
+                "warning: no secret of \(invocation.configPath!.described) reads store entry '\(name)'"
+                    + (readers.isEmpty ? "" : " (store entries read: \(readers.keys.sorted().joined(separator: ", ")))") + "\n")
         }
         let bytes: [UInt8]
         switch SecretInput.read(name: name) {
@@ -407,9 +419,10 @@ public enum Commands {
     static func explain(_ invocation: Invocation) -> Int32 {
         guard let config = loadConfig(invocation.configPath) else { return 2 }
         let headers = invocation.all("header").compactMap(splitHeader)
-        let request = Explanation.Request(method: invocation.value("request") ?? "GET", headers: headers.map { (name: $0.0, value: $0.1) },
-                                          url: invocation.arguments[0], location: invocation.value("location"),
-                                          client: invocation.value("client"))
+        let request = Explanation.Request(
+            method: invocation.value("request") ?? "GET", headers: headers.map { (name: $0.0, value: $0.1) },
+            url: invocation.arguments[0], location: invocation.value("location"),
+            client: invocation.value("client"))
         let (text, status) = Explanation.render(config, request)
         writeStandardOutput(text)
         return status

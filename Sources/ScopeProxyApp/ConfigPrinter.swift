@@ -30,7 +30,8 @@ enum ConfigPrinter {
     }
 
     static func yaml(_ config: ProxyConfiguration, formatIsExplicit: Bool) -> String {
-        var out = "# scopeproxy effective configuration (\(config.sourcePath.map { "from \(scalar($0))" } ?? "the embedded default")), defaults filled in.\n"
+        var out =
+            "# scopeproxy effective configuration (\(config.sourcePath.map { "from \(scalar($0))" } ?? "the embedded default")), defaults filled in.\n"
         out += "listen: \(scalar(config.listen.description))\n"
         out += "admin: \(config.admin.map { scalar($0.description) } ?? "null")\n"
         out += "proxy_auth: \(config.proxyAuthSecret.map { "{ secret: \(scalar($0)) }" } ?? "null")\n"
@@ -48,7 +49,8 @@ enum ConfigPrinter {
                 source = "{ file: \(scalar(path))" + (allowGroupRead ? ", allow_group_read: true }" : " }")
             }
             if let placeholder = placeholders[name] {
-                source = String(source.dropLast(2)) + ", placeholder: true"
+                source =
+                    String(source.dropLast(2)) + ", placeholder: true"
                     + (placeholder.environmentVariable.map { ", env_var: \(scalar($0))" } ?? "") + " }"
             }
             out += "  \(scalar(name)): \(source)\n"
@@ -77,7 +79,8 @@ enum ConfigPrinter {
             if let clients = scope.clients { out += "    clients: \(flowList(clients.sorted()))\n" } else { out += "    # clients: every client\n" }
             out += "    substitute: \(flowList(scope.substitute.sorted()))\n"
             if case .awsSigV4(let spec)? = scope.signing {
-                out += "    sign: { aws_sigv4: { service: \(scalar(spec.service)), region: \(scalar(spec.region)), "
+                out +=
+                    "    sign: { aws_sigv4: { service: \(scalar(spec.service)), region: \(scalar(spec.region)), "
                     + "access_key_id: \(scalar(spec.accessKeyIDSecret)), secret_access_key: \(scalar(spec.secretAccessKeySecret))"
                     + (spec.sessionTokenSecret.map { ", session_token: \(scalar($0))" } ?? "") + " } }\n"
             }
@@ -149,8 +152,10 @@ enum ConfigPrinter {
 
     /// An `oauth2:` secret's mapping, its inputs as secret names.
     static func oauth2(_ spec: OAuth2Spec) -> String {
-        var fields = ["token_url: \(scalar(origin(spec.endpoint) + spec.path))", "grant: \(spec.grant.grantType)",
-                      "client_id: \(scalar(spec.clientID))", "client_secret: \(scalar(spec.clientSecret))"]
+        var fields = [
+            "token_url: \(scalar(origin(spec.endpoint) + spec.path))", "grant: \(spec.grant.grantType)",
+            "client_id: \(scalar(spec.clientID))", "client_secret: \(scalar(spec.clientSecret))",
+        ]
         if case .refreshToken(let secret) = spec.grant { fields.append("refresh_token: \(scalar(secret))") }
         if let scope = spec.scope { fields.append("scope: \(scalar(scope))") }
         if let audience = spec.audience { fields.append("audience: \(scalar(audience))") }
@@ -190,7 +195,8 @@ enum ConfigPrinter {
                 || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "/")
         }
         if let first = text.utf8.first, plainBytes, first != UInt8(ascii: "-"), first != UInt8(ascii: "."),
-           !(first >= 0x30 && first <= 0x39), !reserved.contains(text.lowercased()) {
+            !(first >= 0x30 && first <= 0x39), !reserved.contains(text.lowercased())
+        {
             return text
         }
         var quoted = "\""

@@ -3,8 +3,9 @@ import ProxyCore
 import ScopeConfig
 import ScopePolicy
 import SecretStore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `scopeproxy explain`: what the proxy would do with one request, without sending it. It runs the
@@ -45,9 +46,10 @@ public enum Explanation {
             return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
         }
         let placeholders = previewPlaceholders(config)
-        let accessKeyIDs = Set(config.policy.scopes.compactMap { scope -> String? in
-            if case .awsSigV4(let spec)? = scope.signing { spec.accessKeyIDSecret } else { nil }
-        })
+        let accessKeyIDs = Set(
+            config.policy.scopes.compactMap { scope -> String? in
+                if case .awsSigV4(let spec)? = scope.signing { spec.accessKeyIDSecret } else { nil }
+            })
         let scope = Runtime.scopeContext(config, secrets: PreviewSecrets(accessKeyIDs: accessKeyIDs), placeholders: placeholders)
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
@@ -65,23 +67,29 @@ public enum Explanation {
         out.line("request", "\(method) \(request.url)")
         out.line("origin", origin.description)
         if !names.isEmpty {
-            out.line("client", request.client.map { "\($0) (--client)" }
-                     ?? "none given (--client NAME): scopes limited to named clients do not serve this request")
+            out.line(
+                "client",
+                request.client.map { "\($0) (--client)" }
+                    ?? "none given (--client NAME): scopes limited to named clients do not serve this request")
         }
         let covering = scope.policy.covering(origin, client: identity.name)
         let tokens = Set(config.oauth2.keys)
         if covering.isEmpty {
             out.line("scopes", notCovering(origin, client: request.client, config: config))
         } else {
-            out.line("scopes", covering.map { scope in "\(scope.name) (origins \(scope.origins.map(Banner.origin).sorted().joined(separator: ", ")))" }
-                .joined(separator: "; "))
+            out.line(
+                "scopes",
+                covering.map { scope in "\(scope.name) (origins \(scope.origins.map(Banner.origin).sorted().joined(separator: ", ")))" }
+                    .joined(separator: "; "))
             // What each covering scope does, in the banner's words (one description of a scope's credentials).
             for scope in covering { out.line("", "\(scope.name): " + Banner.credentials(scope, tokens: tokens).joined(separator: "; ")) }
             // Scopes of this origin that serve other clients (the log's client_not_served): named, with the --client to see them.
             for other in config.policy.scopes where other.origins.contains(origin) && !other.serves(request.client) {
                 let clients = (other.clients ?? []).sorted()
-                out.line("", "\(other.name) covers it too, for clients \(clients.joined(separator: ", ")) only"
-                         + (request.client == nil ? " (explain with --client \(clients.first ?? "NAME"))" : ", not '\(request.client ?? "")'"))
+                out.line(
+                    "",
+                    "\(other.name) covers it too, for clients \(clients.joined(separator: ", ")) only"
+                        + (request.client == nil ? " (explain with --client \(clients.first ?? "NAME"))" : ", not '\(request.client ?? "")'"))
             }
         }
 
@@ -93,16 +101,22 @@ public enum Explanation {
                 out.line("https", "CONNECT \(origin.host):\(origin.port) is intercepted (tls.intercept): the rules below apply inside the tunnel")
                 mode = .intercepted(origin, client: identity)
             } else if config.tls.tunnel == .allow {
-                out.line("https", "CONNECT \(origin.host):\(origin.port) would be tunnelled, not intercepted: the proxy sees nothing inside, "
-                         + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
+                out.line(
+                    "https",
+                    "CONNECT \(origin.host):\(origin.port) would be tunnelled, not intercepted: the proxy sees nothing inside, "
+                        + "so nothing is injected or stripped. Add \(origin.host) to tls.intercept for the rules below to apply.")
             } else if config.policy.scopes.contains(where: { $0.origins.contains(origin) }) {
-                out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
-                         + "Add \(origin.host) to tls.intercept for the rules below to apply.")
+                out.line(
+                    "https",
+                    "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                        + "Add \(origin.host) to tls.intercept for the rules below to apply.")
             } else {
                 // No scope wants anything here: the way through is a tunnel or no proxy at all, not interception.
-                out.line("https", "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
-                         + "No scope covers it: to let it through unseen, set tunnel: allow under tls: or list \(origin.host) in the "
-                         + "client's NO_PROXY; add it to tls.intercept only to have the proxy strip credentials inside.")
+                out.line(
+                    "https",
+                    "CONNECT \(origin.host):\(origin.port) would be refused (tls.tunnel: deny, and the host is not in tls.intercept). "
+                        + "No scope covers it: to let it through unseen, set tunnel: allow under tls: or list \(origin.host) in the "
+                        + "client's NO_PROXY; add it to tls.intercept only to have the proxy strip credentials inside.")
             }
         }
 
@@ -118,11 +132,14 @@ public enum Explanation {
             }
             return (out.text, 0)
         }
-        let client = ClientRequest(head: admitted.head, origin: admitted.origin, pathAndQuery: admitted.pathAndQuery,
-                                   userinfo: admitted.userinfo, framing: admitted.framing, client: identity)
+        let client = ClientRequest(
+            head: admitted.head, origin: admitted.origin, pathAndQuery: admitted.pathAndQuery,
+            userinfo: admitted.userinfo, framing: admitted.framing, client: identity)
         let hopTarget = HopTarget(origin: origin, method: method, pathAndQuery: client.pathAndQuery)
         let hop: Hop
-        switch HopPlanner.plan(client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>", wallClock: Int64(time(nil))) {
+        switch HopPlanner.plan(
+            client, to: hopTarget, body: .none, chain: RedirectChain(), scope: scope, requestID: "<request id>", wallClock: Int64(time(nil)))
+        {
         case .failure(let error):
             out.line("answer", "\(error.status) \(error.code): \(error.message)")
             return (out.text, 0)
@@ -141,8 +158,10 @@ public enum Explanation {
         let otherProblems = Runtime.secretStore(config).problems()
             .filter { !checkedSecrets.contains($0.name) }
         if !otherProblems.isEmpty {
-            out.line("run", "would refuse to start (exit 1) over secrets this request does not use: "
-                     + otherProblems.map(\.description).joined(separator: "; ") + " (scopeproxy check lists every one)")
+            out.line(
+                "run",
+                "would refuse to start (exit 1) over secrets this request does not use: "
+                    + otherProblems.map(\.description).joined(separator: "; ") + " (scopeproxy check lists every one)")
         }
         return (out.text, 0)
     }
@@ -158,7 +177,8 @@ public enum Explanation {
         }.joined(separator: "; ")
         let example = forOthers.first?.clients?.sorted().first ?? "NAME"
         if let client {
-            return "\(described), not '\(client)': for this client every sensitive header is stripped, nothing is injected (client_not_served in the log)"
+            return
+                "\(described), not '\(client)': for this client every sensitive header is stripped, nothing is injected (client_not_served in the log)"
         }
         return "\(described): explain that client's request with --client \(example) (without --client: client_not_served, "
             + "every sensitive header stripped, nothing injected)"
@@ -167,19 +187,23 @@ public enum Explanation {
     // MARK: One hop
 
     /// Returns the secrets whose loading it reported on (the injected ones).
-    private static func describe(_ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration,
-                                 into out: inout Report) -> Set<String> {
+    private static func describe(
+        _ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration,
+        into out: inout Report
+    ) -> Set<String> {
         var checkedSecrets: Set<String> = []
         let decision = hop.decision
         if decision.injected.isEmpty {
             out.line("injected", "nothing")
         }
         if hop.signed != nil, let signer = covering.first(where: { $0.signing != nil }), case .awsSigV4(let spec)? = signer.signing {
-            out.line("signed", "AWS SigV4 by scope \(signer.name): service \(spec.service), region \(spec.region), access key id from secret "
-                     + "'\(spec.accessKeyIDSecret)', secret key from '\(spec.secretAccessKeySecret)'"
-                     + (spec.sessionTokenSecret.map { ", session token from '\($0)'" } ?? "")
-                     + (spec.service == "s3" ? "; payload UNSIGNED-PAYLOAD" : "; the body's SHA-256 (bodies up to 1 MiB)")
-                     + ". The signature below is made from stand-ins, not the values.")
+            out.line(
+                "signed",
+                "AWS SigV4 by scope \(signer.name): service \(spec.service), region \(spec.region), access key id from secret "
+                    + "'\(spec.accessKeyIDSecret)', secret key from '\(spec.secretAccessKeySecret)'"
+                    + (spec.sessionTokenSecret.map { ", session token from '\($0)'" } ?? "")
+                    + (spec.service == "s3" ? "; payload UNSIGNED-PAYLOAD" : "; the body's SHA-256 (bodies up to 1 MiB)")
+                    + ". The signature below is made from stand-ins, not the values.")
         }
         for scope in covering {
             for injection in scope.inject where decision.injected.contains(injection.header) {
@@ -188,9 +212,11 @@ public enum Explanation {
                     if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
                     if let spec = config.oauth2[secret] {
                         // A token, not a stored value: say where it would come from (never the token).
-                        out.line("token", "\(secret) is an OAuth2 access token from \(spec.endpoint.scheme.rawValue)://\(spec.endpoint.authority)\(spec.path) (\(spec.grant.grantType), "
-                                 + "client \(spec.clientID)): fetched when a request first needs it, renewed before it expires; "
-                                 + "the request waits for it (502 credential_unavailable if the endpoint fails)")
+                        out.line(
+                            "token",
+                            "\(secret) is an OAuth2 access token from \(spec.endpoint.scheme.rawValue)://\(spec.endpoint.authority)\(spec.path) (\(spec.grant.grantType), "
+                                + "client \(spec.clientID)): fetched when a request first needs it, renewed before it expires; "
+                                + "the request waits for it (502 credential_unavailable if the endpoint fails)")
                     }
                 }
             }
@@ -218,9 +244,11 @@ public enum Explanation {
             out.line("header", "\(field.name): \(verdict)")
         }
         if let userinfo = client.userinfo, !userinfo.isEmpty {
-            out.line("userinfo", decision.userinfoRemoved
-                     ? "removed (no covering scope passes authorization)"
-                     : "sent as Authorization: Basic (a covering scope passes authorization)")
+            out.line(
+                "userinfo",
+                decision.userinfoRemoved
+                    ? "removed (no covering scope passes authorization)"
+                    : "sent as Authorization: Basic (a covering scope passes authorization)")
         }
         out.line("upstream", "the head the origin would receive (secrets shown by name):")
         for line in String(decoding: hop.head, as: UTF8.self).split(separator: "\r\n") { out.line("", "  " + line) }
@@ -257,8 +285,10 @@ public enum Explanation {
     /// placeholder, it may be on a shared screen), and that any other is refused. Silent when the
     /// config declares no placeholder.
     /// Returns the secrets whose loading it reported on (the substituted ones).
-    private static func describePlaceholders(_ config: ProxyConfiguration, substituted: Set<String>, covering: [Scope],
-                                             into out: inout Report) -> Set<String> {
+    private static func describePlaceholders(
+        _ config: ProxyConfiguration, substituted: Set<String>, covering: [Scope],
+        into out: inout Report
+    ) -> Set<String> {
         guard !config.placeholders.isEmpty else { return [] }
         let declared = config.placeholders.map(\.secret)
         if substituted.isEmpty {
@@ -294,26 +324,36 @@ public enum Explanation {
         }
     }
 
-    private static func explainRedirect(to location: String, from hop: Hop, client: ClientRequest, mode: ConnectionMode,
-                                        scope: ScopeContext, config: ProxyConfiguration, into out: inout Report) {
-        let response = ResponseHead(version: .http1_1, status: 302, reason: "Found",
-                                    fields: HTTPFields([HTTPField(name: "Location", value: location)]))
-        let context = ResponseDirector.Context(request: client, hop: hop, chain: RedirectChain(), mode: mode, scope: scope,
-                                               requestComplete: true, replayableBody: [])
+    private static func explainRedirect(
+        to location: String, from hop: Hop, client: ClientRequest, mode: ConnectionMode,
+        scope: ScopeContext, config: ProxyConfiguration, into out: inout Report
+    ) {
+        let response = ResponseHead(
+            version: .http1_1, status: 302, reason: "Found",
+            fields: HTTPFields([HTTPField(name: "Location", value: location)]))
+        let context = ResponseDirector.Context(
+            request: client, hop: hop, chain: RedirectChain(), mode: mode, scope: scope,
+            requestComplete: true, replayableBody: [])
         switch ResponseDirector.direct(response, context) {
         case .relay(_, let redirect):
             let target = redirect?.origin.map(\.description) ?? "an origin the proxy cannot read"
-            out.line("redirect", "a 302 to \(location): returned to the client (\(config.redirects.mode.rawValue) mode; target \(target)); "
-                     + "the client's follow-up is scoped on its own")
+            out.line(
+                "redirect",
+                "a 302 to \(location): returned to the client (\(config.redirects.mode.rawValue) mode; target \(target)); "
+                    + "the client's follow-up is scoped on its own")
         case .refuse(let error, _):
             out.line("redirect", "a 302 to \(location): \(error.status) \(error.code): \(error.message)")
         case .follow(let target, let body, _):
             out.line("redirect", "a 302 to \(location): followed by the proxy to \(target.origin)")
             let chain = ResponseDirector.chain(after: RedirectChain(), hop: hop, to: target, request: client)
-            if case .success(let next) = HopPlanner.plan(client, to: target, body: body, chain: chain, scope: scope, requestID: "<request id>", wallClock: Int64(time(nil))) {
-                out.line("", "the next hop gets injected: \(next.decision.injected.isEmpty ? "nothing" : next.decision.injected.joined(separator: ", ")); "
-                         + "stripped: \(next.decision.stripped.isEmpty ? "nothing" : next.decision.stripped.joined(separator: ", "))"
-                         + (target.origin != client.origin ? " (the client's own credentials never go to another origin)" : ""))
+            if case .success(let next) = HopPlanner.plan(
+                client, to: target, body: body, chain: chain, scope: scope, requestID: "<request id>", wallClock: Int64(time(nil)))
+            {
+                out.line(
+                    "",
+                    "the next hop gets injected: \(next.decision.injected.isEmpty ? "nothing" : next.decision.injected.joined(separator: ", ")); "
+                        + "stripped: \(next.decision.stripped.isEmpty ? "nothing" : next.decision.stripped.joined(separator: ", "))"
+                        + (target.origin != client.origin ? " (the client's own credentials never go to another origin)" : ""))
             }
         }
     }

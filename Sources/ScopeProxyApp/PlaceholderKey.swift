@@ -2,8 +2,9 @@ import Digests
 import PosixSupport
 import ScopeConfig
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Why the per-install placeholder key cannot be used. Each case names the file and the fix; none

@@ -1,8 +1,9 @@
 import ProxyEngine
 import ScopeConfig
 import SecretStore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What `check` finds beyond the config's structure: every secret and file `run` would refuse,
@@ -27,8 +28,9 @@ enum Preflight {
             found.append("client '\(rule.name)' tls_client.ca: \(problem); no certificate can be verified by it")
         }
         if config.clientListen != nil, Runtime.interceptHosts(config).isEmpty {
-            found.append("tls.client_listen: its certificate comes from the local CA, used only when something is intercepted, "
-                         + "and tls.intercept: scoped covers no https origin\(refuses)")
+            found.append(
+                "tls.client_listen: its certificate comes from the local CA, used only when something is intercepted, "
+                    + "and tls.intercept: scoped covers no https origin\(refuses)")
         }
         if case .file(let path) = config.log.output, let problem = logFileProblem(path) {
             found.append("log.output: \(problem)\(refuses)")
@@ -38,7 +40,9 @@ enum Preflight {
 
     /// The extra CA bundle: exists, is a file, and OpenSSL loads certificates from it.
     static func upstreamCAProblem(_ path: String) -> String? {
-        if let problem = Commands.configFileProblem(path) { return "\(path) \(problem == "is a directory, not a config file" ? "is a directory" : problem)" }
+        if let problem = Commands.configFileProblem(path) {
+            return "\(path) \(problem == "is a directory, not a config file" ? "is a directory" : problem)"
+        }
         do {
             _ = try TLSContexts(authority: nil, upstreamCA: path)
         } catch {
@@ -149,7 +153,8 @@ enum HealthProbe {
         guard let end = response.indices.dropLast(3).first(where: { Array(response[$0..<$0 + 4]) == separator }) else { return false }
         let head = String(decoding: response[..<end], as: UTF8.self).lowercased()
         guard let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
-              let length = Int(line.dropFirst("content-length:".count).drop { $0 == " " || $0 == "\t" }) else { return true }
+            let length = Int(line.dropFirst("content-length:".count).drop { $0 == " " || $0 == "\t" })
+        else { return true }
         return response.count - (end + 4) >= length
     }
 

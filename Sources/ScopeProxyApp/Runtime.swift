@@ -6,28 +6,33 @@ import Redaction
 import ScopeConfig
 import ScopePolicy
 import SecretStore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Turns a validated configuration and its loaded secrets into what the engine runs on.
 public enum Runtime {
     /// `placeholders`: derived with the per-install key (`placeholderTable`).
-    public static func scopeContext(_ config: ProxyConfiguration, secrets: any SecretLookup,
-                                    placeholders: PlaceholderTable = .empty, tokens: OAuth2Tokens? = nil,
-                                    minted: MintedTokens? = nil, previous: SecretValueIndex? = nil) -> ScopeContext {
+    public static func scopeContext(
+        _ config: ProxyConfiguration, secrets: any SecretLookup,
+        placeholders: PlaceholderTable = .empty, tokens: OAuth2Tokens? = nil,
+        minted: MintedTokens? = nil, previous: SecretValueIndex? = nil
+    ) -> ScopeContext {
         let values = SecretValueIndex(placeholders: placeholders)
         // After a reload the values the old configuration sent stay watched while they may be valid.
         if let previous { values.inherit(from: previous) }
         values.scrubAlways(credentialEndpoints(config))
         let now = monotonicMilliseconds()
-        values.update(values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes),
-                      earlier: minted?.earlier(now: now) ?? [:], now: now)
-        return ScopeContext(policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
-                            clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
-                            tokens: tokens,
-                            // Port 0 asks for any free port: the announced one is not known here.
-                            tlsClientListen: config.clientListen.flatMap { $0.port == 0 ? nil : $0.description })
+        values.update(
+            values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes),
+            earlier: minted?.earlier(now: now) ?? [:], now: now)
+        return ScopeContext(
+            policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
+            clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
+            tokens: tokens,
+            // Port 0 asks for any free port: the announced one is not known here.
+            tlsClientListen: config.clientListen.flatMap { $0.port == 0 ? nil : $0.description })
     }
 
     /// The origins the proxy itself sends secrets to, with their names: each token endpoint gets the
@@ -40,8 +45,10 @@ public enum Runtime {
 
     /// What each origin was sent under `old` (for any client, by scopes or as a token endpoint) and is
     /// not sent under `new`: after a reload it stays in that origin's scrub while the values may be valid.
-    static func formerlySent(old: ScopePolicy, oldEndpoints: [Origin: Set<String>], new: ScopePolicy,
-                             newEndpoints: [Origin: Set<String>]) -> [Origin: Set<String>] {
+    static func formerlySent(
+        old: ScopePolicy, oldEndpoints: [Origin: Set<String>], new: ScopePolicy,
+        newEndpoints: [Origin: Set<String>]
+    ) -> [Origin: Set<String>] {
         var result: [Origin: Set<String>] = [:]
         let origins = Set(old.scopes.flatMap(\.origins)).union(oldEndpoints.keys)
         for origin in origins {
@@ -56,19 +63,24 @@ public enum Runtime {
     /// The OAuth2 token source of a config (nil without `oauth2:` secrets). Every token it obtains
     /// (and every rotated refresh token) is told to the log tripwire and to the scrub/guard index
     /// before any request gets it.
-    static func tokenSource(_ config: ProxyConfiguration, secrets: SecretStore, engine: EngineConfiguration,
-                            holder: ScopeContextHolder, minted: MintedTokens) throws(EngineError) -> OAuth2Tokens? {
+    static func tokenSource(
+        _ config: ProxyConfiguration, secrets: SecretStore, engine: EngineConfiguration,
+        holder: ScopeContextHolder, minted: MintedTokens
+    ) throws(EngineError) -> OAuth2Tokens? {
         guard !config.oauth2.isEmpty else { return nil }
-        return try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine, observer: { name, value, validFor in
-            let now = monotonicMilliseconds()
-            minted.add(name, value, validFor: validFor, now: now)
-            engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
-            let values = holder.context.values
-            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
-                          earlier: minted.earlier(now: now), now: now)
-            // A token the endpoint made too short or too long to look for is said, as a stored one is.
-            Runtime.reportExclusions(values)
-        })
+        return try OAuth2Tokens(
+            specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine,
+            observer: { name, value, validFor in
+                let now = monotonicMilliseconds()
+                minted.add(name, value, validFor: validFor, now: now)
+                engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
+                let values = holder.context.values
+                values.update(
+                    values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                    earlier: minted.earlier(now: now), now: now)
+                // A token the endpoint made too short or too long to look for is said, as a stored one is.
+                Runtime.reportExclusions(values)
+            })
     }
 
     /// What the log tripwire looks for: every value also lowercased and JSON-escaped (the forms a
@@ -101,16 +113,19 @@ public enum Runtime {
 
     /// `presentation`: the log's format and colour as chosen for this process (see
     /// `LogPresentation.forProcess`); nil takes the config's format as written, without colour.
-    public static func engineConfiguration(_ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
-                                           accessLog enabled: Bool = true, presentation: LogPresentation? = nil) throws(EngineError) -> EngineConfiguration {
+    public static func engineConfiguration(
+        _ config: ProxyConfiguration, scope: ScopeContextHolder, secrets: SecretStore,
+        accessLog enabled: Bool = true, presentation: LogPresentation? = nil
+    ) throws(EngineError) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
         engine.routes = config.routes
         if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation) }
         engine.listen = config.listen
         if let clientListen = config.clientListen {
-            engine.clientListener = ClientListener(listen: clientListen,
-                                                   caFiles: config.clientCAFiles.map { ClientCAFile(name: $0, path: $0) })
+            engine.clientListener = ClientListener(
+                listen: clientListen,
+                caFiles: config.clientCAFiles.map { ClientCAFile(name: $0, path: $0) })
         }
         engine.timeouts = config.timeouts
         engine.tunnel = config.tls.tunnel
@@ -119,12 +134,15 @@ public enum Runtime {
         return engine
     }
 
-    public static func accessLog(_ settings: LogSettings, secrets: SecretStore, metrics: Metrics, presentation: LogPresentation? = nil,
-                                 observer: (@Sendable (String) -> Void)? = nil) throws(EngineError) -> AccessLog {
+    public static func accessLog(
+        _ settings: LogSettings, secrets: SecretStore, metrics: Metrics, presentation: LogPresentation? = nil,
+        observer: (@Sendable (String) -> Void)? = nil
+    ) throws(EngineError) -> AccessLog {
         let presentation = presentation ?? LogPresentation(format: settings.format, colour: false)
-        return try AccessLog(format: presentation.format, colour: presentation.colour, output: settings.output,
-                         rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
-                         logBodies: settings.bodies, secretValues: tripwireValues(secrets.allValues), metrics: metrics, observer: observer)
+        return try AccessLog(
+            format: presentation.format, colour: presentation.colour, output: settings.output,
+            rules: RedactionRules(extraHeaders: settings.safeHeaders, extraQuery: settings.safeQuery, extraJSONKeys: settings.safeJSONKeys),
+            logBodies: settings.bodies, secretValues: tripwireValues(secrets.allValues), metrics: metrics, observer: observer)
     }
 
     /// The config's secrets; a missing store entry's hint names this config file (its store_dir).
@@ -209,8 +227,10 @@ final class RunningProxy: Sendable {
     private let tokens: Locked<OAuth2Tokens?>
     private let minted: MintedTokens
 
-    init(configPath: String?, started: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
-         tokens: OAuth2Tokens?, minted: MintedTokens) {
+    init(
+        configPath: String?, started: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
+        tokens: OAuth2Tokens?, minted: MintedTokens
+    ) {
         self.configPath = configPath
         self.started = started
         self.holder = holder
@@ -229,8 +249,9 @@ final class RunningProxy: Sendable {
         let values = holder.context.values
         if !result.changed.isEmpty || !result.errors.isEmpty {
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
-            values.update(values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
-                          earlier: minted.earlier(now: now), now: now)
+            values.update(
+                values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                earlier: minted.earlier(now: now), now: now)
             Runtime.reportExclusions(values)
         } else {
             // Values replaced long enough ago stop being looked for (tokens when they expire).
@@ -249,13 +270,15 @@ final class RunningProxy: Sendable {
             // A new token source for the new config: its tokens are fetched again when first needed.
             let tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
             let previous = holder.context
-            let context = Runtime.scopeContext(config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted,
-                                               previous: previous.values)
+            let context = Runtime.scopeContext(
+                config, secrets: secrets, placeholders: placeholders, tokens: tokens, minted: minted,
+                previous: previous.values)
             // An origin the old configuration sent a value to keeps being scrubbed of it while the
             // value may still be valid (a file or store value 10 minutes, a token until it expires).
             let now = monotonicMilliseconds()
-            let dropped = Runtime.formerlySent(old: previous.policy, oldEndpoints: previous.values.alwaysScrubbed,
-                                               new: config.policy, newEndpoints: Runtime.credentialEndpoints(config))
+            let dropped = Runtime.formerlySent(
+                old: previous.policy, oldEndpoints: previous.values.alwaysScrubbed,
+                new: config.policy, newEndpoints: Runtime.credentialEndpoints(config))
             context.values.scrubFormerlySent(dropped) { name in
                 max(now &+ SecretValueIndex.retiredRetentionMilliseconds, self.minted.expiry(of: name) ?? 0)
             }
@@ -270,8 +293,16 @@ final class RunningProxy: Sendable {
             Runtime.logWarnings(config)
             // Said before `reloaded`, so nobody reads that line as "everything in the file is in force".
             for key in RestartOnlySetting.ignoredByReload(started: started, reloaded: config) {
-                Diagnostics.warning("reload_ignored_key", [("key", key), ("message", "\(key) changed in the config file, but a reload "
-                                    + "cannot apply it: the proxy keeps its value from the start; restart to apply")])
+                Diagnostics.warning(
+                    "reload_ignored_key",
+                    [
+                        ("key", key),
+                        (
+                            "message",
+                            "\(key) changed in the config file, but a reload "
+                                + "cannot apply it: the proxy keeps its value from the start; restart to apply"
+                        ),
+                    ])
             }
             Diagnostics.info("reloaded", [("scopes", String(config.policy.scopes.count)), ("clients", String(config.clients.count))])
         } catch let error as ConfigError {

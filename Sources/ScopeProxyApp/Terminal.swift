@@ -1,8 +1,9 @@
 import ProxyCore
 import ProxyEngine
 import ScopeConfig
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `secret set`'s value: from a pipe or file every byte (one trailing newline removed); from a

@@ -209,7 +209,8 @@ enum Usage {
             let offered = command.path.isEmpty ? command.allOptions + CommandTable.run.options : command.allOptions
             optionWords += "        \(id(command))) options=\"\(offered.flatMap(\.spellings).joined(separator: " "))\" ;;\n"
             if !command.subcommands.isEmpty {
-                arguments += "        \(id(command))) COMPREPLY=( $(compgen -W \"\(command.subcommands.map(\.name).joined(separator: " "))\" -- \"$cur\") ) ;;\n"
+                arguments +=
+                    "        \(id(command))) COMPREPLY=( $(compgen -W \"\(command.subcommands.map(\.name).joined(separator: " "))\" -- \"$cur\") ) ;;\n"
             } else if let first = command.arguments.first, let action = words(first.completion) {
                 arguments += "        \(id(command))) \(action) ;;\n"
             }

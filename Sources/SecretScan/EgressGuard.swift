@@ -44,7 +44,11 @@ public struct EgressGuard: Sendable {
         case .watching(var stream, let unforwarded):
             let firstUnforwarded = stream.offset - unforwarded
             var leak: SecretMatch?
-            _ = stream.scanUntil(piece, stop: { match in leak = match; return true })
+            _ = stream.scanUntil(
+                piece,
+                stop: { match in
+                    leak = match; return true
+                })
             // All but the last `holdBack` bytes, whatever they are. Bytes an idle release already
             // let go are not counted again (the bound never moves back).
             var safeEnd = max(firstUnforwarded, stream.offset - holdBack)

@@ -181,8 +181,10 @@ public struct PatternAutomaton: Sendable {
     /// Runs `bytes` from `state`. For every pattern ending at `bytes[i]` calls `onMatch(pattern,
     /// i + 1)`, longest first at one position; `false` from it stops the scan there. Returns how
     /// many bytes were consumed (all unless stopped).
-    func scan(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
-              onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+    func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+        onMatch: (_ pattern: Int, _ end: Int) -> Bool
+    ) -> Int {
         if leavesStartNever { return bytes.count }
         guard bytes.count >= lanedMinimum else { return scanExactly(bytes, from: &state, onMatch: onMatch) }
         var done = 0
@@ -191,8 +193,10 @@ public struct PatternAutomaton: Sendable {
             let probe = bytes.count / 8
             var tableSteps = 0
             var stopped = false
-            let probed = scanSkippingStart(UnsafeBufferPointer(rebasing: bytes[..<probe]), from: &state,
-                                           tableSteps: &tableSteps) { pattern, end in
+            let probed = scanSkippingStart(
+                UnsafeBufferPointer(rebasing: bytes[..<probe]), from: &state,
+                tableSteps: &tableSteps
+            ) { pattern, end in
                 stopped = !onMatch(pattern, end)
                 return !stopped
             }
@@ -200,8 +204,11 @@ public struct PatternAutomaton: Sendable {
             let sparse = tableSteps * 50 < probe
             done = probe
             if largePieces == .probedThenSkipped || (largePieces == .probed && sparse) {
-                return done + scanSkippingStart(UnsafeBufferPointer(rebasing: bytes[done...]), from: &state,
-                                                tableSteps: &tableSteps) { onMatch($0, done + $1) }
+                return done
+                    + scanSkippingStart(
+                        UnsafeBufferPointer(rebasing: bytes[done...]), from: &state,
+                        tableSteps: &tableSteps
+                    ) { onMatch($0, done + $1) }
             }
         }
         // Nearly every body holds no secret: the laned pass proves that at several times the
@@ -215,8 +222,10 @@ public struct PatternAutomaton: Sendable {
     }
 
     /// Every byte through the table (skipping the start state where that pays).
-    private func scanExactly(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
-                             onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+    private func scanExactly(
+        _ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+        onMatch: (_ pattern: Int, _ end: Int) -> Bool
+    ) -> Int {
         if skipsStart {
             var tableSteps = 0
             return scanSkippingStart(bytes, from: &state, tableSteps: &tableSteps, onMatch: onMatch)
@@ -244,9 +253,11 @@ public struct PatternAutomaton: Sendable {
     /// with each pair that can, then each byte), then eight (independent loads, no chain through
     /// the table); the same transitions otherwise. `tableSteps` grows by the bytes that went
     /// through the table.
-    private func scanSkippingStart(_ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
-                                   tableSteps: inout Int,
-                                   onMatch: (_ pattern: Int, _ end: Int) -> Bool) -> Int {
+    private func scanSkippingStart(
+        _ bytes: UnsafeBufferPointer<UInt8>, from state: inout State,
+        tableSteps: inout Int,
+        onMatch: (_ pattern: Int, _ end: Int) -> Bool
+    ) -> Int {
         var row = state.row
         var steps = 0
         defer { state.row = row; tableSteps += steps }
@@ -285,14 +296,16 @@ public struct PatternAutomaton: Sendable {
                             if skipsStartBytes {
                                 while index &+ 16 <= count {
                                     let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
-                                    let hit = (v .== s0) .| (v .== s1) .| (v .== s2) .| (v .== s3) .| (v .== s4)
+                                    let hit =
+                                        (v .== s0) .| (v .== s1) .| (v .== s2) .| (v .== s3) .| (v .== s4)
                                         .| (v .== s5) .| (v .== s6) .| (v .== s7) .| (v .== s8) .| (v .== s9)
                                     if any(hit) { break }
                                     index &+= 16
                                 }
                             }
                             while index &+ 8 <= count {
-                                let any = leaves[Int(bytes[index])] | leaves[Int(bytes[index &+ 1])] | leaves[Int(bytes[index &+ 2])]
+                                let any =
+                                    leaves[Int(bytes[index])] | leaves[Int(bytes[index &+ 1])] | leaves[Int(bytes[index &+ 2])]
                                     | leaves[Int(bytes[index &+ 3])] | leaves[Int(bytes[index &+ 4])] | leaves[Int(bytes[index &+ 5])]
                                     | leaves[Int(bytes[index &+ 6])] | leaves[Int(bytes[index &+ 7])]
                                 if any != 0 { break }

@@ -12,7 +12,8 @@ public enum SecretEncoding: Sendable, Hashable, CustomStringConvertible {
     case base64(alignment: Int)
     case base64URL(alignment: Int)
 
-    public static let all: [SecretEncoding] = [.raw, .percentUppercase, .percentLowercase]
+    public static let all: [SecretEncoding] =
+        [.raw, .percentUppercase, .percentLowercase]
         + (0...2).map { .base64(alignment: $0) } + (0...2).map { .base64URL(alignment: $0) }
 
     /// Shorter base64 runs are dropped: fewer than 48 bits would turn up by chance in large base64
@@ -72,8 +73,10 @@ public enum SecretEncoding: Sendable, Hashable, CustomStringConvertible {
         let startBit = 8 * alignment, endBit = 8 * (alignment + secret.count)
         let first = (startBit + 5) / 6, end = endBit / 6
         guard end - first >= minimumBase64Length else { return nil }
-        let encoded = urlSafe ? Base64.encodeURLSafe([UInt8](repeating: 0, count: alignment) + secret)
-                              : Base64.encode([UInt8](repeating: 0, count: alignment) + secret)
+        let encoded =
+            urlSafe
+            ? Base64.encodeURLSafe([UInt8](repeating: 0, count: alignment) + secret)
+            : Base64.encode([UInt8](repeating: 0, count: alignment) + secret)
         return Array(Array(encoded.utf8)[first..<end])
     }
 

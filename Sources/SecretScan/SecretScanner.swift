@@ -66,7 +66,11 @@ public struct SecretScanStream: Sendable {
 
     /// Scans the next piece, calling `onMatch` for each match that ends in it.
     public mutating func scan(_ piece: UnsafeBufferPointer<UInt8>, onMatch: (SecretMatch) -> Void) {
-        _ = scanUntil(piece, stop: { match in onMatch(match); return false })
+        _ = scanUntil(
+            piece,
+            stop: { match in
+                onMatch(match); return false
+            })
     }
 
     public mutating func scan(_ piece: [UInt8], onMatch: (SecretMatch) -> Void) {

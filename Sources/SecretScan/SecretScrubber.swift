@@ -24,8 +24,10 @@ public struct SecretScrubber: Sendable {
 
     /// Appends to `output` the bytes now safe to send (scrubbed), calling `onMatch` for each match
     /// completed by this piece.
-    public mutating func scrub(_ piece: UnsafeBufferPointer<UInt8>, into output: inout [UInt8],
-                               onMatch: (SecretMatch) -> Void = { _ in }) {
+    public mutating func scrub(
+        _ piece: UnsafeBufferPointer<UInt8>, into output: inout [UInt8],
+        onMatch: (SecretMatch) -> Void = { _ in }
+    ) {
         let outputStart = output.count
         let streamStart = stream.offset - heldBack.count  // the stream offset of output[outputStart]
         output.append(contentsOf: heldBack)

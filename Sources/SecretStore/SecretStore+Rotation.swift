@@ -1,7 +1,8 @@
 import PosixSupport
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Refresh tokens that the token endpoint rotated (RFC 6749 §6: "the authorization server MAY

@@ -1,7 +1,8 @@
 import PosixSupport
 import ScopePolicy
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Why a secret could not be loaded. Names the secret and the reason, never a value.
@@ -141,14 +142,17 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     /// `path` as one shell word: as it is when it holds only characters no shell treats specially,
     /// else in single quotes (a `'` inside becomes `'\''`).
     static func shellWord(_ path: String) -> String {
-        let plain = !path.isEmpty && path.utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
-            case UInt8(ascii: "/"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: ","),
-                 UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "%"): true
-            default: false
+        let plain =
+            !path.isEmpty
+            && path.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+                case UInt8(ascii: "/"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: ","),
+                    UInt8(ascii: ":"), UInt8(ascii: "@"), UInt8(ascii: "%"):
+                    true
+                default: false
+                }
             }
-        }
         if plain { return path }
         return "'" + path.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
     }
@@ -156,7 +160,9 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     private func read(_ name: String, _ source: SecretSource) throws(SecretError) -> (SecretValue, FileState?) {
         switch source {
         case .env(let variable):
-            guard let raw = getenv(variable) else { throw SecretError(name: name, reason: "environment variable \(variable) is not set", kind: .environmentUnset) }
+            guard let raw = getenv(variable) else {
+                throw SecretError(name: name, reason: "environment variable \(variable) is not set", kind: .environmentUnset)
+            }
             // The variable's bytes as they are: String(cString:) would replace non-UTF-8 bytes.
             let length = strlen(raw)
             let bytes = raw.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
@@ -167,8 +173,9 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             let path = storePath(storeName)
             if access(path, F_OK) != 0 && errno == ENOENT {
                 // The usual first-run case: say how to add it.
-                throw SecretError(name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: \(setCommand(storeName)))",
-                                  kind: .fileUnreachable)
+                throw SecretError(
+                    name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: \(setCommand(storeName)))",
+                    kind: .fileUnreachable)
             }
             return try Self.readFile(name, path: path, allowGroupRead: false)
         }
@@ -185,7 +192,9 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         if mode & 0o007 != 0 { throw SecretError(name: name, reason: "file \(path) is world-accessible (chmod o-rwx)", kind: .refused) }
         if mode & 0o020 != 0 { throw SecretError(name: name, reason: "file \(path) is group-writable (chmod g-w)", kind: .refused) }
         if mode & 0o040 != 0 && !allowGroupRead {
-            throw SecretError(name: name, reason: "file \(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount", kind: .refused)
+            throw SecretError(
+                name: name, reason: "file \(path) is group-readable; chmod g-r, or set allow_group_read: true for a Kubernetes fsGroup mount",
+                kind: .refused)
         }
         if info.st_uid != geteuid() && info.st_uid != 0 {
             throw SecretError(name: name, reason: "file \(path) is owned by another user", kind: .refused)
@@ -212,7 +221,9 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             throw SecretError(name: name, reason: "the value contains CR, LF or NUL", kind: .refused)
         }
         if bytes.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) {
-            throw SecretError(name: name, reason: "the value contains a control character (a C0 control other than tab, or DEL), which a header cannot carry", kind: .refused)
+            throw SecretError(
+                name: name, reason: "the value contains a control character (a C0 control other than tab, or DEL), which a header cannot carry",
+                kind: .refused)
         }
         return SecretValue(bytes: bytes)
     }
@@ -220,9 +231,10 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     private static func fileState(_ path: String) -> FileState? {
         var info = Glibc.stat()
         guard fstatat(AT_FDCWD, path, &info, 0) == 0 else { return nil }
-        return FileState(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                         modified: info.st_mtim.tv_sec, modifiedNanoseconds: info.st_mtim.tv_nsec,
-                         changed: info.st_ctim.tv_sec, changedNanoseconds: info.st_ctim.tv_nsec)
+        return FileState(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: info.st_mtim.tv_sec, modifiedNanoseconds: info.st_mtim.tv_nsec,
+            changed: info.st_ctim.tv_sec, changedNanoseconds: info.st_ctim.tv_nsec)
     }
 }
 

@@ -1,6 +1,7 @@
 import ScopeProxyApp
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 exit(Commands.main(Array(CommandLine.arguments.dropFirst())))

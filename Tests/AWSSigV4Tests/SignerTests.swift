@@ -1,21 +1,25 @@
 import HTTP1Codec
 import Testing
+
 @testable import AWSSigV4
 
 private func credentials(token: String? = nil) throws -> AWSCredentials {
-    try AWSCredentials(accessKeyID: Array("AKIDEXAMPLE".utf8), secretAccessKey: Array("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".utf8),
-                       sessionToken: token.map { Array($0.utf8) })
+    try AWSCredentials(
+        accessKeyID: Array("AKIDEXAMPLE".utf8), secretAccessKey: Array("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".utf8),
+        sessionToken: token.map { Array($0.utf8) })
 }
 
 private let time = AWSSigV4Timestamp(year: 2015, month: 8, day: 30, hour: 12, minute: 36, second: 0)
 
 @Suite("AWSSigV4: the signer's own rules")
 struct SignerTests {
-    @Test("POSIX seconds to the X-Amz-Date form (values from Python's datetime)", arguments: [
-        (Int64(0), "19700101T000000Z"), (951_782_400, "20000229T000000Z"), (951_868_799, "20000229T235959Z"),
-        (1_796_036_645, "20261130T110405Z"), (4_102_444_799, "20991231T235959Z"), (-1, "19691231T235959Z"),
-        (253_402_300_799, "99991231T235959Z"),
-    ])
+    @Test(
+        "POSIX seconds to the X-Amz-Date form (values from Python's datetime)",
+        arguments: [
+            (Int64(0), "19700101T000000Z"), (951_782_400, "20000229T000000Z"), (951_868_799, "20000229T235959Z"),
+            (1_796_036_645, "20261130T110405Z"), (4_102_444_799, "20991231T235959Z"), (-1, "19691231T235959Z"),
+            (253_402_300_799, "99991231T235959Z"),
+        ])
     func timestamp(_ seconds: Int64, _ expected: String) {
         let time = AWSSigV4Timestamp(secondsSinceEpoch: seconds)
         #expect(time.amzDate == expected)
@@ -45,9 +49,10 @@ struct SignerTests {
 
     @Test("the fields added: date, token, content hash for S3 only, Authorization last")
     func addedFields() throws {
-        let request = AWSSigV4Request(method: "GET", authority: "bucket.s3.amazonaws.com", path: "/k", query: "",
-                                      fields: HTTPFields([HTTPField(name: "X-Amz-Meta-A", value: "1"), HTTPField(name: "Accept", value: "*/*")]),
-                                      payloadHash: AWSSigV4.unsignedPayload)
+        let request = AWSSigV4Request(
+            method: "GET", authority: "bucket.s3.amazonaws.com", path: "/k", query: "",
+            fields: HTTPFields([HTTPField(name: "X-Amz-Meta-A", value: "1"), HTTPField(name: "Accept", value: "*/*")]),
+            payloadHash: AWSSigV4.unsignedPayload)
         let s3 = try AWSSigV4Signer(service: "s3", region: "us-east-1", credentials: try credentials(token: "TOKEN"))
         let signed = try s3.sign(request, at: time)
         #expect(signed.fields.map(\.name) == ["X-Amz-Date", "X-Amz-Security-Token", "X-Amz-Content-Sha256", "Authorization"])
@@ -58,7 +63,10 @@ struct SignerTests {
         let plain = try sts.sign(request, at: time)
         #expect(plain.fields.map(\.name) == ["X-Amz-Date", "Authorization"])
         #expect(plain.signedHeaders == ["host", "x-amz-date", "x-amz-meta-a"])
-        #expect(plain.fields[1].value.hasPrefix("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/sts/aws4_request, SignedHeaders=host;x-amz-date;x-amz-meta-a, Signature="))
+        #expect(
+            plain.fields[1].value.hasPrefix(
+                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/sts/aws4_request, SignedHeaders=host;x-amz-date;x-amz-meta-a, Signature=")
+        )
     }
 
     @Test("the default selection signs host, x-amz-*, content-type and content-md5 only")
@@ -70,30 +78,34 @@ struct SignerTests {
         }
     }
 
-    @Test("S3 encodes the key once, unnormalized; other services normalize the path and encode it again", arguments: [
-        ("/a//b/./c/../d", "/a/b/d", "/a//b/./c/../d"),
-        ("/a%20b/caf%C3%A9", "/a%2520b/caf%25C3%25A9", "/a%20b/caf%C3%A9"),
-        ("", "/", "/"),
-        ("/..", "/", "/.."),
-        ("/a/b/", "/a/b/", "/a/b/"),
-        ("/~x/a+b=c$d", "/~x/a%2Bb%3Dc%24d", "/~x/a%20b%3Dc%24d"),
-        ("/b/file(1)!.txt", "/b/file%281%29%21.txt", "/b/file%281%29%21.txt"),
-        ("/b/a%2fb%7e%2B%25", "/b/a%252fb%257e%252B%2525", "/b/a/b~%2B%25"),
-        ("/b/caf%c3%a9", "/b/caf%25c3%25a9", "/b/caf%C3%A9"),
-    ])
+    @Test(
+        "S3 encodes the key once, unnormalized; other services normalize the path and encode it again",
+        arguments: [
+            ("/a//b/./c/../d", "/a/b/d", "/a//b/./c/../d"),
+            ("/a%20b/caf%C3%A9", "/a%2520b/caf%25C3%25A9", "/a%20b/caf%C3%A9"),
+            ("", "/", "/"),
+            ("/..", "/", "/.."),
+            ("/a/b/", "/a/b/", "/a/b/"),
+            ("/~x/a+b=c$d", "/~x/a%2Bb%3Dc%24d", "/~x/a%20b%3Dc%24d"),
+            ("/b/file(1)!.txt", "/b/file%281%29%21.txt", "/b/file%281%29%21.txt"),
+            ("/b/a%2fb%7e%2B%25", "/b/a%252fb%257e%252B%2525", "/b/a/b~%2B%25"),
+            ("/b/caf%c3%a9", "/b/caf%25c3%25a9", "/b/caf%C3%A9"),
+        ])
     func canonicalURI(_ path: String, _ other: String, _ s3: String) {
         #expect(AWSSigV4Canonical.normalizedURI(path) == other)
         #expect(AWSSigV4Canonical.s3URI(path) == s3)
     }
 
-    @Test("the canonical query: decoded, re-encoded, sorted by name then value", arguments: [
-        ("", ""),
-        ("b=2&a=1&a=0", "a=0&a=1&b=2"),
-        ("flag&empty=&&x=", "empty=&flag=&x="),
-        ("q=a+b&r=a%20b&s=1%2B1", "q=a%20b&r=a%20b&s=1%2B1"),
-        ("%7e=~&k=%2f/", "k=%2F%2F&~=~"),
-        ("B=1&a=1&_=1", "B=1&_=1&a=1"),
-    ])
+    @Test(
+        "the canonical query: decoded, re-encoded, sorted by name then value",
+        arguments: [
+            ("", ""),
+            ("b=2&a=1&a=0", "a=0&a=1&b=2"),
+            ("flag&empty=&&x=", "empty=&flag=&x="),
+            ("q=a+b&r=a%20b&s=1%2B1", "q=a%20b&r=a%20b&s=1%2B1"),
+            ("%7e=~&k=%2f/", "k=%2F%2F&~=~"),
+            ("B=1&a=1&_=1", "B=1&_=1&a=1"),
+        ])
     func canonicalQuery(_ query: String, _ expected: String) {
         #expect(AWSSigV4Canonical.query(query) == expected)
     }
@@ -112,9 +124,13 @@ struct SignerTests {
     @Test("invalid inputs are refused with errors that show no value")
     func refusals() throws {
         let secret = Array("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".utf8)
-        #expect(throws: AWSSigV4Error.invalidAccessKeyID) { try AWSCredentials(accessKeyID: Array("AKID/x".utf8), secretAccessKey: secret, sessionToken: nil) }
+        #expect(throws: AWSSigV4Error.invalidAccessKeyID) {
+            try AWSCredentials(accessKeyID: Array("AKID/x".utf8), secretAccessKey: secret, sessionToken: nil)
+        }
         #expect(throws: AWSSigV4Error.invalidAccessKeyID) { try AWSCredentials(accessKeyID: [], secretAccessKey: secret, sessionToken: nil) }
-        #expect(throws: AWSSigV4Error.emptySecretAccessKey) { try AWSCredentials(accessKeyID: Array("AKID".utf8), secretAccessKey: [], sessionToken: nil) }
+        #expect(throws: AWSSigV4Error.emptySecretAccessKey) {
+            try AWSCredentials(accessKeyID: Array("AKID".utf8), secretAccessKey: [], sessionToken: nil)
+        }
         #expect(throws: AWSSigV4Error.invalidSessionToken) {
             try AWSCredentials(accessKeyID: Array("AKID".utf8), secretAccessKey: secret, sessionToken: Array("tok\r\nX-Evil: 1".utf8))
         }
@@ -130,14 +146,18 @@ struct SignerTests {
         let token = "SESSIONTOKENVALUE"
         let creds = try credentials(token: token)
         let signer = try AWSSigV4Signer(service: "s3", region: "eu-west-1", credentials: creds)
-        let signature = try signer.sign(AWSSigV4Request(method: "GET", authority: "h", path: "/", query: "", fields: HTTPFields(),
-                                                        payloadHash: AWSSigV4.unsignedPayload), at: time)
+        let signature = try signer.sign(
+            AWSSigV4Request(
+                method: "GET", authority: "h", path: "/", query: "", fields: HTTPFields(),
+                payloadHash: AWSSigV4.unsignedPayload), at: time)
         var dumped = ""
         dump(creds, to: &dumped)
         dump(signer, to: &dumped)
         dump(signature, to: &dumped)
-        let texts = [String(describing: creds), String(reflecting: creds), "\(signer)", String(reflecting: signer), "\(signature)", dumped]
-            + [AWSSigV4Error.invalidAccessKeyID, .emptySecretAccessKey, .invalidSessionToken, .invalidRegion, .invalidService, .invalidPayloadHash].map(\.description)
+        let texts =
+            [String(describing: creds), String(reflecting: creds), "\(signer)", String(reflecting: signer), "\(signature)", dumped]
+            + [AWSSigV4Error.invalidAccessKeyID, .emptySecretAccessKey, .invalidSessionToken, .invalidRegion, .invalidService, .invalidPayloadHash]
+            .map(\.description)
         for text in texts {
             #expect(!text.contains("wJalrXUtn"), "secret key in: \(text)")
             #expect(!text.contains(token), "session token in: \(text)")

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP1Codec
 import Testing
+
 @testable import AWSSigV4
 
 /// The AWS SigV4 test suite (Vectors/, see its README): each case's raw request (`.req`) is signed
@@ -82,8 +83,10 @@ struct TestSuiteVectorTests {
     func vectorsPresent() {
         let cases = vectorCases()
         #expect(cases.count == 34)
-        for required in ["get-vanilla", "get-vanilla-query-order-key-case", "post-x-www-form-urlencoded", "normalize-path/get-space",
-                         "normalize-path/get-slashes", "get-utf8", "post-sts-token/post-sts-header-before"] {
+        for required in [
+            "get-vanilla", "get-vanilla-query-order-key-case", "post-x-www-form-urlencoded", "normalize-path/get-space",
+            "normalize-path/get-slashes", "get-utf8", "post-sts-token/post-sts-header-before",
+        ] {
             #expect(cases.contains(required), "missing vector \(required)")
         }
     }
@@ -95,20 +98,24 @@ struct TestSuiteVectorTests {
         // Like botocore's runner: a vector whose canonical request carries a token was signed with one.
         let token = expectedCanonical.split(separator: "\n").first { $0.hasPrefix("x-amz-security-token:") }
             .map { Array($0.dropFirst("x-amz-security-token:".count).utf8) }
-        let credentials = try AWSCredentials(accessKeyID: Array(SuiteConstants.accessKeyID.utf8),
-                                             secretAccessKey: Array(SuiteConstants.secretKey.utf8), sessionToken: token)
-        let signer = try AWSSigV4Signer(service: SuiteConstants.service, region: SuiteConstants.region, credentials: credentials,
-                                        headerSelection: .allButBotocoreExclusions)
+        let credentials = try AWSCredentials(
+            accessKeyID: Array(SuiteConstants.accessKeyID.utf8),
+            secretAccessKey: Array(SuiteConstants.secretKey.utf8), sessionToken: token)
+        let signer = try AWSSigV4Signer(
+            service: SuiteConstants.service, region: SuiteConstants.region, credentials: credentials,
+            headerSelection: .allButBotocoreExclusions)
         var fields = raw.fields
         AWSSigV4.removeClientSigningFields(from: &fields)
-        let request = AWSSigV4Request(method: raw.method, authority: raw.host, path: raw.path, query: raw.query, fields: fields,
-                                      payloadHash: AWSSigV4.payloadHash(body: raw.body))
+        let request = AWSSigV4Request(
+            method: raw.method, authority: raw.host, path: raw.path, query: raw.query, fields: fields,
+            payloadHash: AWSSigV4.payloadHash(body: raw.body))
 
         let added = signer.sign(fieldsOf: request, at: SuiteConstants.time)
         let canonical = signer.canonicalRequest(request, adding: added)
         #expect(String(decoding: canonical.bytes, as: UTF8.self) == expectedCanonical)
-        let stringToSign = AWSSigV4Signer.stringToSign(amzDate: SuiteConstants.time.amzDate,
-                                                       scope: "20150830/us-east-1/service/aws4_request", canonicalRequest: canonical.bytes)
+        let stringToSign = AWSSigV4Signer.stringToSign(
+            amzDate: SuiteConstants.time.amzDate,
+            scope: "20150830/us-east-1/service/aws4_request", canonicalRequest: canonical.bytes)
         #expect(String(decoding: stringToSign, as: UTF8.self) == (try file(testCase, ".sts")))
 
         let signature = try signer.sign(request, at: SuiteConstants.time)

@@ -10,8 +10,10 @@ struct Outcome {
     let timedOut: Bool
 }
 
-func runBinary(_ arguments: [String], stdin: String = "", environment: [String: String] = [:], removing: [String] = [],
-               seconds: Double = 10, workingDirectory: String? = nil) throws -> Outcome {
+func runBinary(
+    _ arguments: [String], stdin: String = "", environment: [String: String] = [:], removing: [String] = [],
+    seconds: Double = 10, workingDirectory: String? = nil
+) throws -> Outcome {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: ProxyProcess.binaryPath)
     process.arguments = arguments
@@ -78,7 +80,9 @@ final class PseudoTerminal {
             throw Failure(description: "cannot open a pseudo-terminal: \(String(cString: strerror(errno)))")
         }
         follower = open(name, O_RDWR | O_NOCTTY)
-        guard follower >= 0 else { throw Failure(description: "cannot open \(String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))") }
+        guard follower >= 0 else {
+            throw Failure(description: "cannot open \(String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+        }
     }
 
     deinit {

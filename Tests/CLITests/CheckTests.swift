@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: check names what run would refuse", .serialized)
 struct CheckTests {
@@ -43,7 +43,9 @@ struct CheckTests {
     func clients() throws {
         let scratch = ScratchDirectory()
         scratch.write("bad-ca.pem", "not a certificate\n", mode: 0o644)
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { key: { env: SCOPEPROXY_TEST_CLIENT_KEY } }
             clients:
               - { name: agent, auth: { bearer: key } }
@@ -53,10 +55,13 @@ struct CheckTests {
         let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_CLIENT_KEY": "CANARY-client-key"])
         #expect(outcome.status == 0)
         #expect(outcome.stdout.contains("2 client(s)"))
-        #expect(outcome.stderr.contains("warning: client 'tool' tls_client.ca: \(scratch.path)/bad-ca.pem holds no PEM certificate"), "\(outcome.stderr)")
+        #expect(
+            outcome.stderr.contains("warning: client 'tool' tls_client.ca: \(scratch.path)/bad-ca.pem holds no PEM certificate"), "\(outcome.stderr)")
         #expect(!(outcome.stdout + outcome.stderr).contains("CANARY"))
 
-        let wrong = scratch.write("wrong.yaml", """
+        let wrong = scratch.write(
+            "wrong.yaml",
+            """
             clients: [{ name: agent, source: ["10.0.0.0/8"] }]
             scopes: [{ name: api, origins: ["https://api.example"], clients: [agnt] }]
             """)
@@ -71,7 +76,9 @@ struct CheckTests {
         let canary = "CANARY-check-\(UInt32.random(in: 0...UInt32.max))"
         let worldReadable = scratch.write("library_key", canary + "\n", mode: 0o644)
         scratch.write("bad-bundle.pem", "not a certificate\n", mode: 0o644)
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             store_dir: \(scratch.path)/store
             secrets:
               library_key: { file: library_key }
@@ -88,8 +95,9 @@ struct CheckTests {
         #expect(outcome.stdout.split(separator: "\n").count == 1)
         let lines = outcome.stderr.split(separator: "\n").map(String.init)
         #expect(lines.count == 4, "one line per problem: \(lines)")
-        #expect(lines.contains("warning: secret 'library_key': file \(worldReadable) is world-accessible (chmod o-rwx); run would refuse to start"),
-                "\(lines)")
+        #expect(
+            lines.contains("warning: secret 'library_key': file \(worldReadable) is world-accessible (chmod o-rwx); run would refuse to start"),
+            "\(lines)")
         #expect(lines.contains("warning: secret 'api_token': environment variable SCOPEPROXY_TEST_UNSET_TOKEN is not set; run would refuse to start"))
         #expect(lines.contains { $0.hasPrefix("warning: secret 'cdn': store entry 'cdn' is missing") && $0.contains("scopeproxy secret set cdn") })
         #expect(lines.contains("warning: tls.upstream_ca: \(scratch.path)/missing-ca.pem does not exist; run would refuse to start"), "\(lines)")
@@ -99,7 +107,9 @@ struct CheckTests {
         let garbage = scratch.write("g.yaml", "tls: { upstream_ca: bad-bundle.pem }\n")
         let unparsable = try runBinary(["check", "--config", garbage])
         #expect(unparsable.status == 0)
-        #expect(unparsable.stderr == "warning: tls.upstream_ca: \(scratch.path)/bad-bundle.pem holds no PEM certificate OpenSSL can load; run would refuse to start\n")
+        #expect(
+            unparsable.stderr
+                == "warning: tls.upstream_ca: \(scratch.path)/bad-bundle.pem holds no PEM certificate OpenSSL can load; run would refuse to start\n")
 
         // And run does refuse, naming all three secrets at once.
         let run = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0"], removing: ["SCOPEPROXY_TEST_UNSET_TOKEN"], seconds: 10)
@@ -119,17 +129,23 @@ struct CheckTests {
         // On the host the docker config's secret is not mounted: check says so and still passes.
         let docker = try runBinary(["check", "--config", repositoryRoot + "/config/docker/scopeproxy.yaml"])
         if !FileManager.default.fileExists(atPath: "/run/secrets/scopeproxy/library_token") {
-            #expect(docker.stderr == "warning: secret 'library_token': file /run/secrets/scopeproxy/library_token is missing; run would refuse to start\n")
+            #expect(
+                docker.stderr == "warning: secret 'library_token': file /run/secrets/scopeproxy/library_token is missing; run would refuse to start\n"
+            )
         }
     }
 
     @Test("a relative ca_dir that does not exist yet, with the config named without a directory, is creatable: no warning, and run creates it")
     func relativeAuthorityDirectory() throws {
         let scratch = ScratchDirectory()
-        scratch.write("cfg.yaml", """
+        scratch.write(
+            "cfg.yaml",
+            """
             tls: { intercept: [a.example], ca_dir: ca }
             """)
-        scratch.write("nested.yaml", """
+        scratch.write(
+            "nested.yaml",
+            """
             tls: { intercept: [a.example], ca_dir: state/ca }
             """)
         for name in ["cfg.yaml", "nested.yaml"] {
@@ -150,7 +166,9 @@ struct CheckTests {
         let scratch = ScratchDirectory()
         let home = scratch.path + "/home"
         try FileManager.default.createDirectory(atPath: scratch.path + "/my configs", withIntermediateDirectories: true)
-        let config = scratch.write("my configs/c.yaml", """
+        let config = scratch.write(
+            "my configs/c.yaml",
+            """
             store_dir: \(scratch.path)/custom-store
             secrets: { cdn: { store: cdn } }
             scopes: [{ name: cdn, origins: ["https://cdn.example"], inject: { X-CDN-Token: "${cdn}" } }]
@@ -189,7 +207,9 @@ struct CheckTests {
         let scratch = ScratchDirectory()
         let pki = try TestPKI()
         scratch.write("key", "CANARY-clean-value\n", mode: 0o600)
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { key: { file: key }, env: { env: SCOPEPROXY_TEST_SET_TOKEN } }
             scopes: [{ name: a, origins: ["https://a.example"], inject: { X-Key: "${key}", X-Env: "${env}" } }]
             tls: { upstream_ca: \(pki.caPath), intercept: [a.example], ca_dir: \(scratch.path)/ca }
@@ -206,7 +226,9 @@ struct CheckWarningTests {
     @Test("an https scope nothing intercepts: check exits 0 with warning: FILE:LINE:COLUMN on stderr; intercepted, no warning")
     func unintercepted() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { t: { env: SCOPEPROXY_TEST_SET_TOKEN } }
             scopes:
               - name: api
@@ -216,10 +238,14 @@ struct CheckWarningTests {
         let outcome = try runBinary(["check", "--config", config], environment: ["SCOPEPROXY_TEST_SET_TOKEN": "CANARY-set-token"])
         #expect(outcome.status == 0)
         #expect(outcome.stdout.hasPrefix("valid: "))
-        #expect(outcome.stderr.hasPrefix("warning: \(config):4:15: https origin https://api.example of scope 'api' is not intercepted: "
-                                         + "a client using HTTPS_PROXY reaches it through CONNECT, which is denied (403, tls.tunnel: deny)"), "\(outcome.stderr)")
+        #expect(
+            outcome.stderr.hasPrefix(
+                "warning: \(config):4:15: https origin https://api.example of scope 'api' is not intercepted: "
+                    + "a client using HTTPS_PROXY reaches it through CONNECT, which is denied (403, tls.tunnel: deny)"), "\(outcome.stderr)")
         #expect(outcome.stderr.split(separator: "\n").count == 1)
-        let intercepted = scratch.write("i.yaml", """
+        let intercepted = scratch.write(
+            "i.yaml",
+            """
             secrets: { t: { env: SCOPEPROXY_TEST_SET_TOKEN } }
             scopes: [{ name: api, origins: ["https://api.example"], inject: { X-T: "${t}" } }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
@@ -235,7 +261,8 @@ struct CheckWarningTests {
         let text = scratch.write("t.yaml", "log:\n  format: text\n  bodies: true\n")
         let warned = try runBinary(["check", "--config", text])
         #expect(warned.status == 0)
-        #expect(warned.stderr == "warning: \(text):3:3: log.bodies: true has no effect on the text log (a text line carries no headers "
+        #expect(
+            warned.stderr == "warning: \(text):3:3: log.bodies: true has no effect on the text log (a text line carries no headers "
                 + "or bodies): set log.format: json to log body summaries\n", "\(warned.stderr)")
         let json = scratch.write("j.yaml", "log:\n  format: json\n  bodies: true\n")
         let quiet = try runBinary(["check", "--config", json])
@@ -249,7 +276,9 @@ struct CheckWarningTests {
     @Test("a scope key indented under inject: check exits 2 at the key, with the fix, instead of injecting a header named after it")
     func scopeKeyUnderInject() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { t: { env: T } }
             scopes:
               - name: api
@@ -261,7 +290,8 @@ struct CheckWarningTests {
             """)
         let outcome = try runBinary(["check", "--config", config])
         #expect(outcome.status == 2)
-        #expect(outcome.stderr == "\(config):7:7: inject header 'paths' is a scope key: indent it to the scope's level, like 'inject:' "
+        #expect(
+            outcome.stderr == "\(config):7:7: inject header 'paths' is a scope key: indent it to the scope's level, like 'inject:' "
                 + "(two spaces less), or it becomes a header and the scope loses its paths\n")
     }
 }

@@ -1,41 +1,42 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Command lines the binary must refuse: exit 2, what was not understood on stderr, the usage, and
 /// never a running proxy (a proxy that started would outlive the deadline: `timedOut`).
 @Suite("CLI: refusals, version, help", .serialized)
 struct CommandLineTests {
-    @Test("unknown commands, options and arguments exit 2 with the reason and a suggestion, never a running proxy",
-          arguments: [
-              (["frobnicate"], "unknown command 'frobnicate'"),
-              (["chek"], "unknown command 'chek' (did you mean 'check'?)"),
-              (["version"], "unknown command 'version' (did you mean 'scopeproxy --version'?)"),
-              (["my.yaml"], "unknown command 'my.yaml' (did you mean --config my.yaml?)"),
-              (["run", "my.yaml"], "unexpected argument 'my.yaml' (did you mean --config my.yaml?)"),
-              (["--confg", "x.yaml"], "unknown option '--confg'"),
-              (["run", "--lisen", "127.0.0.1:0"], "(did you mean --listen?)"),
-              (["check", "--listen", "127.0.0.1:0"], "unknown option '--listen' for scopeproxy check (--listen is an option of scopeproxy run)"),
-              (["-v"], "(did you mean scopeproxy --version?)"),
-              (["run", "--config"], "option --config needs a value: --config FILE"),
-              (["run", "--config", "--listen", "127.0.0.1:0"], "option --config needs a value"),
-              (["run", "--config="], "option --config needs a value"),
-              (["run", "--listen", "8080"], "option --listen expects HOST:PORT"),
-              (["run", "--listen", "proxy.internal:8080"], "'proxy.internal' is not an IP address"),
-              (["run", "--threads", "0"], "option --threads expects a number from 1 to 256, got '0'"),
-              (["run", "--tunnel", "maybe"], "option --tunnel expects allow or deny, got 'maybe'"),
-              (["run", "--no-access-log=yes"], "option --no-access-log takes no value"),
-              (["run", "--config", "a.yaml", "--config", "b.yaml"], "option --config given twice"),
-              (["secret"], "'secret' needs a subcommand: set, list or rm"),
-              (["secret", "sett", "x"], "unknown command 'secret sett' (did you mean 'set'?)"),
-              (["secret", "set"], "'secret set' needs NAME"),
-              (["secret", "list", "extra"], "unexpected argument in position 1 (not shown: it may be a secret)"),
-              (["config"], "'config' needs a subcommand: print"),
-              (["explain"], "'explain' needs URL"),
-              (["explain", "-H", "no colon here", "http://a.example/"], "option -H expects 'Name: value'"),
-              (["--version", "extra"], "unexpected argument 'extra' after --version"),
-              (["help", "frobnicate"], "no command 'frobnicate' to show help for"),
-          ])
+    @Test(
+        "unknown commands, options and arguments exit 2 with the reason and a suggestion, never a running proxy",
+        arguments: [
+            (["frobnicate"], "unknown command 'frobnicate'"),
+            (["chek"], "unknown command 'chek' (did you mean 'check'?)"),
+            (["version"], "unknown command 'version' (did you mean 'scopeproxy --version'?)"),
+            (["my.yaml"], "unknown command 'my.yaml' (did you mean --config my.yaml?)"),
+            (["run", "my.yaml"], "unexpected argument 'my.yaml' (did you mean --config my.yaml?)"),
+            (["--confg", "x.yaml"], "unknown option '--confg'"),
+            (["run", "--lisen", "127.0.0.1:0"], "(did you mean --listen?)"),
+            (["check", "--listen", "127.0.0.1:0"], "unknown option '--listen' for scopeproxy check (--listen is an option of scopeproxy run)"),
+            (["-v"], "(did you mean scopeproxy --version?)"),
+            (["run", "--config"], "option --config needs a value: --config FILE"),
+            (["run", "--config", "--listen", "127.0.0.1:0"], "option --config needs a value"),
+            (["run", "--config="], "option --config needs a value"),
+            (["run", "--listen", "8080"], "option --listen expects HOST:PORT"),
+            (["run", "--listen", "proxy.internal:8080"], "'proxy.internal' is not an IP address"),
+            (["run", "--threads", "0"], "option --threads expects a number from 1 to 256, got '0'"),
+            (["run", "--tunnel", "maybe"], "option --tunnel expects allow or deny, got 'maybe'"),
+            (["run", "--no-access-log=yes"], "option --no-access-log takes no value"),
+            (["run", "--config", "a.yaml", "--config", "b.yaml"], "option --config given twice"),
+            (["secret"], "'secret' needs a subcommand: set, list or rm"),
+            (["secret", "sett", "x"], "unknown command 'secret sett' (did you mean 'set'?)"),
+            (["secret", "set"], "'secret set' needs NAME"),
+            (["secret", "list", "extra"], "unexpected argument in position 1 (not shown: it may be a secret)"),
+            (["config"], "'config' needs a subcommand: print"),
+            (["explain"], "'explain' needs URL"),
+            (["explain", "-H", "no colon here", "http://a.example/"], "option -H expects 'Name: value'"),
+            (["--version", "extra"], "unexpected argument 'extra' after --version"),
+            (["help", "frobnicate"], "no command 'frobnicate' to show help for"),
+        ])
     func refused(arguments: [String], message: String) throws {
         // The default listen address is used by whatever else runs here: irrelevant, since nothing
         // may get as far as binding it.
@@ -120,22 +121,26 @@ struct CommandLineTests {
         #expect(!outcome.stderr.contains("listening on"))
     }
 
-    @Test("check's help and man page say what check does without --config or SCOPEPROXY_CONFIG (exit 2), not that it uses the embedded default; and it does exit 2")
+    @Test(
+        "check's help and man page say what check does without --config or SCOPEPROXY_CONFIG (exit 2), not that it uses the embedded default; and it does exit 2"
+    )
     func checkHelpMatchesBehaviour() throws {
         let help = try runBinary(["help", "check"])
         #expect(help.status == 0)
         #expect(help.stdout == (try runBinary(["check", "--help"])).stdout)
         let man = try runBinary(["--man"])
-        let checkSection = try #require(man.stdout.components(separatedBy: ".SS \"check\"").dropFirst().first?
-            .components(separatedBy: ".SS ").first)
+        let checkSection = try #require(
+            man.stdout.components(separatedBy: ".SS \"check\"").dropFirst().first?
+                .components(separatedBy: ".SS ").first)
         for (source, text) in [("help check", help.stdout), ("the man page's check section", checkSection)] {
             let flat = text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
             #expect(!flat.contains("embedded safe default"), "\(source) promises the embedded default: \(flat)")
             #expect(flat.contains("with neither, check exits 2"), "\(source): \(flat)")
         }
         // Other commands do fall back to the embedded default, and say so.
-        #expect(try runBinary(["help", "run"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
-            .contains("with neither, the embedded safe default"))
+        #expect(
+            try runBinary(["help", "run"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+                .contains("with neither, the embedded safe default"))
 
         let none = try runBinary(["check"], removing: ["SCOPEPROXY_CONFIG"])
         #expect(none.status == 2)
@@ -151,7 +156,8 @@ struct CommandLineTests {
         for section in ["run", "check", "secret set", "secret list", "secret rm", "ca", "health", "config print", "explain", "help"] {
             #expect(man.stdout.contains(".SS \"\(section)\""), "man page misses \(section)")
         }
-        for option in ["\\-\\-no\\-access\\-log", "\\-\\-tunnel", "\\-\\-threads", "\\-\\-listen", "\\-\\-location", "\\fB\\-X\\fR", "\\-\\-version"] {
+        for option in ["\\-\\-no\\-access\\-log", "\\-\\-tunnel", "\\-\\-threads", "\\-\\-listen", "\\-\\-location", "\\fB\\-X\\fR", "\\-\\-version"]
+        {
             #expect(man.stdout.contains(option), "man page misses \(option)")
         }
         #expect(man.stdout.contains("SCOPEPROXY_CONFIG"))
@@ -163,7 +169,9 @@ struct CommandLineTests {
         /// COMPREPLY for a command line ending in `words.last` (the word being completed).
         func complete(_ words: [String]) throws -> [String] {
             let quoted = (["scopeproxy"] + words).map { "'\($0)'" }.joined(separator: " ")
-            let probe = scratch.write("probe.bash", """
+            let probe = scratch.write(
+                "probe.bash",
+                """
                 source '\(script)'
                 COMP_WORDS=(\(quoted)); COMP_CWORD=\(words.count)
                 _scopeproxy

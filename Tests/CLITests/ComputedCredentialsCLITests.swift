@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: explain and check with credentials the proxy computes (OAuth2, SigV4)")
 struct ComputedCredentialsCLITests {
@@ -9,7 +9,9 @@ struct ComputedCredentialsCLITests {
         let scratch = ScratchDirectory()
         let clientSecret = "CANARY-cs-\(UInt32.random(in: 0...UInt32.max))"
         let awsSecret = "CANARY-aws-\(UInt32.random(in: 0...UInt32.max))"
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets:
               cs: { env: CC_CS }
               kid: { env: CC_KID }
@@ -27,8 +29,9 @@ struct ComputedCredentialsCLITests {
         let token = try runBinary(["explain", "--config", config, "https://api.partner.example/v1"], environment: environment)
         #expect(token.status == 0, "\(token.stderr)")
         #expect(token.stdout.contains("partner_token is an OAuth2 access token from https://auth.partner.example/oauth/token"))
-        let signed = try runBinary(["explain", "--config", config, "-X", "PUT", "https://s3.eu-west-1.amazonaws.com/b/k"],
-                                   environment: environment)
+        let signed = try runBinary(
+            ["explain", "--config", config, "-X", "PUT", "https://s3.eu-west-1.amazonaws.com/b/k"],
+            environment: environment)
         #expect(signed.status == 0, "\(signed.stderr)")
         #expect(signed.stdout.contains("AWS SigV4 by scope aws: service s3, region eu-west-1"))
         #expect(signed.stdout.contains("X-Amz-Content-Sha256: UNSIGNED-PAYLOAD"))
@@ -42,7 +45,9 @@ struct ComputedCredentialsCLITests {
     @Test("config errors: sign with an injected Authorization, an oauth2 secret with a placeholder, an unknown grant")
     func computedConfigErrors() throws {
         let scratch = ScratchDirectory()
-        let both = scratch.write("both.yaml", """
+        let both = scratch.write(
+            "both.yaml",
+            """
             secrets: { kid: { env: A }, skey: { env: B } }
             scopes:
               - name: aws
@@ -53,7 +58,9 @@ struct ComputedCredentialsCLITests {
         let bothOutcome = try runBinary(["check", "--config", both])
         #expect(bothOutcome.status == 2)
         #expect(bothOutcome.stderr.contains("both.yaml:6:") && bothOutcome.stderr.contains("both signs and injects Authorization"))
-        let placeholder = scratch.write("ph.yaml", """
+        let placeholder = scratch.write(
+            "ph.yaml",
+            """
             secrets:
               cs: { env: A }
               tok: { oauth2: { token_url: "https://a.example/t", grant: client_credentials, client_id: c, client_secret: cs }, placeholder: true }

@@ -1,8 +1,8 @@
 import Foundation
 import ProxyCore
 import ScopeConfig
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: config print", .serialized)
 struct ConfigPrintTests {
@@ -34,10 +34,12 @@ struct ConfigPrintTests {
         // Parsed as if it lived elsewhere: every path in the output is absolute.
         let reparsed = try ConfigLoader.parse(printed.stdout, file: "/elsewhere/printed.yaml", home: home)
         expectEquivalent(original, reparsed, label)
-        for key in ["listen:", "admin:", "proxy_auth:", "store_dir:", "secrets:", "sensitive_headers:", "scopes:", "routes:",
-                    "redirects:", "  cross_origin:", "  max_hops:", "tls:", "  intercept:", "  tunnel:", "  ca_dir:", "  upstream_ca:",
-                    "timeouts:", "  connect:", "  client_header:", "limits:", "  max_connections:", "log:", "  output:", "  bodies:",
-                    "  safe_headers:", "  safe_query:", "  safe_json_keys:"] {
+        for key in [
+            "listen:", "admin:", "proxy_auth:", "store_dir:", "secrets:", "sensitive_headers:", "scopes:", "routes:",
+            "redirects:", "  cross_origin:", "  max_hops:", "tls:", "  intercept:", "  tunnel:", "  ca_dir:", "  upstream_ca:",
+            "timeouts:", "  connect:", "  client_header:", "limits:", "  max_connections:", "log:", "  output:", "  bodies:",
+            "  safe_headers:", "  safe_query:", "  safe_json_keys:",
+        ] {
             #expect(printed.stdout.contains("\n" + key), "\(label): no \(key)")
         }
         return printed.stdout
@@ -56,7 +58,9 @@ struct ConfigPrintTests {
     @Test("clients print by secret name and parse back to the same clients")
     func clients() throws {
         let scratch = ScratchDirectory()
-        let path = scratch.write("c.yaml", """
+        let path = scratch.write(
+            "c.yaml",
+            """
             secrets: { me_pw: { env: ME_PW }, agent_key: { env: AGENT_KEY } }
             clients:
               - { name: me, auth: { basic: { user: me, password: me_pw } } }
@@ -91,7 +95,9 @@ struct ConfigPrintTests {
         let scratch = ScratchDirectory()
         let canary = "CANARY-print-\(UInt32.random(in: 0...UInt32.max))"
         scratch.write("token", canary, mode: 0o600)
-        let config = scratch.write("c.yaml", #"""
+        let config = scratch.write(
+            "c.yaml",
+            #"""
             listen: "[::1]:8081"
             admin: "127.0.0.1:9099"
             proxy_auth: { secret: proxy_password }

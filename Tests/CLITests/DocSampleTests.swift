@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The `explain` samples the README and getting-started show are what the binary prints for the
 /// config shown beside them: a reworded message fails here, not in a newcomer's terminal.
@@ -24,8 +24,9 @@ struct DocSampleTests {
     /// The first yaml block after `anchor`.
     static func yamlBlock(_ text: String, after anchor: String) -> String? {
         guard let anchorRange = text.range(of: anchor),
-              let open = text.range(of: "```yaml\n", range: anchorRange.upperBound..<text.endIndex),
-              let close = text.range(of: "```", range: open.upperBound..<text.endIndex) else { return nil }
+            let open = text.range(of: "```yaml\n", range: anchorRange.upperBound..<text.endIndex),
+            let close = text.range(of: "```", range: open.upperBound..<text.endIndex)
+        else { return nil }
         return String(text[open.upperBound..<close.lowerBound])
     }
 
@@ -45,8 +46,9 @@ struct DocSampleTests {
         scratch.write(sample.configName, config)
         let environment = ["HOME": scratch.path, "DEMO_TOKEN": "docs-sample-token-0001"]
         for entry in sample.storeEntries {
-            let set = try runBinary(["secret", "set", entry, "--config", sample.configName], stdin: "docs-sample-token-0002\n",
-                                    environment: environment, workingDirectory: scratch.path)
+            let set = try runBinary(
+                ["secret", "set", entry, "--config", sample.configName], stdin: "docs-sample-token-0002\n",
+                environment: environment, workingDirectory: scratch.path)
             #expect(set.status == 0, "\(set.stderr)")
         }
         let outcome = try runBinary(["explain", "--config", sample.configName, url], environment: environment, workingDirectory: scratch.path)
@@ -60,7 +62,8 @@ struct DocSampleTests {
         var found: [(String, String)] = []
         var rest = text[start.upperBound..<end.lowerBound]
         while let open = rest.range(of: "```"), let lineEnd = rest.range(of: "\n", range: open.upperBound..<rest.endIndex),
-              let close = rest.range(of: "```", range: lineEnd.upperBound..<rest.endIndex) {
+            let close = rest.range(of: "```", range: lineEnd.upperBound..<rest.endIndex)
+        {
             found.append((String(rest[open.upperBound..<lineEnd.lowerBound]), String(rest[lineEnd.upperBound..<close.lowerBound])))
             rest = rest[close.upperBound...]
         }
@@ -85,8 +88,9 @@ struct DocSampleTests {
         try FileManager.default.createSymbolicLink(atPath: bin + "/scopeproxy", withDestinationPath: ProxyProcess.binaryPath)
         let environment = ["HOME": scratch.path, "PATH": bin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")]
         let token = "ghp_exampleexampleexample0123456789"
-        let set = try runBinary(["secret", "set", "github", "--config", "github-standin.yaml"], stdin: token + "\n",
-                                environment: environment, workingDirectory: scratch.path)
+        let set = try runBinary(
+            ["secret", "set", "github", "--config", "github-standin.yaml"], stdin: token + "\n",
+            environment: environment, workingDirectory: scratch.path)
         #expect(set.status == 0, "\(set.stderr)")
         // The two blocks as a reader pastes them, then the page's own way to stop both.
         let script = shell.joined(separator: "\n") + "\nkill %1 %2; wait\n"
@@ -95,8 +99,10 @@ struct DocSampleTests {
         // A reader's shell has no signal blocked; the test runner's children inherit a blocked
         // SIGTERM, which would make the page's `kill` a no-op and `wait` hang: cleared first.
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/bin/bash', sys.argv[1:])",
-                             "bash", "-c", "timeout -k 5 60 bash pasted.sh > pasted.out 2> pasted.err"]
+        process.arguments = [
+            "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv('/bin/bash', sys.argv[1:])",
+            "bash", "-c", "timeout -k 5 60 bash pasted.sh > pasted.out 2> pasted.err",
+        ]
         process.currentDirectoryURL = URL(fileURLWithPath: scratch.path)
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         try process.run()

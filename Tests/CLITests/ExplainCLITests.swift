@@ -1,21 +1,28 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: explain prints the decision without sending anything")
 struct ExplainCLITests {
-    @Test("explain -X -H --location on a config: the scope, the injection by secret name, the stripped header and the redirect's fate; no value printed")
+    @Test(
+        "explain -X -H --location on a config: the scope, the injection by secret name, the stripped header and the redirect's fate; no value printed"
+    )
     func explainsFromTheCommandLine() throws {
         let scratch = ScratchDirectory()
         let token = "CANARY-explain-\(UInt32.random(in: 0...UInt32.max))"
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { token: { env: EXPLAIN_TOKEN } }
             scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" } }]
             tls: { intercept: scoped }
             """)
-        let outcome = try runBinary(["explain", "--config", config, "-X", "POST", "-H", "Cookie: sid=\(token)",
-                                     "--location", "https://elsewhere.example/x", "https://api.example/v1/items"],
-                                    environment: ["EXPLAIN_TOKEN": token])
+        let outcome = try runBinary(
+            [
+                "explain", "--config", config, "-X", "POST", "-H", "Cookie: sid=\(token)",
+                "--location", "https://elsewhere.example/x", "https://api.example/v1/items",
+            ],
+            environment: ["EXPLAIN_TOKEN": token])
         #expect(outcome.status == 0, "\(outcome.stderr)")
         #expect(outcome.stdout.contains("api"))
         #expect(outcome.stdout.contains("Authorization"))
@@ -31,15 +38,18 @@ struct ExplainCLITests {
     @Test("explain for a scope whose env secret is unset says run refuses to start, and run does exit 1")
     func unsetSecretAgreesWithRun() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { token: { env: EXPLAIN_CLI_UNSET_TOKEN } }
             scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" } }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }
             """)
         let explained = try runBinary(["explain", "--config", config, "https://api.example/v1"], removing: ["EXPLAIN_CLI_UNSET_TOKEN"])
         #expect(explained.status == 0)
-        #expect(explained.stdout.contains("secret 'token': environment variable EXPLAIN_CLI_UNSET_TOKEN is not set; run would refuse to start (exit 1)"),
-                "\(explained.stdout)")
+        #expect(
+            explained.stdout.contains("secret 'token': environment variable EXPLAIN_CLI_UNSET_TOKEN is not set; run would refuse to start (exit 1)"),
+            "\(explained.stdout)")
         #expect(!explained.stdout.contains("credential_unavailable"))
         let run = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0"], removing: ["EXPLAIN_CLI_UNSET_TOKEN"])
         #expect(!run.timedOut)
@@ -50,7 +60,9 @@ struct ExplainCLITests {
     @Test("explain --client: the scopes that serve that client; an unknown name exits 2 with a did-you-mean")
     func explainForClient() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { token: { env: EXPLAIN_TOKEN }, key: { env: AGENT_KEY } }
             clients:
               - { name: agent, auth: { bearer: key } }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The stderr lines of `run` up to `listening on`.
 private func bannerLines(_ proxy: ProxyProcess) -> [String] {
@@ -16,7 +16,9 @@ struct MessageCLITests {
         let scratch = ScratchDirectory()
         let awsSecret = "CANARY-banner-aws-\(UInt32.random(in: 0...UInt32.max))"
         let placeholderValue = "CANARY-banner-ph-\(UInt32.random(in: 0...UInt32.max))"
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets:
               kid: { env: MSG_KID }
               skey: { env: MSG_SKEY }
@@ -32,8 +34,9 @@ struct MessageCLITests {
               - { name: bare, origins: ["https://bare.example"], pass: [Cookie] }
             tls: { ca_dir: \(scratch.path)/ca }
             """)
-        let proxy = try ProxyProcess(arguments: ["--config", config, "--no-access-log"],
-                                     environment: ["MSG_KID": "AKIDEXAMPLE", "MSG_SKEY": awsSecret, "MSG_PH": placeholderValue, "MSG_CS": "cs-value"])
+        let proxy = try ProxyProcess(
+            arguments: ["--config", config, "--no-access-log"],
+            environment: ["MSG_KID": "AKIDEXAMPLE", "MSG_SKEY": awsSecret, "MSG_PH": placeholderValue, "MSG_CS": "cs-value"])
         defer { proxy.terminate() }
         let lines = bannerLines(proxy)
         let text = lines.joined(separator: "\n")
@@ -61,7 +64,9 @@ struct MessageCLITests {
     @Test("explain without --client names the scope that covers the origin for other clients and suggests --client")
     func explainWithoutClient() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { token: { env: EXPLAIN_TOKEN }, key: { env: AGENT_KEY } }
             clients: [{ name: agent, auth: { bearer: key } }, { name: ci, uid: 1001 }]
             scopes: [{ name: api, origins: ["https://api.example"], inject: { Authorization: "Bearer ${token}" }, clients: [agent] }]
@@ -70,13 +75,16 @@ struct MessageCLITests {
         let unnamed = try runBinary(["explain", "--config", config, "https://api.example/v1"])
         #expect(unnamed.status == 0, "\(unnamed.stderr)")
         #expect(!unnamed.stdout.contains("none covers this origin"), "\(unnamed.stdout)")
-        #expect(unnamed.stdout.contains("scope api covers this origin but serves only clients agent: explain that client's request with --client agent"),
-                "\(unnamed.stdout)")
+        #expect(
+            unnamed.stdout.contains("scope api covers this origin but serves only clients agent: explain that client's request with --client agent"),
+            "\(unnamed.stdout)")
         let other = try runBinary(["explain", "--config", config, "--client", "ci", "https://api.example/v1"])
         #expect(other.stdout.contains("scope api covers this origin but serves only clients agent, not 'ci'"), "\(other.stdout)")
 
         // Another scope covers the origin for everyone: the one for named clients is still named.
-        let shared = scratch.write("shared.yaml", """
+        let shared = scratch.write(
+            "shared.yaml",
+            """
             secrets: { token: { env: EXPLAIN_TOKEN }, key: { env: AGENT_KEY } }
             clients: [{ name: agent, auth: { bearer: key } }, { name: anonymous }]
             scopes:
@@ -108,19 +116,25 @@ struct MessageCLITests {
         #expect(portOutcome.stderr.contains("port.yaml:1:9: port 99999 is out of range: use 1-65535 (or 0 for a free port)"), "\(portOutcome.stderr)")
         let cli = try runBinary(["run", "--listen", "127.0.0.1:99999"], removing: ["SCOPEPROXY_CONFIG"])
         #expect(cli.status == 2)
-        #expect(cli.stderr.contains("option --listen expects HOST:PORT, like 127.0.0.1:8080, but port 99999 is out of range: use 1-65535"), "\(cli.stderr)")
+        #expect(
+            cli.stderr.contains("option --listen expects HOST:PORT, like 127.0.0.1:8080, but port 99999 is out of range: use 1-65535"),
+            "\(cli.stderr)")
 
         let path = scratch.write("path.yaml", "scopes:\n  - name: s\n    origins: [\"https://api.example.com/v1\"]\n")
         let pathOutcome = try runBinary(["check", "--config", path])
         #expect(pathOutcome.status == 2)
-        #expect(pathOutcome.stderr.contains("path.yaml:3:15: invalid origin 'https://api.example.com/v1': an origin has no path; "
-                                            + "write 'https://api.example.com' in origins and add paths: [\"/v1/\"] to the scope"), "\(pathOutcome.stderr)")
+        #expect(
+            pathOutcome.stderr.contains(
+                "path.yaml:3:15: invalid origin 'https://api.example.com/v1': an origin has no path; "
+                    + "write 'https://api.example.com' in origins and add paths: [\"/v1/\"] to the scope"), "\(pathOutcome.stderr)")
     }
 
     @Test("an origin is printed one way in the banner, explain and config print: the default port left out")
     func oneOriginSpelling() throws {
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { token: { env: MSG_TOKEN } }
             scopes: [{ name: api, origins: ["https://api.example:443", "https://alt.example:8443"], inject: { X-Key: "${token}" } }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca }

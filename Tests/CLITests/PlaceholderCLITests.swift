@@ -2,8 +2,8 @@ import Foundation
 import ProxyCore
 import ScopeConfig
 import ScopePolicy
-import Testing
 import TestSupport
+import Testing
 
 /// `scopeproxy placeholders` and `scopeproxy env` through the built binary, the per-install key
 /// they create, and what `check`, `run`, `explain` and `config print` make of placeholders. The
@@ -14,7 +14,9 @@ struct PlaceholderCLITests {
 
     /// A config whose CA directory (and so the key) lives in `scratch/ca`.
     static func config(_ scratch: ScratchDirectory, extra: String = "") -> String {
-        scratch.write("config.yaml", """
+        scratch.write(
+            "config.yaml",
+            """
             secrets:
               openai_key: { env: OPENAI_VALUE, placeholder: true }
               github_token: { env: GITHUB_VALUE, placeholder: true, env_var: GITHUB_TOKEN }
@@ -131,7 +133,9 @@ struct PlaceholderCLITests {
         }
         #expect(access(scratch.path + "/ca", F_OK) != 0, "a config without placeholders left a key directory")
 
-        let noVariable = scratch.write("novar.yaml", """
+        let noVariable = scratch.write(
+            "novar.yaml",
+            """
             secrets: { openai_key: { env: OPENAI_VALUE, placeholder: true } }
             tls: { ca_dir: ca }
             scopes: [{ name: ai, origins: ["https://api.openai.com"], substitute: [openai_key] }]
@@ -155,7 +159,10 @@ struct PlaceholderCLITests {
             let open = try run([command, "--config", path])
             #expect(open.status == 1)
             #expect(open.stdout.isEmpty)
-            #expect(open.stderr == "scopeproxy: the placeholder key \(keyPath) has mode 0644; others could read it and compute every placeholder: chmod 600 \(keyPath)\n")
+            #expect(
+                open.stderr
+                    == "scopeproxy: the placeholder key \(keyPath) has mode 0644; others could read it and compute every placeholder: chmod 600 \(keyPath)\n"
+            )
         }
         // Left as it was: refusing never repairs or replaces the key.
         #expect(mode(keyPath) == 0o644)
@@ -207,8 +214,10 @@ struct PlaceholderCLITests {
         scratch.write("ca/placeholder.key", String(repeating: "k", count: 32), mode: 0o644)
         let warned = try run(["check", "--config", path])
         #expect(warned.status == 0)
-        #expect(warned.stderr.contains("warning: the placeholder key \(keyPath) has mode 0644; others could read it and compute every placeholder: "
-                                       + "chmod 600 \(keyPath); run would refuse to start"), "\(warned.stderr)")
+        #expect(
+            warned.stderr.contains(
+                "warning: the placeholder key \(keyPath) has mode 0644; others could read it and compute every placeholder: "
+                    + "chmod 600 \(keyPath); run would refuse to start"), "\(warned.stderr)")
 
         let refused = try runBinary(["run", "--config", path, "--listen", "127.0.0.1:0"], environment: Self.canaries, seconds: 10)
         #expect(!refused.timedOut)
@@ -220,7 +229,9 @@ struct PlaceholderCLITests {
     @Test("check warns about a placeholder no scope substitutes (valid: exit 0)")
     func unsubstituted() throws {
         let scratch = ScratchDirectory()
-        let path = scratch.write("lonely.yaml", """
+        let path = scratch.write(
+            "lonely.yaml",
+            """
             secrets: { lonely: { env: GITHUB_VALUE, placeholder: true, env_var: LONELY } }
             tls: { ca_dir: ca }
             """)
@@ -228,7 +239,8 @@ struct PlaceholderCLITests {
         #expect(checked.status == 0)
         #expect(checked.stdout.hasPrefix("valid: "))
         #expect(checked.stdout.contains(", 1 secret(s), 1 placeholder(s), "), "\(checked.stdout)")
-        #expect(checked.stderr == "warning: secret 'lonely' has a placeholder but no scope substitutes it: every request carrying it is refused "
+        #expect(
+            checked.stderr == "warning: secret 'lonely' has a placeholder but no scope substitutes it: every request carrying it is refused "
                 + "(403 placeholder_out_of_scope); list it in a scope's substitute\n")
     }
 
@@ -259,7 +271,9 @@ struct PlaceholderCLITests {
     @Test("config print round-trips placeholder, env_var, substitute, scrub and guard")
     func configPrint() throws {
         let scratch = ScratchDirectory()
-        for (extra, scrub, guardMode) in [("", ScrubMode.on, GuardMode.on), ("scrub: strict\nguard: off\n", .strict, .off), ("scrub: off\n", .off, .on)] {
+        for (extra, scrub, guardMode) in [
+            ("", ScrubMode.on, GuardMode.on), ("scrub: strict\nguard: off\n", .strict, .off), ("scrub: off\n", .off, .on),
+        ] {
             let path = Self.config(scratch, extra: extra)
             let printed = try run(["config", "print", "--config", path])
             #expect(printed.status == 0, "\(printed.stderr)")

@@ -1,8 +1,8 @@
 import Foundation
 import ProxyCore
 import ScopeProxyApp
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: start-up banner, health, access log presentation", .serialized)
 struct RunTests {
@@ -13,7 +13,8 @@ struct RunTests {
         return Array(lines[...end])
     }
 
-    @Test("the banner names the config, scopes with origins, injected and passed header names, admin, log, CA and how to use it; never a secret value")
+    @Test(
+        "the banner names the config, scopes with origins, injected and passed header names, admin, log, CA and how to use it; never a secret value")
     func bannerContent() throws {
         let scratch = ScratchDirectory()
         let canary = "CANARY-banner-\(UInt32.random(in: 0...UInt32.max))"
@@ -45,7 +46,9 @@ struct RunTests {
         #expect(lines.contains("    injects X-CDN-Token (secret cdn_token); passes no client credential"))
         #expect(lines.contains("  admin: http://127.0.0.1:\(configured.adminPort)/healthz and /metrics"))
         #expect(lines.contains("  access log: json to stdout"), "stdout is not a terminal here: \(text)")
-        #expect(lines.contains("  TLS interception: api.library.example; clients must trust \(scratch.path)/ca/scopeproxy-ca.pem (scopeproxy ca prints it)"))
+        #expect(
+            lines.contains(
+                "  TLS interception: api.library.example; clients must trust \(scratch.path)/ca/scopeproxy-ca.pem (scopeproxy ca prints it)"))
         #expect(lines.contains("  CONNECT tunnels: denied (403) unless intercepted"))
         #expect(lines.contains("  use it: export http_proxy=http://127.0.0.1:\(configured.port) https_proxy=http://127.0.0.1:\(configured.port)"))
         #expect(!configured.process.standardError.contains(canary) && !configured.process.standardError.contains(fileCanary))
@@ -70,11 +73,13 @@ struct RunTests {
         let password = "CANARY-password-\(UInt32.random(in: 0...UInt32.max))"
         let config = scratch.write("c.yaml", "secrets: { pw: { env: SCOPEPROXY_TEST_PASSWORD } }\nproxy_auth: { secret: pw }\n")
         // Each runs until the deadline (a proxy does), then stops on SIGTERM.
-        let authenticated = try runBinary(["run", "--config", config, "--listen", "127.0.0.1:0", "--no-access-log"],
-                                          environment: ["SCOPEPROXY_TEST_PASSWORD": password], seconds: 2)
+        let authenticated = try runBinary(
+            ["run", "--config", config, "--listen", "127.0.0.1:0", "--no-access-log"],
+            environment: ["SCOPEPROXY_TEST_PASSWORD": password], seconds: 2)
         #expect(authenticated.stderr.contains("  proxy auth: required (password from secret 'pw')"))
-        #expect(authenticated.stderr.contains("use it (PASSWORD: the value of secret 'pw'): export http_proxy=http://user:PASSWORD@127.0.0.1:"),
-                "\(authenticated.stderr)")
+        #expect(
+            authenticated.stderr.contains("use it (PASSWORD: the value of secret 'pw'): export http_proxy=http://user:PASSWORD@127.0.0.1:"),
+            "\(authenticated.stderr)")
         #expect(!authenticated.stderr.contains(password))
         #expect(!authenticated.stderr.contains("warning:"))
         let exposed = try runBinary(["run", "--listen", "0.0.0.0:0", "--no-access-log"], removing: ["SCOPEPROXY_CONFIG"], seconds: 2)
@@ -94,7 +99,8 @@ struct RunTests {
         let stopped = try runBinary(["health", "--config", configured.configPath])
         #expect(stopped.status == 1)
         #expect(stopped.stdout.isEmpty)
-        #expect(stopped.stderr.hasPrefix("scopeproxy: unhealthy: nothing answers on admin address \(address) (Connection refused)"), "\(stopped.stderr)")
+        #expect(
+            stopped.stderr.hasPrefix("scopeproxy: unhealthy: nothing answers on admin address \(address) (Connection refused)"), "\(stopped.stderr)")
 
         let scratch = ScratchDirectory()
         let noAdmin = try runBinary(["health", "--config", scratch.write("c.yaml", "listen: \"127.0.0.1:0\"\n")])
@@ -120,7 +126,8 @@ struct RunTests {
         #expect(outcome.stderr == "scopeproxy: unhealthy: admin 127.0.0.1:\(origin.port) answered 503 (draining)\n", "\(outcome.stderr)")
     }
 
-    @Test("log presentation: text on a terminal unless the config sets the format; JSON to files and pipes; colour only on a terminal without NO_COLOR")
+    @Test(
+        "log presentation: text on a terminal unless the config sets the format; JSON to files and pipes; colour only on a terminal without NO_COLOR")
     func presentationChoice() {
         func choose(_ format: LogFormat, explicit: Bool, terminal: Bool, noColor: Bool = false) -> LogPresentation {
             LogPresentation.choose(format: format, formatIsExplicit: explicit, outputIsTerminal: terminal, noColor: noColor)

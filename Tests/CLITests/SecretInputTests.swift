@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("CLI: secret set from a pipe and from a terminal", .serialized)
 struct SecretInputTests {
@@ -86,27 +86,29 @@ struct SecretInputTests {
     /// command line may hold a secret in: the refusal says where, never what.
     static let canary = "CANARY-argv-5f0e1d"
     static let misplacedSecrets: [[String]] = [
-        ["secret", "set", "github", canary],                       // the value after the name
-        ["secret", "set", "github", "--", canary],                 // after `--`
+        ["secret", "set", "github", canary],  // the value after the name
+        ["secret", "set", "github", "--", canary],  // after `--`
         ["secret", "set", "github", "extra", canary],
-        ["secret", "set", "\(canary)/x"],                         // in the name's place, not a valid name
-        ["secret", "set", "-p\(canary)", "github"],               // glued to an unknown option
+        ["secret", "set", "\(canary)/x"],  // in the name's place, not a valid name
+        ["secret", "set", "-p\(canary)", "github"],  // glued to an unknown option
         ["secret", "rm", "github", canary],
         ["secret", "rm", "\(canary)+="],
         ["secret", "list", canary],
         ["secret", "--help", canary],
     ]
 
-    @Test("a value typed on a secret command's line is never echoed: the refusal names its position, exit 2",
-          arguments: misplacedSecrets)
+    @Test(
+        "a value typed on a secret command's line is never echoed: the refusal names its position, exit 2",
+        arguments: misplacedSecrets)
     func misplacedValueNotEchoed(arguments: [String]) throws {
         let scratch = ScratchDirectory()
         let outcome = try runBinary(arguments + ["--config", storeConfig(scratch)], stdin: "")
         #expect(outcome.status == 2, "\(outcome.stderr)")
         #expect(!outcome.stderr.contains(Self.canary), "stderr shows the value")
         #expect(!outcome.stdout.contains(Self.canary), "stdout shows the value")
-        #expect(outcome.stderr.contains("position") || outcome.stderr.contains("argument 1") || outcome.stderr.contains("unknown option '-p'"),
-                "the refusal still says what was wrong")
+        #expect(
+            outcome.stderr.contains("position") || outcome.stderr.contains("argument 1") || outcome.stderr.contains("unknown option '-p'"),
+            "the refusal still says what was wrong")
         #expect(stored(scratch, "github") == nil, "nothing stored")
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 import ScopeConfig
-import Testing
 import TestSupport
+import Testing
 
 /// The proxy configs shipped in config/, as files a user would point `--config` at: the Kubernetes
 /// ConfigMap's embedded config.yaml and the demo's config with `${DEMO_DIR}` replaced (as run.sh does).
@@ -47,11 +47,13 @@ struct ShippedConfigTests {
             #expect(check.status == 0, "\(label): check refused what config print wrote: \(check.stderr)")
             #expect(check.stdout.hasPrefix("valid: "), "\(label)")
             let again = try runBinary(["config", "print", "--config", printedPath], environment: environment)
-            #expect(again.stdout.split(separator: "\n").dropFirst() == printed.stdout.split(separator: "\n").dropFirst(),
-                    "\(label): printing the printed config changed it")
+            #expect(
+                again.stdout.split(separator: "\n").dropFirst() == printed.stdout.split(separator: "\n").dropFirst(),
+                "\(label): printing the printed config changed it")
             let original = try ConfigLoader.load(path: path, home: scratch.path)
             let reloaded = try ConfigLoader.load(path: printedPath, home: scratch.path)
-            #expect(original.policy.scopes == reloaded.policy.scopes && original.tls == reloaded.tls && original.secrets == reloaded.secrets
+            #expect(
+                original.policy.scopes == reloaded.policy.scopes && original.tls == reloaded.tls && original.secrets == reloaded.secrets
                     && original.oauth2 == reloaded.oauth2 && original.placeholders == reloaded.placeholders, "\(label): a different meaning")
         }
     }
@@ -72,8 +74,11 @@ struct ShippedConfigTests {
                 let block = text.components(separatedBy: "- name: \(scope.name)").dropFirst().first?.components(separatedBy: "- name:").first ?? ""
                 // config/demo is another change's to fix (its loopback scopes still say require_https: false).
                 withKnownIssue("config/demo/demo.yaml sets require_https on loopback http origins", isIntermittent: true) {
-                    #expect(!block.contains("require_https:"), "\(label): scope '\(scope.name)' has only loopback http origins: no require_https setting")
-                } when: { label == "config/demo/demo.yaml" }
+                    #expect(
+                        !block.contains("require_https:"), "\(label): scope '\(scope.name)' has only loopback http origins: no require_https setting")
+                } when: {
+                    label == "config/demo/demo.yaml"
+                }
             }
         }
     }

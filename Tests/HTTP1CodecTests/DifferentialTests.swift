@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import HTTP1Codec
 
 /// What a parser made of one whole request: refused, still waiting for bytes, or accepted with
@@ -16,7 +17,8 @@ struct Verdict: Equatable, CustomStringConvertible {
     var body: [UInt8] = []
 
     var description: String {
-        kind == .accept ? "accept \(method) \(target) \(version) \(fields) body=\(String(decoding: body, as: UTF8.self).debugDescription)" : kind.rawValue
+        kind == .accept
+            ? "accept \(method) \(target) \(version) \(fields) body=\(String(decoding: body, as: UTF8.self).debugDescription)" : kind.rawValue
     }
 }
 
@@ -130,7 +132,8 @@ let resolvedDisagreements: [String: String] = [
     "TE with HTTP/1.0": "§6.1: an HTTP/1.0 message with Transfer-Encoding MUST be treated as faulty framing",
     "leading empty line": "§2.2: a server SHOULD ignore at least one empty line before the request-line; h11 refuses it",
     "HTTP/2.0 in HTTP/1 syntax": "§2.3 / RFC 9110 §15.6.6: an unsupported major version is 505; h11 accepts any version string",
-    "HTTP/1.1 without Host": "§3.2 MUST 400: enforced one layer up, by the engine for every request (hostHeaderProblem; tested in HostileClientTests)",
+    "HTTP/1.1 without Host":
+        "§3.2 MUST 400: enforced one layer up, by the engine for every request (hostHeaderProblem; tested in HostileClientTests)",
     "two Host fields": "§3.2 MUST 400 for more than one Host: enforced by the engine, as above",
     "chunked size overflow": "§7.1: recipients MUST prevent integer overflow in chunk sizes; a size past 64 bits is refused, h11 waits for the data",
 ]

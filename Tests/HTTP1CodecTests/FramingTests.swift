@@ -1,9 +1,11 @@
 import Testing
+
 @testable import HTTP1Codec
 
 private func request(_ fields: [(String, String)], version: HTTPVersion = .http1_1) -> RequestHead {
-    RequestHead(method: "POST", target: "http://a/", version: version,
-                fields: HTTPFields(fields.map { HTTPField(name: $0.0, value: $0.1) }))
+    RequestHead(
+        method: "POST", target: "http://a/", version: version,
+        fields: HTTPFields(fields.map { HTTPField(name: $0.0, value: $0.1) }))
 }
 
 private func response(_ status: Int, _ fields: [(String, String)], version: HTTPVersion = .http1_1) -> ResponseHead {
@@ -43,7 +45,10 @@ struct FramingTests {
         ("overflowing length", [("Content-Length", "99999999999999999999")], .malformed("invalid Content-Length")),
         ("TE not chunked", [("Transfer-Encoding", "identity")], .malformed("Transfer-Encoding does not end in chunked")),
         ("TE xchunked", [("Transfer-Encoding", "xchunked")], .malformed("Transfer-Encoding does not end in chunked")),
-        ("TE chunked then identity", [("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "identity")], .malformed("Transfer-Encoding does not end in chunked")),
+        (
+            "TE chunked then identity", [("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "identity")],
+            .malformed("Transfer-Encoding does not end in chunked")
+        ),
         ("TE chunked twice", [("Transfer-Encoding", "chunked, chunked")], .malformed("chunked applied more than once")),
         ("TE quoted", [("Transfer-Encoding", "\"chunked\"")], .malformed("Transfer-Encoding does not end in chunked")),
         ("TE empty", [("Transfer-Encoding", "")], .malformed("Transfer-Encoding does not end in chunked")),
@@ -114,9 +119,11 @@ struct ChunkedTests {
     @Test("trailers are parsed (and kept out of the body)")
     func trailers() {
         let input = bytes("3\r\nabc\r\n0\r\nX-Checksum: 42\r\nX-Other:  v \r\n\r\nNEXT")
-        let expected = ChunkedOutcome.body(bytes("abc"), trailers: HTTPFields([
-            HTTPField(name: "X-Checksum", value: "42"), HTTPField(name: "X-Other", value: "v"),
-        ]), consumed: input.count - 4)
+        let expected = ChunkedOutcome.body(
+            bytes("abc"),
+            trailers: HTTPFields([
+                HTTPField(name: "X-Checksum", value: "42"), HTTPField(name: "X-Other", value: "v"),
+            ]), consumed: input.count - 4)
         for pieces in splits(of: input) { #expect(decodeChunked(pieces) == expected) }
     }
 

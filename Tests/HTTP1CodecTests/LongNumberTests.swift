@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import HTTP1Codec
 
 /// Numbers from outside are read with a bound before any arithmetic (docs/security-model.md,
@@ -17,13 +18,15 @@ enum LongNumbers {
 
 @Suite("Long numbers in targets, hosts and ports")
 struct LongNumberTests {
-    @Test("a bounded decimal stops at its maximum: 1*DIGIT only, any length, never past the bound", arguments: [
-        ("0", 255, 0), ("255", 255, 255), ("256", 255, nil), ("007", 255, 7), ("", 255, nil), ("+1", 255, nil),
-        ("-1", 255, nil), (" 1", 255, nil), ("1 ", 255, nil), ("1e3", 65535, nil), ("9", 5, nil), ("5", 5, 5),
-        ("9223372036854775807", Int.max, Int.max), ("9223372036854775808", Int.max, nil),
-        ("18446744073709551616", Int.max, nil), (String(repeating: "7", count: 25), Int.max, nil),
-        (String(repeating: "0", count: 40) + "42", 65535, 42),
-    ] as [(String, Int, Int?)])
+    @Test(
+        "a bounded decimal stops at its maximum: 1*DIGIT only, any length, never past the bound",
+        arguments: [
+            ("0", 255, 0), ("255", 255, 255), ("256", 255, nil), ("007", 255, 7), ("", 255, nil), ("+1", 255, nil),
+            ("-1", 255, nil), (" 1", 255, nil), ("1 ", 255, nil), ("1e3", 65535, nil), ("9", 5, nil), ("5", 5, 5),
+            ("9223372036854775807", Int.max, Int.max), ("9223372036854775808", Int.max, nil),
+            ("18446744073709551616", Int.max, nil), (String(repeating: "7", count: 25), Int.max, nil),
+            (String(repeating: "0", count: 40) + "42", 65535, 42),
+        ] as [(String, Int, Int?)])
     func boundedDecimal(_ text: String, _ maximum: Int, _ expected: Int?) {
         #expect(BoundedDecimal.parse(text.utf8, maximum: maximum) == expected, "\(text)")
     }
@@ -45,15 +48,18 @@ struct LongNumberTests {
         }
     }
 
-    @Test("a clamped decimal reads any run of digits, a value past the bound as the bound", arguments: [
-        ("0", 0), ("31536000", 31_536_000), ("31536001", 31_536_000), ("9223372036854775808", 31_536_000),
-        (String(repeating: "9", count: 40), 31_536_000), ("0000000000000000000000001", 1),
-    ] as [(String, Int)])
+    @Test(
+        "a clamped decimal reads any run of digits, a value past the bound as the bound",
+        arguments: [
+            ("0", 0), ("31536000", 31_536_000), ("31536001", 31_536_000), ("9223372036854775808", 31_536_000),
+            (String(repeating: "9", count: 40), 31_536_000), ("0000000000000000000000001", 1),
+        ] as [(String, Int)])
     func clampedDecimal(_ text: String, _ expected: Int) {
         #expect(BoundedDecimal.parseClamped(text.utf8, maximum: 31_536_000) == expected, "\(text)")
     }
 
-    @Test("a clamped decimal still refuses what is not 1*DIGIT", arguments: ["", "-1", "+1", "1e999", "12a", String(repeating: "9", count: 30) + "x"])
+    @Test(
+        "a clamped decimal still refuses what is not 1*DIGIT", arguments: ["", "-1", "+1", "1e999", "12a", String(repeating: "9", count: 30) + "x"])
     func clampedRefuses(_ text: String) {
         #expect(BoundedDecimal.parseClamped(text.utf8, maximum: 100) == nil, "\(text)")
     }
@@ -61,7 +67,8 @@ struct LongNumberTests {
     /// Every place a number sits in a host or authority, with every long form in it.
     /// A form inside the host, then the numeric forms as its last label (which makes the whole
     /// host a number to a browser; `1.2.3.1e999` is a DNS name, rightly accepted).
-    static let hosts: [String] = LongNumbers.forms.flatMap { n in ["128.0.\(n).1", "\(n).0.0.1", "[\(n)]"] }
+    static let hosts: [String] =
+        LongNumbers.forms.flatMap { n in ["128.0.\(n).1", "\(n).0.0.1", "[\(n)]"] }
         + LongNumbers.forms.filter { Host.endsInNumber(Array($0.utf8)[...]) }.flatMap { n in
             ["1.2.3.\(n)", "\(n)", "a.\(n)", "\(n).\(n).\(n).\(n)", "1.2.\(n)", "0x7f.\(n)"]
         }
@@ -122,7 +129,9 @@ struct LongNumberTests {
                 if line.contains(accumulation) { found.insert(file) }
             }
         }
-        #expect(found == Set(Self.boundedAccumulations.keys), "unbounded digit accumulation in: \(found.subtracting(Self.boundedAccumulations.keys).sorted())")
+        #expect(
+            found == Set(Self.boundedAccumulations.keys),
+            "unbounded digit accumulation in: \(found.subtracting(Self.boundedAccumulations.keys).sorted())")
     }
 }
 

@@ -1,11 +1,13 @@
 import Testing
+
 @testable import HTTP1Codec
 
 @Suite("Request head parsing")
 struct RequestHeadTests {
     @Test("a well-formed request keeps method, target, version, field order and case")
     func wellFormed() {
-        let input = bytes("GET http://api.example/v1/items?limit=20 HTTP/1.1\r\nHost: api.example\r\nX-Mixed-Case:  spaced value \t\r\naccept: */*\r\n\r\n")
+        let input = bytes(
+            "GET http://api.example/v1/items?limit=20 HTTP/1.1\r\nHost: api.example\r\nX-Mixed-Case:  spaced value \t\r\naccept: */*\r\n\r\n")
         let (outcome, mismatches) = verifyHeadSplits(input, kind: .request)
         #expect(mismatches == 0)
         guard case .request(let head, let consumed) = outcome else {
@@ -16,11 +18,12 @@ struct RequestHeadTests {
         #expect(head.method == "GET")
         #expect(head.target == "http://api.example/v1/items?limit=20")
         #expect(head.version == .http1_1)
-        #expect(head.fields.storage == [
-            HTTPField(name: "Host", value: "api.example"),
-            HTTPField(name: "X-Mixed-Case", value: "spaced value"),
-            HTTPField(name: "accept", value: "*/*"),
-        ])
+        #expect(
+            head.fields.storage == [
+                HTTPField(name: "Host", value: "api.example"),
+                HTTPField(name: "X-Mixed-Case", value: "spaced value"),
+                HTTPField(name: "accept", value: "*/*"),
+            ])
     }
 
     @Test("a higher HTTP/1.x minor version is processed (and forwarded) as HTTP/1.1 (RFC 9112 §2.3); 2.0 is 505")
@@ -179,10 +182,12 @@ struct ResponseHeadTests {
         }
     }
 
-    @Test("garbage status lines are refused", arguments: [
-        "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 099 Low\r\n\r\n", "ICY 200 OK\r\n\r\n",
-        "HTTP/1.1  200 OK\r\n\r\n", "HTTP/1.1 200 O\u{0}K\r\n\r\n", "<html>\r\n\r\n",
-    ])
+    @Test(
+        "garbage status lines are refused",
+        arguments: [
+            "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 099 Low\r\n\r\n", "ICY 200 OK\r\n\r\n",
+            "HTTP/1.1  200 OK\r\n\r\n", "HTTP/1.1 200 O\u{0}K\r\n\r\n", "<html>\r\n\r\n",
+        ])
     func garbage(_ text: String) {
         guard case .failure = verifyHeadSplits(bytes(text), kind: .response).whole else {
             Issue.record("should refuse \(text.debugDescription)")

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import HTTP1Codec
 
 @Suite("A TLS handshake where an HTTP head was expected")

@@ -44,7 +44,9 @@ struct JSONLineTests {
 
     @Test("decimals, with and without leading zeros")
     func decimals() {
-        for (value, digits, expected) in [(0, 1, "0"), (7, 3, "007"), (1234, 2, "1234"), (UInt64.max, 1, "18446744073709551615"), (10, 1, "10"), (5, 0, "5")] {
+        for (value, digits, expected) in [
+            (0, 1, "0"), (7, 3, "007"), (1234, 2, "1234"), (UInt64.max, 1, "18446744073709551615"), (10, 1, "10"), (5, 0, "5"),
+        ] {
             var bytes: [UInt8] = []
             JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
             #expect(String(decoding: bytes, as: UTF8.self) == expected)

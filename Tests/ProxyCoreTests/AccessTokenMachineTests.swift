@@ -9,8 +9,10 @@ final class FakeTokenSource: AccessTokenSource {
     init(_ names: Set<String> = ["partner_token"]) { secretNames = names }
     func endpoint(of secret: String) -> Origin? { origin("https://auth.example") }
     // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
-    func acquire(secret: String, mailbox: any TokenMailbox,
-                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? { nil }
+    func acquire(
+        secret: String, mailbox: any TokenMailbox,
+        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
+    ) -> TokenRequest? { nil }
     func withdraw(secret: String, waiterID: UInt64) {}
     func markStale(secret: String, token: AccessToken) -> Bool { false }
 }
@@ -39,14 +41,18 @@ struct AccessTokenMachineTests {
     func waitsThenGoes() throws {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"),
-             [.cancelTimer, .exactly(.acquireToken(secret: "partner_token", from: Self.fixture.scope))])
+        p.on(
+            p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"),
+            [.cancelTimer, .exactly(.acquireToken(secret: "partner_token", from: Self.fixture.scope))])
         #expect(p.connected.isEmpty)
         p.impossible(.tokenReady(secret: "other_token", Self.token), .unrequestedToken)  // the engine answers only what was asked
         p.on(.tokenReady(secret: "partner_token", Self.token), [.arm(.connect), .connect(hop(1), Self.api, .tls, reusePooled: true)])
-        p.on(.upstreamConnected(hop(1), reused: false),
-             [.send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\n", containing: ["Authorization: Bearer ACCESS-TOKEN-CANARY-1\r\n"]),
-              .arm(.responseHead)])
+        p.on(
+            .upstreamConnected(hop(1), reused: false),
+            [
+                .send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\n", containing: ["Authorization: Bearer ACCESS-TOKEN-CANARY-1\r\n"]),
+                .arm(.responseHead),
+            ])
     }
 
     @Test("a failed fetch: 502 credential_unavailable naming the scope and the endpoint's origin, never its words; nothing sent")
@@ -54,7 +60,8 @@ struct AccessTokenMachineTests {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
         _ = p.feed(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))
-        let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: .rejected(status: 400, error: .invalidClient)))
+        let returned = p.feed(
+            .tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: .rejected(status: 400, error: .invalidClient)))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(written.hasPrefix("HTTP/1.1 502 "))
         #expect(written.contains("credential_unavailable") && written.contains("https://auth.example") && written.contains("partner"))
@@ -75,15 +82,16 @@ struct AccessTokenMachineTests {
         for reason in reasons {
             switch reason {
             case .secretUnavailable, .dnsFailure, .refused, .connectTimeout, .responseTimeout, .tlsVerification, .tlsHandshake,
-                 .closedEarly, .responseTooLarge, .malformedResponse, .rejected, .unexpectedStatus, .noTokenSource:
+                .closedEarly, .responseTooLarge, .malformedResponse, .rejected, .unexpectedStatus, .noTokenSource:
                 break
             }
         }
         return reasons
     }()
 
-    @Test("every token failure reaches the 502 and the record's reason as its code, typed all the way; never with its words",
-          arguments: everyReason)
+    @Test(
+        "every token failure reaches the 502 and the record's reason as its code, typed all the way; never with its words",
+        arguments: everyReason)
     func typedFailure(_ reason: TokenFailure.Reason) {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
@@ -91,8 +99,12 @@ struct AccessTokenMachineTests {
         let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: reason))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(written.contains("credential_unavailable") && written.contains("(\(reason.code))"))
-        #expect(p.emitted.first?.failure == .proxy(.tokenUnavailable(scope: "partner", secret: "partner_token",
-                                                                      endpoint: origin("https://auth.example"), reason: reason)))
+        #expect(
+            p.emitted.first?.failure
+                == .proxy(
+                    .tokenUnavailable(
+                        scope: "partner", secret: "partner_token",
+                        endpoint: origin("https://auth.example"), reason: reason)))
         #expect(p.emitted.first?.failure?.reason == reason.code)
         #expect(!written.contains("ENDPOINT-WORDS-CANARY"))
     }
@@ -112,8 +124,9 @@ struct AccessTokenMachineTests {
     func noWaitAndLeaving() {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET http://plain.example/ HTTP/1.1", "Host: plain.example"),
-             [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
+        p.on(
+            p.head("GET http://plain.example/ HTTP/1.1", "Host: plain.example"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
         var q = Playbook(Self.fixture)
         q.start([.arm(.clientHead)])
         _ = q.feed(q.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))

@@ -68,22 +68,27 @@ enum Configs {
     /// Clients: `agent` (Bearer let-me-in) is served by scope a only, `ci` (uid 1001) by scope b only;
     /// `agent` may send 2 requests a second (a fresh fixture each time: the rate buckets live in it).
     /// CONNECT to a.example intercepted.
-    static var clients: Fixture { Fixture(scopes.replacing("    pass: [Authorization, Cookie]\n  - name: b",
-                                                              with: "    pass: [Authorization, Cookie]\n    clients: [agent]\n  - name: b")
-        + """
-        clients:
-          - { name: agent, auth: { bearer: proxy_password }, rate: "2/s" }
-          - { name: ci, uid: 1001 }
-        tls: { intercept: ["a.example"] }
+    static var clients: Fixture {
+        Fixture(
+            scopes.replacing(
+                "    pass: [Authorization, Cookie]\n  - name: b",
+                with: "    pass: [Authorization, Cookie]\n    clients: [agent]\n  - name: b")
+                    + """
+                    clients:
+                      - { name: agent, auth: { bearer: proxy_password }, rate: "2/s" }
+                      - { name: ci, uid: 1001 }
+                    tls: { intercept: ["a.example"] }
 
-        """) }
+                    """)
+    }
     /// Proxy authentication, and CONNECT to a.example intercepted.
     static let proxyAuth = Fixture(scopes + "proxy_auth: { secret: proxy_password }\ntls: { intercept: [\"a.example\"] }\n")
 }
 
 extension Configs {
     /// Scope `m` on https://m.example: injects X-M-Key for GET and POST only.
-    static let methodsLimited = Fixture("""
+    static let methodsLimited = Fixture(
+        """
         secrets: { m_token: { env: M_TOKEN } }
         scopes:
           - name: m

@@ -19,9 +19,11 @@ struct SeededRandom: RandomNumberGenerator {
 @Suite("Machine: invariants over seeded random event sequences")
 struct InvariantTests {
     /// Follow mode where scope a's credential is an OAuth2 token: requests to a.example wait for it.
-    static let tokens = Fixture(Configs.scopes.replacing("a_token: { env: A_TOKEN }",
-                                                         with: #"a_token: { oauth2: { token_url: "https://auth.example/t", grant: client_credentials, client_id: me, client_secret: b_token } }"#)
-                                + Configs.redirects("follow"), tokens: FakeTokenSource(["a_token"]))
+    static let tokens = Fixture(
+        Configs.scopes.replacing(
+            "a_token: { env: A_TOKEN }",
+            with: #"a_token: { oauth2: { token_url: "https://auth.example/t", grant: client_credentials, client_id: me, client_secret: b_token } }"#)
+            + Configs.redirects("follow"), tokens: FakeTokenSource(["a_token"]))
     static let fixtures = [Configs.follow, Configs.block, Configs.pass, Configs.tunnelAllowed, Configs.intercept, Configs.followOneHop, tokens]
 
     static let requests: [[String]] = [
@@ -87,7 +89,7 @@ struct InvariantTests {
     static func hopNamed(by event: ConnectionEvent) -> HopID? {
         switch event {
         case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
-             .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _):
+            .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _):
             id
         default:
             nil
@@ -104,43 +106,62 @@ struct InvariantTests {
         let someResponse = responses.randomElement(using: &rng)!
         switch machine.phase {
         case .handshaking:
-            return pick([.clientTLSEstablished, .clientTLSEstablished, .clientTLSEstablished, .clientTLSFailed(.clientRejectedCertificate),
-                         .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain])
+            return pick([
+                .clientTLSEstablished, .clientTLSEstablished, .clientTLSEstablished, .clientTLSFailed(.clientRejectedCertificate),
+                .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain,
+            ])
         case .awaitingHead:
-            return pick([.headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain])
+            return pick([
+                .headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain,
+            ])
         case .awaitingToken:
             let token = AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
             let secret = machine.awaitedToken ?? "none"
-            return pick([.tokenReady(secret: secret, token), .tokenReady(secret: "other", token),
-                         .tokenFailed(secret: secret, endpoint: nil, reason: .refused),
-                         .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall)])
+            return pick([
+                .tokenReady(secret: secret, token), .tokenReady(secret: "other", token),
+                .tokenFailed(secret: secret, endpoint: nil, reason: .refused),
+                .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall),
+            ])
         case .collecting:
-            return pick([.collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),
-                         .collectedBody(.tooLarge), .collectedBody(.invalid), .timerFired(.stall), .clientInputClosed(bufferedBytes: 0)])
+            return pick([
+                .collectedBody(.progressed), .collectedBody(.complete(Array("a=1".utf8))), .collectedBody(.complete(Array("_method=DELETE".utf8))),
+                .collectedBody(.tooLarge), .collectedBody(.invalid), .timerFired(.stall), .clientInputClosed(bufferedBytes: 0),
+            ])
         case .tunnel:
             guard let id = machine.currentHop else { return .connectionClosed }
-            return pick([.tunnelBytes(id, fromClient: 5, fromUpstream: 7), .tunnelBytes(id, fromClient: 0, fromUpstream: 3),
-                         .clientInputClosed(bufferedBytes: 0), .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall)])
+            return pick([
+                .tunnelBytes(id, fromClient: 5, fromUpstream: 7), .tunnelBytes(id, fromClient: 0, fromUpstream: 3),
+                .clientInputClosed(bufferedBytes: 0), .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall),
+            ])
         case .exchange:
             guard let id = machine.currentHop else { return .connectionClosed }
             if !seen.upstreamConnected.contains(id) {
-                return pick([.upstreamConnected(id, reused: true), .upstreamConnected(id, reused: false), .upstreamConnected(id, reused: false),
-                             .upstreamConnectFailed(id, .upstreamRefused(plain)), .timerFired(.connect)])
+                return pick([
+                    .upstreamConnected(id, reused: true), .upstreamConnected(id, reused: false), .upstreamConnected(id, reused: false),
+                    .upstreamConnectFailed(id, .upstreamRefused(plain)), .timerFired(.connect),
+                ])
             }
             if seen.relaying.contains(id) {
-                return pick([.responseBody(id, .moved(payload: 2, consumed: 2)), .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
-                             .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)), .responseBody(id, .cut),
-                             .responseBody(id, .scrubbed([SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)])),
-                             .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall), .clientFailed])
+                return pick([
+                    .responseBody(id, .moved(payload: 2, consumed: 2)),
+                    .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
+                    .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)), .responseBody(id, .cut),
+                    .responseBody(id, .scrubbed([SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)])),
+                    .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall), .clientFailed,
+                ])
             }
-            var events: [ConnectionEvent] = [.responseHead(id, someResponse), .responseHead(id, someResponse), .responseHead(id, someResponse),
-                                             .responseHeadInvalid(id, reason: "bad"), .upstreamClosed(id, sawResponseBytes: false), .timerFired(.responseHead)]
+            var events: [ConnectionEvent] = [
+                .responseHead(id, someResponse), .responseHead(id, someResponse), .responseHead(id, someResponse),
+                .responseHeadInvalid(id, reason: "bad"), .upstreamClosed(id, sawResponseBytes: false), .timerFired(.responseHead),
+            ]
             if seen.pumping.contains(id) {
-                events += [.requestBody(id, .moved(payload: 2, consumed: 2)),
-                           .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
-                           .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
-                           .requestBody(id, .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false), bytesSent: true)),
-                           .clientInputClosed(bufferedBytes: 0), .timerFired(.stall)]
+                events += [
+                    .requestBody(id, .moved(payload: 2, consumed: 2)),
+                    .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
+                    .requestBody(id, .complete(payload: 3, consumed: 3, captured: Array("hello".utf8), observed: nil)),
+                    .requestBody(id, .blocked(SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false), bytesSent: true)),
+                    .clientInputClosed(bufferedBytes: 0), .timerFired(.stall),
+                ]
             }
             return pick(events)
         case .closing, .closed:
@@ -251,8 +272,10 @@ struct InvariantTests {
                 if seen.closeNow && !seen.closed {
                     event = .connectionClosed
                 } else if seen.clientClosing && !seen.closed {
-                    event = [ConnectionEvent.clientInputClosed(bufferedBytes: 0), .clientFailed, .drain, .timerFired(.stall),
-                             .timerFired(.idle), .connectionClosed].randomElement(using: &rng)!
+                    event = [
+                        ConnectionEvent.clientInputClosed(bufferedBytes: 0), .clientFailed, .drain, .timerFired(.stall),
+                        .timerFired(.idle), .connectionClosed,
+                    ].randomElement(using: &rng)!
                 } else {
                     event = Self.plausibleEvent(&rng, p.machine, seen, scope: fixture.scope)
                 }

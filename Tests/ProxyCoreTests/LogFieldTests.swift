@@ -27,8 +27,9 @@ struct LogFieldTests {
             try updated.write(to: repositoryRoot.appendingPathComponent("docs/logging.md"), atomically: true, encoding: .utf8)
             return
         }
-        #expect(documented == LogField.documentation,
-                "docs/logging.md's field list is not the table's; replace it with:\n\(LogField.documentation)")
+        #expect(
+            documented == LogField.documentation,
+            "docs/logging.md's field list is not the table's; replace it with:\n\(LogField.documentation)")
     }
 
     @Test("every field has a doc line and a distinct place on the text line")
@@ -80,18 +81,19 @@ struct LogFieldTests {
         var record = Self.everything
         if field == .decision { record.tunnel = .tunnel }
         let fact = try #require(field.row.read(record), "the record has every fact")
-        let written: [LogRedaction] = switch fact {
-        // What the client or the origin chose, in its place: URLs through the URL rules, headers and
-        // bodies through theirs.
-        case .target, .redirect: [.url]
-        case .fields: [.headers]
-        case .body: [.body]
-        // Names the configuration or the header rules fixed, never a value.
-        case .names, .finding: [.names]
-        // A request id or method (a token alphabet), or what the proxy wrote itself.
-        case .text: [.token, .none]
-        case .now, .since, .number, .joinedNames, .reasons, .tunnel, .failure: [.none]
-        }
+        let written: [LogRedaction] =
+            switch fact {
+            // What the client or the origin chose, in its place: URLs through the URL rules, headers and
+            // bodies through theirs.
+            case .target, .redirect: [.url]
+            case .fields: [.headers]
+            case .body: [.body]
+            // Names the configuration or the header rules fixed, never a value.
+            case .names, .finding: [.names]
+            // A request id or method (a token alphabet), or what the proxy wrote itself.
+            case .text: [.token, .none]
+            case .now, .since, .number, .joinedNames, .reasons, .tunnel, .failure: [.none]
+            }
         #expect(written.contains(field.row.redaction), "\(field.name): \(fact) is written as \(written), the table says \(field.row.redaction)")
     }
 }

@@ -16,14 +16,16 @@ struct LongNumberMachineTests {
         actions.map { if case .writeToClient(let bytes) = $0 { text(bytes) } else { "" } }.joined()
     }
 
-    @Test("a long number in the target's host or port, or in Host, is a 400 and nothing goes upstream", arguments: forms.flatMap { n in
-        [
-            ["GET http://128.0.\(n).1/ HTTP/1.1", "Host: 128.0.\(n).1"], ["GET http://\(n).0.0.1/ HTTP/1.1", "Host: a.example"],
-            ["GET http://a.example:\(n)/ HTTP/1.1", "Host: a.example"], ["GET http://a.example/ HTTP/1.1", "Host: 128.0.\(n).1"],
-            ["GET http://a.example/ HTTP/1.1", "Host: a.example:\(n)"], ["CONNECT 128.0.\(n).1:443 HTTP/1.1", "Host: 128.0.\(n).1:443"],
-            ["GET http://[::ffff:1.2.3.\(n)]/ HTTP/1.1", "Host: [::ffff:1.2.3.\(n)]"],
-        ]
-    })
+    @Test(
+        "a long number in the target's host or port, or in Host, is a 400 and nothing goes upstream",
+        arguments: forms.flatMap { n in
+            [
+                ["GET http://128.0.\(n).1/ HTTP/1.1", "Host: 128.0.\(n).1"], ["GET http://\(n).0.0.1/ HTTP/1.1", "Host: a.example"],
+                ["GET http://a.example:\(n)/ HTTP/1.1", "Host: a.example"], ["GET http://a.example/ HTTP/1.1", "Host: 128.0.\(n).1"],
+                ["GET http://a.example/ HTTP/1.1", "Host: a.example:\(n)"], ["CONNECT 128.0.\(n).1:443 HTTP/1.1", "Host: 128.0.\(n).1:443"],
+                ["GET http://[::ffff:1.2.3.\(n)]/ HTTP/1.1", "Host: [::ffff:1.2.3.\(n)]"],
+            ]
+        })
     func request(_ lines: [String]) {
         var p = Playbook(Configs.follow)
         p.start([.arm(.clientHead)])
@@ -34,11 +36,18 @@ struct LongNumberMachineTests {
 
     enum Mode: String, CaseIterable { case pass, follow, block }
 
-    @Test("a Location with a long number is answered in every redirect mode, never followed to a long host", arguments: Mode.allCases, forms.flatMap { n in
-        ["http://128.0.\(n).1/", "https://1.2.3.\(n)/x", "//a.example:\(n)/", "https://[::ffff:1.2.3.\(n)]/", "http://a.example\\@128.0.\(n).1/"]
-    })
+    @Test(
+        "a Location with a long number is answered in every redirect mode, never followed to a long host", arguments: Mode.allCases,
+        forms.flatMap { n in
+            ["http://128.0.\(n).1/", "https://1.2.3.\(n)/x", "//a.example:\(n)/", "https://[::ffff:1.2.3.\(n)]/", "http://a.example\\@128.0.\(n).1/"]
+        })
     func location(_ mode: Mode, _ location: String) {
-        let fixture = switch mode { case .pass: Configs.pass; case .follow: Configs.follow; case .block: Configs.block }
+        let fixture =
+            switch mode {
+            case .pass: Configs.pass;
+            case .follow: Configs.follow;
+            case .block: Configs.block
+            }
         var p = Playbook(fixture)
         p.sent(["GET https://a.example/start HTTP/1.1", "Host: a.example"], to: a)
         let actions = p.feed(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: \(location)", "Content-Length: 0")))

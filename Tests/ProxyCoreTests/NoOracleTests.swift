@@ -9,7 +9,8 @@ import Testing
 /// for the agent only), `OLD-VALUE-0000-aaaa` / `NEW-VALUE-1111-bbbb` (a rotated value).
 @Suite("No oracle: the scrub is per origin, replaced values stay watched")
 struct NoOracleTests {
-    static let agentOnly = Fixture("""
+    static let agentOnly = Fixture(
+        """
         secrets:
           a_token: { env: A_TOKEN }
           proxy_password: { env: PROXY_PASSWORD }

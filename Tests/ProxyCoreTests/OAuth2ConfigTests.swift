@@ -1,15 +1,19 @@
 import HTTP1Codec
-@testable import ScopeConfig
 import ScopePolicy
 import Testing
+
+@testable import ScopeConfig
 
 /// Parses `text` as the value of `oauth2:` of the secret `partner_token` (nested as in a config,
 /// so line and column are those of a real file).
 private func parse(_ text: String, inputs: Set<String> = ["partner_client_secret", "partner_refresh"]) throws(ConfigError) -> OAuth2Spec {
-    let document = "secrets:\n  partner_token:\n    oauth2:\n" + text.split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n")
+    let document =
+        "secrets:\n  partner_token:\n    oauth2:\n"
+        + text.split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n")
     let root = try YAMLDocument.parse(document, file: "c.yaml")
     guard case .mapping(let top) = root.value, case .mapping(let secrets) = top[0].value.value,
-          case .mapping(let fields) = secrets[0].value.value else { preconditionFailure("shape") }
+        case .mapping(let fields) = secrets[0].value.value
+    else { preconditionFailure("shape") }
     return try OAuth2Config.parse(fields[0].value, secret: "partner_token", file: "c.yaml", inputSecrets: inputs)
 }
 
@@ -26,7 +30,8 @@ private func failure(_ text: String) -> String {
 struct OAuth2ConfigTests {
     @Test("the documented example")
     func documentedExample() throws {
-        let spec = try parse("""
+        let spec = try parse(
+            """
             token_url: "https://auth.partner.example/oauth/token"
             grant: refresh_token
             client_id: my-client
@@ -36,15 +41,19 @@ struct OAuth2ConfigTests {
             audience: "https://api.partner.example"
             client_auth: basic
             """)
-        #expect(spec == OAuth2Spec(endpoint: try Origin.parse("https://auth.partner.example"), path: "/oauth/token",
-                                   grant: .refreshToken(secret: "partner_refresh"), clientID: "my-client", clientSecret: "partner_client_secret",
-                                   scope: "read write", audience: "https://api.partner.example", clientAuthentication: .basic))
+        #expect(
+            spec
+                == OAuth2Spec(
+                    endpoint: try Origin.parse("https://auth.partner.example"), path: "/oauth/token",
+                    grant: .refreshToken(secret: "partner_refresh"), clientID: "my-client", clientSecret: "partner_client_secret",
+                    scope: "read write", audience: "https://api.partner.example", clientAuthentication: .basic))
         #expect(spec.inputSecrets == ["partner_client_secret", "partner_refresh"])
     }
 
     @Test("defaults: client_auth basic, no scope or audience; http to loopback; a port and query kept")
     func defaults() throws {
-        let spec = try parse("""
+        let spec = try parse(
+            """
             token_url: http://127.0.0.1:8443/token?x=1
             grant: client_credentials
             client_id: c
@@ -61,28 +70,48 @@ struct OAuth2ConfigTests {
     func errors() {
         let base = "grant: client_credentials\nclient_id: c\nclient_secret: partner_client_secret"
         let cases: [(String, String)] = [
-            ("token_url: http://auth.example/token\n" + base,
-             "c.yaml:4:18: token_url must be https (http only to a loopback address): the client secret travels in the request"),
+            (
+                "token_url: http://auth.example/token\n" + base,
+                "c.yaml:4:18: token_url must be https (http only to a loopback address): the client secret travels in the request"
+            ),
             ("token_url: ftp://auth.example/token\n" + base, "c.yaml:4:18: token_url must be an absolute https:// URL"),
-            ("token_url: https://u:p@auth.example/token\n" + base,
-             "c.yaml:4:18: token_url must not carry user:password@ (client credentials are secrets)"),
+            (
+                "token_url: https://u:p@auth.example/token\n" + base,
+                "c.yaml:4:18: token_url must not carry user:password@ (client credentials are secrets)"
+            ),
             (base, "c.yaml:4:7: the oauth2 of secret 'partner_token' needs 'token_url'"),
-            ("token_url: https://a.example/t\ngrant: password\nclient_id: c\nclient_secret: partner_client_secret",
-             "c.yaml:5:14: unknown grant 'password': use client_credentials or refresh_token"),
-            ("token_url: https://a.example/t\ngrant: refresh_token\nclient_id: c\nclient_secret: partner_client_secret",
-             "c.yaml:4:7: grant: refresh_token needs 'refresh_token' (the name of the secret holding it)"),
-            ("token_url: https://a.example/t\n" + base + "\nrefresh_token: partner_refresh",
-             "c.yaml:8:22: refresh_token applies to grant: refresh_token only"),
-            ("token_url: https://a.example/t\ngrant: client_credentials\nclient_id: c\nclient_secret: partner_clientsecret",
-             "c.yaml:7:22: 'partner_clientsecret' names no env, file or store secret in 'secrets', did you mean 'partner_client_secret'?"),
-            ("token_url: https://a.example/t\ngrant: client_credentials\nclient_id: c\nclient_secret: partner_token",
-             "c.yaml:7:22: secret 'partner_token' cannot be computed from itself"),
-            ("token_url: https://a.example/t\n" + base + "\nclient_auth: basc",
-             "c.yaml:8:20: unknown client_auth 'basc': use basic (RFC 6749 §2.3.1 HTTP Basic) or body, did you mean 'basic'?"),
-            ("token_url: https://a.example/t\n" + base + "\nscope: \"read  write\"",
-             "c.yaml:8:14: scope must be scope tokens separated by single spaces (RFC 6749 §3.3)"),
-            ("token_url: https://a.example/t\n" + base + "\ntoken_type: x",
-             "c.yaml:8:7: unknown key 'token_type' in the oauth2 of secret 'partner_token'"),
+            (
+                "token_url: https://a.example/t\ngrant: password\nclient_id: c\nclient_secret: partner_client_secret",
+                "c.yaml:5:14: unknown grant 'password': use client_credentials or refresh_token"
+            ),
+            (
+                "token_url: https://a.example/t\ngrant: refresh_token\nclient_id: c\nclient_secret: partner_client_secret",
+                "c.yaml:4:7: grant: refresh_token needs 'refresh_token' (the name of the secret holding it)"
+            ),
+            (
+                "token_url: https://a.example/t\n" + base + "\nrefresh_token: partner_refresh",
+                "c.yaml:8:22: refresh_token applies to grant: refresh_token only"
+            ),
+            (
+                "token_url: https://a.example/t\ngrant: client_credentials\nclient_id: c\nclient_secret: partner_clientsecret",
+                "c.yaml:7:22: 'partner_clientsecret' names no env, file or store secret in 'secrets', did you mean 'partner_client_secret'?"
+            ),
+            (
+                "token_url: https://a.example/t\ngrant: client_credentials\nclient_id: c\nclient_secret: partner_token",
+                "c.yaml:7:22: secret 'partner_token' cannot be computed from itself"
+            ),
+            (
+                "token_url: https://a.example/t\n" + base + "\nclient_auth: basc",
+                "c.yaml:8:20: unknown client_auth 'basc': use basic (RFC 6749 §2.3.1 HTTP Basic) or body, did you mean 'basic'?"
+            ),
+            (
+                "token_url: https://a.example/t\n" + base + "\nscope: \"read  write\"",
+                "c.yaml:8:14: scope must be scope tokens separated by single spaces (RFC 6749 §3.3)"
+            ),
+            (
+                "token_url: https://a.example/t\n" + base + "\ntoken_type: x",
+                "c.yaml:8:7: unknown key 'token_type' in the oauth2 of secret 'partner_token'"
+            ),
         ]
         for (text, expected) in cases {
             #expect(failure(text) == expected)

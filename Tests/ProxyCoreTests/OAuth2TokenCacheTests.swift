@@ -59,7 +59,8 @@ struct OAuth2TokenCacheTests {
                 let decision = cache.acquire(now: now, waiter: deliveries.waiter(nextID))
                 switch decision {
                 case .ready(let token):
-                    #expect(expect == .ready(String(decoding: token.value.exposedBytes, as: UTF8.self)), "step \(index)", sourceLocation: sourceLocation)
+                    #expect(
+                        expect == .ready(String(decoding: token.value.exposedBytes, as: UTF8.self)), "step \(index)", sourceLocation: sourceLocation)
                     current = token
                 case .wait: #expect(expect == .wait, "step \(index)", sourceLocation: sourceLocation)
                 case .fetch(let issued):

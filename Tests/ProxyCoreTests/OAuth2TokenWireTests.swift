@@ -1,13 +1,17 @@
 import HTTP1Codec
-@testable import ProxyCore
 import ScopePolicy
 import Testing
 
+@testable import ProxyCore
+
 private let endpoint = try! Origin.parse("https://auth.example")
-private func spec(_ grant: OAuth2Spec.Grant = .clientCredentials, auth: OAuth2Spec.ClientAuthentication = .basic,
-                  scope: String? = nil, audience: String? = nil, clientID: String = "my-client") -> OAuth2Spec {
-    OAuth2Spec(endpoint: endpoint, path: "/oauth/token?tenant=1", grant: grant, clientID: clientID, clientSecret: "client_secret",
-               scope: scope, audience: audience, clientAuthentication: auth)
+private func spec(
+    _ grant: OAuth2Spec.Grant = .clientCredentials, auth: OAuth2Spec.ClientAuthentication = .basic,
+    scope: String? = nil, audience: String? = nil, clientID: String = "my-client"
+) -> OAuth2Spec {
+    OAuth2Spec(
+        endpoint: endpoint, path: "/oauth/token?tenant=1", grant: grant, clientID: clientID, clientSecret: "client_secret",
+        scope: scope, audience: audience, clientAuthentication: auth)
 }
 private func utf8Text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
 
@@ -15,8 +19,9 @@ private func utf8Text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: 
 struct OAuth2TokenRequestTests {
     @Test("client_credentials with HTTP Basic: grant_type, scope, audience in the form; id and secret form-encoded before base64")
     func clientCredentialsBasic() {
-        let request = OAuth2TokenRequest.make(spec(scope: "read write", audience: "https://api.example", clientID: "id:with space"),
-                                              clientSecret: SecretValue("s3cr:t/+"), refreshToken: nil)
+        let request = OAuth2TokenRequest.make(
+            spec(scope: "read write", audience: "https://api.example", clientID: "id:with space"),
+            clientSecret: SecretValue("s3cr:t/+"), refreshToken: nil)
         #expect(request.head.method == "POST")
         #expect(request.head.target == "/oauth/token?tenant=1")
         #expect(request.head.fields.singleValue(of: "host").only == "auth.example")
@@ -37,7 +42,8 @@ struct OAuth2TokenRequestTests {
 
     @Test("refresh_token grant (§6) carries the refresh token")
     func refreshGrant() {
-        let request = OAuth2TokenRequest.make(spec(.refreshToken(secret: "refresh")), clientSecret: SecretValue("cs"), refreshToken: SecretValue("rt 1"))
+        let request = OAuth2TokenRequest.make(
+            spec(.refreshToken(secret: "refresh")), clientSecret: SecretValue("cs"), refreshToken: SecretValue("rt 1"))
         #expect(utf8Text(request.body) == "grant_type=refresh_token&refresh_token=rt+1")
         let wire = utf8Text(request.wireBytes)
         #expect(wire.hasPrefix("POST /oauth/token?tenant=1 HTTP/1.1\r\n"))
@@ -58,11 +64,14 @@ struct OAuth2TokenResponseTests {
 
     @Test("a grant: access_token, Bearer in any case, expires_in as number or numeric string, refresh_token")
     func grants() {
-        #expect(parse(200, #"{"access_token":"at-1","token_type":"Bearer","expires_in":3600}"#)
+        #expect(
+            parse(200, #"{"access_token":"at-1","token_type":"Bearer","expires_in":3600}"#)
                 == .success(OAuth2TokenGrant(accessToken: SecretValue("at-1"), expiresIn: 3600, refreshToken: nil)))
-        #expect(parse(200, #"{"access_token":"at-1","token_type":"bEaReR","expires_in":"60","refresh_token":"rt-2","scope":"x"}"#)
+        #expect(
+            parse(200, #"{"access_token":"at-1","token_type":"bEaReR","expires_in":"60","refresh_token":"rt-2","scope":"x"}"#)
                 == .success(OAuth2TokenGrant(accessToken: SecretValue("at-1"), expiresIn: 60, refreshToken: SecretValue("rt-2"))))
-        #expect(parse(200, #" {"token_type":"bearer","access_token":"a\/b\u0041","expires_in":null} "#)
+        #expect(
+            parse(200, #" {"token_type":"bearer","access_token":"a\/b\u0041","expires_in":null} "#)
                 == .success(OAuth2TokenGrant(accessToken: SecretValue("a/bA"), expiresIn: nil, refreshToken: nil)))
     }
 
@@ -93,11 +102,14 @@ struct OAuth2TokenResponseTests {
 
     @Test("strict JSON: lone surrogates, raw controls, bad escapes, deep nesting refused")
     func strictJSON() throws {
-        for bad in [#""\ud800""#, "\"a\u{01}\"", #""\x""#, String(repeating: "[", count: 20) + String(repeating: "]", count: 20), "01", "{\"a\":}", "tru"] {
+        for bad in [
+            #""\ud800""#, "\"a\u{01}\"", #""\x""#, String(repeating: "[", count: 20) + String(repeating: "]", count: 20), "01", "{\"a\":}", "tru",
+        ] {
             #expect(throws: TokenJSON.Invalid.self, "\(bad)") { try TokenJSON.parse(Array(bad.utf8)) }
         }
         #expect(try TokenJSON.parse(Array(#""\ud83d\ude00""#.utf8)) == .string(Array("😀".utf8)))
-        #expect(try TokenJSON.parse(Array(#"{"a":[1,-2.5e3,true,false,null,{}]}"#.utf8))
+        #expect(
+            try TokenJSON.parse(Array(#"{"a":[1,-2.5e3,true,false,null,{}]}"#.utf8))
                 == .object(["a": .array([.number("1"), .number("-2.5e3"), .bool(true), .bool(false), .null, .object([:])])]))
     }
 }
@@ -119,7 +131,9 @@ struct OAuth2TokenResponseReaderTests {
     @Test("chunked, 100 Continue first, and a body delimited by the close")
     func otherFramings() {
         var chunked = OAuth2TokenResponseReader()
-        #expect(chunked.receive(Array("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n".utf8)) == .needMore)
+        #expect(
+            chunked.receive(Array("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n".utf8))
+                == .needMore)
         #expect(chunked.receive(Array("3\r\n1}\n\r\n0\r\n\r\n".utf8)) == .complete(status: 200, body: Array("{\"a\":1}\n".utf8)))
         var untilClose = OAuth2TokenResponseReader()
         #expect(untilClose.receive(Array("HTTP/1.0 200 OK\r\n\r\n{}".utf8)) == .needMore)
@@ -155,9 +169,13 @@ struct OAuth2FailureTextTests {
             #expect(failure.description.hasPrefix("oauth2 token 'partner_token' from https://auth.example: "))
             #expect(!failure.reason.code.isEmpty)
         }
-        #expect(TokenFailure(secret: "p", endpoint: endpoint, reason: .rejected(status: 400, error: .invalidGrant)).description.hasSuffix("(400 invalid_grant)"))
+        #expect(
+            TokenFailure(secret: "p", endpoint: endpoint, reason: .rejected(status: 400, error: .invalidGrant)).description.hasSuffix(
+                "(400 invalid_grant)"))
         let token = AccessToken(value: SecretValue("CANARY-access"), generation: 1, validUntil: 0)
         #expect(!"\(token)".contains("CANARY"))
-        #expect(!String(reflecting: OAuth2TokenGrant(accessToken: SecretValue("CANARY-a"), expiresIn: 1, refreshToken: SecretValue("CANARY-r"))).contains("CANARY"))
+        #expect(
+            !String(reflecting: OAuth2TokenGrant(accessToken: SecretValue("CANARY-a"), expiresIn: 1, refreshToken: SecretValue("CANARY-r"))).contains(
+                "CANARY"))
     }
 }

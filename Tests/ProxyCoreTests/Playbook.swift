@@ -72,17 +72,20 @@ struct Fixture: Sendable {
         } catch {
             fatalError("test config does not load: \(error)")
         }
-        let interceptHosts: Set<String> = switch configuration.tls.intercept {
-        case .hosts(let hosts): Set(hosts)
-        case .scoped: Set(configuration.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
-        }
+        let interceptHosts: Set<String> =
+            switch configuration.tls.intercept {
+            case .hosts(let hosts): Set(hosts)
+            case .scoped: Set(configuration.policy.scopes.flatMap(\.origins).filter { $0.scheme == .https }.map(\.host))
+            }
         // The scrub and the guard run with the configured `scrub:`/`guard:` (on by default) over
         // the canary values: every table of this suite runs with them on.
-        let values = SecretValueIndex(placeholders: PlaceholderTable(configuration.placeholders, key: Fixture.placeholderKey),
-                                      values: secrets.mapValues { Array($0.utf8) })
-        scope = ScopeContext(policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
-                             proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts,
-                             protection: configuration.protection, values: values, tokens: tokens)
+        let values = SecretValueIndex(
+            placeholders: PlaceholderTable(configuration.placeholders, key: Fixture.placeholderKey),
+            values: secrets.mapValues { Array($0.utf8) })
+        scope = ScopeContext(
+            policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
+            proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts,
+            protection: configuration.protection, values: values, tokens: tokens)
     }
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
@@ -177,26 +180,27 @@ enum RecordField: CustomStringConvertible {
     }
 
     var description: String {
-        let value = switch self {
-        case .field(_, let value): value.map(String.init(describing:)) ?? "nil"
-        case .id(let value): value
-        case .method(let value): value ?? "nil"
-        case .origin(let value): value.map(String.init(describing:)) ?? "nil"
-        case .path(let value): value ?? "nil"
-        case .status(let value): value.map(String.init) ?? "nil"
-        case .clientID(let value): value ?? "nil"
-        case .failure(let value): value?.code ?? "nil"
-        case .scopes(let value): "\(value)"
-        case .injected(let value): "\(value)"
-        case .stripped(let value): "\(value)"
-        case .redirect(let value): value?.rawValue ?? "nil"
-        case .redirectOrigin(let value): value.map(String.init(describing:)) ?? "nil"
-        case .tunnel(let value): value?.rawValue ?? "nil"
-        case .bytesIn(let value): "\(value)"
-        case .bytesOut(let value): "\(value)"
-        case .requestBodyTotal(let value): value.map(String.init) ?? "nil"
-        case .responseBodyTotal(let value): value.map(String.init) ?? "nil"
-        }
+        let value =
+            switch self {
+            case .field(_, let value): value.map(String.init(describing:)) ?? "nil"
+            case .id(let value): value
+            case .method(let value): value ?? "nil"
+            case .origin(let value): value.map(String.init(describing:)) ?? "nil"
+            case .path(let value): value ?? "nil"
+            case .status(let value): value.map(String.init) ?? "nil"
+            case .clientID(let value): value ?? "nil"
+            case .failure(let value): value?.code ?? "nil"
+            case .scopes(let value): "\(value)"
+            case .injected(let value): "\(value)"
+            case .stripped(let value): "\(value)"
+            case .redirect(let value): value?.rawValue ?? "nil"
+            case .redirectOrigin(let value): value.map(String.init(describing:)) ?? "nil"
+            case .tunnel(let value): value?.rawValue ?? "nil"
+            case .bytesIn(let value): "\(value)"
+            case .bytesOut(let value): "\(value)"
+            case .requestBodyTotal(let value): value.map(String.init) ?? "nil"
+            case .responseBodyTotal(let value): value.map(String.init) ?? "nil"
+            }
         return "\(name)=\(value)"
     }
 }
@@ -304,10 +308,11 @@ func describe(_ action: ConnectionAction) -> String {
     case .sendToUpstream(let hop, let bytes): "sendToUpstream(\(hop), \(quoted(text(bytes), limit: 160)))"
     case .emit(let record):
         // Every field of the log's table the record has (the clock's aside), so a new one shows.
-        "emit(" + LogField.ordered.compactMap { field -> String? in
-            guard field != .ts, field != .durationMS, let fact = field.row.read(record) else { return nil }
-            return "\(field.name)=\(fact)"
-        }.joined(separator: ", ") + ")"
+        "emit("
+            + LogField.ordered.compactMap { field -> String? in
+                guard field != .ts, field != .durationMS, let fact = field.row.read(record) else { return nil }
+                return "\(field.name)=\(fact)"
+            }.joined(separator: ", ") + ")"
     default: "\(action)"
     }
 }
@@ -347,16 +352,19 @@ struct Playbook {
     static let peer = "127.0.0.1:50000"
     static let seed: UInt64 = 0x5C0_9E
 
-    init(_ fixture: Fixture = .stripEverything, mode: ConnectionMode = .forwardProxy, logBodies: Bool = false,
-         limits: Limits? = nil, facts: ConnectionFacts? = nil) {
+    init(
+        _ fixture: Fixture = .stripEverything, mode: ConnectionMode = .forwardProxy, logBodies: Bool = false,
+        limits: Limits? = nil, facts: ConnectionFacts? = nil
+    ) {
         self.fixture = fixture
         let configuration = fixture.configuration
         settings = ConnectionMachine.Settings(
             timeouts: configuration.timeouts, limits: limits ?? configuration.limits,
             admission: .init(tunnel: configuration.tls.tunnel, canIntercept: !fixture.scope.interceptHosts.isEmpty),
             logBodies: logBodies)
-        machine = ConnectionMachine(settings: settings, mode: mode, facts: facts ?? ConnectionFacts(peer: Self.peer),
-                                    ids: RequestIDGenerator(seed: Self.seed))
+        machine = ConnectionMachine(
+            settings: settings, mode: mode, facts: facts ?? ConnectionFacts(peer: Self.peer),
+            ids: RequestIDGenerator(seed: Self.seed))
         // Counted, not asserted: `on` and `ignores` check that no event of a table was impossible,
         // `impossible` that one was, and random walks feed whatever they like.
         machine.toleratesImpossibleEvents = true
@@ -406,8 +414,9 @@ struct Playbook {
         let returned = machine.handle(event)
         check(describeEvent(event), returned, expected, sourceLocation)
         if machine.impossibleEvents != impossibleBefore {
-            Issue.record("after \(describeEvent(event)): the machine took it for impossible (\(machine.lastImpossible.map { "\($0)" } ?? "?"))",
-                         sourceLocation: sourceLocation)
+            Issue.record(
+                "after \(describeEvent(event)): the machine took it for impossible (\(machine.lastImpossible.map { "\($0)" } ?? "?"))",
+                sourceLocation: sourceLocation)
         }
         return returned
     }
@@ -446,8 +455,9 @@ struct Playbook {
         guard !problems.isEmpty else { return }
         let actual = returned.enumerated().map { "    \($0.offset): \(describe($0.element))" }.joined(separator: "\n")
         let wanted = expected.enumerated().map { "    \($0.offset): \($0.element)" }.joined(separator: "\n")
-        Issue.record("after \(event):\n  \(problems.joined(separator: "\n  "))\n  returned:\n\(actual)\n  expected:\n\(wanted)",
-                     sourceLocation: location)
+        Issue.record(
+            "after \(event):\n  \(problems.joined(separator: "\n  "))\n  returned:\n\(actual)\n  expected:\n\(wanted)",
+            sourceLocation: location)
     }
 
     /// What does not match, action by action; empty when `returned` is exactly what `expected` describes.
@@ -507,38 +517,50 @@ extension Playbook {
     /// start → the request head → connect to `origin` on hop 1: the machine waits for the connection.
     mutating func requested(_ lines: [String] = get, to origin: Origin = plain, sourceLocation: SourceLocation = #_sourceLocation) {
         start([.arm(.clientHead)], sourceLocation: sourceLocation)
-        on(.requestHead(requestHead(lines), headBytes: lines.joined(separator: "\r\n").utf8.count + 4, Arrival(now: now, scope: fixture.scope)),
-           [.cancelTimer, .arm(.connect), .connect(hop(1), origin, origin.scheme == .https ? .tls : .plain, reusePooled: true)],
-           sourceLocation: sourceLocation)
+        on(
+            .requestHead(requestHead(lines), headBytes: lines.joined(separator: "\r\n").utf8.count + 4, Arrival(now: now, scope: fixture.scope)),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), origin, origin.scheme == .https ? .tls : .plain, reusePooled: true)],
+            sourceLocation: sourceLocation)
     }
 
     /// `requested` a bodiless request, then connected and sent: the machine waits for the response head.
-    mutating func sent(_ lines: [String] = get, to origin: Origin = plain, reused: Bool = true,
-                       sourceLocation: SourceLocation = #_sourceLocation) {
+    mutating func sent(
+        _ lines: [String] = get, to origin: Origin = plain, reused: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         requested(lines, to: origin, sourceLocation: sourceLocation)
         let method = String(lines[0].prefix { $0 != " " })
-        on(.upstreamConnected(hop(1), reused: reused), [.send(hop(1), startingWith: method + " "), .arm(.responseHead)],
-           sourceLocation: sourceLocation)
+        on(
+            .upstreamConnected(hop(1), reused: reused), [.send(hop(1), startingWith: method + " "), .arm(.responseHead)],
+            sourceLocation: sourceLocation)
     }
 
     /// `sent`, then a 200 with a body of `length` bytes: the machine relays the body.
     mutating func relaying(_ lines: [String] = get, length: UInt64 = 10, sourceLocation: SourceLocation = #_sourceLocation) {
         sent(lines, sourceLocation: sourceLocation)
-        on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: \(length)")),
-           [.write(startingWith: "HTTP/1.1 200 OK\r\n"), .relay(hop(1), .contentLength(length), .contentLength(length)), .arm(.stall)],
-           sourceLocation: sourceLocation)
+        on(
+            .responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: \(length)")),
+            [.write(startingWith: "HTTP/1.1 200 OK\r\n"), .relay(hop(1), .contentLength(length), .contentLength(length)), .arm(.stall)],
+            sourceLocation: sourceLocation)
     }
 
     /// `requested` a POST with a Content-Length body to `plain`, connected: the body is being pumped.
-    mutating func pumping(length: UInt64 = 100, reused: Bool = true, method: String = "POST",
-                          sourceLocation: SourceLocation = #_sourceLocation) {
+    mutating func pumping(
+        length: UInt64 = 100, reused: Bool = true, method: String = "POST",
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         start([.arm(.clientHead)], sourceLocation: sourceLocation)
-        on(head("\(method) http://plain.example/up HTTP/1.1", "Host: plain.example", "Content-Length: \(length)"),
-           [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)], sourceLocation: sourceLocation)
+        on(
+            head("\(method) http://plain.example/up HTTP/1.1", "Host: plain.example", "Content-Length: \(length)"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)], sourceLocation: sourceLocation)
         let capture = fixture.scope.redirects.mode == .follow ? settings.limits.maxReplayBody : nil
-        on(.upstreamConnected(hop(1), reused: reused),
-           [.send(hop(1), startingWith: "\(method) /up HTTP/1.1\r\n"), .pump(hop(1), .contentLength(length), capture: capture, observe: nil), .arm(.stall)],
-           sourceLocation: sourceLocation)
+        on(
+            .upstreamConnected(hop(1), reused: reused),
+            [
+                .send(hop(1), startingWith: "\(method) /up HTTP/1.1\r\n"), .pump(hop(1), .contentLength(length), capture: capture, observe: nil),
+                .arm(.stall),
+            ],
+            sourceLocation: sourceLocation)
     }
 }
 

@@ -6,7 +6,8 @@ import Testing
 @Suite("Machine: access-log records")
 struct RecordTests {
     enum Ending: String, Sendable, CaseIterable {
-        case completed, connectFailed, responseTimeout, responseCut, clientGoneWaiting, clientGoneRelaying, refusedAtAdmission, invalidHead, blockedRedirect
+        case completed, connectFailed, responseTimeout, responseCut, clientGoneWaiting, clientGoneRelaying, refusedAtAdmission, invalidHead,
+            blockedRedirect
     }
 
     @Test("exactly one line per request, however it ends (and none more when the connection then closes)", arguments: Ending.allCases)
@@ -52,22 +53,32 @@ struct RecordTests {
         var p = Playbook(Configs.follow)
         p.requested(["GET https://a.example/a HTTP/1.1", "Host: a.example", "X-Request-ID: trace-123", clientAuthorization, clientCookie], to: a)
         _ = p.feed(.upstreamConnected(hop(1), reused: true))
-        p.on(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://b.example/b?x=1")), [
-            .release(hop(1), reuse: false),
-            .emit(.id("trace-123"), .method("GET"), .origin(a), .path("/a"), .status(302), .scopes(["a"]), .injected(["X-A-Key"]),
-                  .stripped([]), .redirect(.follow), .redirectOrigin(b), .failure(nil)),
-            .arm(.connect), .connect(hop(2), b, .tls, reusePooled: true),
-        ])
+        p.on(
+            .responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://b.example/b?x=1")),
+            [
+                .release(hop(1), reuse: false),
+                .emit(
+                    .id("trace-123"), .method("GET"), .origin(a), .path("/a"), .status(302), .scopes(["a"]), .injected(["X-A-Key"]),
+                    .stripped([]), .redirect(.follow), .redirectOrigin(b), .failure(nil)),
+                .arm(.connect), .connect(hop(2), b, .tls, reusePooled: true),
+            ])
         _ = p.feed(.upstreamConnected(hop(2), reused: true))
         #expect(p.sent(to: hop(2))?.contains("X-Request-ID: trace-123\r\n") == true, "the id travels to every hop")
-        p.on(.responseHead(hop(2), response("HTTP/1.1 200 OK", "Content-Length: 4")),
-             [.write(startingWith: "HTTP/1.1 200 OK\r\n", containing: ["X-Request-ID: trace-123"]), .relay(hop(2), .contentLength(4), .contentLength(4)), .arm(.stall)])
-        p.on(.responseBody(hop(2), .complete(payload: 4, consumed: 4, captured: nil, observed: nil)), [
-            .cancelTimer, .release(hop(2), reuse: true),
-            .emit(.id("trace-123"), .method("GET"), .origin(b), .path("/b?x=1"), .status(200), .scopes(["b"]), .injected(["X-B-Key"]),
-                  .stripped(["Authorization", "Cookie"]), .redirect(nil), .failure(nil)),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            .responseHead(hop(2), response("HTTP/1.1 200 OK", "Content-Length: 4")),
+            [
+                .write(startingWith: "HTTP/1.1 200 OK\r\n", containing: ["X-Request-ID: trace-123"]),
+                .relay(hop(2), .contentLength(4), .contentLength(4)), .arm(.stall),
+            ])
+        p.on(
+            .responseBody(hop(2), .complete(payload: 4, consumed: 4, captured: nil, observed: nil)),
+            [
+                .cancelTimer, .release(hop(2), reuse: true),
+                .emit(
+                    .id("trace-123"), .method("GET"), .origin(b), .path("/b?x=1"), .status(200), .scopes(["b"]), .injected(["X-B-Key"]),
+                    .stripped(["Authorization", "Cookie"]), .redirect(nil), .failure(nil)),
+                .arm(.idle), .readNextRequest,
+            ])
     }
 
     struct IDRow: Sendable, CustomTestStringConvertible {
@@ -76,17 +87,20 @@ struct RecordTests {
         var testDescription: String { "X-Request-ID \(sent ?? "absent")" }
     }
 
-    @Test("a client's well-formed X-Request-ID is the id; otherwise the proxy makes one", arguments: [
-        IDRow(sent: nil, used: Playbook.generatedID(1)),
-        IDRow(sent: "abc-123_x.y", used: "abc-123_x.y"),
-        IDRow(sent: "has space", used: Playbook.generatedID(1)),
-        IDRow(sent: String(repeating: "x", count: 65), used: Playbook.generatedID(1)),
-    ])
+    @Test(
+        "a client's well-formed X-Request-ID is the id; otherwise the proxy makes one",
+        arguments: [
+            IDRow(sent: nil, used: Playbook.generatedID(1)),
+            IDRow(sent: "abc-123_x.y", used: "abc-123_x.y"),
+            IDRow(sent: "has space", used: Playbook.generatedID(1)),
+            IDRow(sent: String(repeating: "x", count: 65), used: Playbook.generatedID(1)),
+        ])
     func requestID(_ row: IDRow) {
         var p = Playbook()
         p.requested(get + (row.sent.map { ["X-Request-ID: \($0)"] } ?? []))
-        p.on(.upstreamConnected(hop(1), reused: true),
-             [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", containing: ["X-Request-ID: \(row.used)\r\n"]), .arm(.responseHead)])
+        p.on(
+            .upstreamConnected(hop(1), reused: true),
+            [.send(hop(1), startingWith: "GET / HTTP/1.1\r\n", containing: ["X-Request-ID: \(row.used)\r\n"]), .arm(.responseHead)])
         #expect(p.sent(to: hop(1)).map { requestHead(text: $0).fields.count("x-request-id") } == 1, "one X-Request-ID upstream")
         _ = p.feed(.upstreamConnectFailed(hop(1), .dnsFailure(plain)))
         _ = p.feed(.timerFired(.responseHead))
@@ -103,26 +117,35 @@ struct RecordTests {
         var testDescription: String { name }
     }
 
-    @Test("the line names what the scope rules did", arguments: [
-        ScopeRow(name: "unscoped: the client's credentials are stripped", target: unscoped, sent: [clientAuthorization, clientCookie, "X-API-Key: k"],
-                 scopes: [], injected: [], stripped: ["Authorization", "Cookie", "X-API-Key"]),
-        ScopeRow(name: "scope a: its token injected, what it passes kept", target: a, sent: [clientAuthorization, clientCookie, "X-API-Key: k"],
-                 scopes: ["a"], injected: ["X-A-Key"], stripped: ["X-API-Key"]),
-        ScopeRow(name: "scope b: the client's value under b's injected name is replaced, not reported stripped", target: b, sent: ["X-B-Key: client-value"],
-                 scopes: ["b"], injected: ["X-B-Key"], stripped: []),
-        ScopeRow(name: "scope a: an underscore alias is stripped", target: a, sent: ["X_A_Key: sneaky"],
-                 scopes: ["a"], injected: ["X-A-Key"], stripped: ["X_A_Key"]),
-    ])
+    @Test(
+        "the line names what the scope rules did",
+        arguments: [
+            ScopeRow(
+                name: "unscoped: the client's credentials are stripped", target: unscoped, sent: [clientAuthorization, clientCookie, "X-API-Key: k"],
+                scopes: [], injected: [], stripped: ["Authorization", "Cookie", "X-API-Key"]),
+            ScopeRow(
+                name: "scope a: its token injected, what it passes kept", target: a, sent: [clientAuthorization, clientCookie, "X-API-Key: k"],
+                scopes: ["a"], injected: ["X-A-Key"], stripped: ["X-API-Key"]),
+            ScopeRow(
+                name: "scope b: the client's value under b's injected name is replaced, not reported stripped", target: b,
+                sent: ["X-B-Key: client-value"],
+                scopes: ["b"], injected: ["X-B-Key"], stripped: []),
+            ScopeRow(
+                name: "scope a: an underscore alias is stripped", target: a, sent: ["X_A_Key: sneaky"],
+                scopes: ["a"], injected: ["X-A-Key"], stripped: ["X_A_Key"]),
+        ])
     func scopeFacts(_ row: ScopeRow) {
         var p = Playbook(Configs.pass)
         p.requested(["GET https://\(row.target.host)/ HTTP/1.1", "Host: \(row.target.host)"] + row.sent, to: row.target)
         _ = p.feed(.upstreamConnected(hop(1), reused: true))
         _ = p.feed(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")))
-        p.on(.responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)), [
-            .cancelTimer, .release(hop(1), reuse: true),
-            .emit(.origin(row.target), .status(200), .scopes(row.scopes), .injected(row.injected), .stripped(row.stripped)),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            .responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)),
+            [
+                .cancelTimer, .release(hop(1), reuse: true),
+                .emit(.origin(row.target), .status(200), .scopes(row.scopes), .injected(row.injected), .stripped(row.stripped)),
+                .arm(.idle), .readNextRequest,
+            ])
         let sent = p.sent(to: hop(1)) ?? ""
         #expect(!sent.contains("client-value") && !sent.contains("sneaky"))
     }
@@ -131,14 +154,18 @@ struct RecordTests {
     func observedResponseBody() {
         var p = Playbook(logBodies: true)
         p.sent()
-        p.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Type: application/json", "Content-Length: 2")), [
-            .write(startingWith: "HTTP/1.1 200 OK\r\n"),
-            .relay(hop(1), .contentLength(2), .contentLength(2), observe: p.settings.limits.maxObservedBody), .arm(.stall),
-        ])
+        p.on(
+            .responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Type: application/json", "Content-Length: 2")),
+            [
+                .write(startingWith: "HTTP/1.1 200 OK\r\n"),
+                .relay(hop(1), .contentLength(2), .contentLength(2), observe: p.settings.limits.maxObservedBody), .arm(.stall),
+            ])
         let observed = ExchangeRecord.ObservedBody(bytes: Array("{}".utf8), total: 2, truncated: false, contentType: nil)
-        let returned = p.on(.responseBody(hop(1), .complete(payload: 2, consumed: 2, captured: nil, observed: observed)), [
-            .cancelTimer, .release(hop(1), reuse: true), .emit(.responseBodyTotal(2)), .arm(.idle), .readNextRequest,
-        ])
+        let returned = p.on(
+            .responseBody(hop(1), .complete(payload: 2, consumed: 2, captured: nil, observed: observed)),
+            [
+                .cancelTimer, .release(hop(1), reuse: true), .emit(.responseBodyTotal(2)), .arm(.idle), .readNextRequest,
+            ])
         let record = returned.compactMap { if case .emit(let record) = $0 { record } else { nil } }.first
         #expect(record?.responseBody?.contentType == "application/json")
     }
@@ -154,10 +181,12 @@ struct RecordTests {
         case .pumpingBody: p.pumping()
         case .relaying: p.relaying()
         }
-        p.on(.connectionClosed, [
-            .cancelTimer, .release(hop(1), reuse: false),
-            .emit(.status(stage == .relaying ? 200 : nil), .failure(.clientClosed)),
-        ])
+        p.on(
+            .connectionClosed,
+            [
+                .cancelTimer, .release(hop(1), reuse: false),
+                .emit(.status(stage == .relaying ? 200 : nil), .failure(.clientClosed)),
+            ])
         #expect(p.emitted.count == 1)
         #expect(p.released == [hop(1)])
     }
@@ -206,12 +235,14 @@ struct RecordTests {
     func invalidHead() {
         var p = Playbook()
         p.start([.arm(.clientHead)])
-        p.on(p.headInvalid(.headTooLarge), [
-            .cancelTimer,
-            .write(startingWith: "HTTP/1.1 431 Request Header Fields Too Large\r\n", containing: ["Connection: close"]),
-            .emit(.status(431), .method(nil), .failure(.proxy(.headTooLarge))),
-            .close(.afterFlush),
-        ])
+        p.on(
+            p.headInvalid(.headTooLarge),
+            [
+                .cancelTimer,
+                .write(startingWith: "HTTP/1.1 431 Request Header Fields Too Large\r\n", containing: ["Connection: close"]),
+                .emit(.status(431), .method(nil), .failure(.proxy(.headTooLarge))),
+                .close(.afterFlush),
+            ])
     }
 }
 
@@ -221,12 +252,14 @@ struct CredentialUnavailableTests {
     func keepAlive() {
         var p = Playbook(Configs.pass)
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET https://broken.example/ HTTP/1.1", "Host: broken.example"), [
-            .cancelTimer,
-            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable"], excluding: ["Connection: close"]),
-            .emit(.status(502), .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            p.head("GET https://broken.example/ HTTP/1.1", "Host: broken.example"),
+            [
+                .cancelTimer,
+                .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable"], excluding: ["Connection: close"]),
+                .emit(.status(502), .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
+                .arm(.idle), .readNextRequest,
+            ])
         #expect(p.connected.isEmpty)
     }
 
@@ -245,25 +278,31 @@ struct CredentialUnavailableTests {
     func clientAskedToClose(_ row: CloseRow) {
         var p = Playbook(Configs.pass)
         p.start([.arm(.clientHead)])
-        p.on(.requestHead(requestHead(row.request), headBytes: 60, Arrival(now: p.now, scope: p.fixture.scope)), [
-            .cancelTimer,
-            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable", "Connection: close"]),
-            .emit(.status(502), .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
-            .close(.afterFlush),
-        ])
+        p.on(
+            .requestHead(requestHead(row.request), headBytes: 60, Arrival(now: p.now, scope: p.fixture.scope)),
+            [
+                .cancelTimer,
+                .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable", "Connection: close"]),
+                .emit(.status(502), .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("a followed redirect into a scope whose secret has no value, for a client that asked to close: the connection closes")
     func followedClientAskedToClose() {
         var p = Playbook(Configs.follow)
         p.sent(["GET https://a.example/ HTTP/1.1", "Host: a.example", "Connection: close"], to: a)
-        p.on(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://broken.example/")), [
-            .release(hop(1), reuse: false), .emit(.status(302), .redirect(.follow)),
-            .cancelTimer,
-            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable", "Connection: close"]),
-            .emit(.status(502), .origin(origin("https://broken.example")), .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
-            .close(.afterFlush),
-        ])
+        p.on(
+            .responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://broken.example/")),
+            [
+                .release(hop(1), reuse: false), .emit(.status(302), .redirect(.follow)),
+                .cancelTimer,
+                .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["credential_unavailable", "Connection: close"]),
+                .emit(
+                    .status(502), .origin(origin("https://broken.example")),
+                    .failure(.proxy(.credentialUnavailable(scope: "broken", secret: "missing")))),
+                .close(.afterFlush),
+            ])
         #expect(p.connected == [hop(1)])
     }
 }
@@ -274,9 +313,11 @@ struct RecordDetailTests {
     func interceptScope() {
         var p = Playbook(Configs.intercept)
         p.start([.arm(.clientHead)])
-        p.on(p.head("CONNECT a.example:443 HTTP/1.1"), [
-            .cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead),
-        ])
+        p.on(
+            p.head("CONNECT a.example:443 HTTP/1.1"),
+            [
+                .cancelTimer, .writeExactly(established), .startClientTLS(a), .arm(.clientHead),
+            ])
         p.on(.clientTLSEstablished, [.emit(.status(200)), .arm(.clientHead)])
         #expect(p.emitted.first?.scopes == ["a"])
     }
@@ -289,19 +330,24 @@ struct RecordDetailTests {
         var description: String { head[0] }
     }
 
-    @Test("a refused request's line names the target whenever it can be read (a denied CONNECT its host:port), and nothing when it cannot",
-          arguments: [
-              RefusedTarget(head: ["CONNECT unscoped.example:443 HTTP/1.1", "Host: unscoped.example:443"], origin: unscoped, pathAndQuery: nil),
-              RefusedTarget(head: ["CONNECT unscoped.example:8443 HTTP/1.1", "Content-Length: 5"], origin: origin("https://unscoped.example:8443"), pathAndQuery: nil),
-              RefusedTarget(head: ["GET https://a.example/v1/x HTTP/1.1", "Host: a.example", "Host: b.example"], origin: a, pathAndQuery: "/v1/x"),
-              RefusedTarget(head: ["GET /not-a-proxy-request HTTP/1.1", "Host: plain.example"], origin: nil, pathAndQuery: nil),
-              RefusedTarget(head: ["CONNECT unscoped.example HTTP/1.1"], origin: nil, pathAndQuery: nil),
-          ])
+    @Test(
+        "a refused request's line names the target whenever it can be read (a denied CONNECT its host:port), and nothing when it cannot",
+        arguments: [
+            RefusedTarget(head: ["CONNECT unscoped.example:443 HTTP/1.1", "Host: unscoped.example:443"], origin: unscoped, pathAndQuery: nil),
+            RefusedTarget(
+                head: ["CONNECT unscoped.example:8443 HTTP/1.1", "Content-Length: 5"], origin: origin("https://unscoped.example:8443"),
+                pathAndQuery: nil),
+            RefusedTarget(head: ["GET https://a.example/v1/x HTTP/1.1", "Host: a.example", "Host: b.example"], origin: a, pathAndQuery: "/v1/x"),
+            RefusedTarget(head: ["GET /not-a-proxy-request HTTP/1.1", "Host: plain.example"], origin: nil, pathAndQuery: nil),
+            RefusedTarget(head: ["CONNECT unscoped.example HTTP/1.1"], origin: nil, pathAndQuery: nil),
+        ])
     func refusedRequestNamesItsTarget(_ refused: RefusedTarget) {
         var p = Playbook(Configs.intercept)
         p.start([.arm(.clientHead)])
-        _ = p.feed(.requestHead(requestHead(refused.head), headBytes: refused.head.joined(separator: "\r\n").utf8.count + 4,
-                                Arrival(now: p.now, scope: p.fixture.scope)))
+        _ = p.feed(
+            .requestHead(
+                requestHead(refused.head), headBytes: refused.head.joined(separator: "\r\n").utf8.count + 4,
+                Arrival(now: p.now, scope: p.fixture.scope)))
         let record = p.emitted.first
         #expect(record?.status.map { $0 >= 400 } == true, "refused: \(String(describing: record))")
         #expect(record?.origin == refused.origin)
@@ -312,10 +358,12 @@ struct RecordDetailTests {
     func nothingInjectedWhenNeverSent() {
         var p = Playbook(Configs.pass)
         p.requested(["GET https://a.example/ HTTP/1.1", "Host: a.example"], to: a)
-        p.on(.upstreamConnectFailed(hop(1), .upstreamTLSVerification(a, "self-signed certificate")), [
-            .release(hop(1), reuse: false), .cancelTimer, .write(startingWith: "HTTP/1.1 502 "), .emit(.status(502)),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            .upstreamConnectFailed(hop(1), .upstreamTLSVerification(a, "self-signed certificate")),
+            [
+                .release(hop(1), reuse: false), .cancelTimer, .write(startingWith: "HTTP/1.1 502 "), .emit(.status(502)),
+                .arm(.idle), .readNextRequest,
+            ])
         #expect(p.emitted.first?.injected == [])
         #expect(p.emitted.first?.scopes == ["a"])
     }
@@ -325,8 +373,9 @@ struct RecordDetailTests {
 struct StderrHintTests {
     /// The set-up mistakes whose fix must reach someone who reads only the proxy's terminal;
     /// every other failure stays in the access log alone (a hint per kind, not per connection).
-    @Test("each failure hints on stderr or not, with a fixed text that says the fix",
-          arguments: [
+    @Test(
+        "each failure hints on stderr or not, with a fixed text that says the fix",
+        arguments: [
             (ExchangeFailure.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "should say http://"),
             (.proxy(.tlsToPlainListener), "client_spoke_tls_to_plain_listener", "HTTPS_PROXY=http://HOST:PORT"),
             (.proxy(.interceptionFailed(a, .clientRejectedCertificate)), "client_rejected_certificate", "scopeproxy ca"),
@@ -334,7 +383,7 @@ struct StderrHintTests {
             (.proxy(.notProxyRequest), nil, nil),
             (.responseCut, nil, nil),
             (.clientClosed, nil, nil),
-          ] as [(ExchangeFailure, String?, String?)])
+        ] as [(ExchangeFailure, String?, String?)])
     func hint(failure: ExchangeFailure, event: String?, says: String?) {
         #expect(failure.stderrHint?.event == event)
         if let says { #expect(failure.stderrHint?.hint.contains(says) == true) }
@@ -357,20 +406,26 @@ struct RefusedRecordScopeTests {
     /// `scope=-` in the log must mean only that no scope covers the origin: every refusal made once
     /// the request is admitted (its origin and client known) carries the covering scopes, as a
     /// request that went through would.
-    @Test("the record of a refusal after admission names the scopes covering its origin", arguments: [
-        Row(name: "a placeholder toward an origin a scope covers without substituting it", fixture: SecretTrafficTests.fixture,
-            lines: ["GET https://a.example/ HTTP/1.1", "Host: a.example", "Authorization: token \(placeholder)"],
-            failure: "placeholder_out_of_scope", scopes: ["a"]),
-        Row(name: "a secret's value toward an origin another scope covers", fixture: SecretTrafficTests.fixture,
-            lines: ["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "X-Debug: A-INJECTED-7c1e"],
-            failure: "secret_egress_blocked", scopes: ["gh"]),
-        Row(name: "a credential without a value", fixture: Configs.pass,
-            lines: ["GET https://broken.example/ HTTP/1.1", "Host: broken.example"],
-            failure: "credential_unavailable", scopes: ["broken"]),
-        Row(name: "a placeholder toward an origin no scope covers: no scope", fixture: SecretTrafficTests.fixture,
-            lines: ["GET https://unscoped.example/?k=\(placeholder) HTTP/1.1", "Host: unscoped.example"],
-            failure: "placeholder_out_of_scope", scopes: []),
-    ])
+    @Test(
+        "the record of a refusal after admission names the scopes covering its origin",
+        arguments: [
+            Row(
+                name: "a placeholder toward an origin a scope covers without substituting it", fixture: SecretTrafficTests.fixture,
+                lines: ["GET https://a.example/ HTTP/1.1", "Host: a.example", "Authorization: token \(placeholder)"],
+                failure: "placeholder_out_of_scope", scopes: ["a"]),
+            Row(
+                name: "a secret's value toward an origin another scope covers", fixture: SecretTrafficTests.fixture,
+                lines: ["GET https://gh.example/ HTTP/1.1", "Host: gh.example", "X-Debug: A-INJECTED-7c1e"],
+                failure: "secret_egress_blocked", scopes: ["gh"]),
+            Row(
+                name: "a credential without a value", fixture: Configs.pass,
+                lines: ["GET https://broken.example/ HTTP/1.1", "Host: broken.example"],
+                failure: "credential_unavailable", scopes: ["broken"]),
+            Row(
+                name: "a placeholder toward an origin no scope covers: no scope", fixture: SecretTrafficTests.fixture,
+                lines: ["GET https://unscoped.example/?k=\(placeholder) HTTP/1.1", "Host: unscoped.example"],
+                failure: "placeholder_out_of_scope", scopes: []),
+        ])
     func refusedRecordNamesScopes(_ row: Row) {
         var p = Playbook(row.fixture)
         p.start([.arm(.clientHead)])

@@ -1,7 +1,8 @@
 import HTTP1Codec
-import Testing
-@testable import ProxyCore
 import ScopePolicy
+import Testing
+
+@testable import ProxyCore
 
 // The proxy is never its own client (docs/security-model.md, "Clients"): the pure decisions.
 
@@ -24,31 +25,41 @@ struct OwnListenersTests {
 
     static let rows: [Row] = [
         Row(name: "the forward listener itself", listeners: loopbackProxy, destination: "127.0.0.1", port: 8080, reaches: true),
-        Row(name: "a route port bound at port 0, as the kernel resolved it", listeners: loopbackProxy, destination: "127.0.0.1",
+        Row(
+            name: "a route port bound at port 0, as the kernel resolved it", listeners: loopbackProxy, destination: "127.0.0.1",
             port: 40123, reaches: true),
-        Row(name: "another loopback address at a listening port", listeners: loopbackProxy, destination: "127.0.0.2", port: 8080,
+        Row(
+            name: "another loopback address at a listening port", listeners: loopbackProxy, destination: "127.0.0.2", port: 8080,
             reaches: true),
         Row(name: "the end of 127/8", listeners: loopbackProxy, destination: "127.255.255.254", port: 9090, reaches: true),
-        Row(name: "::1 at a listening port (an IPv4 listener: refused all the same, this machine's)", listeners: loopbackProxy,
+        Row(
+            name: "::1 at a listening port (an IPv4 listener: refused all the same, this machine's)", listeners: loopbackProxy,
             destination: "::1", port: 8080, reaches: true),
         Row(name: "IPv4-mapped loopback", listeners: loopbackProxy, destination: "::ffff:127.0.0.1", port: 8080, reaches: true),
-        Row(name: "the unspecified address connects to this machine", listeners: loopbackProxy, destination: "0.0.0.0", port: 8080,
+        Row(
+            name: "the unspecified address connects to this machine", listeners: loopbackProxy, destination: "0.0.0.0", port: 8080,
             reaches: true),
         Row(name: ":: likewise", listeners: loopbackProxy, destination: "::", port: 8080, reaches: true),
         Row(name: "a local interface address", listeners: loopbackProxy, destination: "192.0.2.10", port: 8080, reaches: true),
         Row(name: "a local IPv6 interface address", listeners: loopbackProxy, destination: "2001:db8::10", port: 9090, reaches: true),
-        Row(name: "an address that is not this machine's, at a port a loopback listener uses", listeners: loopbackProxy,
+        Row(
+            name: "an address that is not this machine's, at a port a loopback listener uses", listeners: loopbackProxy,
             destination: "192.0.2.99", port: 8080, reaches: false),
         Row(name: "loopback at a port no listener uses", listeners: loopbackProxy, destination: "127.0.0.1", port: 8081, reaches: false),
-        Row(name: "a wildcard listener: any address at its port", listeners: [at("0.0.0.0", 8080)], destination: "203.0.113.7",
+        Row(
+            name: "a wildcard listener: any address at its port", listeners: [at("0.0.0.0", 8080)], destination: "203.0.113.7",
             port: 8080, interfaces: [], reaches: true),
-        Row(name: "an IPv6 wildcard listener: any address at its port", listeners: [at("::", 8080)], destination: "198.51.100.1",
+        Row(
+            name: "an IPv6 wildcard listener: any address at its port", listeners: [at("::", 8080)], destination: "198.51.100.1",
             port: 8080, interfaces: [], reaches: true),
-        Row(name: "a wildcard listener: other ports are not its", listeners: [at("0.0.0.0", 8080)], destination: "203.0.113.7",
+        Row(
+            name: "a wildcard listener: other ports are not its", listeners: [at("0.0.0.0", 8080)], destination: "203.0.113.7",
             port: 443, reaches: false),
-        Row(name: "a listener bound to an interface address, reached by that address even if the interface list lost it",
+        Row(
+            name: "a listener bound to an interface address, reached by that address even if the interface list lost it",
             listeners: [at("192.0.2.10", 8080)], destination: "192.0.2.10", port: 8080, interfaces: [], reaches: true),
-        Row(name: "a listener bound to ::1, reached through IPv6 loopback", listeners: [at("::1", 8080)], destination: "::1",
+        Row(
+            name: "a listener bound to ::1, reached through IPv6 loopback", listeners: [at("::1", 8080)], destination: "::1",
             port: 8080, reaches: true),
         Row(name: "no listeners known yet: nothing is refused", listeners: [], destination: "127.0.0.1", port: 8080, reaches: false),
     ]
@@ -85,19 +96,21 @@ struct OwnListenersTests {
 
 @Suite("Self connection: a socket's owner only from a live socket")
 struct LiveSocketOwnerTests {
-    @Test("states and inodes", arguments: [
-        (UInt8(1), UInt64(1234), UInt32(1000), UInt32(1000) as UInt32?),  // ESTABLISHED, held by a process
-        (4, 1234, 1000, 1000),          // FIN_WAIT1: the client shut down writing, still holds it
-        (5, 1234, 1000, 1000),          // FIN_WAIT2, likewise
-        (6, 0, 0, nil),                 // TIME_WAIT: the kernel reports uid 0 and inode 0
-        (6, 1234, 0, nil),              // TIME_WAIT is never live, whatever else it says
-        (5, 0, 1000, nil),              // an orphan (closed by its process): inode 0
-        (5, 0, 0, nil),                 // a FIN_WAIT2 timewait entry: uid 0, inode 0
-        (1, 0, 0, nil),                 // no inode: nobody holds it
-        (7, 1234, 1000, nil),           // CLOSE
-        (8, 1234, 1000, nil),           // CLOSE_WAIT: the proxy has not closed its end at accept
-        (10, 1234, 0, nil),             // LISTEN
-    ])
+    @Test(
+        "states and inodes",
+        arguments: [
+            (UInt8(1), UInt64(1234), UInt32(1000), UInt32(1000) as UInt32?),  // ESTABLISHED, held by a process
+            (4, 1234, 1000, 1000),  // FIN_WAIT1: the client shut down writing, still holds it
+            (5, 1234, 1000, 1000),  // FIN_WAIT2, likewise
+            (6, 0, 0, nil),  // TIME_WAIT: the kernel reports uid 0 and inode 0
+            (6, 1234, 0, nil),  // TIME_WAIT is never live, whatever else it says
+            (5, 0, 1000, nil),  // an orphan (closed by its process): inode 0
+            (5, 0, 0, nil),  // a FIN_WAIT2 timewait entry: uid 0, inode 0
+            (1, 0, 0, nil),  // no inode: nobody holds it
+            (7, 1234, 1000, nil),  // CLOSE
+            (8, 1234, 1000, nil),  // CLOSE_WAIT: the proxy has not closed its end at accept
+            (10, 1234, 0, nil),  // LISTEN
+        ])
     func liveOwner(_ state: UInt8, _ inode: UInt64, _ uid: UInt32, _ expected: UInt32?) {
         #expect(SocketOwnerTable.liveOwner(state: state, inode: inode, uid: uid) == expected)
     }
@@ -120,14 +133,16 @@ struct LiveSocketOwnerTests {
            5: 0100007F:D436 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 +4 1 0000000000000000
         """
 
-    @Test("/proc/net/tcp: a TIME_WAIT or orphaned row is no owner; live rows are", arguments: [
-        (UInt16(0xD431), nil as UInt32?),  // TIME_WAIT, uid 0: not root, unknown
-        (0xD432, nil),                     // orphan: inode 0
-        (0xD433, 1000),                    // FIN_WAIT2 still held
-        (0xD434, 1000),                    // ESTABLISHED
-        (0xD435, nil),                     // a state column that is not two hex digits: unreadable
-        (0xD436, nil),                     // an inode that is not digits: unreadable
-    ])
+    @Test(
+        "/proc/net/tcp: a TIME_WAIT or orphaned row is no owner; live rows are",
+        arguments: [
+            (UInt16(0xD431), nil as UInt32?),  // TIME_WAIT, uid 0: not root, unknown
+            (0xD432, nil),  // orphan: inode 0
+            (0xD433, 1000),  // FIN_WAIT2 still held
+            (0xD434, 1000),  // ESTABLISHED
+            (0xD435, nil),  // a state column that is not two hex digits: unreadable
+            (0xD436, nil),  // an inode that is not digits: unreadable
+        ])
     func table(_ clientPort: UInt16, _ expected: UInt32?) {
         let client = SocketOwnerTable.Endpoint(address: .ipv4(127, 0, 0, 1), port: clientPort)
         let server = SocketOwnerTable.Endpoint(address: .ipv4(127, 0, 0, 1), port: 8080)
@@ -147,30 +162,37 @@ struct LiveSocketOwnerTests {
 struct OwnConnectionAdmissionTests {
     static let own = ConnectionFacts(peer: "127.0.0.1:40000", peerIP: "127.0.0.1", owner: .uid(1001), isProxyOwnConnection: true)
 
-    @Test("refused with loop_refused before any client rule: uid, source, anonymous, or no clients at all", arguments: [
-        ["GET http://a.example/ HTTP/1.1", "Host: a.example"],
-        ["CONNECT a.example:443 HTTP/1.1", "Host: a.example:443"],
-        ["GET http://a.example/ HTTP/1.1", "Host: a.example", "Proxy-Authorization: Bearer let-me-in"],
-    ])
+    @Test(
+        "refused with loop_refused before any client rule: uid, source, anonymous, or no clients at all",
+        arguments: [
+            ["GET http://a.example/ HTTP/1.1", "Host: a.example"],
+            ["CONNECT a.example:443 HTTP/1.1", "Host: a.example:443"],
+            ["GET http://a.example/ HTTP/1.1", "Host: a.example", "Proxy-Authorization: Bearer let-me-in"],
+        ])
     func refused(_ head: [String]) {
-        let anonymous = Fixture(Configs.scopes + """
-            clients:
-              - { name: ci, uid: 1001 }
-              - { name: local, source: ["127.0.0.0/8"] }
-              - { name: anonymous }
-            """)
+        let anonymous = Fixture(
+            Configs.scopes + """
+                clients:
+                  - { name: ci, uid: 1001 }
+                  - { name: local, source: ["127.0.0.0/8"] }
+                  - { name: anonymous }
+                """)
         for fixture in [Configs.clients, anonymous, Configs.pass] {
-            let modes: [ConnectionMode] = head[0].hasPrefix("CONNECT") ? [.forwardProxy]
+            let modes: [ConnectionMode] =
+                head[0].hasPrefix("CONNECT")
+                ? [.forwardProxy]
                 : [.forwardProxy, .intercepted(a, client: ClientIdentity(name: "ci"))]
             for mode in modes {
-                let admitted = RequestAdmission.admit(requestHead(head), mode: mode, scope: fixture.scope,
-                                                      policy: .init(tunnel: .allow, canIntercept: true), facts: Self.own)
+                let admitted = RequestAdmission.admit(
+                    requestHead(head), mode: mode, scope: fixture.scope,
+                    policy: .init(tunnel: .allow, canIntercept: true), facts: Self.own)
                 #expect(admitted == .reject(.loopRefused(nil)), "\(mode)")
                 // The same facts from any other socket are the uid client (where one is configured).
                 var notOwn = Self.own
                 notOwn.isProxyOwnConnection = false
-                let other = RequestAdmission.admit(requestHead(head), mode: mode, scope: fixture.scope,
-                                                   policy: .init(tunnel: .allow, canIntercept: true), facts: notOwn)
+                let other = RequestAdmission.admit(
+                    requestHead(head), mode: mode, scope: fixture.scope,
+                    policy: .init(tunnel: .allow, canIntercept: true), facts: notOwn)
                 #expect(other != .reject(.loopRefused(nil)))
             }
         }

@@ -31,22 +31,31 @@ struct SigningTests {
     static let wallClock: Int64 = 1_440_938_160
 
     func arrivalHead(_ p: Playbook, _ lines: [String]) -> ConnectionEvent {
-        .requestHead(requestHead(lines), headBytes: lines.joined(separator: "\r\n").utf8.count + 4,
-                     Arrival(now: p.now, scope: p.fixture.scope, wallClock: Self.wallClock))
+        .requestHead(
+            requestHead(lines), headBytes: lines.joined(separator: "\r\n").utf8.count + 4,
+            Arrival(now: p.now, scope: p.fixture.scope, wallClock: Self.wallClock))
     }
 
     @Test("a request to the scope's origin is signed; the client's Authorization, X-Amz-Date and token are replaced, its x-amz-meta kept")
     func signedGet() throws {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
-        p.on(arrivalHead(p, ["GET https://s3.example/bucket/key?b=2&a=1 HTTP/1.1", "Host: s3.example",
-                             "Authorization: AWS4-HMAC-SHA256 CLIENT-CANARY", "X-Amz-Date: 20000101T000000Z",
-                             "X-Amz-Security-Token: CLIENT-TOKEN-CANARY", "x-amz-meta-color: blue"]),
-             [.cancelTimer, .arm(.connect), .connect(hop(1), Self.s3, .tls, reusePooled: true)])
+        p.on(
+            arrivalHead(
+                p,
+                [
+                    "GET https://s3.example/bucket/key?b=2&a=1 HTTP/1.1", "Host: s3.example",
+                    "Authorization: AWS4-HMAC-SHA256 CLIENT-CANARY", "X-Amz-Date: 20000101T000000Z",
+                    "X-Amz-Security-Token: CLIENT-TOKEN-CANARY", "x-amz-meta-color: blue",
+                ]),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), Self.s3, .tls, reusePooled: true)])
         _ = p.feed(.upstreamConnected(hop(1), reused: false))
         let sent = try #require(p.sent(to: hop(1)))
         #expect(sent.hasPrefix("GET /bucket/key?a=1&b=2 HTTP/1.1\r\n"), "the query goes out in its canonical order")
-        #expect(sent.contains("Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/eu-west-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-meta-color;x-amz-security-token, Signature="))
+        #expect(
+            sent.contains(
+                "Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/eu-west-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-meta-color;x-amz-security-token, Signature="
+            ))
         #expect(sent.contains("X-Amz-Date: 20150830T123600Z\r\n"))
         #expect(sent.contains("X-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\n"))
         #expect(sent.contains("X-Amz-Security-Token: SESSION-TOKEN-CANARY-77c2\r\n"))
@@ -59,15 +68,22 @@ struct SigningTests {
     func bodies() throws {
         var s3 = Playbook(Self.fixture)
         s3.start([.arm(.clientHead)])
-        s3.on(arrivalHead(s3, ["PUT https://s3.example/b/k HTTP/1.1", "Host: s3.example", "Content-Length: 5000000"]),
-              [.cancelTimer, .arm(.connect), .connect(hop(1), Self.s3, .tls, reusePooled: true)])
+        s3.on(
+            arrivalHead(s3, ["PUT https://s3.example/b/k HTTP/1.1", "Host: s3.example", "Content-Length: 5000000"]),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), Self.s3, .tls, reusePooled: true)])
 
         var api = Playbook(Self.fixture)
         api.start([.arm(.clientHead)])
-        api.on(arrivalHead(api, ["POST https://api.example/items HTTP/1.1", "Host: api.example", "Content-Type: application/json",
-                                 "Content-Length: 7"]),
-               [.cancelTimer, .exactly(.collectRequestBody(.contentLength(7), limit: AWSSigV4Spec.maxHashedBodyBytes)), .arm(.stall)])
-        api.on(.collectedBody(.complete(Array("{\"a\":1}".utf8))), [.cancelTimer, .arm(.connect), .connect(hop(1), Self.api, .tls, reusePooled: true)])
+        api.on(
+            arrivalHead(
+                api,
+                [
+                    "POST https://api.example/items HTTP/1.1", "Host: api.example", "Content-Type: application/json",
+                    "Content-Length: 7",
+                ]),
+            [.cancelTimer, .exactly(.collectRequestBody(.contentLength(7), limit: AWSSigV4Spec.maxHashedBodyBytes)), .arm(.stall)])
+        api.on(
+            .collectedBody(.complete(Array("{\"a\":1}".utf8))), [.cancelTimer, .arm(.connect), .connect(hop(1), Self.api, .tls, reusePooled: true)])
         _ = api.feed(.upstreamConnected(hop(1), reused: false))
         let sent = try #require(api.sent(to: hop(1)))
         #expect(sent.contains("SignedHeaders=content-type;host;x-amz-date, Signature="))
@@ -85,8 +101,9 @@ struct SigningTests {
 
         var q = Playbook(Self.fixture)
         q.start([.arm(.clientHead)])
-        q.on(arrivalHead(q, ["POST https://api.example/items HTTP/1.1", "Host: api.example", "Transfer-Encoding: chunked"]),
-             [.cancelTimer, .exactly(.collectRequestBody(.chunked, limit: AWSSigV4Spec.maxHashedBodyBytes)), .arm(.stall)])
+        q.on(
+            arrivalHead(q, ["POST https://api.example/items HTTP/1.1", "Host: api.example", "Transfer-Encoding: chunked"]),
+            [.cancelTimer, .exactly(.collectRequestBody(.chunked, limit: AWSSigV4Spec.maxHashedBodyBytes)), .arm(.stall)])
         _ = q.feed(.collectedBody(.tooLarge))
         #expect(q.emitted.last?.failure?.code == "body_too_large_to_sign")
         #expect(q.connected.isEmpty)
@@ -96,8 +113,9 @@ struct SigningTests {
     func unscopedUnsigned() throws {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
-        p.on(arrivalHead(p, ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Authorization: AWS4-HMAC-SHA256 CLIENT-CANARY"]),
-             [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
+        p.on(
+            arrivalHead(p, ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Authorization: AWS4-HMAC-SHA256 CLIENT-CANARY"]),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
         _ = p.feed(.upstreamConnected(hop(1), reused: false))
         let sent = try #require(p.sent(to: hop(1)))
         #expect(!sent.contains("Authorization") && !sent.contains("X-Amz-Date"))

@@ -18,19 +18,22 @@ struct TimerTests {
         var p = Playbook()
         p.start([.arm(.clientHead)])
         p.ignores(.headStarted)
-        p.on(.timerFired(.clientHead), [
-            .write(startingWith: "HTTP/1.1 408 Request Timeout\r\n", containing: ["request_head_timeout", "Connection: close"]),
-            .emit(.status(408), .method(nil), .failure(.proxy(.requestHeadTimeout))),
-            .close(.afterFlush),
-        ])
+        p.on(
+            .timerFired(.clientHead),
+            [
+                .write(startingWith: "HTTP/1.1 408 Request Timeout\r\n", containing: ["request_head_timeout", "Connection: close"]),
+                .emit(.status(408), .method(nil), .failure(.proxy(.requestHeadTimeout))),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("a keep-alive connection with no next request is closed when idle runs out")
     func idleTimeout() {
         var p = Playbook()
         p.relaying(length: 1)
-        p.on(.responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
-             [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
+        p.on(
+            .responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
+            [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
         p.on(.timerFired(.idle), [.close(.now)])
         #expect(p.emitted.count == 1)
     }
@@ -39,8 +42,9 @@ struct TimerTests {
     func headAfterIdle() {
         var p = Playbook()
         p.relaying(length: 1)
-        p.on(.responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
-             [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
+        p.on(
+            .responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
+            [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
         p.on(.headStarted, [.arm(.clientHead)])
         p.ignores(.timerFired(.idle))
         p.on(.timerFired(.clientHead), [.write(startingWith: "HTTP/1.1 408 "), .emit(.status(408)), .close(.afterFlush)])
@@ -50,12 +54,14 @@ struct TimerTests {
     func connectTimeout() {
         var p = Playbook()
         p.requested()
-        p.on(.timerFired(.connect), [
-            .release(hop(1), reuse: false),
-            .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["connect_timeout"], excluding: ["Connection: close"]),
-            .emit(.status(502), .failure(.proxy(.connectTimeout(plain)))),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            .timerFired(.connect),
+            [
+                .release(hop(1), reuse: false),
+                .write(startingWith: "HTTP/1.1 502 Bad Gateway\r\n", containing: ["connect_timeout"], excluding: ["Connection: close"]),
+                .emit(.status(502), .failure(.proxy(.connectTimeout(plain)))),
+                .arm(.idle), .readNextRequest,
+            ])
         p.ignores(.upstreamConnected(hop(1), reused: false))
         p.ignores(.upstreamConnectFailed(hop(1), .upstreamRefused(plain)))
     }
@@ -64,12 +70,14 @@ struct TimerTests {
     func responseHeadTimeout() {
         var p = Playbook()
         p.sent()
-        p.on(.timerFired(.responseHead), [
-            .release(hop(1), reuse: false),
-            .write(startingWith: "HTTP/1.1 504 Gateway Timeout\r\n", containing: ["upstream_timeout"], excluding: ["Connection: close"]),
-            .emit(.status(504), .failure(.proxy(.responseTimeout(plain)))),
-            .arm(.idle), .readNextRequest,
-        ])
+        p.on(
+            .timerFired(.responseHead),
+            [
+                .release(hop(1), reuse: false),
+                .write(startingWith: "HTTP/1.1 504 Gateway Timeout\r\n", containing: ["upstream_timeout"], excluding: ["Connection: close"]),
+                .emit(.status(504), .failure(.proxy(.responseTimeout(plain)))),
+                .arm(.idle), .readNextRequest,
+            ])
         p.ignores(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")))
         #expect(!p.machine.expectsResponseHead(from: hop(1)))
     }
@@ -80,11 +88,13 @@ struct TimerTests {
         p.relaying(length: 10)
         p.on(.responseBody(hop(1), .moved(payload: 4, consumed: 4)), [.arm(.stall)])
         p.ignores(.responseBody(hop(1), .moved(payload: 0, consumed: 0)))
-        p.on(.timerFired(.stall), [
-            .release(hop(1), reuse: false),
-            .emit(.status(200), .failure(.responseCut)),
-            .close(.afterFlush),
-        ])
+        p.on(
+            .timerFired(.stall),
+            [
+                .release(hop(1), reuse: false),
+                .emit(.status(200), .failure(.responseCut)),
+                .close(.afterFlush),
+            ])
         p.ignores(.responseBody(hop(1), .complete(payload: 6, consumed: 6, captured: nil, observed: nil)))
     }
 
@@ -93,12 +103,14 @@ struct TimerTests {
         var p = Playbook()
         p.pumping(length: 100)
         p.on(.requestBody(hop(1), .moved(payload: 10, consumed: 10)), [.arm(.stall)])
-        p.on(.timerFired(.stall), [
-            .release(hop(1), reuse: false),
-            .write(startingWith: "HTTP/1.1 408 ", containing: ["request_body_timeout", "Connection: close"]),
-            .emit(.status(408), .failure(.proxy(.requestBodyTimeout))),
-            .close(.afterFlush),
-        ])
+        p.on(
+            .timerFired(.stall),
+            [
+                .release(hop(1), reuse: false),
+                .write(startingWith: "HTTP/1.1 408 ", containing: ["request_body_timeout", "Connection: close"]),
+                .emit(.status(408), .failure(.proxy(.requestBodyTimeout))),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("a tunnel that stalls is closed")
@@ -121,13 +133,15 @@ struct TimerTests {
         var testDescription: String { "\(stage.rawValue): \(stale)" }
     }
 
-    @Test("a timer purpose other than the one last armed is stale and does nothing", arguments: [
-        StaleRow(stage: .waitingForHead, stale: [.idle, .connect, .responseHead, .stall]),
-        StaleRow(stage: .connecting, stale: [.clientHead, .idle, .responseHead, .stall]),
-        StaleRow(stage: .waitingForResponse, stale: [.clientHead, .idle, .connect, .stall]),
-        StaleRow(stage: .relaying, stale: [.clientHead, .idle, .connect, .responseHead]),
-        StaleRow(stage: .idle, stale: [.clientHead, .connect, .responseHead, .stall]),
-    ])
+    @Test(
+        "a timer purpose other than the one last armed is stale and does nothing",
+        arguments: [
+            StaleRow(stage: .waitingForHead, stale: [.idle, .connect, .responseHead, .stall]),
+            StaleRow(stage: .connecting, stale: [.clientHead, .idle, .responseHead, .stall]),
+            StaleRow(stage: .waitingForResponse, stale: [.clientHead, .idle, .connect, .stall]),
+            StaleRow(stage: .relaying, stale: [.clientHead, .idle, .connect, .responseHead]),
+            StaleRow(stage: .idle, stale: [.clientHead, .connect, .responseHead, .stall]),
+        ])
     func staleTimers(_ row: StaleRow) {
         var p = Playbook()
         let live: TimerPurpose
@@ -146,8 +160,9 @@ struct TimerTests {
             live = .stall
         case .idle:
             p.relaying(length: 1)
-            p.on(.responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
-                 [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
+            p.on(
+                .responseBody(hop(1), .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
+                [.cancelTimer, .release(hop(1), reuse: true), .emit(.status(200)), .arm(.idle), .readNextRequest])
             live = .idle
         }
         for purpose in row.stale { p.ignores(.timerFired(purpose)) }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The access log written by the built binary: what it must never show, what it must say, and a
 /// log output that cannot be written (docs/logging.md).
@@ -48,11 +48,13 @@ struct InjectionReasonTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let token = Wire.canary("token")
-        let configured = try ConfiguredProxy(environment: ["T": token]) { logPath in """
+        let configured = try ConfiguredProxy(environment: ["T": token]) { logPath in
+            """
             secrets: { token: { env: T } }
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" }, methods: [GET], paths: ["/v1"] }]
             log: { output: \(logPath) }
-            """ }
+            """
+        }
         let proxy = configured.process
         for (method, path) in [("GET", "/v1/ok"), ("GET", "/admin"), ("DELETE", "/v1/x"), ("TRACE", "/v1/x")] {
             let socket = try TestSocket.connect(port: proxy.port)
@@ -78,7 +80,10 @@ struct UnwritableLogTests {
         let config = scratch.write("c.yaml", "listen: 127.0.0.1:0\nlog: { output: no-such-dir/access.log }\n")
         let check = try ProxyProcess.runToCompletion(["check", "--config", config])
         #expect(check.status == 0)
-        #expect(check.stderr.contains("warning: log.output: \(scratch.path)/no-such-dir/access.log cannot be created in \(scratch.path)/no-such-dir (No such file or directory); run would refuse to start"))
+        #expect(
+            check.stderr.contains(
+                "warning: log.output: \(scratch.path)/no-such-dir/access.log cannot be created in \(scratch.path)/no-such-dir (No such file or directory); run would refuse to start"
+            ))
         let run = try ProxyProcess.runToCompletion(["run", "--config", config])
         #expect(run.status == 1)
         #expect(run.stderr.contains("cannot open the access log \(scratch.path)/no-such-dir/access.log: No such file or directory"))

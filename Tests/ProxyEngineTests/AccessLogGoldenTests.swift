@@ -5,6 +5,7 @@ import ScopePolicy
 import SecretScan
 import Synchronization
 import Testing
+
 @testable import ProxyEngine
 
 // The access log's lines, byte for byte, for records that between them use every field: a change to
@@ -42,19 +43,27 @@ private enum Golden {
         record.skipped = [SkippedInjection(scope: "backup", why: .path), SkippedInjection(scope: "other", why: .method)]
         record.signed = "aws_sigv4"
         record.substituted = ["github_token"]
-        record.scrubbed = [SecretFinding(secret: "github_token", encoding: .raw, isPlaceholder: false),
-                           SecretFinding(secret: "github_token", encoding: .base64(alignment: 2), isPlaceholder: false),
-                           SecretFinding(secret: "npm_token", encoding: .percentUppercase, isPlaceholder: false)]
+        record.scrubbed = [
+            SecretFinding(secret: "github_token", encoding: .raw, isPlaceholder: false),
+            SecretFinding(secret: "github_token", encoding: .base64(alignment: 2), isPlaceholder: false),
+            SecretFinding(secret: "npm_token", encoding: .percentUppercase, isPlaceholder: false),
+        ]
         record.scrubSkipped = "gzip"
         record.guardFinding = SecretFinding(secret: "aws_secret", encoding: .percentLowercase, isPlaceholder: true)
-        record.redirect = RedirectRecord(location: "https://cdn.example/file?token=secret#frag", origin: origin("https://cdn.example"),
-                                         decision: .follow)
-        record.requestFields = HTTPFields([HTTPField(name: "Host", value: "api.example:8443"), HTTPField(name: "Authorization", value: "Bearer x"),
-                                           HTTPField(name: "Accept", value: "*/*"), HTTPField(name: "Accept", value: "text/plain")])
-        record.responseFields = HTTPFields([HTTPField(name: "Content-Type", value: "application/json"),
-                                            HTTPField(name: "Set-Cookie", value: "s=1"), HTTPField(name: "Location", value: "/next?code=42")])
-        record.requestBody = ExchangeRecord.ObservedBody(bytes: Array(#"{"id":"r-1","password":"p"}"#.utf8), total: 27, truncated: false,
-                                                         contentType: "application/json")
+        record.redirect = RedirectRecord(
+            location: "https://cdn.example/file?token=secret#frag", origin: origin("https://cdn.example"),
+            decision: .follow)
+        record.requestFields = HTTPFields([
+            HTTPField(name: "Host", value: "api.example:8443"), HTTPField(name: "Authorization", value: "Bearer x"),
+            HTTPField(name: "Accept", value: "*/*"), HTTPField(name: "Accept", value: "text/plain"),
+        ])
+        record.responseFields = HTTPFields([
+            HTTPField(name: "Content-Type", value: "application/json"),
+            HTTPField(name: "Set-Cookie", value: "s=1"), HTTPField(name: "Location", value: "/next?code=42"),
+        ])
+        record.requestBody = ExchangeRecord.ObservedBody(
+            bytes: Array(#"{"id":"r-1","password":"p"}"#.utf8), total: 27, truncated: false,
+            contentType: "application/json")
         record.responseBody = ExchangeRecord.ObservedBody(bytes: Array("abc".utf8), total: 9_000, truncated: true, contentType: "text/plain")
         record.failure = .proxy(.tlsToPlainListener)
         return record
@@ -124,8 +133,9 @@ private enum Golden {
 /// timestamp, `D` for the milliseconds of the duration.
 private func line(_ record: ExchangeRecord, _ format: LogFormat, colour: Bool = false, bodies: Bool = false) throws -> String {
     let lines = Mutex<[String]>([])
-    let log = try AccessLog(format: format, colour: colour, output: .discard, rules: RedactionRules(), logBodies: bodies,
-                            secretValues: [], metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
+    let log = try AccessLog(
+        format: format, colour: colour, output: .discard, rules: RedactionRules(), logBodies: bodies,
+        secretValues: [], metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
     log.record(record)
     let raw = lines.withLock { $0.first ?? "" }
     return raw.replacing(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z/, with: "TS")
@@ -146,41 +156,77 @@ struct AccessLogGoldenTests {
     }
 
     static let rows: [Row] = [
-        Row(name: "plain", record: Golden.plain,
-            json: #"{"ts":"TS","id":"plain-1","client":"127.0.0.1:5000","method":"GET","url":"http://api.example:80/users/:email/orders?limit=20&token=:redacted","status":200,"bytes_in":229,"bytes_out":313,"duration_ms":D,"scope":null,"injected":[],"stripped":[]}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"plain-1","client":"127.0.0.1:5000","method":"GET","url":"http://api.example:80/users/:email/orders?limit=20&token=:redacted","status":200,"bytes_in":229,"bytes_out":313,"duration_ms":D,"scope":null,"injected":[],"stripped":[]}"#,
+        Row(
+            name: "plain", record: Golden.plain,
+            json:
+                #"{"ts":"TS","id":"plain-1","client":"127.0.0.1:5000","method":"GET","url":"http://api.example:80/users/:email/orders?limit=20&token=:redacted","status":200,"bytes_in":229,"bytes_out":313,"duration_ms":D,"scope":null,"injected":[],"stripped":[]}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"plain-1","client":"127.0.0.1:5000","method":"GET","url":"http://api.example:80/users/:email/orders?limit=20&token=:redacted","status":200,"bytes_in":229,"bytes_out":313,"duration_ms":D,"scope":null,"injected":[],"stripped":[]}"#,
             text: #"TS GET http://api.example:80/users/:email/orders?limit=20&token=:redacted 200 Dms scope=- id=plain-1"#,
-            textInColour: #"TS GET http://api.example:80/users/:email/orders?limit=20&token=:redacted \#u{1B}[32m200\#u{1B}[0m Dms scope=- \#u{1B}[2mid=plain-1\#u{1B}[0m"#),
-        Row(name: "everything", record: Golden.everything,
-            json: #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"error":"tls_to_plain_listener"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"req_body":"{\"id\":\"r-1\",\"password\":\"<redacted>\"}","resp_body":"<9000 bytes text/plain>","error":"tls_to_plain_listener"}"#,
-            text: #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted 502 Dms client=ci scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 error=tls_to_plain_listener reason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT) id=trace-42"#,
-            textInColour: #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted \#u{1B}[31m502\#u{1B}[0m Dms client=ci scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 \#u{1B}[31merror=tls_to_plain_listener\#u{1B}[0m \#u{1B}[31mreason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)\#u{1B}[0m \#u{1B}[2mid=trace-42\#u{1B}[0m"#),
-        Row(name: "unreadable", record: Golden.unreadable,
-            json: #"{"ts":"TS","id":"0123456789abcdef","client":"127.0.0.1:5001","status":400,"bytes_in":17,"bytes_out":120,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"head_too_large"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"0123456789abcdef","client":"127.0.0.1:5001","status":400,"bytes_in":17,"bytes_out":120,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"head_too_large"}"#,
+            textInColour:
+                #"TS GET http://api.example:80/users/:email/orders?limit=20&token=:redacted \#u{1B}[32m200\#u{1B}[0m Dms scope=- \#u{1B}[2mid=plain-1\#u{1B}[0m"#
+        ),
+        Row(
+            name: "everything", record: Golden.everything,
+            json:
+                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"error":"tls_to_plain_listener"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"req_body":"{\"id\":\"r-1\",\"password\":\"<redacted>\"}","resp_body":"<9000 bytes text/plain>","error":"tls_to_plain_listener"}"#,
+            text:
+                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted 502 Dms client=ci scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 error=tls_to_plain_listener reason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT) id=trace-42"#,
+            textInColour:
+                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted \#u{1B}[31m502\#u{1B}[0m Dms client=ci scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 \#u{1B}[31merror=tls_to_plain_listener\#u{1B}[0m \#u{1B}[31mreason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)\#u{1B}[0m \#u{1B}[2mid=trace-42\#u{1B}[0m"#
+        ),
+        Row(
+            name: "unreadable", record: Golden.unreadable,
+            json:
+                #"{"ts":"TS","id":"0123456789abcdef","client":"127.0.0.1:5001","status":400,"bytes_in":17,"bytes_out":120,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"head_too_large"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"0123456789abcdef","client":"127.0.0.1:5001","status":400,"bytes_in":17,"bytes_out":120,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"head_too_large"}"#,
             text: #"TS - - 400 Dms scope=- error=head_too_large id=0123456789abcdef"#,
-            textInColour: #"TS - - \#u{1B}[33m400\#u{1B}[0m Dms scope=- \#u{1B}[31merror=head_too_large\#u{1B}[0m \#u{1B}[2mid=0123456789abcdef\#u{1B}[0m"#),
-        Row(name: "tunnel", record: Golden.tunnel,
-            json: #"{"ts":"TS","id":"tunnel-1","client":"127.0.0.1:5002","method":"CONNECT","url":"https://db.example:5432","status":200,"bytes_in":4096,"bytes_out":8192,"duration_ms":D,"decision":"tunnel"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"tunnel-1","client":"127.0.0.1:5002","method":"CONNECT","url":"https://db.example:5432","status":200,"bytes_in":4096,"bytes_out":8192,"duration_ms":D,"decision":"tunnel"}"#,
+            textInColour:
+                #"TS - - \#u{1B}[33m400\#u{1B}[0m Dms scope=- \#u{1B}[31merror=head_too_large\#u{1B}[0m \#u{1B}[2mid=0123456789abcdef\#u{1B}[0m"#),
+        Row(
+            name: "tunnel", record: Golden.tunnel,
+            json:
+                #"{"ts":"TS","id":"tunnel-1","client":"127.0.0.1:5002","method":"CONNECT","url":"https://db.example:5432","status":200,"bytes_in":4096,"bytes_out":8192,"duration_ms":D,"decision":"tunnel"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"tunnel-1","client":"127.0.0.1:5002","method":"CONNECT","url":"https://db.example:5432","status":200,"bytes_in":4096,"bytes_out":8192,"duration_ms":D,"decision":"tunnel"}"#,
             text: #"TS CONNECT https://db.example:5432 200 Dms decision=tunnel in=4096 out=8192 id=tunnel-1"#,
-            textInColour: #"TS CONNECT https://db.example:5432 \#u{1B}[32m200\#u{1B}[0m Dms decision=tunnel in=4096 out=8192 \#u{1B}[2mid=tunnel-1\#u{1B}[0m"#),
-        Row(name: "interceptionFailed", record: Golden.interceptionFailed,
-            json: #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
-            text: #"TS CONNECT https://localhost:9 200 Dms client=builder decision=intercept in=106 out=39 error=interception_failed reason=not_tls id=tunnel-2"#,
-            textInColour: #"TS CONNECT https://localhost:9 \#u{1B}[32m200\#u{1B}[0m Dms client=builder decision=intercept in=106 out=39 \#u{1B}[31merror=interception_failed\#u{1B}[0m \#u{1B}[31mreason=not_tls\#u{1B}[0m \#u{1B}[2mid=tunnel-2\#u{1B}[0m"#),
-        Row(name: "blockedRedirect", record: Golden.blockedRedirect,
-            json: #"{"ts":"TS","id":"redirect-1","client":"127.0.0.1:5004","method":"GET","url":"https://a.example:443/start","status":502,"bytes_in":0,"bytes_out":0,"duration_ms":D,"scope":"a","injected":[],"stripped":[],"reason":"a: https_downgrade","redirect":{"origin":null,"decision":"block"},"error":"redirect_blocked"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"redirect-1","client":"127.0.0.1:5004","method":"GET","url":"https://a.example:443/start","status":502,"bytes_in":0,"bytes_out":0,"duration_ms":D,"scope":"a","injected":[],"stripped":[],"reason":"a: https_downgrade","redirect":{"origin":null,"decision":"block"},"error":"redirect_blocked"}"#,
-            text: #"TS GET https://a.example:443/start 502 Dms scope=a reason=a:https_downgrade redirect=block:unreadable error=redirect_blocked id=redirect-1"#,
-            textInColour: #"TS GET https://a.example:443/start \#u{1B}[31m502\#u{1B}[0m Dms scope=a reason=a:https_downgrade redirect=block:unreadable \#u{1B}[31merror=redirect_blocked\#u{1B}[0m \#u{1B}[2mid=redirect-1\#u{1B}[0m"#),
-        Row(name: "cut", record: Golden.cut,
-            json: #"{"ts":"TS","id":"cut-1","client":"127.0.0.1:5005","method":"GET","url":"http://127.0.0.1:18765/","status":null,"bytes_in":50,"bytes_out":0,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"response_cut"}"#,
-            jsonWithBodies: #"{"ts":"TS","id":"cut-1","client":"127.0.0.1:5005","method":"GET","url":"http://127.0.0.1:18765/","status":null,"bytes_in":50,"bytes_out":0,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"response_cut"}"#,
+            textInColour:
+                #"TS CONNECT https://db.example:5432 \#u{1B}[32m200\#u{1B}[0m Dms decision=tunnel in=4096 out=8192 \#u{1B}[2mid=tunnel-1\#u{1B}[0m"#),
+        Row(
+            name: "interceptionFailed", record: Golden.interceptionFailed,
+            json:
+                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
+            text:
+                #"TS CONNECT https://localhost:9 200 Dms client=builder decision=intercept in=106 out=39 error=interception_failed reason=not_tls id=tunnel-2"#,
+            textInColour:
+                #"TS CONNECT https://localhost:9 \#u{1B}[32m200\#u{1B}[0m Dms client=builder decision=intercept in=106 out=39 \#u{1B}[31merror=interception_failed\#u{1B}[0m \#u{1B}[31mreason=not_tls\#u{1B}[0m \#u{1B}[2mid=tunnel-2\#u{1B}[0m"#
+        ),
+        Row(
+            name: "blockedRedirect", record: Golden.blockedRedirect,
+            json:
+                #"{"ts":"TS","id":"redirect-1","client":"127.0.0.1:5004","method":"GET","url":"https://a.example:443/start","status":502,"bytes_in":0,"bytes_out":0,"duration_ms":D,"scope":"a","injected":[],"stripped":[],"reason":"a: https_downgrade","redirect":{"origin":null,"decision":"block"},"error":"redirect_blocked"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"redirect-1","client":"127.0.0.1:5004","method":"GET","url":"https://a.example:443/start","status":502,"bytes_in":0,"bytes_out":0,"duration_ms":D,"scope":"a","injected":[],"stripped":[],"reason":"a: https_downgrade","redirect":{"origin":null,"decision":"block"},"error":"redirect_blocked"}"#,
+            text:
+                #"TS GET https://a.example:443/start 502 Dms scope=a reason=a:https_downgrade redirect=block:unreadable error=redirect_blocked id=redirect-1"#,
+            textInColour:
+                #"TS GET https://a.example:443/start \#u{1B}[31m502\#u{1B}[0m Dms scope=a reason=a:https_downgrade redirect=block:unreadable \#u{1B}[31merror=redirect_blocked\#u{1B}[0m \#u{1B}[2mid=redirect-1\#u{1B}[0m"#
+        ),
+        Row(
+            name: "cut", record: Golden.cut,
+            json:
+                #"{"ts":"TS","id":"cut-1","client":"127.0.0.1:5005","method":"GET","url":"http://127.0.0.1:18765/","status":null,"bytes_in":50,"bytes_out":0,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"response_cut"}"#,
+            jsonWithBodies:
+                #"{"ts":"TS","id":"cut-1","client":"127.0.0.1:5005","method":"GET","url":"http://127.0.0.1:18765/","status":null,"bytes_in":50,"bytes_out":0,"duration_ms":D,"scope":null,"injected":[],"stripped":[],"error":"response_cut"}"#,
             text: #"TS GET http://127.0.0.1:18765/ - Dms scope=- error=response_cut id=cut-1"#,
-            textInColour: #"TS GET http://127.0.0.1:18765/ \#u{1B}[35m-\#u{1B}[0m Dms scope=- \#u{1B}[31merror=response_cut\#u{1B}[0m \#u{1B}[2mid=cut-1\#u{1B}[0m"#),
+            textInColour:
+                #"TS GET http://127.0.0.1:18765/ \#u{1B}[35m-\#u{1B}[0m Dms scope=- \#u{1B}[31merror=response_cut\#u{1B}[0m \#u{1B}[2mid=cut-1\#u{1B}[0m"#
+        ),
     ]
 
     @Test("each line is what it was: JSON, JSON with bodies, text, text in colour", arguments: rows)
@@ -194,8 +240,9 @@ struct AccessLogGoldenTests {
 
 @Suite("Access log: the field table drives the line")
 struct AccessLogFieldTableTests {
-    @Test("a record with every fact of its kind writes every field of the table for that kind, JSON and text, in the table's order",
-          arguments: [(Golden.everything, false), (Golden.interceptionFailed, true)])
+    @Test(
+        "a record with every fact of its kind writes every field of the table for that kind, JSON and text, in the table's order",
+        arguments: [(Golden.everything, false), (Golden.interceptionFailed, true)])
     func everyField(_ record: ExchangeRecord, isTunnel: Bool) throws {
         let keys = topLevelKeys(try line(record, .json, bodies: true))
         let text = try line(record, .text)
@@ -219,10 +266,16 @@ struct AccessLogFieldTableTests {
         var depth = 0, inString = false, escaped = false, current = "", expectingKey = false
         for character in json {
             if inString {
-                if escaped { escaped = false; current.append(character) } else if character == "\\" { escaped = true } else if character == "\"" {
+                if escaped {
+                    escaped = false; current.append(character)
+                } else if character == "\\" {
+                    escaped = true
+                } else if character == "\"" {
                     inString = false
                     if depth == 1 && expectingKey { keys.append(current); expectingKey = false }
-                } else { current.append(character) }
+                } else {
+                    current.append(character)
+                }
                 continue
             }
             switch character {

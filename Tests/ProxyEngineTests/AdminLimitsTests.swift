@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The binary with only an admin endpoint (no scopes, no access log).
 private func adminOnly() throws -> ConfiguredProxy {
@@ -84,8 +84,9 @@ struct AdminLimitsTests {
 
         let body = 64 << 20
         let bodySocket = try adminSocket(configured.adminPort)
-        let bodySent = stream(bodySocket, head: "POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body)\r\n\r\n",
-                              filler: UInt8(ascii: "b"), total: body)
+        let bodySent = stream(
+            bodySocket, head: "POST /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body)\r\n\r\n",
+            filler: UInt8(ascii: "b"), total: body)
         let bodyOutcome = outcome(bodySocket)
         bodySocket.close()
 
@@ -100,7 +101,9 @@ struct AdminLimitsTests {
 
         let residentAfter = try #require(proxy.residentKiB())
         let peakAfter = try #require(proxy.peakResidentKiB())
-        print("admin floods: body \(bodySent) B sent -> \(bodyOutcome), headers \(headerBytes) B sent -> \(headerOutcome); RSS \(residentBefore) -> \(residentAfter) KiB, peak \(peakBefore) -> \(peakAfter) KiB")
+        print(
+            "admin floods: body \(bodySent) B sent -> \(bodyOutcome), headers \(headerBytes) B sent -> \(headerOutcome); RSS \(residentBefore) -> \(residentAfter) KiB, peak \(peakBefore) -> \(peakAfter) KiB"
+        )
         #expect([.status(413), .closed].contains(bodyOutcome))
         #expect([.status(400), .status(413), .closed].contains(headerOutcome))
         // 64 MiB offered; a few MiB of slack for allocator noise, nothing like the body.

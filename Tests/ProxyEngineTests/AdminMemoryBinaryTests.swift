@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The admin endpoint (/healthz, /metrics) reads only bounded requests: a client of that port must
 /// not be able to grow the proxy's memory. Measured as the process's RSS, so against the built binary.

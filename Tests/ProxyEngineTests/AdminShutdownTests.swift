@@ -1,7 +1,8 @@
 import Foundation
 import HTTP1Codec
-import Testing
 import TestSupport
+import Testing
+
 @testable import ProxyEngine
 
 @Suite("Admin endpoint: shutdown", .serialized)

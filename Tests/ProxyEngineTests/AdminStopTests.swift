@@ -1,8 +1,8 @@
 import Foundation
 import HTTP1Codec
 import ProxyEngine
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Admin endpoint: stopping right after start")
 struct AdminStopTests {

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Redirects against the built binary, where a crash shows as a failed test rather than a dead test
 /// runner: an origin that sends more than one 3xx for one request (a use-after-free once).
@@ -15,7 +15,9 @@ struct BackToBackRedirectBinaryTests {
         let response = socket.flatMap { LenientResponse.read(HTTPReader($0)) }
         #expect(response?.status == 200, "\(label): a fresh request was not served")
         let process = configured.process.process
-        let how = process.isRunning ? "" : (process.terminationReason == .uncaughtSignal ? "signal \(process.terminationStatus)" : "exit \(process.terminationStatus)")
+        let how =
+            process.isRunning
+            ? "" : (process.terminationReason == .uncaughtSignal ? "signal \(process.terminationStatus)" : "exit \(process.terminationStatus)")
         #expect(process.isRunning, "\(label): the proxy process died (\(how))")
     }
 
@@ -44,8 +46,9 @@ struct BackToBackRedirectBinaryTests {
     /// with freed memory poisoned and glibc's per-thread cache off (MALLOC_PERTURB_, GLIBC_TUNABLES)
     /// so that a use-after-free crashes every time instead of now and then; correct code never
     /// reads freed memory, so this cannot fail a fixed proxy.
-    @Test("an origin sending two 3xx back to back does not crash the proxy (follow mode); it keeps serving other clients",
-          arguments: DoubleRedirect.allCases)
+    @Test(
+        "an origin sending two 3xx back to back does not crash the proxy (follow mode); it keeps serving other clients",
+        arguments: DoubleRedirect.allCases)
     func twoRedirectsBackToBack(_ variant: DoubleRedirect) throws {
         let healthy = try FixtureOrigin(host: "127.0.0.1")
         let landing = try FixtureOrigin(host: "127.0.0.2")
@@ -59,13 +62,14 @@ struct BackToBackRedirectBinaryTests {
         @Sendable func redirects(_ locations: [String]) -> [UInt8] {
             Array(locations.map { "HTTP/1.1 307 Temporary Redirect\r\nLocation: \($0)\r\nContent-Length: 0\r\n\r\n" }.joined().utf8)
         }
-        let locations: [String] = switch variant {
-        case .twoInOneWrite, .secondHop: ["\(landing.url)/a", "\(other.url)/b"]
-        case .threeInOneWrite: ["\(landing.url)/a", "\(slow.url)/b", "\(other.url)/c"]
-        case .slowThenLive: ["\(slow.url)/a", "\(other.url)/b"]
-        case .refusedThenLive: ["http://127.0.0.1:\(refusedPort)/a", "\(other.url)/b"]
-        case .liveThenRefused: ["\(landing.url)/a", "http://127.0.0.1:\(refusedPort)/b"]
-        }
+        let locations: [String] =
+            switch variant {
+            case .twoInOneWrite, .secondHop: ["\(landing.url)/a", "\(other.url)/b"]
+            case .threeInOneWrite: ["\(landing.url)/a", "\(slow.url)/b", "\(other.url)/c"]
+            case .slowThenLive: ["\(slow.url)/a", "\(other.url)/b"]
+            case .refusedThenLive: ["http://127.0.0.1:\(refusedPort)/a", "\(other.url)/b"]
+            case .liveThenRefused: ["\(landing.url)/a", "http://127.0.0.1:\(refusedPort)/b"]
+            }
         let double = try Wire.scripted(host: "127.0.0.2") { _ in redirects(locations) }
         // For `secondHop` the client's origin answers one ordinary redirect into the double one.
         let start = variant == .secondHop ? try Wire.scripted { _ in redirects(["\(double.url)/hop"]) } : double

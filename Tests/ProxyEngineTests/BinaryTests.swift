@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 private func get(_ proxyPort: UInt16, _ origin: FixtureOrigin, _ path: String = "/") throws -> TestResponse? {
     let socket = try TestSocket.connect(port: proxyPort)
@@ -13,7 +13,8 @@ struct BinaryTests {
     @Test("check: exit 0 with a one-line summary; exit 2 with FILE:LINE:COLUMN on stderr")
     func check() throws {
         let scratch = ScratchDirectory()
-        let good = scratch.write("good.yaml", "secrets: { t: { env: T } }\nscopes: [{ name: a, origins: [\"https://a.example\"], inject: { X-T: \"${t}\" } }]\n")
+        let good = scratch.write(
+            "good.yaml", "secrets: { t: { env: T } }\nscopes: [{ name: a, origins: [\"https://a.example\"], inject: { X-T: \"${t}\" } }]\n")
         let result = try ProxyProcess.runToCompletion(["check", "--config", good])
         #expect(result.status == 0)
         #expect(result.stdout.hasPrefix("valid: listen 127.0.0.1:8080, 1 scope(s), 1 injected header(s), 1 secret(s)"))
@@ -49,7 +50,9 @@ struct BinaryTests {
     func secretStore() throws {
         let scratch = ScratchDirectory()
         let canary = "CANARY-store-8c07"
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             store_dir: \(scratch.path)/store
             secrets: { gh: { store: github } }
             """)
@@ -59,7 +62,9 @@ struct BinaryTests {
         #expect(!listed.stdout.contains(canary))
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let withScope = scratch.write("scoped.yaml", """
+        let withScope = scratch.write(
+            "scoped.yaml",
+            """
             store_dir: \(scratch.path)/store
             secrets: { gh: { store: github } }
             scopes: [{ name: gh, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "token ${gh}" } }]
@@ -180,8 +185,9 @@ struct ReloadWarningBinaryTests {
         let path = scratch.write("c.yaml", "scopes:\n  - { name: api, origins: [\"https://api.example\"] }\n")
         let proxy = try ProxyProcess(arguments: ["--config", path])
         defer { proxy.terminate() }
-        let warning = try #require(proxy.standardError.split(separator: "\n").first { $0.contains("\"event\":\"config_warning\"") },
-                                   "\(proxy.standardError)")
+        let warning = try #require(
+            proxy.standardError.split(separator: "\n").first { $0.contains("\"event\":\"config_warning\"") },
+            "\(proxy.standardError)")
         #expect(warning.contains("\"level\":\"warning\""))
         #expect(warning.contains("\(path):2:28: https origin https://api.example of scope 'api' is not intercepted"))
         #expect(proxy.terminate() == 0)
@@ -208,7 +214,9 @@ struct RealClientTests {
         let scratch = ScratchDirectory()
         let apiToken = "CANARY-api-\(UInt32.random(in: 0...UInt32.max))", cdnToken = "CANARY-cdn-\(UInt32.random(in: 0...UInt32.max))"
         let key = "CANARY-key-\(UInt32.random(in: 0...UInt32.max))", cookie = "CANARY-cookie-\(UInt32.random(in: 0...UInt32.max))"
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { api: { env: API_TOKEN }, cdn: { env: CDN_TOKEN } }
             scopes:
               - { name: api, origins: ["\(api.url)"], require_https: false, inject: { Authorization: "Bearer ${api}" }, pass: [X-API-Key, Cookie] }

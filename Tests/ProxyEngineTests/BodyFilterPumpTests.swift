@@ -3,6 +3,7 @@ import HTTP1Codec
 import ProxyCore
 import SecretScan
 import Testing
+
 @testable import ProxyEngine
 
 // BodyPump with a filter, over real evbuffers: the response scrubber and the request egress guard,
@@ -16,8 +17,9 @@ private let otherCanary: [UInt8] = Array("h15other:Kd84nB2".utf8)
 private let filler = UInt8(ascii: ".")
 
 private func watch(_ values: [[UInt8]] = [canary], names: [String] = ["canary_token"], placeholders: [Bool]? = nil) -> SecretWatch {
-    SecretWatch(scanner: SecretScanner(secrets: values), secrets: names,
-                placeholders: placeholders ?? names.map { _ in false })
+    SecretWatch(
+        scanner: SecretScanner(secrets: values), secrets: names,
+        placeholders: placeholders ?? names.map { _ in false })
 }
 
 /// Every form the scanner looks for, once per encoding.
@@ -67,7 +69,8 @@ private func dechunk(_ wire: [UInt8]) -> [UInt8]? {
     var index = 0
     while true {
         guard let lineEnd = (index..<max(index, wire.count - 1)).first(where: { wire[$0] == 13 && wire[$0 + 1] == 10 }),
-              let size = Int(String(decoding: wire[index..<lineEnd], as: UTF8.self), radix: 16) else { return nil }
+            let size = Int(String(decoding: wire[index..<lineEnd], as: UTF8.self), radix: 16)
+        else { return nil }
         index = lineEnd + 2
         if size == 0 { return wire.count == index + 2 && wire[index] == 13 && wire[index + 1] == 10 ? body : nil }
         guard index + size + 2 <= wire.count, wire[index + size] == 13, wire[index + size + 1] == 10 else { return nil }
@@ -187,8 +190,9 @@ struct BodyFilterPumpTests {
         func pump(_ body: [UInt8], scrub: SecretWatch? = nil, guard egress: SecretWatch? = nil, observe: Int? = nil) -> BodyPump {
             switch self {
             case .contentLength:
-                BodyPump(inbound: .contentLength(UInt64(body.count)), outbound: .contentLength(UInt64(body.count)),
-                         observe: observe, scrub: scrub, guard: egress)
+                BodyPump(
+                    inbound: .contentLength(UInt64(body.count)), outbound: .contentLength(UInt64(body.count)),
+                    observe: observe, scrub: scrub, guard: egress)
             case .chunkedToChunked: BodyPump(inbound: .chunked, outbound: .chunked, observe: observe, scrub: scrub, guard: egress)
             case .chunkedToPlain: BodyPump(inbound: .chunked, outbound: .untilClose, observe: observe, scrub: scrub, guard: egress)
             case .untilClose: BodyPump(inbound: .untilClose, outbound: .untilClose, observe: observe, scrub: scrub, guard: egress)
@@ -214,7 +218,8 @@ struct BodyFilterPumpTests {
     func scrubEveryOffsetEverySplit(_ framing: Framing) throws {
         let watch = watch()
         // Every form for the framings that matter most; the raw and a base64 form for the others.
-        let patterns = framing == .contentLength || framing == .chunkedToChunked
+        let patterns =
+            framing == .contentLength || framing == .chunkedToChunked
             ? forms : forms.filter { $0.encoding == .raw || $0.encoding == .base64(alignment: 1) }
         var failures = 0
         for form in patterns {
@@ -234,7 +239,9 @@ struct BodyFilterPumpTests {
                     if !(masked && reported && ordered && driver.completed) {
                         failures += 1
                         if failures <= 5 {
-                            Issue.record("\(framing) \(form.encoding) offset \(offset) pieces \(pieces.map(\.count)): masked \(masked), reported \(reported), ordered \(ordered)")
+                            Issue.record(
+                                "\(framing) \(form.encoding) offset \(offset) pieces \(pieces.map(\.count)): masked \(masked), reported \(reported), ordered \(ordered)"
+                            )
                         }
                     }
                 }
@@ -273,8 +280,9 @@ struct BodyFilterPumpTests {
         #expect(text.hasPrefix("a\r\n\r\n" + String(watch.holdBack, radix: 16) + "\r\n"))
     }
 
-    @Test("scrub and guard: the idle release lets the held bytes out before the body ends, and only them",
-          arguments: [Framing.contentLength, .chunkedToChunked])
+    @Test(
+        "scrub and guard: the idle release lets the held bytes out before the body ends, and only them",
+        arguments: [Framing.contentLength, .chunkedToChunked])
     func idleReleaseMidBody(_ framing: Framing) throws {
         let event = Array("data: {\"n\":1}\n\n".utf8)
         let body = event + event
@@ -287,8 +295,9 @@ struct BodyFilterPumpTests {
             #expect(driver.written.isEmpty, "\(kind) \(framing): held, shorter than W")
             #expect(driver.pump.holdsBack)
             driver.idleRelease()
-            #expect(framing.body(driver.written + (framing == .chunkedToChunked ? Array("0\r\n\r\n".utf8) : [])) == event,
-                    "\(kind) \(framing): the first event left on the timer")
+            #expect(
+                framing.body(driver.written + (framing == .chunkedToChunked ? Array("0\r\n\r\n".utf8) : [])) == event,
+                "\(kind) \(framing): the first event left on the timer")
             #expect(!driver.pump.holdsBack && !driver.completed)
             try driver.feed(wire[firstPart...])
             #expect(framing.body(driver.written) == body && driver.completed, "\(kind) \(framing)")
@@ -321,8 +330,10 @@ struct BodyFilterPumpTests {
                 var outputs: [[[UInt8]]] = []
                 for value in [first, second] {
                     let watch = lengthsOnly(value)
-                    let driver = PumpDriver(kind == "scrub" ? Framing.contentLength.pump(body, scrub: watch)
-                                                            : Framing.contentLength.pump(body, guard: watch))
+                    let driver = PumpDriver(
+                        kind == "scrub"
+                            ? Framing.contentLength.pump(body, scrub: watch)
+                            : Framing.contentLength.pump(body, guard: watch))
                     var steps: [[UInt8]] = []
                     for (index, piece) in pieces.enumerated() {
                         try driver.feed(piece[...])
@@ -386,8 +397,9 @@ struct BodyFilterPumpTests {
 
     // MARK: Guard
 
-    @Test("guard: a value at every offset never reaches the destination; exactly the prefix before it goes; blocked, never complete",
-          arguments: [Framing.contentLength, .chunkedToChunked])
+    @Test(
+        "guard: a value at every offset never reaches the destination; exactly the prefix before it goes; blocked, never complete",
+        arguments: [Framing.contentLength, .chunkedToChunked])
     func guardEveryOffset(_ framing: Framing) throws {
         let watch = watch()
         var failures = 0
@@ -412,7 +424,9 @@ struct BodyFilterPumpTests {
                     if leaked || !prefix || !blocked || !neverComplete {
                         failures += 1
                         if failures <= 5 {
-                            Issue.record("\(framing) \(form.encoding) offset \(offset) pieces \(pieces.map(\.count)): leaked \(leaked), prefix \(prefix), blocked \(blocked), never complete \(neverComplete)")
+                            Issue.record(
+                                "\(framing) \(form.encoding) offset \(offset) pieces \(pieces.map(\.count)): leaked \(leaked), prefix \(prefix), blocked \(blocked), never complete \(neverComplete)"
+                            )
                         }
                     }
                 }
@@ -498,8 +512,9 @@ struct BodyFilterPumpTests {
             defer { evbuffer_free(source); evbuffer_free(destination) }
             // A reference chain: libevent points at `memory` instead of copying it in.
             _ = evbuffer_add_reference(source, memory.baseAddress, memory.count, nil, nil)
-            var pump = BodyPump(inbound: .contentLength(UInt64(body.count)), outbound: .contentLength(UInt64(body.count)),
-                                scrub: SecretWatch(scanner: SecretScanner(secrets: []), secrets: [], placeholders: []))
+            var pump = BodyPump(
+                inbound: .contentLength(UInt64(body.count)), outbound: .contentLength(UInt64(body.count)),
+                scrub: SecretWatch(scanner: SecretScanner(secrets: []), secrets: [], placeholders: []))
             let complete = try pump.pump(from: source, to: destination, highWatermark: .max)
             #expect(complete && evbuffer_get_length(destination) == body.count)
             var vector = iovec()

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 // Per-client identity (`clients:`) through the built binary: canary tokens show which client's
 // credential arrived where, and that nothing arrived where it must not.
@@ -49,14 +49,19 @@ private func waitForStderr(_ proxy: ProxyProcess, _ text: String, count: Int) ->
 
 @Suite("Clients: per-client identity through the binary", .serialized)
 struct ClientIdentityTests {
-    @Test("two clients through one proxy to one origin get different tokens; a client the scopes do not serve gets nothing and its own credentials are stripped; the log names each client and says why")
+    @Test(
+        "two clients through one proxy to one origin get different tokens; a client the scopes do not serve gets nothing and its own credentials are stripped; the log names each client and says why"
+    )
     func twoClientsOneOrigin() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let mePassword = canary("mepw"), agentKey = canary("agentkey"), meToken = canary("metok"), agentToken = canary("agenttok")
         let meCookie = canary("mecookie"), agentCookie = canary("agentcookie"), guestKey = canary("guestkey"), guestAuth = canary("guestauth")
-        let configured = try ConfiguredProxy(environment: ["ME_PW": mePassword, "AGENT_KEY": agentKey, "ME_TOKEN": meToken,
-                                                          "AGENT_TOKEN": agentToken]) { log in """
+        let configured = try ConfiguredProxy(environment: [
+            "ME_PW": mePassword, "AGENT_KEY": agentKey, "ME_TOKEN": meToken,
+            "AGENT_TOKEN": agentToken,
+        ]) { log in
+            """
             secrets:
               me_pw: { env: ME_PW }
               agent_key: { env: AGENT_KEY }
@@ -70,33 +75,45 @@ struct ClientIdentityTests {
               - { name: for-me, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${me_token}" }, pass: [Cookie], clients: [me] }
               - { name: for-agent, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${agent_token}" }, clients: [agent] }
             log: { output: \(log) }
-            """ }
+            """
+        }
         let proxy = configured.process
         defer { proxy.terminate() }
         let url = origin.url + "/v1/items"
-        #expect(try send(proxy.port, url, host: origin.authority,
-                         [("Proxy-Authorization", basicAuth("me", mePassword)), ("Cookie", "sid=\(meCookie)")])?.status == 200)
-        #expect(try send(proxy.port, url, host: origin.authority,
-                         [("Proxy-Authorization", "Bearer \(agentKey)"), ("Cookie", "sid=\(agentCookie)")])?.status == 200)
-        #expect(try send(proxy.port, url, host: origin.authority,
-                         [("Authorization", "Bearer \(guestAuth)"), ("X-API-Key", guestKey)])?.status == 200)
+        #expect(
+            try send(
+                proxy.port, url, host: origin.authority,
+                [("Proxy-Authorization", basicAuth("me", mePassword)), ("Cookie", "sid=\(meCookie)")])?.status == 200)
+        #expect(
+            try send(
+                proxy.port, url, host: origin.authority,
+                [("Proxy-Authorization", "Bearer \(agentKey)"), ("Cookie", "sid=\(agentCookie)")])?.status == 200)
+        #expect(
+            try send(
+                proxy.port, url, host: origin.authority,
+                [("Authorization", "Bearer \(guestAuth)"), ("X-API-Key", guestKey)])?.status == 200)
         let metrics = try configured.metrics()
         #expect(proxy.terminate() == 0)
 
         let all = [mePassword, agentKey, meToken, agentToken, meCookie, agentCookie, guestKey, guestAuth]
         let seen = arrived(at: origin, among: all)
-        #expect(seen == [[meToken, meCookie], [agentToken], []],
-                "me: its token and its passed cookie; agent: its own token, its cookie stripped (for-me does not serve it); guest: nothing, its own credentials stripped")
+        #expect(
+            seen == [[meToken, meCookie], [agentToken], []],
+            "me: its token and its passed cookie; agent: its own token, its cookie stripped (for-me does not serve it); guest: nothing, its own credentials stripped"
+        )
         #expect(origin.requests.allSatisfy { $0.header("proxy-authorization") == nil })
 
         let lines = logLines(configured.logPath)
         #expect(lines.count == 3)
         guard lines.count == 3 else { return }
-        #expect(lines[0].contains(#""client_id":"me""#) && lines[0].contains(#""scope":"for-me""#)
+        #expect(
+            lines[0].contains(#""client_id":"me""#) && lines[0].contains(#""scope":"for-me""#)
                 && lines[0].contains(#""reason":"for-agent: client_not_served""#))
-        #expect(lines[1].contains(#""client_id":"agent""#) && lines[1].contains(#""scope":"for-agent""#)
+        #expect(
+            lines[1].contains(#""client_id":"agent""#) && lines[1].contains(#""scope":"for-agent""#)
                 && lines[1].contains(#""reason":"for-me: client_not_served""#))
-        #expect(lines[2].contains(#""client_id":"guest""#) && lines[2].contains(#""scope":null"#)
+        #expect(
+            lines[2].contains(#""client_id":"guest""#) && lines[2].contains(#""scope":null"#)
                 && lines[2].contains(#""reason":"for-me: client_not_served; for-agent: client_not_served""#))
         #expect(lines.allSatisfy { $0.contains(#""client":"127.0.0.1:"#) }, "client keeps the address")
         #expect(metrics.contains(#"scopeproxy_requests_total{status_class="2xx",scope="for-me",client="me"} 1"#))
@@ -110,13 +127,16 @@ struct ClientIdentityTests {
         #expect(all.allSatisfy { !everything.contains($0) }, "no secret or client credential in the log, /metrics or stderr")
     }
 
-    @Test("missing or wrong credentials: 407 with Proxy-Authenticate, nothing sent; a wrong Proxy-Authorization never falls back to source or anonymous")
+    @Test(
+        "missing or wrong credentials: 407 with Proxy-Authenticate, nothing sent; a wrong Proxy-Authorization never falls back to source or anonymous"
+    )
     func refusals() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let mePassword = canary("mepw"), agentKey = canary("agentkey"), token = canary("tok")
         let environment = ["ME_PW": mePassword, "AGENT_KEY": agentKey, "TOKEN": token]
-        let strict = try ConfiguredProxy(environment: environment) { log in """
+        let strict = try ConfiguredProxy(environment: environment) { log in
+            """
             secrets: { me_pw: { env: ME_PW }, agent_key: { env: AGENT_KEY }, token: { env: TOKEN } }
             clients:
               - { name: me, auth: { basic: { user: me, password: me_pw } } }
@@ -124,7 +144,8 @@ struct ClientIdentityTests {
               - { name: lan, source: ["10.0.0.0/8"] }
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
             log: { output: \(log) }
-            """ }
+            """
+        }
         defer { strict.process.terminate() }
         let url = origin.url + "/x"
         let missing = try #require(try send(strict.port, url, host: origin.authority))
@@ -132,8 +153,9 @@ struct ClientIdentityTests {
         let challenges = missing.headers.filter { $0.0.lowercased() == "proxy-authenticate" }.map(\.1)
         #expect(challenges == [#"Basic realm="scopeproxy""#, #"Bearer realm="scopeproxy""#])
         #expect(try send(strict.port, url, host: origin.authority, [("Proxy-Authorization", basicAuth("me", "wrong"))])?.status == 407)
-        #expect(try send(strict.port, url, host: origin.authority, [("Proxy-Authorization", basicAuth("agent", agentKey))])?.status == 407,
-                "a Bearer client's token as someone's Basic password is not it")
+        #expect(
+            try send(strict.port, url, host: origin.authority, [("Proxy-Authorization", basicAuth("agent", agentKey))])?.status == 407,
+            "a Bearer client's token as someone's Basic password is not it")
         #expect(try send(strict.port, url, host: origin.authority, [("Proxy-Authorization", "Basic %%%")])?.status == 407)
         #expect(strict.process.terminate() == 0)
         let lines = logLines(strict.logPath)
@@ -146,7 +168,8 @@ struct ClientIdentityTests {
         #expect(!(lines.joined() + strict.process.standardError).contains(agentKey))
 
         // With a client for this address and an anonymous one, a wrong Proxy-Authorization is still 407.
-        let lenient = try ConfiguredProxy(environment: environment) { log in """
+        let lenient = try ConfiguredProxy(environment: environment) { log in
+            """
             secrets: { me_pw: { env: ME_PW }, token: { env: TOKEN } }
             clients:
               - { name: me, auth: { basic: { user: me, password: me_pw } } }
@@ -154,7 +177,8 @@ struct ClientIdentityTests {
               - { name: anonymous }
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
             log: { output: \(log) }
-            """ }
+            """
+        }
         defer { lenient.process.terminate() }
         #expect(try send(lenient.port, url, host: origin.authority, [("Proxy-Authorization", basicAuth("me", "wrong"))])?.status == 407)
         #expect(try send(lenient.port, url, host: origin.authority, [("Proxy-Authorization", "Bearer wrong")])?.status == 407)
@@ -172,12 +196,14 @@ struct ClientIdentityTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let agentKey = canary("agentkey"), token = canary("tok")
-        let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { log in """
+        let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { log in
+            """
             secrets: { agent_key: { env: AGENT_KEY }, token: { env: TOKEN } }
             clients: [{ name: agent, auth: { bearer: agent_key } }]
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
             log: { output: \(log) }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         let proxy = "127.0.0.1:\(configured.port)"
         let inURL = try curl(["-w", "\n%{http_code}", "-x", "http://any:\(agentKey)@\(proxy)", origin.url + "/x"])
@@ -187,15 +213,19 @@ struct ClientIdentityTests {
         // The same answer (but its request id) whatever name and key were sent.
         let message = { (body: String) in body.split(separator: ",").filter { !$0.hasPrefix(#""id""#) }.joined(separator: ",") }
         #expect(message(unknownUser.body) == message(inURL.body.replacingOccurrences(of: "\n407", with: "")))
-        let inHeader = try curl(["-w", "\n%{http_code}", "--proxy-header", "Proxy-Authorization: Bearer \(agentKey)", "-x", "http://\(proxy)",
-                                 origin.url + "/x"])
+        let inHeader = try curl([
+            "-w", "\n%{http_code}", "--proxy-header", "Proxy-Authorization: Bearer \(agentKey)", "-x", "http://\(proxy)",
+            origin.url + "/x",
+        ])
         #expect(inHeader.body.hasSuffix("\n200"))
         #expect(configured.process.terminate() == 0)
         let lines = logLines(configured.logPath)
         #expect(lines.count == 3)
         #expect(lines.prefix(2).allSatisfy { $0.contains(#""status":407"#) && $0.contains(#""reason":"proxy_authorization_scheme_not_configured""#) })
-        #expect(configured.process.standardError.contains("use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
-                                                          + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x http://\(proxy) URL"))
+        #expect(
+            configured.process.standardError.contains(
+                "use it (a Bearer client: KEY the value of its token secret, in a header, not the URL): "
+                    + "curl --proxy-header 'Proxy-Authorization: Bearer KEY' -x http://\(proxy) URL"))
         #expect(!(lines.joined() + configured.process.standardError + inURL.body).contains(agentKey))
     }
 
@@ -205,20 +235,22 @@ struct ClientIdentityTests {
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let mePassword = canary("mepw"), agentKey = canary("agentkey"), meToken = canary("metok"), agentToken = canary("agenttok")
-        let configured = try ConfiguredProxy(environment: ["ME_PW": mePassword, "AGENT_KEY": agentKey, "ME_TOKEN": meToken,
-                                                          "AGENT_TOKEN": agentToken]) { log in
+        let configured = try ConfiguredProxy(environment: [
+            "ME_PW": mePassword, "AGENT_KEY": agentKey, "ME_TOKEN": meToken,
+            "AGENT_TOKEN": agentToken,
+        ]) { log in
             let directory = (log as NSString).deletingLastPathComponent
             return """
-            secrets: { me_pw: { env: ME_PW }, agent_key: { env: AGENT_KEY }, me_token: { env: ME_TOKEN }, agent_token: { env: AGENT_TOKEN } }
-            clients:
-              - { name: me, auth: { basic: { user: me, password: me_pw } } }
-              - { name: agent, auth: { bearer: agent_key } }
-            scopes:
-              - { name: for-me, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${me_token}" }, clients: [me] }
-              - { name: for-agent, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${agent_token}" }, clients: [agent] }
-            tls: { intercept: scoped, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
-            log: { output: \(log) }
-            """
+                secrets: { me_pw: { env: ME_PW }, agent_key: { env: AGENT_KEY }, me_token: { env: ME_TOKEN }, agent_token: { env: AGENT_TOKEN } }
+                clients:
+                  - { name: me, auth: { basic: { user: me, password: me_pw } } }
+                  - { name: agent, auth: { bearer: agent_key } }
+                scopes:
+                  - { name: for-me, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${me_token}" }, clients: [me] }
+                  - { name: for-agent, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${agent_token}" }, clients: [agent] }
+                tls: { intercept: scoped, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
+                log: { output: \(log) }
+                """
         }
         let proxy = configured.process
         defer { proxy.terminate() }
@@ -226,10 +258,14 @@ struct ClientIdentityTests {
         let proxyURL = "http://127.0.0.1:\(proxy.port)"
         let target = "https://localhost:\(origin.port)/v1/items"
         // curl sends Proxy-Authorization on the CONNECT only: the requests inside carry none.
-        let (meStatus, meBody) = try run(["/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", ca, "-x", proxyURL,
-                                          "--proxy-user", "me:\(mePassword)", target, target])
-        let (agentStatus, agentBody) = try run(["/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", ca, "-x", proxyURL,
-                                                "--proxy-header", "Proxy-Authorization: Bearer \(agentKey)", target])
+        let (meStatus, meBody) = try run([
+            "/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", ca, "-x", proxyURL,
+            "--proxy-user", "me:\(mePassword)", target, target,
+        ])
+        let (agentStatus, agentBody) = try run([
+            "/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", ca, "-x", proxyURL,
+            "--proxy-header", "Proxy-Authorization: Bearer \(agentKey)", target,
+        ])
         let (noneStatus, _) = try run(["/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", ca, "-x", proxyURL, target])
         #expect(meStatus == 0 && agentStatus == 0)
         #expect(noneStatus != 0, "a CONNECT without credentials gets 407 and no tunnel")
@@ -263,7 +299,8 @@ struct ClientIdentityTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let rootToken = canary("roottok"), nobodyToken = canary("nobodytok")
-        let configured = try ConfiguredProxy(environment: ["ROOT_TOKEN": rootToken, "NOBODY_TOKEN": nobodyToken]) { log in """
+        let configured = try ConfiguredProxy(environment: ["ROOT_TOKEN": rootToken, "NOBODY_TOKEN": nobodyToken]) { log in
+            """
             secrets: { root_token: { env: ROOT_TOKEN }, nobody_token: { env: NOBODY_TOKEN } }
             clients:
               - { name: admin, uid: 0 }
@@ -272,7 +309,8 @@ struct ClientIdentityTests {
               - { name: for-admin, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${root_token}" }, clients: [admin] }
               - { name: for-sandbox, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${nobody_token}" }, clients: [sandbox] }
             log: { output: \(log) }
-            """ }
+            """
+        }
         let proxy = configured.process
         defer { proxy.terminate() }
         let proxyURL = "http://127.0.0.1:\(proxy.port)"
@@ -298,11 +336,13 @@ struct ClientIdentityTests {
     func rateLimit() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
-        let configured = try ConfiguredProxy { log in """
+        let configured = try ConfiguredProxy { log in
+            """
             clients: [{ name: local, source: ["127.0.0.0/8"], rate: "3/m" }]
             scopes: []
             log: { output: \(log) }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         var statuses: [Int] = []
         var retryAfter: String?
@@ -325,14 +365,16 @@ struct ClientIdentityTests {
         defer { origin.stop() }
         let agentKey = canary("agentkey"), token = canary("tok")
         var logPath = ""
-        func yaml(withAgent: Bool) -> String { """
+        func yaml(withAgent: Bool) -> String {
+            """
             log: { output: \(logPath), format: text }
             secrets: { agent_key: { env: AGENT_KEY }, token: { env: TOKEN } }
             clients:
               - { name: lan, source: ["10.0.0.0/8"] }
             \(withAgent ? "  - { name: agent, auth: { bearer: agent_key } }" : "")
             scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
-            """ }
+            """
+        }
         let configured = try ConfiguredProxy(environment: ["AGENT_KEY": agentKey, "TOKEN": token]) { log in
             logPath = log
             return yaml(withAgent: false)

@@ -2,8 +2,8 @@ import Foundation
 import HTTP1Codec
 import ProxyCore
 import ProxyEngine
-import Testing
 import TestSupport
+import Testing
 
 private final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
@@ -31,16 +31,21 @@ private final class ClientListenerProxy {
     var proxyURL: String { "https://127.0.0.1:\(clientPort)" }
     var metrics: Metrics { harness.server.configuration.metrics }
 
-    init(pki: ClientPKI, originCA: String? = nil, yaml: String = "scopes: []", secrets: [String: String] = [:],
-         tunnel: TunnelPolicy = .deny, clientHeaderMilliseconds: Int? = nil, maxConnections: Int? = nil,
-         caFiles: [ClientCAFile]? = nil) throws {
+    init(
+        pki: ClientPKI, originCA: String? = nil, yaml: String = "scopes: []", secrets: [String: String] = [:],
+        tunnel: TunnelPolicy = .deny, clientHeaderMilliseconds: Int? = nil, maxConnections: Int? = nil,
+        caFiles: [ClientCAFile]? = nil
+    ) throws {
         let authority = try CertificateAuthority.loadOrCreate(directory: scratch.path + "/ca")
         let tls = try TLSContexts(authority: authority, upstreamCA: originCA)
         let base = try ProxyHarness.context(yaml: yaml, secrets: secrets)
         let context = ScopeContext(policy: base.policy, redirects: base.redirects, secrets: base.secrets, interceptHosts: ["localhost"])
         let facts = self.facts
-        let files = caFiles ?? [ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
-                                ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca"))]
+        let files =
+            caFiles ?? [
+                ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
+                ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca")),
+            ]
         harness = try ProxyHarness { engine in
             engine.tls = tls
             engine.scope = ScopeContextHolder(context)
@@ -76,7 +81,9 @@ private final class ClientListenerProxy {
 
 @Suite("TLS client listener: https:// proxy URL, client certificates as connection facts", .serialized)
 struct ClientListenerTests {
-    @Test("curl with a client certificate through an https:// proxy URL to an http origin: answered; CN, SANs and the verifying CA file reach the machine")
+    @Test(
+        "curl with a client certificate through an https:// proxy URL to an http origin: answered; CN, SANs and the verifying CA file reach the machine"
+    )
     func forwardWithCertificate() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
@@ -86,8 +93,10 @@ struct ClientListenerTests {
         #expect(status == 0)
         #expect(body.contains("target=/first"))
         // localhost is in the listener's certificate too (loopback).
-        let (byName, _) = try curl(["--proxy", "https://localhost:\(proxy.clientPort)", "--proxy-cacert", proxy.caPath,
-                                    "--proxy-cert", pki.client("tool").cert, "--proxy-key", pki.client("tool").key, "\(origin.url)/second"])
+        let (byName, _) = try curl([
+            "--proxy", "https://localhost:\(proxy.clientPort)", "--proxy-cacert", proxy.caPath,
+            "--proxy-cert", pki.client("tool").cert, "--proxy-key", pki.client("tool").key, "\(origin.url)/second",
+        ])
         #expect(byName == 0)
         let seen = proxy.facts.all
         #expect(seen.count == 2)
@@ -107,11 +116,13 @@ struct ClientListenerTests {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let proxy = try ClientListenerProxy(pki: pki, caFiles: [
-            ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
-            ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca")),
-            ClientCAFile(name: "./other-ca.pem", path: pki.directory + "/./other-ca.pem"),
-        ])
+        let proxy = try ClientListenerProxy(
+            pki: pki,
+            caFiles: [
+                ClientCAFile(name: "tools-ca.pem", path: pki.caPath("tools-ca")),
+                ClientCAFile(name: "other-ca.pem", path: pki.caPath("other-ca")),
+                ClientCAFile(name: "./other-ca.pem", path: pki.directory + "/./other-ca.pem"),
+            ])
         let (status, _) = try curl(proxy.proxyArguments(pki.client("other")) + ["\(origin.url)/other"])
         #expect(status == 0)
         let certificate = try #require(proxy.facts.all.first?.certificate)
@@ -134,7 +145,9 @@ struct ClientListenerTests {
         #expect(seen.first.map { $0.certificate == nil } == true)
     }
 
-    @Test("a certificate from a CA the listener does not trust, or one for servers only, fails the handshake (fail closed); nothing reaches the origin or the machine")
+    @Test(
+        "a certificate from a CA the listener does not trust, or one for servers only, fails the handshake (fail closed); nothing reaches the origin or the machine"
+    )
     func rogueCertificateRefused() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
@@ -171,21 +184,28 @@ struct ClientListenerTests {
         let plainOrigin = try FixtureOrigin()
         defer { plainOrigin.stop() }
         let token = "CANARY-client-listener-\(UInt32.random(in: 0...UInt32.max))"
-        let proxy = try ClientListenerProxy(pki: pki, originCA: originPKI.caPath, yaml: """
-            secrets: { token: { env: TOKEN } }
-            scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, secrets: ["token": token], tunnel: .allow)
+        let proxy = try ClientListenerProxy(
+            pki: pki, originCA: originPKI.caPath,
+            yaml: """
+                secrets: { token: { env: TOKEN } }
+                scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, secrets: ["token": token], tunnel: .allow)
         // Intercepted: curl verifies the origin's minted certificate with the same local CA.
         for round in 0..<2 {
-            let (status, body) = try curl(proxy.proxyArguments(pki.client("tool"))
-                + ["--cacert", proxy.caPath, "-H", "X-API-Key: client-key", "https://localhost:\(httpsOrigin.port)/v1/items/\(round)"])
+            let (status, body) = try curl(
+                proxy.proxyArguments(pki.client("tool"))
+                    + ["--cacert", proxy.caPath, "-H", "X-API-Key: client-key", "https://localhost:\(httpsOrigin.port)/v1/items/\(round)"])
             #expect(status == 0)
             #expect(body.contains("\"Authorization\": \"Bearer \(token)\""))
             #expect(!body.contains("client-key"))
         }
         // Two requests on one connection inside the intercepted tunnel, then a close inside it.
-        let (both, bodies) = try curl(proxy.proxyArguments(pki.client("tool"))
-            + ["--cacert", proxy.caPath, "https://localhost:\(httpsOrigin.port)/a", "-H", "Connection: close", "https://localhost:\(httpsOrigin.port)/big/1"])
+        let (both, bodies) = try curl(
+            proxy.proxyArguments(pki.client("tool"))
+                + [
+                    "--cacert", proxy.caPath, "https://localhost:\(httpsOrigin.port)/a", "-H", "Connection: close",
+                    "https://localhost:\(httpsOrigin.port)/big/1",
+                ])
         #expect(both == 0)
         #expect(bodies.contains("\"path\": \"/a\""))
         #expect(bodies.utf8.count > 4 * 1024 * 1024, "the whole 4 MiB body arrived before the close")
@@ -198,7 +218,9 @@ struct ClientListenerTests {
         #expect(proxy.openConnectionsSettle() == 0)
     }
 
-    @Test("plain HTTP, garbage, a hang-up and a stall mid-handshake on the TLS port: each closed with its reason, nothing held; the listener keeps serving")
+    @Test(
+        "plain HTTP, garbage, a hang-up and a stall mid-handshake on the TLS port: each closed with its reason, nothing held; the listener keeps serving"
+    )
     func hostileHandshakes() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
@@ -247,10 +269,12 @@ struct ClientListenerTests {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let token = "CANARY-requests-\(UInt32.random(in: 0...UInt32.max))"
-        let proxy = try ClientListenerProxy(pki: pki, originCA: originPKI.caPath, yaml: """
-            secrets: { token: { env: TOKEN } }
-            scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, secrets: ["token": token])
+        let proxy = try ClientListenerProxy(
+            pki: pki, originCA: originPKI.caPath,
+            yaml: """
+                secrets: { token: { env: TOKEN } }
+                scopes: [{ name: api, origins: ["https://localhost:\(httpsOrigin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, secrets: ["token": token])
         // The recipes docs/https.md shows, run as written.
         let recipes = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("docs/recipes")
@@ -258,7 +282,8 @@ struct ClientListenerTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             let program = recipes.appendingPathComponent(interpreter == "node" ? "node-proxy-client-cert.js" : "python-proxy-client-cert.py").path
-            process.arguments = [interpreter, program, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
+            process.arguments =
+                [interpreter, program, url, proxy.proxyURL, proxy.caPath, pki.client("tool").cert, pki.client("tool").key]
                 + (originCA.map { [$0] } ?? [])
             process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
             let output = Pipe()
@@ -283,13 +308,17 @@ struct ClientListenerTests {
         #expect(proxy.facts.all.allSatisfy { $0.certificate?.verifiedBy == ["tools-ca.pem"] })
     }
 
-    @Test("the binary, clients: a tls_client is recognised by its certificate and gets its scope's token; another CA's certificate, or none, gets nothing of it")
+    @Test(
+        "the binary, clients: a tls_client is recognised by its certificate and gets its scope's token; another CA's certificate, or none, gets nothing of it"
+    )
     func tlsClientIdentityThroughTheBinary() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { tool_token: { env: TLS_CLIENT_TOOL_TOKEN }, guest_key: { env: TLS_CLIENT_GUEST_KEY } }
             clients:
               - { name: tool, tls_client: { ca: \(pki.caPath("tools-ca")), subject: "CN=tool" } }
@@ -301,8 +330,9 @@ struct ClientListenerTests {
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca, client_listen: "127.0.0.1:0" }
             log: { output: \(scratch.path)/access.log }
             """)
-        let proxy = try ProxyProcess(arguments: ["--config", config],
-                                     environment: ["TLS_CLIENT_TOOL_TOKEN": "CANARY-tool-token", "TLS_CLIENT_GUEST_KEY": "CANARY-guest-key"])
+        let proxy = try ProxyProcess(
+            arguments: ["--config", config],
+            environment: ["TLS_CLIENT_TOOL_TOKEN": "CANARY-tool-token", "TLS_CLIENT_GUEST_KEY": "CANARY-guest-key"])
         defer { proxy.terminate() }
         let banner = try #require(proxy.standardError.components(separatedBy: "\n").first { $0.contains("TLS client listener: https://127.0.0.1:") })
         let url = try #require(banner.split(separator: " ").first { $0.hasPrefix("https://") }.map(String.init))
@@ -326,13 +356,17 @@ struct ClientListenerTests {
         #expect(!log.contains("CANARY"), "no secret in the log")
     }
 
-    @Test("the binary, only tls_client clients: a client without certificate is told to present one on the TLS listener, not to send Proxy-Authorization")
+    @Test(
+        "the binary, only tls_client clients: a client without certificate is told to present one on the TLS listener, not to send Proxy-Authorization"
+    )
     func tlsClientOnlyRefusalSaysCertificate() throws {
         let pki = try ClientPKI()
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             clients:
               - { name: tool, tls_client: { ca: \(pki.caPath("tools-ca")), subject: "CN=tool" } }
             scopes:
@@ -354,12 +388,16 @@ struct ClientListenerTests {
         #expect(proxy.terminate() == 0)
     }
 
-    @Test("the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns")
+    @Test(
+        "the binary: tls.client_listen in the config, its https:// URL in the banner, a client without certificate served; without a CA run refuses it and check warns"
+    )
     func binary() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             scopes: [{ name: api, origins: ["https://api.example"] }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca, client_listen: "127.0.0.1:0" }
             log: { output: \(scratch.path)/access.log }
@@ -377,7 +415,9 @@ struct ClientListenerTests {
         #expect(log.contains("/via-binary"))
 
         // `scoped` with no https scope: nothing is intercepted, so there is no CA for the listener.
-        let noCA = scratch.write("no-ca.yaml", """
+        let noCA = scratch.write(
+            "no-ca.yaml",
+            """
             scopes: [{ name: api, origins: ["http://api.example"], require_https: false }]
             tls: { intercept: scoped, ca_dir: \(scratch.path)/ca2, client_listen: "127.0.0.1:0" }
             """)

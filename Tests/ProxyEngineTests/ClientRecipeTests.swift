@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 // The client recipes of README.md and docs/https.md, run as written against the built binary. Each
 // one must make an injected canary token arrive at a loopback origin: the origin only ever gets it
@@ -48,8 +48,9 @@ private func runClient(_ arguments: [String], environment: [String: String]) thr
     errorsRead.wait()
     process.waitUntilExit()
     watchdog.cancel()
-    return ClientRun(status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
-                     stderr: String(decoding: errorData.get(), as: UTF8.self))
+    return ClientRun(
+        status: process.terminationStatus, stdout: String(decoding: out, as: UTF8.self),
+        stderr: String(decoding: errorData.get(), as: UTF8.self))
 }
 
 /// A lock-protected buffer (stderr is read on another queue).
@@ -76,7 +77,9 @@ private final class PlainSetup {
             secrets += ", proxy_password: { env: PROXY_PASSWORD }"
             environment["PROXY_PASSWORD"] = password
         }
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { \(secrets) }
             \(password == nil ? "" : "proxy_auth: { secret: proxy_password }")
             scopes:
@@ -120,16 +123,18 @@ struct PlainClientRecipeTests {
     @Test("curl reads lowercase http_proxy")
     func curlLowercaseEnvironment() throws {
         let setup = try PlainSetup()
-        let run = try runClient(["curl", "-sS", "--max-time", "10", "\(setup.origin.url)/v1/books"],
-                                environment: ["http_proxy": setup.proxyURL])
+        let run = try runClient(
+            ["curl", "-sS", "--max-time", "10", "\(setup.origin.url)/v1/books"],
+            environment: ["http_proxy": setup.proxyURL])
         setup.expectProxied(run, "http_proxy=... curl")
     }
 
     @Test("curl ignores uppercase HTTP_PROXY alone: the request goes direct and gets no token")
     func curlIgnoresUppercase() throws {
         let setup = try PlainSetup()
-        let run = try runClient(["curl", "-sS", "--max-time", "10", "\(setup.origin.url)/v1/books"],
-                                environment: ["HTTP_PROXY": setup.proxyURL])
+        let run = try runClient(
+            ["curl", "-sS", "--max-time", "10", "\(setup.origin.url)/v1/books"],
+            environment: ["HTTP_PROXY": setup.proxyURL])
         #expect(run.status == 0, "the origin answered curl directly")
         let request = setup.received()
         #expect(request?.header("authorization") == nil, "nothing injected: the proxy never saw it")
@@ -139,9 +144,12 @@ struct PlainClientRecipeTests {
     @Test("python-requests reads HTTP_PROXY")
     func pythonRequests() throws {
         let setup = try PlainSetup()
-        let run = try runClient(["python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)",
-                                 "\(setup.origin.url)/v1/books"],
-                                environment: ["HTTP_PROXY": setup.proxyURL])
+        let run = try runClient(
+            [
+                "python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)",
+                "\(setup.origin.url)/v1/books",
+            ],
+            environment: ["HTTP_PROXY": setup.proxyURL])
         setup.expectProxied(run, "HTTP_PROXY=... python-requests")
         #expect(run.stdout == "200\n")
     }
@@ -149,9 +157,12 @@ struct PlainClientRecipeTests {
     @Test("httpx reads HTTP_PROXY (trust_env, the default)")
     func httpx() throws {
         let setup = try PlainSetup()
-        let run = try runClient(["python3", "-c", "import httpx, sys; print(httpx.get(sys.argv[1], timeout=10).status_code)",
-                                 "\(setup.origin.url)/v1/books"],
-                                environment: ["HTTP_PROXY": setup.proxyURL])
+        let run = try runClient(
+            [
+                "python3", "-c", "import httpx, sys; print(httpx.get(sys.argv[1], timeout=10).status_code)",
+                "\(setup.origin.url)/v1/books",
+            ],
+            environment: ["HTTP_PROXY": setup.proxyURL])
         setup.expectProxied(run, "HTTP_PROXY=... httpx")
         #expect(run.stdout == "200\n")
     }
@@ -170,16 +181,22 @@ struct PlainClientRecipeTests {
         let setup = try PlainSetup(proxyAuth: password)
         let withPassword = "http://any:\(password)@127.0.0.1:\(setup.proxy.port)"
 
-        let refused = try runClient(["curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "-x", setup.proxyURL,
-                                     "\(setup.origin.url)/v1/books"], environment: [:])
+        let refused = try runClient(
+            [
+                "curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "-x", setup.proxyURL,
+                "\(setup.origin.url)/v1/books",
+            ], environment: [:])
         #expect(refused.stdout == "407", "no password: 407")
         #expect(setup.origin.requests.isEmpty)
 
         let curl = try runClient(["curl", "-sS", "--max-time", "10", "-x", withPassword, "\(setup.origin.url)/v1/books"], environment: [:])
         setup.expectProxied(curl, "curl -x http://any:PASSWORD@PROXY")
-        let python = try runClient(["python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)",
-                                    "\(setup.origin.url)/v1/books"],
-                                   environment: ["HTTP_PROXY": withPassword])
+        let python = try runClient(
+            [
+                "python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)",
+                "\(setup.origin.url)/v1/books",
+            ],
+            environment: ["HTTP_PROXY": withPassword])
         #expect(python.stdout == "200\n", "python-requests: \(python.stderr)")
         #expect(setup.origin.requests.count == 2)
         #expect(setup.origin.requests.allSatisfy { $0.header("proxy-authorization") == nil }, "the proxy password is never forwarded")
@@ -201,7 +218,9 @@ private final class HTTPSSetup {
     init() throws {
         pki = try TestPKI()
         origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             secrets: { demo_token: { env: DEMO_TOKEN } }
             scopes:
               - name: secure
@@ -233,19 +252,22 @@ struct HTTPSClientRecipeTests {
     @Test("curl: HTTPS_PROXY and CURL_CA_BUNDLE")
     func curlEnvironment() throws {
         let setup = try HTTPSSetup()
-        let run = try runClient(["curl", "-sS", "--max-time", "10", setup.url],
-                                environment: ["HTTPS_PROXY": setup.proxyURL, "CURL_CA_BUNDLE": setup.caPath])
+        let run = try runClient(
+            ["curl", "-sS", "--max-time", "10", setup.url],
+            environment: ["HTTPS_PROXY": setup.proxyURL, "CURL_CA_BUNDLE": setup.caPath])
         setup.expectInjected(run, "HTTPS_PROXY=... CURL_CA_BUNDLE=... curl")
     }
 
     @Test("curl: lowercase https_proxy works too, and --cacert with -x")
     func curlOtherForms() throws {
         let setup = try HTTPSSetup()
-        let lowercase = try runClient(["curl", "-sS", "--max-time", "10", setup.url],
-                                      environment: ["https_proxy": setup.proxyURL, "CURL_CA_BUNDLE": setup.caPath])
+        let lowercase = try runClient(
+            ["curl", "-sS", "--max-time", "10", setup.url],
+            environment: ["https_proxy": setup.proxyURL, "CURL_CA_BUNDLE": setup.caPath])
         #expect(lowercase.status == 0, "https_proxy: \(lowercase.stderr)")
-        let explicit = try runClient(["curl", "-sS", "--max-time", "10", "--cacert", setup.caPath, "-x", setup.proxyURL, setup.url],
-                                     environment: [:])
+        let explicit = try runClient(
+            ["curl", "-sS", "--max-time", "10", "--cacert", setup.caPath, "-x", setup.proxyURL, setup.url],
+            environment: [:])
         #expect(explicit.status == 0, "--cacert -x: \(explicit.stderr)")
         #expect(setup.origin.received.count == 2)
         #expect(setup.origin.received.allSatisfy { $0.contains("\"Authorization\": \"Bearer \(setup.token)\"") })
@@ -262,24 +284,27 @@ struct HTTPSClientRecipeTests {
     @Test("python-requests: HTTPS_PROXY and REQUESTS_CA_BUNDLE")
     func pythonRequests() throws {
         let setup = try HTTPSSetup()
-        let run = try runClient(["python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)", setup.url],
-                                environment: ["HTTPS_PROXY": setup.proxyURL, "REQUESTS_CA_BUNDLE": setup.caPath])
+        let run = try runClient(
+            ["python3", "-c", "import requests, sys; print(requests.get(sys.argv[1], timeout=10).status_code)", setup.url],
+            environment: ["HTTPS_PROXY": setup.proxyURL, "REQUESTS_CA_BUNDLE": setup.caPath])
         setup.expectInjected(run, "HTTPS_PROXY=... REQUESTS_CA_BUNDLE=... python-requests")
     }
 
     @Test("httpx: HTTPS_PROXY and SSL_CERT_FILE")
     func httpx() throws {
         let setup = try HTTPSSetup()
-        let run = try runClient(["python3", "-c", "import httpx, sys; print(httpx.get(sys.argv[1], timeout=10).status_code)", setup.url],
-                                environment: ["HTTPS_PROXY": setup.proxyURL, "SSL_CERT_FILE": setup.caPath])
+        let run = try runClient(
+            ["python3", "-c", "import httpx, sys; print(httpx.get(sys.argv[1], timeout=10).status_code)", setup.url],
+            environment: ["HTTPS_PROXY": setup.proxyURL, "SSL_CERT_FILE": setup.caPath])
         setup.expectInjected(run, "HTTPS_PROXY=... SSL_CERT_FILE=... httpx")
     }
 
     @Test("Node: CONNECT then TLS with built-in modules, NODE_EXTRA_CA_CERTS (docs/recipes/node-https.js)")
     func nodeHTTPS() throws {
         let setup = try HTTPSSetup()
-        let run = try runClient(["node", recipe("node-https.js"), setup.url, setup.proxyURL],
-                                environment: ["NODE_EXTRA_CA_CERTS": setup.caPath])
+        let run = try runClient(
+            ["node", recipe("node-https.js"), setup.url, setup.proxyURL],
+            environment: ["NODE_EXTRA_CA_CERTS": setup.caPath])
         setup.expectInjected(run, "NODE_EXTRA_CA_CERTS=... node node-https.js")
         #expect(run.stdout.hasPrefix("200 "))
     }

@@ -2,10 +2,12 @@ import COpenSSL
 import Foundation
 import HTTP1Codec
 import ProxyCore
-@testable import ProxyEngine
 import Testing
+
+@testable import ProxyEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -27,11 +29,15 @@ struct ClientTLSFailureTests {
 
     /// What OpenSSL can queue for a failed server-side handshake, and the failure it is.
     static let rows: [Row] = [
-        Row(name: "alert unknown_ca (the client does not trust the local CA)", queued: [sslError(SSL_R_TLSV1_ALERT_UNKNOWN_CA)], failure: .clientRejectedCertificate),
+        Row(
+            name: "alert unknown_ca (the client does not trust the local CA)", queued: [sslError(SSL_R_TLSV1_ALERT_UNKNOWN_CA)],
+            failure: .clientRejectedCertificate),
         Row(name: "alert bad_certificate", queued: [sslError(SSL_R_SSLV3_ALERT_BAD_CERTIFICATE)], failure: .clientRejectedCertificate),
         Row(name: "alert certificate_unknown", queued: [sslError(SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN)], failure: .clientRejectedCertificate),
         Row(name: "alert access_denied", queued: [sslError(SSL_R_TLSV1_ALERT_ACCESS_DENIED)], failure: .clientRejectedCertificate),
-        Row(name: "the client's certificate does not verify", queued: [sslError(SSL_R_CERTIFICATE_VERIFY_FAILED)], failure: .clientCertificateRejected),
+        Row(
+            name: "the client's certificate does not verify", queued: [sslError(SSL_R_CERTIFICATE_VERIFY_FAILED)], failure: .clientCertificateRejected
+        ),
         Row(name: "plain HTTP where TLS was due", queued: [sslError(SSL_R_HTTP_REQUEST)], failure: .notTLS),
         Row(name: "a proxy request where TLS was due", queued: [sslError(SSL_R_HTTPS_PROXY_REQUEST)], failure: .notTLS),
         Row(name: "bytes that are no TLS record", queued: [sslError(SSL_R_WRONG_VERSION_NUMBER)], failure: .notTLS),
@@ -49,7 +55,9 @@ struct ClientTLSFailureTests {
     /// Failures decided outside OpenSSL's queue: a timer, and the local CA before any handshake.
     static let decidedElsewhere: Set<ClientTLSFailure> = [.handshakeTimeout, .certificateUnavailable]
 
-    @Test("each OpenSSL outcome is one failure, and the intercepted tunnel's log reason and the listener's metric label say the same code", arguments: rows)
+    @Test(
+        "each OpenSSL outcome is one failure, and the intercepted tunnel's log reason and the listener's metric label say the same code",
+        arguments: rows)
     func sameOutcomeSameFailure(_ row: Row) throws {
         let classified = ClientTLSFailure.classify(openSSLErrors: row.queued)
         #expect(classified.failure == row.failure)

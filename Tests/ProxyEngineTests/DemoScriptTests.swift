@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 // `make demo` is the first thing the README asks for: config/demo/run.sh run here as make runs it,
 // against the built binary, with every server on a free port (DEMO_PORTS=free) and its files in a
@@ -23,12 +23,15 @@ private struct ScriptRun {
 private func runDemo(in scratch: ScratchDirectory, environment: [String: String] = [:], blockingSIGTERM: Bool = false) throws -> ScriptRun {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", "-c", """
+    process.arguments = [
+        "python3", "-c",
+        """
         import os, signal, sys
         signal.pthread_sigmask(signal.SIG_SETMASK, [signal.SIGTERM] if sys.argv[2] == "block" else [])
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         os.execv("/bin/bash", ["bash", sys.argv[1]])
-        """, repositoryRoot.appendingPathComponent("config/demo/run.sh").path, blockingSIGTERM ? "block" : "clear"]
+        """, repositoryRoot.appendingPathComponent("config/demo/run.sh").path, blockingSIGTERM ? "block" : "clear",
+    ]
     var childEnvironment = ProcessInfo.processInfo.environment.merging(
         ["SCOPEPROXY_BINARY": ProxyProcess.binaryPath, "DEMO_DIR": scratch.path + "/demo", "DEMO_PORTS": "free"]) { $1 }
         .merging(environment) { $1 }
@@ -60,8 +63,9 @@ private func runDemo(in scratch: ScratchDirectory, environment: [String: String]
         status = process.terminationStatus
     }
     _ = drained.wait(timeout: .now() + 10)
-    return ScriptRun(status: status, stdout: String(decoding: outText.data, as: UTF8.self),
-                     stderr: String(decoding: errorText.data, as: UTF8.self))
+    return ScriptRun(
+        status: status, stdout: String(decoding: outText.data, as: UTF8.self),
+        stderr: String(decoding: errorText.data, as: UTF8.self))
 }
 
 /// Every file and directory under config/demo: what a run must leave as it found it.
@@ -94,12 +98,14 @@ private func configWithoutCDNToken(in scratch: ScratchDirectory) throws -> Strin
 /// it), killed: after the demo they are the ones that outlived it.
 private func survivors(of scratch: ScratchDirectory) -> [String] {
     let own = getpid()
-    let found = (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.compactMap { entry -> (Int32, String)? in
-        guard let pid = Int32(entry), pid != own,
-              let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline") else { return nil }
-        let commandLine = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
-        return commandLine.contains(scratch.path) ? (pid, commandLine) : nil
-    } ?? []
+    let found =
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc"))?.compactMap { entry -> (Int32, String)? in
+            guard let pid = Int32(entry), pid != own,
+                let data = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline")
+            else { return nil }
+            let commandLine = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
+            return commandLine.contains(scratch.path) ? (pid, commandLine) : nil
+        } ?? []
     for (pid, _) in found { kill(pid, SIGKILL) }
     return found.map(\.1)
 }
@@ -116,13 +122,18 @@ struct DemoScriptTests {
         #expect(run.status == 0, "stderr: \(run.stderr)")
         #expect(run.stdout.contains("demo: every step showed what it claims."))
         #expect(!run.stdout.contains("upstream_refused"))
-        #expect(run.stdout.contains(#"what the cdn origin received (its own log): {"origin": "cdn", "path": "/files/report.pdf", "received": {"x-cdn-token": "demo-cdn-token-456"}}"#))
+        #expect(
+            run.stdout.contains(
+                #"what the cdn origin received (its own log): {"origin": "cdn", "path": "/files/report.pdf", "received": {"x-cdn-token": "demo-cdn-token-456"}}"#
+            ))
         #expect(run.stdout.contains("GITHUB_TOKEN=scopeproxy-ph-gh_token-"))
         #expect(run.stdout.contains(#""client_authenticated": true, "tokens_issued": 1}"#))
         // The commands it prints to copy name the config and the CA it wrote, and both exist.
         let named = run.stdout.split(separator: "\n").flatMap { line -> [String] in
             let words = line.split(separator: " ").map(String.init)
-            return zip(words, words.dropFirst()).filter { ["--config", "--cacert"].contains($0.0) }.map { $0.1.replacingOccurrences(of: ")\"", with: "") }
+            return zip(words, words.dropFirst()).filter { ["--config", "--cacert"].contains($0.0) }.map {
+                $0.1.replacingOccurrences(of: ")\"", with: "")
+            }
         }
         #expect(Set(named) == [scratch.path + "/demo/demo.yaml", scratch.path + "/demo/scopeproxy-ca.pem"])
         for path in named { #expect(FileManager.default.fileExists(atPath: path), "\(path) named but missing") }
@@ -134,7 +145,10 @@ struct DemoScriptTests {
         let scratch = ScratchDirectory()
         let run = try runDemo(in: scratch, environment: ["DEMO_CONFIG": try configWithoutCDNToken(in: scratch)])
         #expect(run.status == 1)
-        #expect(run.stderr.contains(#"demo: step "redirect through scopeproxy" failed: expected the cdn to receive its own token ("x-cdn-token": "demo-cdn-token-456"); got: {"origin": "cdn", "path": "/files/report.pdf", "received": {}}"#))
+        #expect(
+            run.stderr.contains(
+                #"demo: step "redirect through scopeproxy" failed: expected the cdn to receive its own token ("x-cdn-token": "demo-cdn-token-456"); got: {"origin": "cdn", "path": "/files/report.pdf", "received": {}}"#
+            ))
         #expect(!run.stdout.contains("every step showed"))
         #expect(survivors(of: scratch) == [])
     }
@@ -153,7 +167,8 @@ struct DemoScriptTests {
         let scratch = ScratchDirectory()
         let run = try runDemo(in: scratch, environment: ["DEMO_CONFIG": scratch.write("broken.yaml", "scopes:\n  - name: [oops\n")])
         #expect(run.status == 1)
-        #expect(run.stderr.contains("demo: scopeproxy exited (status 2) before it was ready; the end of its log (\(scratch.path)/demo/run/proxy.log):"))
+        #expect(
+            run.stderr.contains("demo: scopeproxy exited (status 2) before it was ready; the end of its log (\(scratch.path)/demo/run/proxy.log):"))
         #expect(run.stderr.contains("broken.yaml:3:1: YAML syntax error"))
         #expect(!run.stdout.contains("== "))
         #expect(survivors(of: scratch) == [])
@@ -200,8 +215,9 @@ struct DemoServerLogTests {
     @Test("concurrent requests to a demo origin leave one whole JSON line each in its log")
     func concurrentRequestsLeaveWholeLines() throws {
         let rounds = 5, concurrent = 20
-        let output = try runPython(repositoryRoot.appendingPathComponent("Tests/Fixtures/demo_origin_log_lines.py").path,
-                                   [repositoryRoot.appendingPathComponent("config/demo").path, "\(rounds)", "\(concurrent)"])
+        let output = try runPython(
+            repositoryRoot.appendingPathComponent("Tests/Fixtures/demo_origin_log_lines.py").path,
+            [repositoryRoot.appendingPathComponent("config/demo").path, "\(rounds)", "\(concurrent)"])
         struct Counts: Decodable { let lines: Int; let whole: Int; let answered: Int; let last: String }
         let counts = try JSONDecoder().decode(Counts.self, from: Data(output.utf8))
         #expect(counts.answered == rounds * concurrent)

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 private func get(_ origin: FixtureOrigin, _ path: String = "/") -> String {
     "GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n"
@@ -140,14 +140,16 @@ struct FailureEngineTests {
         #expect(silent.peerClosed())
     }
 
-    @Test("invalid upstream responses are 502 bad_upstream_response", arguments: [
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc",
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-        "HTTP/1.1 200 OK\nContent-Length: 3\n\nabc",
-        "garbage\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n",
-        "HTTP/1.1 101 Switching Protocols\r\n\r\n",
-    ])
+    @Test(
+        "invalid upstream responses are 502 bad_upstream_response",
+        arguments: [
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc",
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+            "HTTP/1.1 200 OK\nContent-Length: 3\n\nabc",
+            "garbage\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        ])
     func badUpstream(_ reply: String) throws {
         let origin = try FixtureOrigin { connection in
             guard connection.readRequest() != nil else { return }

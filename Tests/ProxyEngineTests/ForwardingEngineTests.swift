@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Engine: forwarding", .serialized)
 struct ForwardingEngineTests {
@@ -17,15 +17,17 @@ struct ForwardingEngineTests {
         #expect(response?.bodyText == "target=/v1/items?limit=20 id=exact body=0")
         let arrived = try #require(origin.requests.first)
         let id = try #require(response?.header("x-request-id"), "the proxy adds a request id, the same both ways")
-        #expect(arrived.rawHeadText == "GET /v1/items?limit=20 HTTP/1.1\r\nHost: \(origin.authority)\r\nUser-Agent: test/1\r\n"
-            + "x-lower: Case Kept\r\nX-Test-Id: exact\r\nX-Request-ID: \(id)\r\n\r\n")
+        #expect(
+            arrived.rawHeadText == "GET /v1/items?limit=20 HTTP/1.1\r\nHost: \(origin.authority)\r\nUser-Agent: test/1\r\n"
+                + "x-lower: Case Kept\r\nX-Test-Id: exact\r\nX-Request-ID: \(id)\r\n\r\n")
     }
 
     @Test("exact bytes back to the client: the origin's head minus hop-by-hop fields")
     func exactResponseBytes() throws {
         let origin = try FixtureOrigin { connection in
             guard connection.readRequest() != nil else { return }
-            connection.send("HTTP/1.1 201 Created\r\nX-B: 2\r\nConnection: X-Secret-Hop\r\nX-Secret-Hop: 1\r\nx-a: One\r\nContent-Length: 2\r\n\r\nok")
+            connection.send(
+                "HTTP/1.1 201 Created\r\nX-B: 2\r\nConnection: X-Secret-Hop\r\nX-Secret-Hop: 1\r\nx-a: One\r\nContent-Length: 2\r\n\r\nok")
         }
         let proxy = try ProxyHarness()
         defer { proxy.stop(); origin.stop() }
@@ -33,8 +35,9 @@ struct ForwardingEngineTests {
         try socket.send("GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         let response = try #require(try HTTPReader(socket).readResponse())
         let id = try #require(response.header("x-request-id"))
-        #expect(String(decoding: response.rawHead, as: UTF8.self)
-            == "HTTP/1.1 201 Created\r\nX-B: 2\r\nx-a: One\r\nContent-Length: 2\r\nX-Request-ID: \(id)\r\n\r\n")
+        #expect(
+            String(decoding: response.rawHead, as: UTF8.self)
+                == "HTTP/1.1 201 Created\r\nX-B: 2\r\nx-a: One\r\nContent-Length: 2\r\nX-Request-ID: \(id)\r\n\r\n")
         #expect(response.bodyText == "ok")
     }
 
@@ -80,8 +83,9 @@ struct ForwardingEngineTests {
         let proxy = try ProxyHarness()
         defer { proxy.stop(); origin.stop() }
         let socket = try proxy.connect()
-        try socket.send("POST \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\n" + tail
-            + "GET \(origin.url)/smuggled HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
+        try socket.send(
+            "POST \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\n" + tail
+                + "GET \(origin.url)/smuggled HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         let reader = HTTPReader(socket)
         let response = try #require(try reader.readResponse(), "\(name)")
         #expect(response.status == 400, "\(name)")
@@ -98,8 +102,9 @@ struct ForwardingEngineTests {
         let origin = try FixtureOrigin()
         let proxy = try ProxyHarness()
         defer { proxy.stop(); origin.stop() }
-        let response = try proxy.exchange("POST \(origin.url)/up HTTP/1.1\r\nHost: \(origin.authority)\r\n"
-            + "Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: dropped\r\n\r\n")
+        let response = try proxy.exchange(
+            "POST \(origin.url)/up HTTP/1.1\r\nHost: \(origin.authority)\r\n"
+                + "Transfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: dropped\r\n\r\n")
         #expect(response?.bodyText == "target=/up id= body=11")
         let arrived = try #require(origin.requests.first)
         #expect(arrived.header("transfer-encoding") == "chunked")
@@ -204,7 +209,8 @@ struct ForwardingEngineTests {
         let socket = try proxy.connect()
         var batch = ""
         for index in 0..<5 {
-            batch += "POST \(origin.url)/p\(index) HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Length: \(index)\r\n\r\n"
+            batch +=
+                "POST \(origin.url)/p\(index) HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Length: \(index)\r\n\r\n"
                 + String(repeating: "x", count: index)
         }
         try socket.send(batch)

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Host against the request target (RFC 9112 §3.2.2): the target decides, a second Host is refused,
 /// and a CONNECT is judged by its target alone. Inside an intercepted tunnel: InterceptedTunnelTests.swift.
@@ -32,8 +32,9 @@ struct HostFieldEngineTests {
         #expect(origin.acceptedConnections == 0)
     }
 
-    @Test("a CONNECT is judged by its target alone: a Host naming something else, or no Host, plays no part",
-          arguments: ["other.example:443", nil] as [String?])
+    @Test(
+        "a CONNECT is judged by its target alone: a Host naming something else, or no Host, plays no part",
+        arguments: ["other.example:443", nil] as [String?])
     func connectIgnoresHost(_ host: String?) throws {
         let echo = try EchoServer()
         let proxy = try ProxyHarness { $0.tunnel = .allow }

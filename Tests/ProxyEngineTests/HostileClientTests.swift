@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 private func get(_ origin: FixtureOrigin, _ path: String = "/", id: String = "") -> String {
     "GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Test-Id: \(id)\r\n\r\n"
@@ -36,8 +36,9 @@ struct HostileClientTests {
 
     /// Phases: inside the head, after the head before the body, inside the body, waiting for the
     /// response, inside the response body (the client reads a little and leaves).
-    @Test("a client that disconnects at every phase leaves nothing behind, and the proxy serves the next client",
-          arguments: ["mid-head", "before-body", "mid-body", "awaiting-response", "mid-response"])
+    @Test(
+        "a client that disconnects at every phase leaves nothing behind, and the proxy serves the next client",
+        arguments: ["mid-head", "before-body", "mid-body", "awaiting-response", "mid-response"])
     func disconnectAtEveryPhase(_ phase: String) throws {
         let upstreamClosed = Atomic<Int>(0)
         let origin = try FixtureOrigin { connection in
@@ -163,30 +164,32 @@ struct HostileClientTests {
         #expect(origin.requests.count == 3, "only the three requests within the limits arrived")
     }
 
-    @Test("control bytes, NUL and non-ASCII where the grammar forbids them are 400 and nothing goes upstream", arguments: [
-        "GET {url}/a\u{01}b HTTP/1.1\r\nHost: {host}\r\n\r\n",
-        "GET {url}/caf\u{e9} HTTP/1.1\r\nHost: {host}\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Ctl: a\u{07}b\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Nul: a\u{00}b\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Del: a\u{7f}b\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX\u{e9}: v\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Bare-CR: a\rb\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\n X-Leading-Space: v\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Space-Before-Colon : v\r\n\r\n",
-        "GET  {url}/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
-        "GET {url}/ HTTP/1.1 \r\nHost: {host}\r\n\r\n",
-        "GET {url}/ HTTP/1.10\r\nHost: {host}\r\n\r\n",
-        "G\u{e9}T {url}/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
-        "GET http://bücher.example/ HTTP/1.1\r\nHost: bücher.example\r\n\r\n",
-        "GET http://[::1/ HTTP/1.1\r\nHost: [::1\r\n\r\n",
-        "GET http://::1:80/ HTTP/1.1\r\nHost: ::1:80\r\n\r\n",
-        "GET http://[fe80::1%25eth0]/ HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n",
-        "GET http://127.0.0.1%00.example/ HTTP/1.1\r\nHost: 127.0.0.1%00.example\r\n\r\n",
-        "GET http://127.0.0.1:99999/ HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n",
-        "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-    ])
+    @Test(
+        "control bytes, NUL and non-ASCII where the grammar forbids them are 400 and nothing goes upstream",
+        arguments: [
+            "GET {url}/a\u{01}b HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            "GET {url}/caf\u{e9} HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Ctl: a\u{07}b\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Nul: a\u{00}b\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Del: a\u{7f}b\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX\u{e9}: v\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Bare-CR: a\rb\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\n X-Leading-Space: v\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nX-Space-Before-Colon : v\r\n\r\n",
+            "GET  {url}/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            "GET {url}/ HTTP/1.1 \r\nHost: {host}\r\n\r\n",
+            "GET {url}/ HTTP/1.10\r\nHost: {host}\r\n\r\n",
+            "G\u{e9}T {url}/ HTTP/1.1\r\nHost: {host}\r\n\r\n",
+            "GET http://bücher.example/ HTTP/1.1\r\nHost: bücher.example\r\n\r\n",
+            "GET http://[::1/ HTTP/1.1\r\nHost: [::1\r\n\r\n",
+            "GET http://::1:80/ HTTP/1.1\r\nHost: ::1:80\r\n\r\n",
+            "GET http://[fe80::1%25eth0]/ HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n",
+            "GET http://127.0.0.1%00.example/ HTTP/1.1\r\nHost: 127.0.0.1%00.example\r\n\r\n",
+            "GET http://127.0.0.1:99999/ HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n",
+            "GET {url}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ])
     func malformedBytes(_ template: String) throws {
         let origin = try FixtureOrigin()
         let proxy = try ProxyHarness()
@@ -217,7 +220,8 @@ struct HostileClientTests {
         let proxy = try ProxyHarness()
         defer { proxy.stop(); origin.stop() }
         let socket = try proxy.connect()
-        try socket.send(Array("GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Latin: caf".utf8) + [0xE9, 0x20, 0xFF] + Array("\r\n\r\n".utf8))
+        try socket.send(
+            Array("GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Latin: caf".utf8) + [0xE9, 0x20, 0xFF] + Array("\r\n\r\n".utf8))
         #expect(try HTTPReader(socket).readResponse()?.bodyText == "exact")
     }
 

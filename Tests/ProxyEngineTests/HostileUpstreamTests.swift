@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 private func get(_ origin: FixtureOrigin, _ path: String = "/") -> String {
     "GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n"
@@ -18,10 +18,12 @@ private func replying(_ reply: [UInt8]) throws -> FixtureOrigin {
 
 @Suite("Hostile upstreams: garbage, endless, lying, slow", .serialized)
 struct HostileUpstreamTests {
-    @Test("a status line without a reason phrase is accepted and relayed (RFC 9112 §4 makes the reason optional)", arguments: [
-        "HTTP/1.1 200 \r\nContent-Length: 2\r\n\r\nok",
-        "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
-    ])
+    @Test(
+        "a status line without a reason phrase is accepted and relayed (RFC 9112 §4 makes the reason optional)",
+        arguments: [
+            "HTTP/1.1 200 \r\nContent-Length: 2\r\n\r\nok",
+            "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
+        ])
     func missingReason(_ reply: String) throws {
         let origin = try replying(Array(reply.utf8))
         let proxy = try ProxyHarness()
@@ -31,13 +33,15 @@ struct HostileUpstreamTests {
         #expect(response?.bodyText == "ok")
     }
 
-    @Test("garbage status lines are 502 bad_upstream_response, and the proxy serves the next request", arguments: [
-        "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 099 Low\r\n\r\n", "HTTP/1.1 -20 OK\r\n\r\n",
-        "HTTP/2 200 OK\r\n\r\n", "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 O\u{01}K\r\n\r\n", "http/1.1 200 OK\r\n\r\n",
-        "HTTP/1.1  200 OK\r\n\r\n", "\u{00}\u{00}\u{00}\u{00}\r\n\r\n", "HTTP/1.1 200 OK\r\nBad Name: v\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
-    ])
+    @Test(
+        "garbage status lines are 502 bad_upstream_response, and the proxy serves the next request",
+        arguments: [
+            "HTTP/1.1 2000 OK\r\n\r\n", "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 099 Low\r\n\r\n", "HTTP/1.1 -20 OK\r\n\r\n",
+            "HTTP/2 200 OK\r\n\r\n", "ICY 200 OK\r\n\r\n", "HTTP/1.1 200 O\u{01}K\r\n\r\n", "http/1.1 200 OK\r\n\r\n",
+            "HTTP/1.1  200 OK\r\n\r\n", "\u{00}\u{00}\u{00}\u{00}\r\n\r\n", "HTTP/1.1 200 OK\r\nBad Name: v\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        ])
     func garbageStatus(_ reply: String) throws {
         let origin = try replying(reply.unicodeScalars.map { UInt8(truncatingIfNeeded: $0.value) })
         let healthy = try FixtureOrigin()
@@ -77,10 +81,12 @@ struct HostileUpstreamTests {
         #expect(closed, "the proxy stops reading and closes instead of buffering forever")
     }
 
-    @Test("bad chunk sizes mid-response cut the response (never a clean end), and a fresh connection works", arguments: [
-        "zz\r\nhello\r\n0\r\n\r\n", "-5\r\nhello\r\n0\r\n\r\n", "ffffffffffffffffffff\r\nx\r\n0\r\n\r\n",
-        "5\r\nhello world\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n", "0x5\r\nhello\r\n0\r\n\r\n",
-    ])
+    @Test(
+        "bad chunk sizes mid-response cut the response (never a clean end), and a fresh connection works",
+        arguments: [
+            "zz\r\nhello\r\n0\r\n\r\n", "-5\r\nhello\r\n0\r\n\r\n", "ffffffffffffffffffff\r\nx\r\n0\r\n\r\n",
+            "5\r\nhello world\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n", "0x5\r\nhello\r\n0\r\n\r\n",
+        ])
     func badChunks(_ body: String) throws {
         let origin = try replying(Array(("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body).utf8))
         let healthy = try FixtureOrigin()

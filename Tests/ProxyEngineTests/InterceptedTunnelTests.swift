@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Requests inside an intercepted CONNECT tunnel (docs/https.md), through the built binary with its
 /// local CA, the Python HTTPS origin and curl: they inherit the tunnel's proxy authentication and
@@ -9,7 +9,8 @@ import TestSupport
 struct InterceptedTunnelTests {
     /// A binary intercepting `https://localhost:PORT`, injecting `token` there, with `proxy_auth` when given.
     private func interceptingProxy(_ pki: TestPKI, _ origin: HTTPSOrigin, token: String, proxyPassword: String?) throws
-        -> (ConfiguredProxy, caPath: String) {
+        -> (ConfiguredProxy, caPath: String)
+    {
         var environment = ["TOKEN": token]
         if let proxyPassword { environment["PROXY_PW"] = proxyPassword }
         let configured = try ConfiguredProxy(environment: environment) { logPath in
@@ -24,7 +25,9 @@ struct InterceptedTunnelTests {
         return (configured, configured.scratch.path + "/ca/scopeproxy-ca.pem")
     }
 
-    @Test("with proxy_auth, an authenticated CONNECT is intercepted and the requests inside the tunnel inherit it (curl sends Proxy-Authorization on CONNECT only)")
+    @Test(
+        "with proxy_auth, an authenticated CONNECT is intercepted and the requests inside the tunnel inherit it (curl sends Proxy-Authorization on CONNECT only)"
+    )
     func proxyAuthInheritedInsideTunnel() throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
@@ -33,19 +36,23 @@ struct InterceptedTunnelTests {
         let (configured, caPath) = try interceptingProxy(pki, origin, token: token, proxyPassword: password)
         defer { configured.process.terminate() }
         let proxyURL = "http://127.0.0.1:\(configured.port)"
-        let (status, body) = try curl(["--cacert", caPath, "-x", proxyURL, "--proxy-user", "anyone:\(password)",
-                                       "https://localhost:\(origin.port)/v1/items"])
+        let (status, body) = try curl([
+            "--cacert", caPath, "-x", proxyURL, "--proxy-user", "anyone:\(password)",
+            "https://localhost:\(origin.port)/v1/items",
+        ])
         #expect(status == 0)
         #expect(origin.received.joined().contains("Bearer \(token)"), "inside the tunnel the token was injected")
-        #expect(body.contains("\"Authorization\": \"Bearer \(String(repeating: "*", count: token.utf8.count))\""),
-                "the echo reaches the client scrubbed")
+        #expect(
+            body.contains("\"Authorization\": \"Bearer \(String(repeating: "*", count: token.utf8.count))\""),
+            "the echo reaches the client scrubbed")
         #expect(!body.contains("proxy_authentication_required"))
         #expect(origin.received.count == 1)
         #expect(!origin.received.joined().contains(password), "Proxy-Authorization never reaches the origin")
     }
 
-    @Test("with proxy_auth, a CONNECT without valid credentials is 407 and nothing reaches the origin",
-          arguments: [nil, "Bearer wrong", "Basic " + Data("anyone:wrong".utf8).base64EncodedString()] as [String?])
+    @Test(
+        "with proxy_auth, a CONNECT without valid credentials is 407 and nothing reaches the origin",
+        arguments: [nil, "Bearer wrong", "Basic " + Data("anyone:wrong".utf8).base64EncodedString()] as [String?])
     func unauthenticatedConnectRefused(_ credentials: String?) throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
@@ -53,8 +60,9 @@ struct InterceptedTunnelTests {
         let (configured, _) = try interceptingProxy(pki, origin, token: Wire.canary("token"), proxyPassword: Wire.canary("proxy-pw"))
         defer { configured.process.terminate() }
         let socket = try TestSocket.connect(port: configured.port)
-        try socket.send("CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n"
-            + (credentials.map { "Proxy-Authorization: \($0)\r\n" } ?? "") + "\r\n")
+        try socket.send(
+            "CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n"
+                + (credentials.map { "Proxy-Authorization: \($0)\r\n" } ?? "") + "\r\n")
         let response = try #require(LenientResponse.read(HTTPReader(socket)))
         #expect(response.status == 407)
         #expect(response.header("proxy-authenticate") != nil)
@@ -70,8 +78,10 @@ struct InterceptedTunnelTests {
         let (configured, caPath) = try interceptingProxy(pki, origin, token: token, proxyPassword: nil)
         defer { configured.process.terminate() }
         let proxyURL = "http://127.0.0.1:\(configured.port)"
-        let (_, body) = try curl(["--cacert", caPath, "-x", proxyURL, "-H", "Host: other.example:\(origin.port)", "-w", "\n%{http_code}",
-                                  "https://localhost:\(origin.port)/v1/items"])
+        let (_, body) = try curl([
+            "--cacert", caPath, "-x", proxyURL, "-H", "Host: other.example:\(origin.port)", "-w", "\n%{http_code}",
+            "https://localhost:\(origin.port)/v1/items",
+        ])
         #expect(body.hasSuffix("\n400"), "\(body.suffix(120))")
         #expect(origin.received.isEmpty)
         // Control: the same request with the tunnel's own Host is served.

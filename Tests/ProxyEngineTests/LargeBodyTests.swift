@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Streams `total` bytes of a repeating pseudo-random block to `socket`, hashing what was sent.
 private func sendBody(_ socket: TestSocket, total: Int, chunked: Bool) throws -> String {

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The binary with an admin endpoint and `yaml`, two threads, no access log.
 private func proxyWithAdmin(_ yaml: String) throws -> ConfiguredProxy {

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The listening port belongs to one process. With SO_REUSEPORT on every worker's socket, a second
 /// scopeproxy on the same address joined the group and the kernel split new connections between the
@@ -41,7 +41,9 @@ struct ListenerTests {
         let taken = try TestListener()
         defer { taken.close() }
         let scratch = ScratchDirectory()
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             routes: [{ listen: "127.0.0.1:\(taken.port)", upstream: "http://127.0.0.1:9" }]
             """)
         let result = try ProxyProcess.runToCompletion(["run", "--config", config, "--listen", "127.0.0.1:0"])

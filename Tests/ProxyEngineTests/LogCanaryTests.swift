@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Access log: canaries everywhere a secret can hide, and none in the log, /metrics or stderr", .serialized)
 struct LogCanaryTests {
@@ -12,14 +12,19 @@ struct LogCanaryTests {
         let requestBody = canary("reqbody"), setCookie = canary("setcookie"), responseHeader = canary("resphdr")
         let responseBody = canary("accesstoken"), locationToken = canary("loc"), upstreamError = canary("err")
         let injected = canary("injected")
-        let all = [userinfo, emailLocal, pathToken, queryValue, authorization, cookie, customHeader, requestBody, setCookie,
-                   responseHeader, responseBody, locationToken, upstreamError, injected]
+        let all = [
+            userinfo, emailLocal, pathToken, queryValue, authorization, cookie, customHeader, requestBody, setCookie,
+            responseHeader, responseBody, locationToken, upstreamError, injected,
+        ]
 
         let api = try FixtureOrigin(host: "127.0.0.1") { connection in
             while connection.readRequest() != nil {
-                connection.respond(headers: [("Content-Type", "application/json"), ("Set-Cookie", "session=\(setCookie); HttpOnly"),
-                                             ("X-Internal-Trace", responseHeader)],
-                                   body: #"{"id":"resp-1","access_token":"\#(responseBody)","items":[1,2,3,4]}"#)
+                connection.respond(
+                    headers: [
+                        ("Content-Type", "application/json"), ("Set-Cookie", "session=\(setCookie); HttpOnly"),
+                        ("X-Internal-Trace", responseHeader),
+                    ],
+                    body: #"{"id":"resp-1","access_token":"\#(responseBody)","items":[1,2,3,4]}"#)
             }
         }
         let redirecting = try FixtureOrigin(host: "127.0.0.2") { connection in
@@ -33,20 +38,23 @@ struct LogCanaryTests {
         }
         defer { [api, redirecting, broken].forEach { $0.stop() } }
 
-        let configured = try ConfiguredProxy(environment: ["INJECTED": injected]) { logPath in """
+        let configured = try ConfiguredProxy(environment: ["INJECTED": injected]) { logPath in
+            """
             secrets: { token: { env: INJECTED } }
             scopes: [{ name: api, origins: ["\(api.url)"], require_https: false, inject: { X-Service-Token: "${token}" } }]
             log: { output: \(logPath), bodies: true }
-            """ }
+            """
+        }
         let (proxy, adminPort, logPath) = (configured.process, configured.adminPort, configured.logPath)
         defer { proxy.terminate() }
 
         let socket = try TestSocket.connect(port: proxy.port)
         let reader = HTTPReader(socket)
         let body = #"{"id":"req-1","password":"\#(requestBody)"}"#
-        try socket.send("POST http://user:\(userinfo)@\(api.authority)/users/\(emailLocal)%40example.com/files/\(pathToken)?limit=20&api_key=\(queryValue) HTTP/1.1\r\n"
-            + "Host: \(api.authority)\r\nAuthorization: Bearer \(authorization)\r\nCookie: sid=\(cookie)\r\nX-Custom-Secret: \(customHeader)\r\n"
-            + "X-Request-ID: trace-42\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        try socket.send(
+            "POST http://user:\(userinfo)@\(api.authority)/users/\(emailLocal)%40example.com/files/\(pathToken)?limit=20&api_key=\(queryValue) HTTP/1.1\r\n"
+                + "Host: \(api.authority)\r\nAuthorization: Bearer \(authorization)\r\nCookie: sid=\(cookie)\r\nX-Custom-Secret: \(customHeader)\r\n"
+                + "X-Request-ID: trace-42\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
         #expect(try reader.readResponse()?.status == 200)
         try socket.send("GET \(redirecting.url)/start HTTP/1.1\r\nHost: \(redirecting.authority)\r\n\r\n")
         #expect(try reader.readResponse()?.status == 302)
@@ -81,7 +89,9 @@ struct LogCanaryTests {
         #expect(first.contains(#""resp_body":"{\"id\":\"resp-1\",\"access_token\":\"<redacted>\""#))
         #expect(first.contains(#""req_body":"{\"id\":\"req-1\",\"password\":\"<redacted>\"}""#))
         #expect(first.contains(#""set-cookie":"<redacted>""#))
-        #expect(lines[1].contains(#""redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"pass"}"#))
+        #expect(
+            lines[1].contains(
+                #""redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"pass"}"#))
         #expect(lines[2].contains(#""error":"bad_upstream_response""#))
     }
 
@@ -96,7 +106,8 @@ struct LogCanaryTests {
         #expect(id.count == 16)
         #expect(origin.requests.last?.header("x-request-id") == id)
         let tooLong = String(repeating: "a", count: 65)
-        let replaced = try #require(try proxy.exchange("GET \(origin.url)/b HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Request-ID: \(tooLong)\r\n\r\n"))
+        let replaced = try #require(
+            try proxy.exchange("GET \(origin.url)/b HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Request-ID: \(tooLong)\r\n\r\n"))
         #expect(replaced.header("x-request-id") != tooLong)
         #expect(origin.requests.last?.headers("x-request-id") == [replaced.header("x-request-id")!])
         let kept = try #require(try proxy.exchange("GET \(origin.url)/c HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Request-ID: Ab.9_z-1\r\n\r\n"))
@@ -129,7 +140,9 @@ struct LogCanaryTests {
         #expect(lines.count == requests.count, "one line per exchange, refused ones included")
         for line in lines {
             #expect(String(validating: line, as: UTF8.self) != nil, "a log line is not valid UTF-8")
-            #expect((try? JSONSerialization.jsonObject(with: Data(line))) is [String: Any], "not one JSON object: \(String(decoding: line, as: UTF8.self))")
+            #expect(
+                (try? JSONSerialization.jsonObject(with: Data(line))) is [String: Any],
+                "not one JSON object: \(String(decoding: line, as: UTF8.self))")
         }
     }
 
@@ -163,11 +176,13 @@ struct LogFormatTests {
     func textRotationMetrics() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
-        let configured = try ConfiguredProxy(environment: ["TOKEN": "CANARY-text-token-5a"]) { logPath in """
+        let configured = try ConfiguredProxy(environment: ["TOKEN": "CANARY-text-token-5a"]) { logPath in
+            """
             secrets: { token: { env: TOKEN } }
             scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
             log: { format: text, output: \(logPath) }
-            """ }
+            """
+        }
         let (proxy, adminPort, logPath) = (configured.process, configured.adminPort, configured.logPath)
         defer { proxy.terminate() }
         func get(_ path: String, id: String) throws {

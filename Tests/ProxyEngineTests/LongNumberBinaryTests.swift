@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Numbers from outside are bounded before arithmetic (docs/security-model.md, "Strict parsing"):
 /// through the built binary, one request, one redirect or one config with a long number used to
@@ -36,7 +36,9 @@ struct LongNumberBinaryTests {
         #expect(try ProxyProcess.runToCompletion(["check", "--config", blockDeep]).status == 2)
     }
 
-    @Test("a request and a redirect with a long dotted host are answered; SIGHUP with a huge duration, a long host or a deeply nested file keeps the old config; the proxy keeps serving")
+    @Test(
+        "a request and a redirect with a long dotted host are answered; SIGHUP with a huge duration, a long host or a deeply nested file keeps the old config; the proxy keeps serving"
+    )
     func survives() throws {
         let scratch = ScratchDirectory()
         let origin = try FixtureOrigin(host: "127.0.0.1") { connection in
@@ -69,8 +71,10 @@ struct LongNumberBinaryTests {
         func reloadFailures() -> Int { proxy.standardError.components(separatedBy: "reload_failed").count - 1 }
         // The last one is no number: a config nested 50 000 deep (100 KB) overflowed the stack.
         let deep = config("deep: " + String(repeating: "[", count: 50_000) + String(repeating: "]", count: 50_000))
-        for (number, bad) in [config("timeouts: { connect: 9223372036854776s }"),
-                              "scopes: [{ name: a, origins: [\"http://\(Self.longHost)\"] }]\n", deep].enumerated() {
+        for (number, bad) in [
+            config("timeouts: { connect: 9223372036854776s }"),
+            "scopes: [{ name: a, origins: [\"http://\(Self.longHost)\"] }]\n", deep,
+        ].enumerated() {
             scratch.write("c.yaml", bad)
             proxy.signal(SIGHUP)
             var logged = false

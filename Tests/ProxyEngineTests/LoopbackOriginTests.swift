@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// An http:// origin needs no `require_https: false` when it is loopback (its traffic never leaves
 /// the host); loopback is decided by the parsed host, never by a string prefix (docs/configuration.md).
@@ -11,20 +11,24 @@ struct LoopbackOriginTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let token = Wire.canary("token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: local, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: local, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, secrets: ["token": token])
         defer { proxy.stop() }
         _ = try proxy.exchange(Wire.request("\(origin.url)/v1/x", host: origin.authority))
         #expect(origin.requests.first?.header("authorization") == "Bearer \(token)")
     }
 
-    @Test("check refuses a credentialed http://127.evil.example (and look-alikes) without require_https: false, naming FILE:LINE:COLUMN",
-          arguments: ["http://127.evil.example", "http://127.0.0.1.evil.example", "http://localhost.evil.example:8080", "http://127.0.0.1evil.example"])
+    @Test(
+        "check refuses a credentialed http://127.evil.example (and look-alikes) without require_https: false, naming FILE:LINE:COLUMN",
+        arguments: ["http://127.evil.example", "http://127.0.0.1.evil.example", "http://localhost.evil.example:8080", "http://127.0.0.1evil.example"])
     func loopbackLookAlikeRefused(_ origin: String) throws {
         let scratch = ScratchDirectory()
-        let path = scratch.write("c.yaml", """
+        let path = scratch.write(
+            "c.yaml",
+            """
             secrets: { t: { env: T } }
             scopes:
               - name: dev
@@ -34,7 +38,9 @@ struct LoopbackOriginTests {
         let result = try ProxyProcess.runToCompletion(["check", "--config", path])
         #expect(result.status == 2, "\(origin) accepted as loopback: \(result.stdout)")
         #expect(result.stderr.hasPrefix("\(path):4:"), "the error points at the origin: \(result.stderr)")
-        let passing = scratch.write("p.yaml", """
+        let passing = scratch.write(
+            "p.yaml",
+            """
             scopes:
               - name: dev
                 origins: ["\(origin)"]
@@ -47,7 +53,9 @@ struct LoopbackOriginTests {
     func realLoopbackAccepted() throws {
         let scratch = ScratchDirectory()
         for origin in ["http://127.0.0.1:8765", "http://127.1.2.3", "http://[::1]:9000", "http://localhost:8080"] {
-            let path = scratch.write("c.yaml", """
+            let path = scratch.write(
+                "c.yaml",
+                """
                 secrets: { t: { env: T } }
                 scopes: [{ name: dev, origins: ["\(origin)"], inject: { Authorization: "Bearer ${t}" } }]
                 """)

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 // Messages that point at the fix, through the built binary: what a client is answered and what the
 // access log says for a refused CONNECT, a request that is not for a proxy, a TLS client on the
@@ -82,7 +82,8 @@ struct MessageBinaryTests {
 
     /// The fix is in the access log, which may be a file nobody watches yet: the proxy's own stderr
     /// says it too, once per process however many clients repeat the mistake.
-    @Test("a client speaking TLS to the plain listener: one line on the proxy's stderr saying to use http:// in the proxy URL, not one per connection")
+    @Test(
+        "a client speaking TLS to the plain listener: one line on the proxy's stderr saying to use http:// in the proxy URL, not one per connection")
     func tlsClientOnPlainListenerHintedOnStderrOnce() throws {
         let configured = try ConfiguredProxy { log in "log: { output: \(log), format: json }\n" }
         defer { configured.process.terminate() }
@@ -104,7 +105,8 @@ struct MessageBinaryTests {
         }
         defer { origin.stop() }
         let value = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
-        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value, "MSG_AGENT_KEY": "agent-key-not-a-canary"]) { log in """
+        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value, "MSG_AGENT_KEY": "agent-key-not-a-canary"]) { log in
+            """
             secrets:
               gh: { env: MSG_PH_VALUE, placeholder: true }
               agent_key: { env: MSG_AGENT_KEY }
@@ -115,7 +117,8 @@ struct MessageBinaryTests {
               - { name: for-agent, origins: ["\(origin.url)"], substitute: [gh], clients: [agent] }
             tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
             log: { output: \(log), format: json }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value, "MSG_AGENT_KEY": "x"])
         let socket = try TestSocket.connect(port: configured.port)
@@ -143,7 +146,8 @@ struct MessageBinaryTests {
         defer { origin.stop() }
         let apiValue = "CANARY-api-\(UInt32.random(in: 0...UInt32.max))", placeholderValue = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
         let environment = ["MSG_API_TOKEN": apiValue, "MSG_PH_VALUE": placeholderValue]
-        let configured = try ConfiguredProxy(environment: environment) { log in """
+        let configured = try ConfiguredProxy(environment: environment) { log in
+            """
             secrets:
               api_token: { env: MSG_API_TOKEN }
               gh: { env: MSG_PH_VALUE, placeholder: true }
@@ -152,7 +156,8 @@ struct MessageBinaryTests {
               - { name: external, origins: ["https://api.example"], inject: { Authorization: "Bearer ${api_token}" }, substitute: [gh] }
             tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
             log: { output: \(log), format: json }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         let placeholder = try placeholderText(configured, environment: environment)
         for header in ["X-Debug: \(apiValue)", "Authorization: Bearer \(placeholder)"] {
@@ -177,25 +182,30 @@ struct MessageBinaryTests {
         }
         defer { origin.stop() }
         let value = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
-        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in """
+        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in
+            """
             secrets:
               gh: { env: MSG_PH_VALUE, placeholder: true }
             scopes:
               - { name: right, origins: ["\(origin.url)"], substitute: [gh] }
             tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
             log: { output: \(log), format: json }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value])
         let body = "tok=\(placeholder)"
         let socket = try TestSocket.connect(port: configured.port)
-        try socket.send("POST \(origin.url)/plain HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: text/plain\r\n"
-                        + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        try socket.send(
+            "POST \(origin.url)/plain HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: text/plain\r\n"
+                + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
         let response = try #require(try HTTPReader(socket).readResponse())
         #expect(response.status == 403)
         #expect(response.bodyText.contains("placeholder_out_of_scope"))
-        #expect(response.bodyText.contains("scope 'right' substitutes it here, but not in a text/plain body: "
-                                           + "placeholders are replaced in headers, the query, JSON and form bodies only"), "\(response.bodyText)")
+        #expect(
+            response.bodyText.contains(
+                "scope 'right' substitutes it here, but not in a text/plain body: "
+                    + "placeholders are replaced in headers, the query, JSON and form bodies only"), "\(response.bodyText)")
         #expect(!response.bodyText.contains("methods, paths or https rule"))
         #expect(!response.bodyText.contains(value))
         #expect(configured.process.terminate() == 0)
@@ -209,7 +219,8 @@ struct MessageBinaryTests {
         }
         defer { origin.stop() }
         let value = "CANARY-ph-\(UInt32.random(in: 0...UInt32.max))"
-        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in """
+        let configured = try ConfiguredProxy(environment: ["MSG_PH_VALUE": value]) { log in
+            """
             secrets:
               gh: { env: MSG_PH_VALUE, placeholder: true }
             scopes:
@@ -217,13 +228,15 @@ struct MessageBinaryTests {
               - { name: other, origins: ["\(origin.url)"], inject: { X-Other: "1" } }
             tls: { ca_dir: \((log as NSString).deletingLastPathComponent)/ca }
             log: { output: \(log), format: text }
-            """ }
+            """
+        }
         defer { configured.process.terminate() }
         let placeholder = try placeholderText(configured, environment: ["MSG_PH_VALUE": value])
         let body = "{\"t\":\"\(placeholder)\"}"
         let socket = try TestSocket.connect(port: configured.port)
-        try socket.send("POST \(origin.url)/json HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: application/json\r\n"
-                        + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
+        try socket.send(
+            "POST \(origin.url)/json HTTP/1.1\r\nHost: \(origin.authority)\r\nContent-Type: application/json\r\n"
+                + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)")
         let response = try #require(try HTTPReader(socket).readResponse())
         #expect(response.status == 403)
         #expect(response.bodyText.contains("placeholder_out_of_scope"))

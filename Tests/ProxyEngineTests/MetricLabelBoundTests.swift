@@ -1,8 +1,9 @@
 import Foundation
-@testable import ProxyEngine
 import ScopePolicy
-import Testing
 import TestSupport
+import Testing
+
+@testable import ProxyEngine
 
 /// /metrics keeps every series it ever made. A label taken from what a client sends must come from a
 /// set the configuration fixes, or one client makes the proxy's memory grow without end: the
@@ -24,16 +25,18 @@ struct MetricLabelBoundTests {
     /// `name` in the `n`th case pattern, sometimes with `_` for `-` (deterministic per n).
     static func spelling(_ name: String, _ n: Int) -> String {
         var generator = SplitMix(seed: UInt64(n) &* 0x9E37_79B9 &+ UInt64(name.utf8.count))
-        return String(name.map { character -> Character in
-            let bit = generator.next() & 1 == 1
-            if character == "-" { return n % 3 == 0 ? "_" : "-" }
-            return bit ? Character(character.uppercased()) : Character(character.lowercased())
-        })
+        return String(
+            name.map { character -> Character in
+                let bit = generator.next() & 1 == 1
+                if character == "-" { return n % 3 == 0 ? "_" : "-" }
+                return bit ? Character(character.uppercased()) : Character(character.lowercased())
+            })
     }
 
     /// Every name the proxy strips or injects here, and a few it does not know, in pattern `n`.
     static func request(_ origin: FixtureOrigin, _ n: Int) -> String {
-        let names = SensitiveHeaders.builtIn.sorted() + ["x-custom-secret", "x-injected-key"] + SensitiveHeaders.methodOverride.sorted()
+        let names =
+            SensitiveHeaders.builtIn.sorted() + ["x-custom-secret", "x-injected-key"] + SensitiveHeaders.methodOverride.sorted()
             + ["x-unrelated-\(n % 7)", "accept"]
         var text = "GET \(origin.url)/m HTTP/1.1\r\nHost: \(origin.authority)\r\n"
         for name in names where name != "proxy-authorization" { text += "\(spelling(name, n)): v\r\n" }
@@ -88,7 +91,10 @@ struct MetricLabelBoundTests {
         }
         #expect(Self.waitForRequests(metrics, 1_000))
         let after = Self.series(metrics)
-        #expect(after.count == first.count, "series grew from \(first.count) to \(after.count): \(Set(after.map { $0.split(separator: " ")[0] }).subtracting(first.map { $0.split(separator: " ")[0] }).sorted().prefix(10))")
+        #expect(
+            after.count == first.count,
+            "series grew from \(first.count) to \(after.count): \(Set(after.map { $0.split(separator: " ")[0] }).subtracting(first.map { $0.split(separator: " ")[0] }).sorted().prefix(10))"
+        )
         #expect(metrics.storedEntries == stored, "the counters keep \(metrics.storedEntries) entries after 1,000 requests, \(stored) after the first")
         #expect(after.contains(#"scopeproxy_stripped_total{header="x-api-key"} 1000"#), "every spelling counted under one label")
         #expect(!after.contains { $0.contains("x-unrelated") }, "a name the configuration does not know is no label")

@@ -1,7 +1,8 @@
 import Foundation
 import ProxyCore
-@testable import ProxyEngine
 import Testing
+
+@testable import ProxyEngine
 
 private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
@@ -37,7 +38,7 @@ private let everyCounterEvent: [CounterEvent] = {
     for event in events {
         switch event {
         case .tokenFetch, .refreshTokenRotation, .reload, .clientTLSFailure, .logTripwireHits, .logLineDropped, .logWriteError,
-             .connectionLimitWait, .impossibleEvents:
+            .connectionLimitWait, .impossibleEvents:
             break
         }
     }
@@ -65,7 +66,8 @@ struct MetricTableTests {
         for line in metrics.render().split(separator: "\n") where !line.hasPrefix("#") {
             let series = line.split(separator: " ")[0]
             let name = String(series.prefix { $0 != "{" })
-            let labels = series.contains("{")
+            let labels =
+                series.contains("{")
                 ? series.drop { $0 != "{" }.dropFirst().dropLast().split(separator: ",").map { String($0.prefix { $0 != "=" }) }
                 : []
             #expect(declared[name] == labels, "\(line)")

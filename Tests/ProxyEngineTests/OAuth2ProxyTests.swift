@@ -6,8 +6,8 @@ import ProxyEngine
 import ScopeConfig
 import ScopePolicy
 import ScopeProxyApp
-import Testing
 import TestSupport
+import Testing
 
 /// OAuth2 through the whole proxy: the token endpoint is a TLS fixture signed by the test CA (the
 /// proxy reaches it over the same verified upstream TLS as any origin), the origin records the
@@ -30,10 +30,13 @@ struct OAuth2ProxyTests {
             let once = unauthorizedOnce
             origin = try FixtureOrigin { connection in
                 while let request = connection.readRequest() {
-                    let refuse = request.target.hasPrefix("/refuse-all") || request.target.hasPrefix("/refuse") && once.withLock { done in
-                        defer { done = true }
-                        return !done
-                    }
+                    let refuse =
+                        request.target.hasPrefix("/refuse-all")
+                        || request.target.hasPrefix("/refuse")
+                            && once.withLock { done in
+                                defer { done = true }
+                                return !done
+                            }
                     connection.respond(status: refuse ? 401 : 200, body: refuse ? "expired" : "ok")
                 }
             }

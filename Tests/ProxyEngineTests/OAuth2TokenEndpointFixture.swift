@@ -19,65 +19,65 @@ final class TokenEndpointFixture: @unchecked Sendable {
     private var logPath: String { directory.path + "/requests.log" }
 
     private static let script = #"""
-import http.server, json, ssl, sys, time, threading
-cert, key, control_path, log_path = sys.argv[1:5]
-lock = threading.Lock()
-state = {"issued": 0, "refresh": None}
+        import http.server, json, ssl, sys, time, threading
+        cert, key, control_path, log_path = sys.argv[1:5]
+        lock = threading.Lock()
+        state = {"issued": 0, "refresh": None}
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
 
-    def do_POST(self):
-        length = int(self.headers.get("Content-Length", "0"))
-        body = self.rfile.read(length).decode()
-        with open(control_path) as f:
-            control = json.load(f)
-        with lock:
-            with open(log_path, "a") as log:
-                log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items()), "body": body}) + "\n")
-        time.sleep(control.get("delay", 0))
-        mode = control["mode"]
-        if mode == "down":
-            self.close_connection = True
-            self.connection.shutdown(2)
-            return
-        if mode == "reject":
-            return self.answer(400, {"error": "invalid_client", "error_description": "bad secret " + control.get("canary", "")})
-        form = dict(p.split("=", 1) for p in body.split("&"))
-        with lock:
-            state["issued"] += 1
-            n = state["issued"]
-            answer = {"access_token": "CANARY-at-%d" % n, "token_type": "bearer"}
-            if control.get("expires_in") is not None:
-                answer["expires_in"] = control["expires_in"]
-            if mode == "rotate":
-                expected = state["refresh"] or control["initial_refresh"]
-                if form.get("refresh_token") != expected:
-                    return self.answer(400, {"error": "invalid_grant"})
-                state["refresh"] = "CANARY-rt-%d" % n
-                answer["refresh_token"] = state["refresh"]
-        self.answer(200, answer)
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length).decode()
+                with open(control_path) as f:
+                    control = json.load(f)
+                with lock:
+                    with open(log_path, "a") as log:
+                        log.write(json.dumps({"path": self.path, "headers": dict(self.headers.items()), "body": body}) + "\n")
+                time.sleep(control.get("delay", 0))
+                mode = control["mode"]
+                if mode == "down":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if mode == "reject":
+                    return self.answer(400, {"error": "invalid_client", "error_description": "bad secret " + control.get("canary", "")})
+                form = dict(p.split("=", 1) for p in body.split("&"))
+                with lock:
+                    state["issued"] += 1
+                    n = state["issued"]
+                    answer = {"access_token": "CANARY-at-%d" % n, "token_type": "bearer"}
+                    if control.get("expires_in") is not None:
+                        answer["expires_in"] = control["expires_in"]
+                    if mode == "rotate":
+                        expected = state["refresh"] or control["initial_refresh"]
+                        if form.get("refresh_token") != expected:
+                            return self.answer(400, {"error": "invalid_grant"})
+                        state["refresh"] = "CANARY-rt-%d" % n
+                        answer["refresh_token"] = state["refresh"]
+                self.answer(200, answer)
 
-    def answer(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+            def answer(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
 
-    def log_message(self, *args):
-        pass
+            def log_message(self, *args):
+                pass
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-server.daemon_threads = True
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(cert, key)
-server.socket = context.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""#
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        print(server.server_address[1], flush=True)
+        server.serve_forever()
+        """#
 
     init(pki: TestPKI) throws {
         directory = ScratchDirectory()
@@ -86,7 +86,9 @@ server.serve_forever()
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         let certificate = pki.certificate("valid")
-        process.arguments = ["python3", scriptPath, certificate.cert, certificate.key, directory.path + "/control.json", directory.path + "/requests.log"]
+        process.arguments = [
+            "python3", scriptPath, certificate.cert, certificate.key, directory.path + "/control.json", directory.path + "/requests.log",
+        ]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -108,7 +110,9 @@ server.serve_forever()
         Self.writeControl(directory, mode, delay: delay, expiresIn: expiresIn, canary: canary, initialRefresh: initialRefresh)
     }
 
-    private static func writeControl(_ directory: ScratchDirectory, _ mode: Mode, delay: Double, expiresIn: Int?, canary: String, initialRefresh: String) {
+    private static func writeControl(
+        _ directory: ScratchDirectory, _ mode: Mode, delay: Double, expiresIn: Int?, canary: String, initialRefresh: String
+    ) {
         var control: [String: Any] = ["mode": mode.rawValue, "delay": delay, "canary": canary, "initial_refresh": initialRefresh]
         if let expiresIn { control["expires_in"] = expiresIn }
         let data = try! JSONSerialization.data(withJSONObject: control)

@@ -2,11 +2,12 @@ import Foundation
 import HTTP1Codec
 import PosixSupport
 import ProxyCore
-@testable import ProxyEngine
 import ScopePolicy
 import SecretStore
-import Testing
 import TestSupport
+import Testing
+
+@testable import ProxyEngine
 
 /// A clock the test moves (monotonic milliseconds).
 private final class TestClock: Sendable {
@@ -51,8 +52,10 @@ private final class Rig {
     /// What the observer (the tripwire's feed) was told.
     let observed = Locked<[(String, SecretValue)]>([])
 
-    init(workers: Int = 5, grant: OAuth2Spec.Grant = .clientCredentials, secrets: SecretLookup? = nil, sink: RefreshTokenSink? = nil,
-         trustTestCA: Bool = true, endpointURL: ((TokenEndpointFixture) -> String)? = nil, upstreamTimeout: Int = 3_000) throws {
+    init(
+        workers: Int = 5, grant: OAuth2Spec.Grant = .clientCredentials, secrets: SecretLookup? = nil, sink: RefreshTokenSink? = nil,
+        trustTestCA: Bool = true, endpointURL: ((TokenEndpointFixture) -> String)? = nil, upstreamTimeout: Int = 3_000
+    ) throws {
         pki = try TestPKI()
         endpoint = try TokenEndpointFixture(pki: pki)
         var configuration = EngineConfiguration()
@@ -61,13 +64,15 @@ private final class Rig {
         loops = try (0..<workers).map { index throws in try MailboxLoop(name: "test-worker-\(index)", configuration: configuration) }
         let url = endpointURL?(endpoint) ?? endpoint.url
         guard case .absolute(let origin, let path, _) = try RequestTarget.parse(url, method: "POST") else { throw FixtureFailed() }
-        let spec = OAuth2Spec(endpoint: origin, path: path, grant: grant, clientID: "scopeproxy-test", clientSecret: "client_secret",
-                              scope: "read write", clientAuthentication: .basic)
+        let spec = OAuth2Spec(
+            endpoint: origin, path: path, grant: grant, clientID: "scopeproxy-test", clientSecret: "client_secret",
+            scope: "read write", clientAuthentication: .basic)
         let clock = clock
-        tokens = try OAuth2Tokens(specs: ["partner": spec],
-                                  secrets: secrets ?? StaticSecrets(["client_secret": Rig.clientSecret]),
-                                  sink: sink, configuration: configuration, clock: { clock.read() },
-                                  observer: { [observed] secret, value, _ in observed.withLock { $0.append((secret, value)) } })
+        tokens = try OAuth2Tokens(
+            specs: ["partner": spec],
+            secrets: secrets ?? StaticSecrets(["client_secret": Rig.clientSecret]),
+            sink: sink, configuration: configuration, clock: { clock.read() },
+            observer: { [observed] secret, value, _ in observed.withLock { $0.append((secret, value)) } })
     }
 
     static let clientSecret = "CANARY-client-secret-\(UInt32.random(in: 0...UInt32.max))"
@@ -266,7 +271,9 @@ struct OAuth2TokenFetcherTests {
         #expect(rig.answers.wait(for: 2))
         let failure = try #require(rig.answers.failures.first)
         #expect(failure.reason == .rejected(status: 400, error: .invalidClient))
-        #expect(failure.description == "oauth2 token 'partner' from https://127.0.0.1:\(rig.endpoint.port): the token endpoint refused (400 invalid_client)")
+        #expect(
+            failure.description
+                == "oauth2 token 'partner' from https://127.0.0.1:\(rig.endpoint.port): the token endpoint refused (400 invalid_client)")
         let texts = rig.answers.all.map { "\($0)" } + rig.answers.failures.map { String(reflecting: $0) }
         rig.clock.advance(1_000)
         rig.endpoint.set(.grant)

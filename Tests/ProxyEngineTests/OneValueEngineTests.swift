@@ -1,14 +1,15 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// One value or refuse, through the engine: an origin answering with two different Locations.
 /// Clients disagree on which one they follow (curl and Node the first, OkHttp and Java's
 /// HttpURLConnection the last), so neither may reach the client, and the proxy follows neither.
 @Suite("One value or refuse: two different Locations from an origin, through the engine", .serialized)
 struct OneValueEngineTests {
-    @Test("an origin's 302 with two different Locations: 502 ambiguous_location, the client sees neither, neither target gets a request",
-          arguments: ["block", "follow", "pass"], [false, true])
+    @Test(
+        "an origin's 302 with two different Locations: 502 ambiguous_location, the client sees neither, neither target gets a request",
+        arguments: ["block", "follow", "pass"], [false, true])
     func differingLocations(mode: String, allowedFirst: Bool) throws {
         let allowed = try FixtureOrigin(host: "127.0.0.2"), elsewhere = try FixtureOrigin(host: "127.0.0.1")
         let allowedPath = Wire.canary("allowed"), elsewherePath = Wire.canary("elsewhere")
@@ -38,8 +39,9 @@ struct OneValueEngineTests {
         #expect(next.status == 200)
     }
 
-    @Test("the same Location twice is one: block passes or refuses it as it would alone, follow follows it once, the client gets it once",
-          arguments: ["block", "follow", "pass"])
+    @Test(
+        "the same Location twice is one: block passes or refuses it as it would alone, follow follows it once, the client gets it once",
+        arguments: ["block", "follow", "pass"])
     func repeatedLocation(mode: String) throws {
         let landing = try FixtureOrigin(host: "127.0.0.2")
         let location = "\(landing.url)/landing"
@@ -49,11 +51,14 @@ struct OneValueEngineTests {
         defer { [landing, redirecting].forEach { $0.stop() } }
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: \(mode), allow: [\"\(landing.url)\"], max_hops: 5 }", secrets: [:])
         defer { proxy.stop() }
-        let answer = try #require(LenientResponse.read(HTTPReader(try {
-            let socket = try proxy.connect()
-            try socket.send(Wire.request("\(redirecting.url)/start", host: redirecting.authority))
-            return socket
-        }())))
+        let answer = try #require(
+            LenientResponse.read(
+                HTTPReader(
+                    try {
+                        let socket = try proxy.connect()
+                        try socket.send(Wire.request("\(redirecting.url)/start", host: redirecting.authority))
+                        return socket
+                    }())))
         if mode == "follow" {
             #expect(answer.status == 200, "\(answer.head)")
             #expect(landing.requests.count == 1, "followed once")

@@ -1,23 +1,25 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Redirects through the in-process engine, as a black box: a scripted origin answers with a 3xx,
 /// and each test checks what the client and every origin got (docs/security-model.md, "Redirects").
 /// Two 3xx in one write, against the built binary: BackToBackRedirectBinaryTests.swift.
 @Suite("Redirects: nothing an origin sends after a followed or blocked 3xx reaches the client", .serialized)
 struct RedirectStaleHopTests {
-    @Test("bytes an origin sends after a followed or blocked 3xx never reach the client; each request on the connection gets its own origin's answer",
-          arguments: ["follow", "block"], [false, true])
+    @Test(
+        "bytes an origin sends after a followed or blocked 3xx never reach the client; each request on the connection gets its own origin's answer",
+        arguments: ["follow", "block"], [false, true])
     func noDesyncAfterRedirect(mode: String, pipelined: Bool) throws {
         let marker = Wire.canary("forged")
         let landing = try FixtureOrigin(host: "127.0.0.2")  // echo; where the 3xx points
-        let second = try FixtureOrigin(host: "127.0.0.1")   // echo; the client's next request goes here
+        let second = try FixtureOrigin(host: "127.0.0.1")  // echo; the client's next request goes here
         let forgedBody = "\(marker)-body"
         let redirecting = try Wire.scripted { _ in
             // The 3xx and, in the same write, a second complete response the proxy must never parse.
-            Array(("HTTP/1.1 302 Found\r\nLocation: \(landing.url)/landing\r\nContent-Length: 0\r\n\r\n"
-                + "HTTP/1.1 200 OK\r\nX-Forged: \(marker)\r\nContent-Length: \(forgedBody.utf8.count)\r\n\r\n\(forgedBody)").utf8)
+            Array(
+                ("HTTP/1.1 302 Found\r\nLocation: \(landing.url)/landing\r\nContent-Length: 0\r\n\r\n"
+                    + "HTTP/1.1 200 OK\r\nX-Forged: \(marker)\r\nContent-Length: \(forgedBody.utf8.count)\r\n\r\n\(forgedBody)").utf8)
         }
         defer { [landing, second, redirecting].forEach { $0.stop() } }
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: \(mode), max_hops: 5 }", secrets: [:])
@@ -57,8 +59,9 @@ struct RedirectStaleHopTests {
 
 @Suite("Redirects: a followed hop to another origin carries none of the client's credentials", .serialized)
 struct RedirectClientCredentialTests {
-    @Test("a followed cross-origin hop carries none of the client's credentials, even where both scopes pass them; it gets only what the proxy injects there",
-          arguments: [false, true])
+    @Test(
+        "a followed cross-origin hop carries none of the client's credentials, even where both scopes pass them; it gets only what the proxy injects there",
+        arguments: [false, true])
     func followedHopCarriesNoClientCredentials(oneScopeForBoth: Bool) throws {
         let b = try FixtureOrigin(host: "127.0.0.2")
         let a = try Wire.scripted { _ in
@@ -69,25 +72,28 @@ struct RedirectClientCredentialTests {
         let clientAuth = Wire.canary("client-auth"), cookie = Wire.canary("cookie"), key = Wire.canary("client-key")
         let password = Wire.canary("userinfo")
         let all = [aToken, bToken, clientAuth, cookie, key, password]
-        let scopes = oneScopeForBoth
+        let scopes =
+            oneScopeForBoth
             ? """
-              - { name: both, origins: ["\(a.url)", "\(b.url)"], require_https: false, inject: { X-Service-Token: "${b}" },
-                  pass: [Authorization, Cookie, X-API-Key] }
-              """
+            - { name: both, origins: ["\(a.url)", "\(b.url)"], require_https: false, inject: { X-Service-Token: "${b}" },
+                pass: [Authorization, Cookie, X-API-Key] }
+            """
             : """
-              - { name: a, origins: ["\(a.url)"], require_https: false, inject: { X-A-Token: "${a}" }, pass: [Authorization, Cookie, X-API-Key] }
-              - { name: b, origins: ["\(b.url)"], require_https: false, inject: { X-B-Token: "${b}" }, pass: [Authorization, Cookie, X-API-Key] }
-              """
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { a: { env: A }, b: { env: B } }
-            scopes:
-            \(scopes)
-            redirects: { cross_origin: follow }
-            """, secrets: ["a": aToken, "b": bToken])
+            - { name: a, origins: ["\(a.url)"], require_https: false, inject: { X-A-Token: "${a}" }, pass: [Authorization, Cookie, X-API-Key] }
+            - { name: b, origins: ["\(b.url)"], require_https: false, inject: { X-B-Token: "${b}" }, pass: [Authorization, Cookie, X-API-Key] }
+            """
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { a: { env: A }, b: { env: B } }
+                scopes:
+                \(scopes)
+                redirects: { cross_origin: follow }
+                """, secrets: ["a": aToken, "b": bToken])
         defer { proxy.stop() }
 
         let headers = [("Authorization", "Bearer \(clientAuth)"), ("Cookie", "sid=\(cookie)"), ("X-API-Key", key)]
-        let withHeaders = try #require(try proxy.exchange(Wire.request("\(a.url)/start", host: a.authority, headers, method: "POST", body: "replayed")))
+        let withHeaders = try #require(
+            try proxy.exchange(Wire.request("\(a.url)/start", host: a.authority, headers, method: "POST", body: "replayed")))
         #expect(withHeaders.status == 200, "the proxy followed the 307")
         let withUserinfo = try #require(try proxy.exchange(Wire.request("http://alice:\(password)@\(a.authority)/start", host: a.authority)))
         #expect(withUserinfo.status == 200)
@@ -98,7 +104,8 @@ struct RedirectClientCredentialTests {
         #expect(a.requests.last?.header("authorization") == "Basic " + Data("alice:\(password)".utf8).base64EncodedString())
 
         let atB = Wire.canaries(in: b, among: all)
-        #expect(atB == [bToken], "B received client credentials meant for A: \(atB.subtracting([bToken]).map { $0.split(separator: "-")[1] }.sorted())")
+        #expect(
+            atB == [bToken], "B received client credentials meant for A: \(atB.subtracting([bToken]).map { $0.split(separator: "-")[1] }.sorted())")
         #expect(b.requests.count == 2)
         let hop = try #require(b.requests.first)
         #expect(hop.header("authorization") == nil)
@@ -117,10 +124,11 @@ struct RedirectClientCredentialTests {
                 : Array("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone".utf8)
         }
         defer { a.stop() }
-        let proxy = try ProxyHarness(yaml: """
-            scopes: [{ name: a, origins: ["\(a.url)"], require_https: false, pass: [Cookie] }]
-            redirects: { cross_origin: follow }
-            """, secrets: [:])
+        let proxy = try ProxyHarness(
+            yaml: """
+                scopes: [{ name: a, origins: ["\(a.url)"], require_https: false, pass: [Cookie] }]
+                redirects: { cross_origin: follow }
+                """, secrets: [:])
         defer { proxy.stop() }
         let response = try #require(try proxy.exchange(Wire.request("\(a.url)/start", host: a.authority, [("Cookie", cookie)])))
         #expect(response.status == 200)
@@ -132,21 +140,22 @@ struct RedirectClientCredentialTests {
 struct RedirectBlockModeTests {
     /// `{T}` is replaced by an address of another origin (127.0.0.2 with a live port).
     static let unparseableOrCrossOrigin: [String] = [
-        "http://{T}/a b",                 // a space: not a valid URL, fail closed
-        "http:/{T}/x",                    // WHATWG: special scheme, one slash, host {T}
-        "///{T}/x",                       // WHATWG: scheme-relative with an extra slash, host {T}
-        "http://127.0.0.2:123456/x",      // a 6-digit port: unparseable
-        "http://2130706433/x",            // decimal IPv4: WHATWG reads 127.0.0.1, port 80 (another origin)
-        "http://attacker.exa\tmple/x",    // tab removed by WHATWG: attacker.example
-        "http://\u{E9}vil.example/x",     // raw non-ASCII (sent as UTF-8 bytes)
-        "/\\{T}/x",                       // WHATWG reads `\` as `/`: //{T}/x, host {T}
-        "\\\\{T}/x",                      // the same, both slashes reversed
-        "/\t/{T}/x",                      // tab removed: //{T}/x
-        "ht\ttp://{T}/x",                 // tab inside the scheme
+        "http://{T}/a b",  // a space: not a valid URL, fail closed
+        "http:/{T}/x",  // WHATWG: special scheme, one slash, host {T}
+        "///{T}/x",  // WHATWG: scheme-relative with an extra slash, host {T}
+        "http://127.0.0.2:123456/x",  // a 6-digit port: unparseable
+        "http://2130706433/x",  // decimal IPv4: WHATWG reads 127.0.0.1, port 80 (another origin)
+        "http://attacker.exa\tmple/x",  // tab removed by WHATWG: attacker.example
+        "http://\u{E9}vil.example/x",  // raw non-ASCII (sent as UTF-8 bytes)
+        "/\\{T}/x",  // WHATWG reads `\` as `/`: //{T}/x, host {T}
+        "\\\\{T}/x",  // the same, both slashes reversed
+        "/\t/{T}/x",  // tab removed: //{T}/x
+        "ht\ttp://{T}/x",  // tab inside the scheme
     ]
 
-    @Test("block mode answers 502 redirect_blocked for a Location it cannot parse or that WHATWG reads as another origin; the target gets nothing",
-          arguments: unparseableOrCrossOrigin)
+    @Test(
+        "block mode answers 502 redirect_blocked for a Location it cannot parse or that WHATWG reads as another origin; the target gets nothing",
+        arguments: unparseableOrCrossOrigin)
     func blockFailsClosed(_ template: String) throws {
         let target = try FixtureOrigin(host: "127.0.0.2")
         let location = template.replacingOccurrences(of: "{T}", with: target.authority)
@@ -192,7 +201,9 @@ struct RedirectBlockModeTests {
     @Test("block mode refuses a Location that a browser reads as the same origin and curl as another (a backslash before @)")
     func curlBackslashUserinfo() throws {
         let evil = try FixtureOrigin(host: "127.0.0.3")
-        let api = try Wire.scripted { _ in Array("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1\\@\(evil.authority)/x\r\nContent-Length: 0\r\n\r\n".utf8) }
+        let api = try Wire.scripted { _ in
+            Array("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1\\@\(evil.authority)/x\r\nContent-Length: 0\r\n\r\n".utf8)
+        }
         defer { api.stop(); evil.stop() }
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: block }", secrets: [:])
         defer { proxy.stop() }
@@ -214,13 +225,15 @@ struct RedirectIntoScopeTests {
         }
         defer { scoped.stop(); unscoped.stop() }
         let token = Wire.canary("token"), body = Wire.canary("body")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: bank, origins: ["\(scoped.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
-            redirects: { cross_origin: follow }
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: bank, origins: ["\(scoped.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
+                redirects: { cross_origin: follow }
+                """, secrets: ["token": token])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Wire.request("\(unscoped.url)/innocent", host: unscoped.authority, method: "POST", body: body)))
+        let response = try #require(
+            try proxy.exchange(Wire.request("\(unscoped.url)/innocent", host: unscoped.authority, method: "POST", body: body)))
         #expect(response.status == 307, "the proxy followed an unscoped origin's redirect into a scoped one")
         #expect(response.header("location") == "\(scoped.url)/v1/transfer?to=attacker")
         #expect(scoped.acceptedConnections == 0)
@@ -238,11 +251,12 @@ struct RedirectIntoScopeTests {
         }
         defer { [scopedTarget, unscoped, start].forEach { $0.stop() } }
         let token = Wire.canary("token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: a, origins: ["\(start.url)", "\(scopedTarget.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
-            redirects: { cross_origin: follow }
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: a, origins: ["\(start.url)", "\(scopedTarget.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
+                redirects: { cross_origin: follow }
+                """, secrets: ["token": token])
         defer { proxy.stop() }
         let response = try #require(try proxy.exchange(Wire.request("\(start.url)/begin", host: start.authority)))
         #expect(response.status == 307, "U's redirect comes back to the client")

@@ -1,7 +1,7 @@
 import Foundation
 import PosixSupport
-import Testing
 import TestSupport
+import Testing
 
 /// A value the proxy stops sending is still a credential where it was sent: the scrub keeps masking
 /// it, through the built binary (docs/security-model.md, "No oracle"). The origin keeps every
@@ -128,7 +128,8 @@ extension ReplacedValueBinaryTests {
         let value = "FILE-KEPT-\(UInt32.random(in: 0...UInt32.max))-cccc"
         let secretPath = scratch.write("key", value + "\n")
         func config(_ scopeOrigin: String, withSecret: Bool) -> String {
-            withSecret ? """
+            withSecret
+                ? """
                 secrets:
                   key: { file: "\(secretPath)" }
                 scopes:
@@ -169,11 +170,13 @@ extension ReplacedValueBinaryTests {
             while let request = connection.readRequest() {
                 if request.method == "POST" {
                     lastAuthorization.withLock { $0 = request.header("authorization") ?? "" }
-                    connection.respond(headers: [("Content-Type", "application/json")],
-                                       body: #"{"access_token":"CANARY-endpoint-token-1","token_type":"bearer","expires_in":3600}"#)
+                    connection.respond(
+                        headers: [("Content-Type", "application/json")],
+                        body: #"{"access_token":"CANARY-endpoint-token-1","token_type":"bearer","expires_in":3600}"#)
                 } else {
                     let basic = lastAuthorization.withLock { $0 }
-                    let decoded = basic.hasPrefix("Basic ")
+                    let decoded =
+                        basic.hasPrefix("Basic ")
                         ? String(decoding: Data(base64Encoded: String(basic.dropFirst(6))) ?? Data(), as: UTF8.self) : ""
                     connection.respond(body: "got \(basic) = \(decoded); issued CANARY-endpoint-token-1")
                 }
@@ -285,8 +288,9 @@ struct HoldBackReleaseBinaryTests {
         let socket = try TestSocket.connect(port: proxy.port)
         defer { socket.close() }
         socket.setReceiveTimeout(milliseconds: 15_000)
-        try socket.send("POST \(origin.url)/upload HTTP/1.1\r\nHost: \(origin.authority)\r\nTransfer-Encoding: chunked\r\n"
-            + "Connection: close\r\n\r\n6\r\nhello \r\n")
+        try socket.send(
+            "POST \(origin.url)/upload HTTP/1.1\r\nHost: \(origin.authority)\r\nTransfer-Encoding: chunked\r\n"
+                + "Connection: close\r\n\r\n6\r\nhello \r\n")
         let sawFirst = originSawFirst.wait(timeout: .now() + 15) == .success
         #expect(sawFirst, "the origin got the first part while the client waited")
         try socket.send("5\r\nworld\r\n0\r\n\r\n")

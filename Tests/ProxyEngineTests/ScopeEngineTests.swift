@@ -1,9 +1,9 @@
+import Foundation
 import HTTP1Codec
 import ProxyCore
 import ProxyEngine
-import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Unique, prefixed canaries: each stands for one credential, so where it arrives is unambiguous.
 private func canary(_ label: String) -> String { "CANARY-\(label)-\(UInt32.random(in: 0...UInt32.max))" }
@@ -30,19 +30,22 @@ struct ScopeEngineTests {
         defer { api.stop(); other.stop() }
         let token = canary("api-token"), key = canary("api-key")
         let clientAuth = canary("client-auth"), clientKey = canary("client-key"), cookie = canary("cookie"), session = canary("session")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { api_token: { env: T }, api_key: { env: K } }
-            sensitive_headers: [X-Session-Token]
-            scopes:
-              - name: api
-                origins: ["\(api.url)"]
-                require_https: false
-                inject: { Authorization: "Bearer ${api_token}", X-API-Key: "${api_key}" }
-                pass: [Cookie]
-            """, secrets: ["api_token": token, "api_key": key])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { api_token: { env: T }, api_key: { env: K } }
+                sensitive_headers: [X-Session-Token]
+                scopes:
+                  - name: api
+                    origins: ["\(api.url)"]
+                    require_https: false
+                    inject: { Authorization: "Bearer ${api_token}", X-API-Key: "${api_key}" }
+                    pass: [Cookie]
+                """, secrets: ["api_token": token, "api_key": key])
         defer { proxy.stop() }
-        let clientHeaders = [("Authorization", "Bearer \(clientAuth)"), ("X-API-Key", clientKey), ("Cookie", "sid=\(cookie)"),
-                             ("X-Session-Token", session), ("X-Custom", "kept")]
+        let clientHeaders = [
+            ("Authorization", "Bearer \(clientAuth)"), ("X-API-Key", clientKey), ("Cookie", "sid=\(cookie)"),
+            ("X-Session-Token", session), ("X-Custom", "kept"),
+        ]
         for origin in [api, other] {
             let response = try proxy.exchange(request("\(origin.url)/v1/items", host: origin.authority, clientHeaders))
             #expect(response?.status == 200)
@@ -78,9 +81,10 @@ struct ScopeEngineTests {
     func userinfoPassed() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
-        let proxy = try ProxyHarness(yaml: """
-            scopes: [{ name: basic, origins: ["\(origin.url)"], require_https: false, pass: [Authorization] }]
-            """, secrets: [:])
+        let proxy = try ProxyHarness(
+            yaml: """
+                scopes: [{ name: basic, origins: ["\(origin.url)"], require_https: false, pass: [Authorization] }]
+                """, secrets: [:])
         defer { proxy.stop() }
         _ = try proxy.exchange(request("http://alice:s%40cret@\(origin.authority)/", host: origin.authority))
         #expect(origin.requests.first?.header("authorization") == "Basic " + Data("alice:s@cret".utf8).base64EncodedString())
@@ -90,10 +94,11 @@ struct ScopeEngineTests {
     func missingSecret() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
-            """, secrets: [:])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" } }]
+                """, secrets: [:])
         defer { proxy.stop() }
         let response = try #require(try proxy.exchange(request("\(origin.url)/", host: origin.authority)))
         #expect(response.status == 502)
@@ -107,10 +112,11 @@ struct ScopeEngineTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let password = canary("proxy-password")
-        let proxy = try ProxyHarness(yaml: """
-            proxy_auth: { secret: pw }
-            secrets: { pw: { env: PW } }
-            """, secrets: ["pw": password])
+        let proxy = try ProxyHarness(
+            yaml: """
+                proxy_auth: { secret: pw }
+                secrets: { pw: { env: PW } }
+                """, secrets: ["pw": password])
         defer { proxy.stop() }
         let missing = try #require(try proxy.exchange(request("\(origin.url)/", host: origin.authority)))
         #expect(missing.status == 407)
@@ -130,16 +136,18 @@ struct ScopeEngineTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let first = canary("first"), second = canary("second")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { X-Token: "${token}" } }]
-            """, secrets: ["token": first])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { X-Token: "${token}" } }]
+                """, secrets: ["token": first])
         defer { proxy.stop() }
         _ = try proxy.exchange(request("\(origin.url)/", host: origin.authority))
-        let replacement = try ProxyHarness.context(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { X-Token: "${token}" } }]
-            """, secrets: ["token": second])
+        let replacement = try ProxyHarness.context(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { X-Token: "${token}" } }]
+                """, secrets: ["token": second])
         proxy.server.configuration.scope.replace(with: replacement)
         _ = try proxy.exchange(request("\(origin.url)/", host: origin.authority))
         #expect(origin.requests.map { $0.header("x-token") } == [first, second])
@@ -254,17 +262,19 @@ struct RedirectEngineTests {
         }
         defer { [start, detour, back].forEach { $0.stop() } }
         let token = canary("token"), cookie = canary("cookie")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes:
-              - { name: a, origins: ["\(start.url)", "\(back.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, pass: [Cookie] }
-              # B is covered (by a scope that gives nothing), so its redirect may be followed into A2:
-              # an origin no scope covers could not make the proxy send an authenticated request.
-              - { name: b, origins: ["\(detour.url)"] }
-            redirects: { cross_origin: follow }
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes:
+                  - { name: a, origins: ["\(start.url)", "\(back.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, pass: [Cookie] }
+                  # B is covered (by a scope that gives nothing), so its redirect may be followed into A2:
+                  # an origin no scope covers could not make the proxy send an authenticated request.
+                  - { name: b, origins: ["\(detour.url)"] }
+                redirects: { cross_origin: follow }
+                """, secrets: ["token": token])
         defer { proxy.stop() }
-        let response = try proxy.exchange(request("\(start.url)/begin", host: start.authority, [("Cookie", cookie)], method: "POST", body: "payload-307"))
+        let response = try proxy.exchange(
+            request("\(start.url)/begin", host: start.authority, [("Cookie", cookie)], method: "POST", body: "payload-307"))
         #expect(response?.status == 200)
         #expect(canaries(in: start, among: [token, cookie]) == [token, cookie])
         #expect(canaries(in: detour, among: [token, cookie]).isEmpty)
@@ -289,7 +299,8 @@ struct RedirectEngineTests {
         defer { [target, seeOther, loop].forEach { $0.stop() } }
         let proxy = try ProxyHarness(yaml: "redirects: { cross_origin: follow, max_hops: 3 }", secrets: [:])
         defer { proxy.stop() }
-        let response = try proxy.exchange(request("\(seeOther.url)/form", host: seeOther.authority, [("Content-Type", "text/plain")], method: "POST", body: "data"))
+        let response = try proxy.exchange(
+            request("\(seeOther.url)/form", host: seeOther.authority, [("Content-Type", "text/plain")], method: "POST", body: "data"))
         #expect(response?.status == 200)
         let arrived = try #require(target.requests.first)
         #expect(arrived.method == "GET")

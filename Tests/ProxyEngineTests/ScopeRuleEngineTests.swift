@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The scope rules on the wire, through the in-process engine: what each origin received, header by
 /// header, and what the client got back. The same rules as pure tables: ScopePolicyTests/ScopeHardeningTests.swift.
@@ -15,13 +15,15 @@ struct TraceEngineTests {
         }
         defer { origin.stop() }
         let token = Wire.canary("token"), key = Wire.canary("key"), cookie = Wire.canary("cookie")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T }, key: { env: K } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false,
-                       inject: { Authorization: "Bearer ${token}", X-API-Key: "${key}" }, pass: [Cookie] }]
-            """, secrets: ["token": token, "key": key])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T }, key: { env: K } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false,
+                           inject: { Authorization: "Bearer ${token}", X-API-Key: "${key}" }, pass: [Cookie] }]
+                """, secrets: ["token": token, "key": key])
         defer { proxy.stop() }
-        let response = try #require(try proxy.exchange(Wire.request("\(origin.url)/v1/items", host: origin.authority, [("Cookie", "sid=\(cookie)")], method: "TRACE")))
+        let response = try #require(
+            try proxy.exchange(Wire.request("\(origin.url)/v1/items", host: origin.authority, [("Cookie", "sid=\(cookie)")], method: "TRACE")))
         let all = [token, key, cookie]
         #expect(Wire.canaries(in: origin, among: all).isEmpty, "the TRACE carried a credential to the origin")
         let answer = response.bodyText + String(decoding: response.rawHead, as: UTF8.self)
@@ -35,17 +37,21 @@ struct TraceEngineTests {
 
 @Suite("Engine: a paths prefix matches whole segments, as the origin routes them", .serialized)
 struct PathPrefixEngineTests {
-    @Test("with paths [/v1/], a path that a Tomcat/Jetty/Spring origin normalizes out of /v1/ gets no credential",
-          arguments: ["/v1/..;/admin", "/v1/..;jsessionid=x/admin", "/v1/.;/../admin", "/v1/%2e%2e;/admin", "/v1/.%2e;x/admin",
-                      "/v1/..;/..;/admin", "/v1/x/..;/..;/admin"])
+    @Test(
+        "with paths [/v1/], a path that a Tomcat/Jetty/Spring origin normalizes out of /v1/ gets no credential",
+        arguments: [
+            "/v1/..;/admin", "/v1/..;jsessionid=x/admin", "/v1/.;/../admin", "/v1/%2e%2e;/admin", "/v1/.%2e;x/admin",
+            "/v1/..;/..;/admin", "/v1/x/..;/..;/admin",
+        ])
     func dotDotSemicolon(_ path: String) throws {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let token = Wire.canary("token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, paths: ["/v1/"] }]
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, paths: ["/v1/"] }]
+                """, secrets: ["token": token])
         defer { proxy.stop() }
         _ = try proxy.exchange(Wire.request("\(origin.url)\(path)", host: origin.authority))
         #expect(origin.requests.count == 1)
@@ -57,10 +63,11 @@ struct PathPrefixEngineTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let token = Wire.canary("token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, paths: ["/v1"] }]
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false, inject: { Authorization: "Bearer ${token}" }, paths: ["/v1"] }]
+                """, secrets: ["token": token])
         defer { proxy.stop() }
         for path in ["/v1-admin/users", "/v1admin", "/v1.bak", "/v1/items", "/v1", "/v1?x=1", "/v1/a;b=c/items"] {
             _ = try proxy.exchange(Wire.request("\(origin.url)\(path)", host: origin.authority, [("X-Test-Id", path)]))
@@ -86,11 +93,12 @@ struct UnderscoreAliasEngineTests {
         let other = try FixtureOrigin(host: "127.0.0.2")
         defer { scoped.stop(); other.stop() }
         let token = Wire.canary("injected")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { key: { env: K } }
-            sensitive_headers: [X-Session-Token]
-            scopes: [{ name: api, origins: ["\(scoped.url)"], require_https: false, inject: { X-API-Key: "${key}" }, pass: [X-Auth-Token] }]
-            """, secrets: ["key": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { key: { env: K } }
+                sensitive_headers: [X-Session-Token]
+                scopes: [{ name: api, origins: ["\(scoped.url)"], require_https: false, inject: { X-API-Key: "${key}" }, pass: [X-Auth-Token] }]
+                """, secrets: ["key": token])
         defer { proxy.stop() }
         var aliases: [(String, String)] = []
         for name in ["X_API_Key", "x_api_key", "X-API_Key", "X_Auth_Token", "X_Session_Token", "Private_Token", "X_Goog_Api_Key"] {

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// A canary with non-ASCII in it: `é` (2 bytes in UTF-8) and `€` (3 bytes, above U+00FF, so a
 /// Latin-1 serializer can only write it as `?`).
@@ -41,11 +41,12 @@ struct SecretBytesTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let token = utf8Canary("utf8-token")
-        let proxy = try ProxyHarness(yaml: """
-            secrets: { token: { env: T } }
-            scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false,
-                       inject: { Authorization: "Bearer ${token}", X-Token: "${token}" } }]
-            """, secrets: ["token": token])
+        let proxy = try ProxyHarness(
+            yaml: """
+                secrets: { token: { env: T } }
+                scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false,
+                           inject: { Authorization: "Bearer ${token}", X-Token: "${token}" } }]
+                """, secrets: ["token": token])
         defer { proxy.stop() }
         #expect(try proxy.exchange(request(origin))?.status == 200)
         let head = try #require(origin.requests.first).rawHead
@@ -60,10 +61,11 @@ struct SecretBytesTests {
         let origin = try FixtureOrigin(host: "127.0.0.1")
         defer { origin.stop() }
         let password = utf8Canary("utf8-proxy-password")
-        let proxy = try ProxyHarness(yaml: """
-            proxy_auth: { secret: pw }
-            secrets: { pw: { env: PW } }
-            """, secrets: ["pw": password])
+        let proxy = try ProxyHarness(
+            yaml: """
+                proxy_auth: { secret: pw }
+                secrets: { pw: { env: PW } }
+                """, secrets: ["pw": password])
         defer { proxy.stop() }
         // Sent as UTF-8 on the wire, which is what a client that has the password as text does.
         #expect(try proxy.exchange(request(origin, [("Proxy-Authorization", "Bearer \(password)")]))?.status == 200)
@@ -82,7 +84,9 @@ struct SecretBytesTests {
         defer { origin.stop() }
         // UTF-8 text followed by bytes that are not UTF-8 at all (Latin-1 é, 0xFF): both stay.
         let value = Array(utf8Canary("store-bytes").utf8) + [0xE9, 0x2D, 0xFF]
-        let config = scratch.write("c.yaml", """
+        let config = scratch.write(
+            "c.yaml",
+            """
             store_dir: \(scratch.path)/store
             secrets: { gh: { store: github } }
             scopes: [{ name: gh, origins: ["\(origin.url)"], require_https: false, inject: { X-Token: "${gh}" } }]

@@ -3,6 +3,7 @@ import Redaction
 import SecretScan
 import Synchronization
 import Testing
+
 @testable import ProxyEngine
 
 // Placeholders, scrub and guard as the log and the metrics see them: from the exchange record,
@@ -13,9 +14,11 @@ private func record() -> ExchangeRecord {
     record.status = 403
     record.scopes = ["github"]
     record.substituted = ["github_token"]
-    record.scrubbed = [SecretFinding(secret: "github_token", encoding: .raw, isPlaceholder: false),
-                       SecretFinding(secret: "github_token", encoding: .base64(alignment: 1), isPlaceholder: false),
-                       SecretFinding(secret: "npm_token", encoding: .percentUppercase, isPlaceholder: false)]
+    record.scrubbed = [
+        SecretFinding(secret: "github_token", encoding: .raw, isPlaceholder: false),
+        SecretFinding(secret: "github_token", encoding: .base64(alignment: 1), isPlaceholder: false),
+        SecretFinding(secret: "npm_token", encoding: .percentUppercase, isPlaceholder: false),
+    ]
     record.guardFinding = SecretFinding(secret: "aws_secret", encoding: .percentLowercase, isPlaceholder: true)
     return record
 }
@@ -23,8 +26,9 @@ private func record() -> ExchangeRecord {
 /// The line the access log formats for `record` (the log writes nowhere).
 private func line(_ record: ExchangeRecord, _ format: LogFormat) throws -> String {
     let lines = Mutex<[String]>([])
-    let log = try AccessLog(format: format, output: .discard, rules: RedactionRules(), logBodies: false,
-                            secretValues: [], metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
+    let log = try AccessLog(
+        format: format, output: .discard, rules: RedactionRules(), logBodies: false,
+        secretValues: [], metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
     log.record(record)
     return lines.withLock { $0.first ?? "" }
 }

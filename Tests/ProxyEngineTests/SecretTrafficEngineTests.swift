@@ -2,8 +2,8 @@ import Foundation
 import HTTP1Codec
 import PosixSupport
 import ScopePolicy
-import Testing
 import TestSupport
+import Testing
 
 /// Secrets that cannot leave (docs/security-model.md) through the real engine: placeholders replaced for their origin only, the response
 /// scrub across every chunk boundary, the egress guard at every offset of a streamed body. Each
@@ -45,8 +45,9 @@ struct SecretTrafficEngineTests {
     static func echoing() throws -> FixtureOrigin {
         try FixtureOrigin { connection in
             while let request = connection.readRequest() {
-                connection.respond(headers: [("X-Echo-Auth", request.header("authorization") ?? "-")],
-                                   body: request.rawHead + request.body)
+                connection.respond(
+                    headers: [("X-Echo-Auth", request.header("authorization") ?? "-")],
+                    body: request.rawHead + request.body)
             }
         }
     }
@@ -61,8 +62,9 @@ struct SecretTrafficEngineTests {
         let socket = try proxy.connect()
         let reader = HTTPReader(socket)
         let json = "{\"token\":\"\(Self.placeholder)\",\"n\":1}"
-        try socket.send("POST \(origin.url)/graphql?key=\(Self.placeholder) HTTP/1.1\r\nHost: \(origin.authority)\r\n"
-            + "Authorization: token \(Self.placeholder)\r\nContent-Type: application/json\r\nContent-Length: \(json.utf8.count)\r\n\r\n\(json)")
+        try socket.send(
+            "POST \(origin.url)/graphql?key=\(Self.placeholder) HTTP/1.1\r\nHost: \(origin.authority)\r\n"
+                + "Authorization: token \(Self.placeholder)\r\nContent-Type: application/json\r\nContent-Length: \(json.utf8.count)\r\n\r\n\(json)")
         let response = try #require(try reader.readResponse(requestMethod: "POST"))
         #expect(response.status == 200)
         let received = try #require(origin.requests.last)
@@ -114,7 +116,8 @@ struct SecretTrafficEngineTests {
             // padding stays.
             let encoded = Base64.encode(secret)
             let padding = encoded.reversed().prefix { $0 == "=" }.count
-            let expected = "<pre>" + String(repeating: "*", count: secret.count) + " b64="
+            let expected =
+                "<pre>" + String(repeating: "*", count: secret.count) + " b64="
                 + String(repeating: "*", count: encoded.utf8.count - padding) + String(repeating: "=", count: padding) + "</pre>"
             #expect(response.bodyText == expected, "split \(split): the body is not the masked echo")
         }
@@ -168,9 +171,11 @@ struct SecretTrafficEngineTests {
         defer { sink.stop(); scoped.stop() }
         let proxy = try ProxyHarness(yaml: Self.yaml(scoped: scoped), secrets: Self.secrets)
         defer { proxy.stop() }
-        for request in ["GET \(sink.url)/?leak=\(Self.injected) HTTP/1.1\r\nHost: \(sink.authority)\r\n\r\n",
-                        "GET \(sink.url)/ HTTP/1.1\r\nHost: \(sink.authority)\r\nX-Debug: \(Base64.encode(Array(Self.value.utf8)))\r\n\r\n",
-                        "GET \(sink.url)/ HTTP/1.1\r\nHost: \(sink.authority)\r\nX-Debug: a%2B\(Self.injected)\r\n\r\n"] {
+        for request in [
+            "GET \(sink.url)/?leak=\(Self.injected) HTTP/1.1\r\nHost: \(sink.authority)\r\n\r\n",
+            "GET \(sink.url)/ HTTP/1.1\r\nHost: \(sink.authority)\r\nX-Debug: \(Base64.encode(Array(Self.value.utf8)))\r\n\r\n",
+            "GET \(sink.url)/ HTTP/1.1\r\nHost: \(sink.authority)\r\nX-Debug: a%2B\(Self.injected)\r\n\r\n",
+        ] {
             let response = try #require(try proxy.exchange(request))
             #expect(response.status == 403)
             #expect(response.bodyText.contains("secret_egress_blocked"))
@@ -195,12 +200,14 @@ struct SecretTrafficLogTests {
         let origin = try SecretTrafficEngineTests.echoing()
         let other = try SecretTrafficEngineTests.echoing()
         defer { origin.stop(); other.stop() }
-        let configured = try ConfiguredProxy(environment: ["GH": value]) { logPath in """
+        let configured = try ConfiguredProxy(environment: ["GH": value]) { logPath in
+            """
             secrets: { gh_token: { env: GH, placeholder: true } }
             scopes: [{ name: gh, origins: ["\(origin.url)"], require_https: false, substitute: [gh_token] }]
             log: { output: \(logPath), bodies: true }
             tls: { ca_dir: CADIR }
-            """.replacingOccurrences(of: "CADIR", with: logPath.replacingOccurrences(of: "/access.log", with: "/ca")) }
+            """.replacingOccurrences(of: "CADIR", with: logPath.replacingOccurrences(of: "/access.log", with: "/ca"))
+        }
         let proxy = configured.process
         defer { _ = proxy.terminate() }
         let key = try #require(FileManager.default.contents(atPath: configured.scratch.path + "/ca/placeholder.key"))
@@ -214,8 +221,11 @@ struct SecretTrafficLogTests {
         #expect(origin.requests.last?.header("authorization") == "token \(value)")
         try socket.send("GET \(other.url)/?leak=\(value) HTTP/1.1\r\nHost: \(other.authority)\r\n\r\n")
         #expect(try reader.readResponse()?.status == 403)
-        let refused = try #require(try HTTPReader(try TestSocket.connect(port: proxy.port).sending(
-            "GET \(other.url)/ HTTP/1.1\r\nHost: \(other.authority)\r\nX-T: \(placeholder)\r\n\r\n")).readResponse())
+        let refused = try #require(
+            try HTTPReader(
+                try TestSocket.connect(port: proxy.port).sending(
+                    "GET \(other.url)/ HTTP/1.1\r\nHost: \(other.authority)\r\nX-T: \(placeholder)\r\n\r\n")
+            ).readResponse())
         #expect(refused.status == 403)
         #expect(other.acceptedConnections == 0)
 

@@ -2,11 +2,13 @@ import CLibevent
 import Foundation
 import HTTP1Codec
 import ProxyCore
-import Testing
 import TestSupport
+import Testing
+
 @testable import ProxyEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // The proxy is never its own client (docs/security-model.md, "Clients"). A scoped API sits behind
@@ -70,8 +72,9 @@ private func isLoopRefusal(_ response: TestResponse?) -> Bool {
 
 @Suite("Self connection: the proxy never connects to its own listeners", .serialized)
 struct SelfConnectionEngineTests {
-    @Test("a client no scope serves cannot reach the route through the forward proxy (absolute GET, a name, CONNECT): 403 loop_refused, the API gets nothing",
-          arguments: clientRules)
+    @Test(
+        "a client no scope serves cannot reach the route through the forward proxy (absolute GET, a name, CONNECT): 403 loop_refused, the API gets nothing",
+        arguments: clientRules)
     func routeThroughForwardPort(_ rule: String) throws {
         let setup = try Setup(me: rule)
         defer { setup.stop() }
@@ -84,8 +87,9 @@ struct SelfConnectionEngineTests {
 
         // CONNECT to the route's address, then speaking inside: refused before any tunnel exists.
         let socket = try setup.proxy.connect()
-        try socket.send("CONNECT 127.0.0.1:\(port) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nProxy-Authorization: Bearer \(setup.agentKey)\r\n\r\n"
-                        + "GET /v1/delete-everything HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n")
+        try socket.send(
+            "CONNECT 127.0.0.1:\(port) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nProxy-Authorization: Bearer \(setup.agentKey)\r\n\r\n"
+                + "GET /v1/delete-everything HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n")
         let reader = HTTPReader(socket)
         #expect(isLoopRefusal(try reader.readResponse()))
         #expect(reader.readUntilClose().isEmpty, "the connection closes after the refusal: nothing inside is ever read as a request")
@@ -96,8 +100,9 @@ struct SelfConnectionEngineTests {
         #expect(metrics.value("scopeproxy_loop_refused_total", [("kind", "destination")]) == 5)
     }
 
-    @Test("the real client `me` (same user as the proxy, on loopback) is still served, directly on the route and through the forward proxy",
-          arguments: clientRules)
+    @Test(
+        "the real client `me` (same user as the proxy, on loopback) is still served, directly on the route and through the forward proxy",
+        arguments: clientRules)
     func realClientStillServed(_ rule: String) throws {
         let setup = try Setup(me: rule)
         defer { setup.stop() }
@@ -109,8 +114,9 @@ struct SelfConnectionEngineTests {
         #expect(setup.api.requests.allSatisfy { $0.header("authorization") == "Bearer \(setup.token)" }, "me gets the token both ways")
     }
 
-    @Test("follow mode: an unscoped origin's 307 to the route is refused, and the scoped API receives nothing (no replayed body)",
-          arguments: clientRules)
+    @Test(
+        "follow mode: an unscoped origin's 307 to the route is refused, and the scoped API receives nothing (no replayed body)",
+        arguments: clientRules)
     func followedRedirectToRoute(_ rule: String) throws {
         let setup = try Setup(me: rule, follow: true)
         defer { setup.stop() }
@@ -137,8 +143,9 @@ struct SelfConnectionEngineTests {
         #expect(known.allSatisfy { $0.address.isLoopback })
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(forward)/", host: "127.0.0.1:\(forward)")))
         #expect(isLoopRefusal(try setup.asAgent("http://127.0.0.1:\(admin)/metrics", host: "127.0.0.1:\(admin)")))
-        #expect(isLoopRefusal(try setup.proxy.exchange(Wire.request("http://0.0.0.0:\(admin)/healthz", host: "0.0.0.0:\(admin)"))),
-                "the unspecified address connects to this machine; also for the uid client itself")
+        #expect(
+            isLoopRefusal(try setup.proxy.exchange(Wire.request("http://0.0.0.0:\(admin)/healthz", host: "0.0.0.0:\(admin)"))),
+            "the unspecified address connects to this machine; also for the uid client itself")
         #expect(setup.upstreamConnections == 0)
     }
 
@@ -153,13 +160,15 @@ struct SelfConnectionEngineTests {
         #expect(isLoopRefusal(try reader.readResponse()))
         #expect(reader.readUntilClose().isEmpty, "the refusal closes the connection: the other 49 are never read")
         #expect(setup.upstreamConnections == 0)
-        #expect(try setup.proxy.exchange(Wire.request(setup.api.url + "/after", host: setup.api.authority))?.status == 200,
-                "another client is accepted and served")
+        #expect(
+            try setup.proxy.exchange(Wire.request(setup.api.url + "/after", host: setup.api.authority))?.status == 200,
+            "another client is accepted and served")
         #expect(setup.proxy.server.configuration.metrics.value("scopeproxy_loop_refused_total", [("kind", "destination")]) == 1)
     }
 
-    @Test("a connection the proxy itself opened is never a client: refused with loop_refused at the route, though its uid and address are me's",
-          arguments: clientRules)
+    @Test(
+        "a connection the proxy itself opened is never a client: refused with loop_refused at the route, though its uid and address are me's",
+        arguments: clientRules)
     func ownOutgoingConnectionIsNobody(_ rule: String) throws {
         let setup = try Setup(me: rule)
         defer { setup.stop() }
@@ -214,7 +223,9 @@ struct OwnSocketsRegistryTests {
         }
         func isOwn(_ fd: Int32) -> Bool {
             var storage = peer(fd)
-            return withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { own.isOwnOutgoing(acceptedDescriptor: fd, peer: $0) } }
+            return withUnsafePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { own.isOwnOutgoing(acceptedDescriptor: fd, peer: $0) }
+            }
         }
         #expect(isOwn(accepted.fd))
         #expect(!isOwn(acceptedStranger.fd), "another socket on this machine, same user: not the proxy's")

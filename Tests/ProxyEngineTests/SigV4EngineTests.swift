@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// `sign: { aws_sigv4: ... }` end to end (docs/configuration.md, AWS SigV4):
 /// a client holding no AWS credential sends plain requests through the proxy, and an origin that
@@ -9,8 +9,9 @@ import TestSupport
 /// so its 200 means a signature was verified, not that nothing was checked.
 private enum AWS {
     static let plain = SigV4Origin.Credential(accessKeyID: "AKIDPLAINEXAMPLE", secretAccessKey: "plainSecretKeyEXAMPLE/K7MDENG+bPxRfiCY")
-    static let tokened = SigV4Origin.Credential(accessKeyID: "AKIDTOKENEXAMPLE", secretAccessKey: "tokenSecretKeyEXAMPLE/K7MDENG+bPxRfiCY",
-                                                sessionToken: "IQoJb3JpZ2luX2VjEXAMPLE//////////wEa+token/with=padding==")
+    static let tokened = SigV4Origin.Credential(
+        accessKeyID: "AKIDTOKENEXAMPLE", secretAccessKey: "tokenSecretKeyEXAMPLE/K7MDENG+bPxRfiCY",
+        sessionToken: "IQoJb3JpZ2luX2VjEXAMPLE//////////wEa+token/with=padding==")
 
     static let secrets: [String: String] = [
         "plain_id": plain.accessKeyID, "plain_secret": plain.secretAccessKey,
@@ -71,8 +72,10 @@ private func canary(_ label: String) -> String { "CANARY\(label)\(String(UInt64.
 
 /// Sends `method index-origin target` with `fields` and `body` through the proxy on a fresh
 /// connection; the request is tagged with X-Test-Case so the origin's record of it can be found.
-private func send(_ proxyPort: UInt16, _ origin: SigV4Origin, _ index: Int, _ method: String, _ target: String,
-                  fields: [(String, String)] = [], body: [UInt8] = []) throws -> Signed {
+private func send(
+    _ proxyPort: UInt16, _ origin: SigV4Origin, _ index: Int, _ method: String, _ target: String,
+    fields: [(String, String)] = [], body: [UInt8] = []
+) throws -> Signed {
     let id = UUID().uuidString
     var head = "\(method) \(origin.url(index))\(target) HTTP/1.1\r\nHost: \(origin.authority(index))\r\nX-Test-Case: \(id)\r\n"
     for (name, value) in fields { head += "\(name): \(value)\r\n" }
@@ -108,15 +111,18 @@ private func queryPairs(_ target: String) -> [String] {
 }
 
 /// `AWS4-HMAC-SHA256 Credential=AKID/YYYYMMDD/REGION/SERVICE/aws4_request, SignedHeaders=..., Signature=<64 hex>`
-private func expectAuthorization(_ received: SigV4Origin.Received?, keyID: String, region: String, service: String,
-                                 sourceLocation: SourceLocation = #_sourceLocation) {
+private func expectAuthorization(
+    _ received: SigV4Origin.Received?, keyID: String, region: String, service: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
     let authorization = received?.headers("authorization") ?? []
     #expect(authorization.count == 1, "exactly one Authorization arrives", sourceLocation: sourceLocation)
     let date = String((received?.header("x-amz-date") ?? "").prefix(8))
     #expect(date.count == 8, "X-Amz-Date arrives", sourceLocation: sourceLocation)
     let prefix = "AWS4-HMAC-SHA256 Credential=\(keyID)/\(date)/\(region)/\(service)/aws4_request, SignedHeaders="
-    #expect(authorization.first?.hasPrefix(prefix) == true, "\(authorization.first ?? "none") is not \(prefix)...",
-            sourceLocation: sourceLocation)
+    #expect(
+        authorization.first?.hasPrefix(prefix) == true, "\(authorization.first ?? "none") is not \(prefix)...",
+        sourceLocation: sourceLocation)
 }
 
 @Suite("SigV4 end to end: botocore's signer verifies what the origin received", .serialized)
@@ -169,8 +175,12 @@ struct SigV4EngineTests {
         #expect(putReceived.bodyLength == body.count)
         #expect(put.document["payload"] as? String == putReceived.bodySHA256, "the signature covers the body's SHA-256")
 
-        let post = try send(proxy.port, origin, 0, "POST", "/prod/query", fields: [("Content-Type", "application/x-amz-json-1.0"),
-                                                                               ("X-Amz-Target", "Service.Query")], body: body)
+        let post = try send(
+            proxy.port, origin, 0, "POST", "/prod/query",
+            fields: [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("X-Amz-Target", "Service.Query"),
+            ], body: body)
         #expect(post.response.status == 200, "\(post.why)")
         #expect(post.verified, "\(post.why)")
         #expect(post.signedHeaders == ["content-type", "host", "x-amz-date", "x-amz-target"])
@@ -191,8 +201,9 @@ struct SigV4EngineTests {
         let proxy = try ProxyHarness(yaml: AWS.yaml(origin), secrets: AWS.secrets)
         defer { proxy.stop() }
         let body = Array("not really a jpeg\n".utf8)
-        let put = try send(proxy.port, origin, 3, "PUT", "/bucket/photos/trip.jpg",
-                           fields: [("Content-Type", "image/jpeg"), ("x-amz-acl", "private")], body: body)
+        let put = try send(
+            proxy.port, origin, 3, "PUT", "/bucket/photos/trip.jpg",
+            fields: [("Content-Type", "image/jpeg"), ("x-amz-acl", "private")], body: body)
         #expect(put.response.status == 200, "\(put.why)")
         #expect(put.verified, "\(put.why)")
         #expect(put.signedHeaders == ["content-type", "host", "x-amz-acl", "x-amz-content-sha256", "x-amz-date", "x-amz-security-token"])
@@ -224,8 +235,10 @@ struct SigV4EngineTests {
         defer { origin.stop() }
         let proxy = try ProxyHarness(yaml: AWS.yaml(origin), secrets: AWS.secrets)
         defer { proxy.stop() }
-        for (index, path) in [(0, "/prod" + AWS.encodedPath), (1, AWS.encodedPath), (2, "/bucket" + AWS.encodedPath),
-                              (3, "/bucket/2026%20trip/caf%C3%A9%20%2B%20%3D%20~%21.jpg")] {
+        for (index, path) in [
+            (0, "/prod" + AWS.encodedPath), (1, AWS.encodedPath), (2, "/bucket" + AWS.encodedPath),
+            (3, "/bucket/2026%20trip/caf%C3%A9%20%2B%20%3D%20~%21.jpg"),
+        ] {
             let result = try send(proxy.port, origin, index, "GET", path + "?k=v%20w")
             #expect(result.response.status == 200, "\(path) on port \(index): \(result.why)")
             #expect(result.verified, "\(path) on port \(index): \(result.why)")
@@ -241,14 +254,18 @@ struct SigV4EngineTests {
         defer { proxy.stop() }
         let authorization = canary("auth"), token = canary("token2"), contentHash = canary("sha")
         let clientFields = [
-            ("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDCLIENT/20200101/eu-west-1/s3/aws4_request, SignedHeaders=host, Signature=\(authorization)"),
+            (
+                "Authorization",
+                "AWS4-HMAC-SHA256 Credential=AKIDCLIENT/20200101/eu-west-1/s3/aws4_request, SignedHeaders=host, Signature=\(authorization)"
+            ),
             ("X-Amz-Date", "20200101T000000Z"), ("X-Amz-Security-Token", token), ("X-Amz-Content-Sha256", contentHash),
             ("x-amz-meta-foo", "bar  baz"),
         ]
         for index in 0..<4 {
             let body = Array("payload \(index)".utf8)
-            let result = try send(proxy.port, origin, index, "PUT", "/bucket/key-\(index)",
-                                  fields: clientFields + [("Content-Type", "text/plain")], body: body)
+            let result = try send(
+                proxy.port, origin, index, "PUT", "/bucket/key-\(index)",
+                fields: clientFields + [("Content-Type", "text/plain")], body: body)
             #expect(result.response.status == 200, "port \(index): \(result.why)")
             #expect(result.verified, "port \(index): \(result.why)")
             #expect(!result.sawClientAuthorization)
@@ -276,10 +293,15 @@ struct SigV4EngineTests {
         let proxy = try ProxyHarness(yaml: AWS.yaml(origin), secrets: AWS.secrets)
         defer { proxy.stop() }
         let authorization = canary("auth"), token = canary("token")
-        let result = try send(proxy.port, origin, 4, "GET", "/x?a=1", fields: [
-            ("Authorization", "AWS4-HMAC-SHA256 Credential=AKIDCLIENT/20200101/eu-west-1/s3/aws4_request, SignedHeaders=host, Signature=\(authorization)"),
-            ("X-Amz-Security-Token", token), ("x-amz-meta-foo", "bar"),
-        ])
+        let result = try send(
+            proxy.port, origin, 4, "GET", "/x?a=1",
+            fields: [
+                (
+                    "Authorization",
+                    "AWS4-HMAC-SHA256 Credential=AKIDCLIENT/20200101/eu-west-1/s3/aws4_request, SignedHeaders=host, Signature=\(authorization)"
+                ),
+                ("X-Amz-Security-Token", token), ("x-amz-meta-foo", "bar"),
+            ])
         #expect(result.response.status == 403)
         #expect(result.why == "no Authorization")
         let received = try #require(result.received)
@@ -331,8 +353,9 @@ struct SigV4EngineTests {
         #expect(exactly.verified, "1 MiB is still signed: \(exactly.why)")
         let before = origin.received.count
 
-        let tooLarge = try send(proxy.port, origin, 0, "POST", "/prod/too-large", fields: [("Content-Type", "application/octet-stream")],
-                                body: [UInt8](repeating: 0x61, count: (1 << 20) + 1))
+        let tooLarge = try send(
+            proxy.port, origin, 0, "POST", "/prod/too-large", fields: [("Content-Type", "application/octet-stream")],
+            body: [UInt8](repeating: 0x61, count: (1 << 20) + 1))
         #expect(tooLarge.response.status == 413)
         #expect(tooLarge.response.bodyText.contains("body_too_large_to_sign"))
         #expect(tooLarge.received == nil)
@@ -349,8 +372,11 @@ struct SigV4BinaryCanaryTests {
         let credential = SigV4Origin.Credential(accessKeyID: "AKIDBINARYEXAMPLE", secretAccessKey: secretKey, sessionToken: sessionToken)
         let origin = try SigV4Origin(credentials: [credential], ports: 2)
         defer { origin.stop() }
-        let configured = try ConfiguredProxy(environment: ["AWS_KEY_ID": credential.accessKeyID, "AWS_SECRET": secretKey,
-                                                           "AWS_SESSION": sessionToken]) { logPath in """
+        let configured = try ConfiguredProxy(environment: [
+            "AWS_KEY_ID": credential.accessKeyID, "AWS_SECRET": secretKey,
+            "AWS_SESSION": sessionToken,
+        ]) { logPath in
+            """
             secrets: { aws_key_id: { env: AWS_KEY_ID }, aws_secret: { env: AWS_SECRET }, aws_session: { env: AWS_SESSION } }
             scopes:
               - name: s3
@@ -362,13 +388,18 @@ struct SigV4BinaryCanaryTests {
                 require_https: false
                 sign: { aws_sigv4: { service: execute-api, region: eu-west-1, access_key_id: aws_key_id, secret_access_key: aws_secret, session_token: aws_session } }
             log: { output: \(logPath) }
-            """ }
+            """
+        }
         let (proxy, adminPort, logPath) = (configured.process, configured.adminPort, configured.logPath)
         defer { proxy.terminate() }
 
-        let put = try send(proxy.port, origin, 0, "PUT", "/bucket/key", fields: [("Content-Type", "text/plain"),
-                                                                             ("X-Amz-Security-Token", canary("client"))],
-                           body: Array("hello".utf8))
+        let put = try send(
+            proxy.port, origin, 0, "PUT", "/bucket/key",
+            fields: [
+                ("Content-Type", "text/plain"),
+                ("X-Amz-Security-Token", canary("client")),
+            ],
+            body: Array("hello".utf8))
         #expect(put.verified, "\(put.why)")
         let get = try send(proxy.port, origin, 1, "GET", "/prod/items?b=2&a=1")
         #expect(get.verified, "\(get.why)")

@@ -2,9 +2,11 @@ import Foundation
 import ProxyCore
 import ScopePolicy
 import Testing
+
 @testable import ProxyEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `uid` clients: the owner of one socket, asked of the kernel (NETLINK_SOCK_DIAG). Reading
@@ -17,8 +19,9 @@ struct SocketOwnerLookupTests {
         for family in [AF_INET, AF_INET6] {
             let (client, server) = try Self.connectedPair(family: family)
             defer { close(client.fd); close(server.fd); close(server.listener) }
-            #expect(ConnectionFactsReader.askKernel(client: client.endpoint, server: server.endpoint) == .found(getuid()),
-                    "family \(family)")
+            #expect(
+                ConnectionFactsReader.askKernel(client: client.endpoint, server: server.endpoint) == .found(getuid()),
+                "family \(family)")
             // The same addresses with the ends swapped name the proxy's accepted socket, also ours;
             // a port nobody uses names nothing (fail closed).
             var nobody = client.endpoint
@@ -27,7 +30,9 @@ struct SocketOwnerLookupTests {
         }
     }
 
-    @Test("a client that closed before the lookup has no owner: its orphaned or TIME_WAIT entry (uid 0 to the kernel) is never read as root, by sock_diag or from /proc/net/tcp")
+    @Test(
+        "a client that closed before the lookup has no owner: its orphaned or TIME_WAIT entry (uid 0 to the kernel) is never read as root, by sock_diag or from /proc/net/tcp"
+    )
     func closedClientHasNoOwner() throws {
         for family in [AF_INET, AF_INET6] {
             let (client, server) = try Self.connectedPair(family: family)
@@ -106,12 +111,16 @@ struct SocketOwnerLookupTests {
             _ = withUnsafeMutablePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { peer ? getpeername(fd, $0, &length) : getsockname(fd, $0, &length) }
             }
-            let parsed = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ConnectionFactsReader.endpoint($0)! } }
+            let parsed = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { ConnectionFactsReader.endpoint($0)! }
+            }
             return (parsed, address)
         }
         let (clientEnd, clientAddress) = endpoint(client, peer: false)
         let (serverEnd, serverAddress) = endpoint(accepted, peer: false)
-        return (End(fd: client, endpoint: clientEnd, address: clientAddress),
-                End(fd: accepted, endpoint: serverEnd, address: serverAddress, listener: listener))
+        return (
+            End(fd: client, endpoint: clientEnd, address: clientAddress),
+            End(fd: accepted, endpoint: serverEnd, address: serverAddress, listener: listener)
+        )
     }
 }

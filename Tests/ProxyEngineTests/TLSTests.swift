@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// A proxy whose config scopes `origins`, intercepting per `intercept`, with its CA in a scratch dir.
 private final class TLSProxy {
@@ -10,18 +10,20 @@ private final class TLSProxy {
     var caPath: String { scratch + "/ca/scopeproxy-ca.pem" }
     var url: String { "http://127.0.0.1:\(proxy.port)" }
 
-    init(pki: TestPKI, scopes: String, intercept: String = "scoped", tunnel: String = "deny", redirects: String = "pass",
-         extra: String = "", environment: [String: String]) throws {
+    init(
+        pki: TestPKI, scopes: String, intercept: String = "scoped", tunnel: String = "deny", redirects: String = "pass",
+        extra: String = "", environment: [String: String]
+    ) throws {
         directory = ScratchDirectory()
         let scratch = directory.path
         let config = scratch + "/c.yaml"
         try """
-            secrets: { token: { env: TOKEN } }
-            scopes: \(scopes)
-            redirects: { cross_origin: \(redirects) }
-            tls: { intercept: \(intercept), tunnel: \(tunnel), ca_dir: \(scratch)/ca, upstream_ca: \(pki.caPath) }
-            \(extra)
-            """.write(toFile: config, atomically: true, encoding: .utf8)
+        secrets: { token: { env: TOKEN } }
+        scopes: \(scopes)
+        redirects: { cross_origin: \(redirects) }
+        tls: { intercept: \(intercept), tunnel: \(tunnel), ca_dir: \(scratch)/ca, upstream_ca: \(pki.caPath) }
+        \(extra)
+        """.write(toFile: config, atomically: true, encoding: .utf8)
         proxy = try ProxyProcess(arguments: ["--config", config], environment: environment)
     }
 
@@ -36,14 +38,19 @@ struct TLSTests {
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = "CANARY-tls-\(UInt32.random(in: 0...UInt32.max))"
-        let tls = try TLSProxy(pki: pki, scopes: """
-            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, environment: ["TOKEN": token])
-        let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "-H", "X-API-Key: client-key", "https://localhost:\(origin.port)/v1/items"])
+        let tls = try TLSProxy(
+            pki: pki,
+            scopes: """
+                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, environment: ["TOKEN": token])
+        let (status, body) = try curl([
+            "--cacert", tls.caPath, "-x", tls.url, "-H", "X-API-Key: client-key", "https://localhost:\(origin.port)/v1/items",
+        ])
         #expect(status == 0)
         #expect(origin.received.first?.contains("Bearer \(token)") == true, "the origin got the token")
-        #expect(body.contains("\"Authorization\": \"Bearer \(String(repeating: "*", count: token.utf8.count))\""),
-                "its echo reaches the client scrubbed")
+        #expect(
+            body.contains("\"Authorization\": \"Bearer \(String(repeating: "*", count: token.utf8.count))\""),
+            "its echo reaches the client scrubbed")
         #expect(!body.contains("client-key"))
 
         let script = """
@@ -70,9 +77,11 @@ struct TLSTests {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
-        let tls = try TLSProxy(pki: pki, scopes: """
-            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, extra: "timeouts: { client_header: 500ms }", environment: ["TOKEN": "t0k3n-stall"])
+        let tls = try TLSProxy(
+            pki: pki,
+            scopes: """
+                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, extra: "timeouts: { client_header: 500ms }", environment: ["TOKEN": "t0k3n-stall"])
         let stalled = try TestSocket.connect(port: tls.proxy.port)
         try stalled.send("CONNECT localhost:\(origin.port) HTTP/1.1\r\nHost: localhost:\(origin.port)\r\n\r\n")
         let reader = HTTPReader(stalled)
@@ -86,16 +95,20 @@ struct TLSTests {
         #expect(body.contains("/after"))
     }
 
-    @Test("a client that does not trust the local CA, or speaks plain HTTP in the tunnel: the CONNECT's line says why, stderr hints once; a trusting client's line has no error")
+    @Test(
+        "a client that does not trust the local CA, or speaks plain HTTP in the tunnel: the CONNECT's line says why, stderr hints once; a trusting client's line has no error"
+    )
     func interceptionFailuresAreSaid() throws {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = "CANARY-intercept-\(UInt32.random(in: 0...UInt32.max))"
         let log = ScratchDirectory()
-        let tls = try TLSProxy(pki: pki, scopes: """
-            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, extra: "log: { output: \(log.path)/access.log }", environment: ["TOKEN": token])
+        let tls = try TLSProxy(
+            pki: pki,
+            scopes: """
+                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, extra: "log: { output: \(log.path)/access.log }", environment: ["TOKEN": token])
         // 1. curl trusting another CA only: it refuses the minted certificate (exit 60).
         let (untrusted, _) = try curl(["--cacert", pki.caPath, "-x", tls.url, "https://localhost:\(origin.port)/untrusted"])
         #expect(untrusted == 60)
@@ -132,11 +145,15 @@ struct TLSTests {
         let pki = try TestPKI()
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
-        let tls = try TLSProxy(pki: pki, scopes: """
-            [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, environment: ["TOKEN": "t"])
+        let tls = try TLSProxy(
+            pki: pki,
+            scopes: """
+                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, environment: ["TOKEN": "t"])
         for round in 0..<3 {
-            let (status, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "-H", "Connection: close", "https://localhost:\(origin.port)/big/\(round)"])
+            let (status, body) = try curl([
+                "--cacert", tls.caPath, "-x", tls.url, "-H", "Connection: close", "https://localhost:\(origin.port)/big/\(round)",
+            ])
             #expect(status == 0, "round \(round)")
             #expect(body.utf8.count == 4 * 1024 * 1024, "round \(round): the body is complete")
         }
@@ -148,9 +165,11 @@ struct TLSTests {
         for (name, reason) in [("wronghost", "certificate name mismatch"), ("expired", "certificate expired")] {
             let origin = try HTTPSOrigin(certificate: pki.certificate(name))
             defer { origin.stop() }
-            let tls = try TLSProxy(pki: pki, scopes: """
-                [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-                """, environment: ["TOKEN": "CANARY-never-sent"])
+            let tls = try TLSProxy(
+                pki: pki,
+                scopes: """
+                    [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
+                    """, environment: ["TOKEN": "CANARY-never-sent"])
             let (_, body) = try curl(["--cacert", tls.caPath, "-x", tls.url, "https://localhost:\(origin.port)/secret"])
             #expect(body.contains("\"error\":\"upstream_tls_verification\""), "\(name)")
             #expect(body.contains(reason), "\(name): \(body)")
@@ -172,7 +191,9 @@ struct TLSTests {
         #expect(!response.bodyText.contains("Cookie"), "no scope: the cookie is stripped")
     }
 
-    @Test("a refused https upstream is 502 upstream_refused (absolute-form and intercepted CONNECT), not a TLS handshake failure; an origin that accepts and then resets still is upstream_tls_handshake")
+    @Test(
+        "a refused https upstream is 502 upstream_refused (absolute-form and intercepted CONNECT), not a TLS handshake failure; an origin that accepts and then resets still is upstream_tls_handshake"
+    )
     func refusedHTTPSUpstream() throws {
         let pki = try TestPKI()
         let closed = try TestListener()
@@ -180,9 +201,11 @@ struct TLSTests {
         closed.close()  // bound, then closed: nothing listens there
         let resetting = try FixtureOrigin { connection in connection.socket.reset() }
         defer { resetting.stop() }
-        let tls = try TLSProxy(pki: pki, scopes: """
-            [{ name: api, origins: ["https://localhost:\(closedPort)"], inject: { Authorization: "Bearer ${token}" } }]
-            """, environment: ["TOKEN": "CANARY-never-sent"])
+        let tls = try TLSProxy(
+            pki: pki,
+            scopes: """
+                [{ name: api, origins: ["https://localhost:\(closedPort)"], inject: { Authorization: "Bearer ${token}" } }]
+                """, environment: ["TOKEN": "CANARY-never-sent"])
 
         let socket = try TestSocket.connect(port: tls.proxy.port)
         try socket.send("GET https://127.0.0.1:\(closedPort)/ HTTP/1.1\r\nHost: 127.0.0.1:\(closedPort)\r\n\r\n")
@@ -229,14 +252,18 @@ struct TLSTests {
              { name: dev, origins: ["\(plain.url)"], require_https: false, inject: { X-Dev-Token: "${token}" }, pass: [Cookie] }]
             """
         let pass = try TLSProxy(pki: pki, scopes: scopes, environment: ["TOKEN": token])
-        let (status, _) = try curl(["--cacert", pass.caPath, "-x", pass.url, "-L", "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect"])
+        let (status, _) = try curl([
+            "--cacert", pass.caPath, "-x", pass.url, "-L", "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect",
+        ])
         #expect(status == 0)
         #expect(origin.received.first?.contains(token) == true)
         #expect(plain.requests.first?.header("x-dev-token") == token, "the follow-up is scoped on its own origin")
         #expect(plain.requests.first?.header("authorization") == nil)
 
         let follow = try TLSProxy(pki: pki, scopes: scopes, redirects: "follow", environment: ["TOKEN": token])
-        let (followStatus, _) = try curl(["--cacert", follow.caPath, "-x", follow.url, "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect"])
+        let (followStatus, _) = try curl([
+            "--cacert", follow.caPath, "-x", follow.url, "-H", "Cookie: sid=client-cookie", "https://localhost:\(origin.port)/redirect",
+        ])
         #expect(followStatus == 0)
         let downgraded = try #require(plain.requests.last)
         #expect(downgraded.target == "/landing")

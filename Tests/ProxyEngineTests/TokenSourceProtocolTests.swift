@@ -6,8 +6,8 @@ import ProxyEngine
 import Redaction
 import ScopeConfig
 import ScopePolicy
-import Testing
 import TestSupport
+import Testing
 
 /// A token source of no OAuth2 kind: it hands out the tokens and failures it is given, the first
 /// through the asking worker's mailbox (as a source that fetches would), and records what it was
@@ -30,8 +30,10 @@ private final class ScriptedTokens: AccessTokenSource, @unchecked Sendable {
 
     func endpoint(of secret: String) -> Origin? { secretNames.contains(secret) ? origin : nil }
 
-    func acquire(secret: String, mailbox: any TokenMailbox,
-                 onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void) -> TokenRequest? {
+    func acquire(
+        secret: String, mailbox: any TokenMailbox,
+        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
+    ) -> TokenRequest? {
         guard secretNames.contains(secret) else { return nil }
         let answer = state.withLock { state -> Answer? in
             state.acquired += 1
@@ -89,8 +91,9 @@ struct TokenSourceProtocolTests {
         let tokens = ScriptedTokens(origin: try Origin.parse("https://tokens.example"))
         let context = ScopeContext(policy: config.policy, secrets: StaticSecrets([:]), tokens: tokens)
         let lines = Locked<[String]>([])
-        let log = try AccessLog(format: .json, output: .discard, rules: RedactionRules(), logBodies: false, secretValues: [],
-                                metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
+        let log = try AccessLog(
+            format: .json, output: .discard, rules: RedactionRules(), logBodies: false, secretValues: [],
+            metrics: Metrics(), observer: { line in lines.withLock { $0.append(line) } })
         let proxy = try ProxyHarness { engine in
             engine.scope = ScopeContextHolder(context)
             engine.accessLog = log
@@ -100,9 +103,14 @@ struct TokenSourceProtocolTests {
             try proxy.exchange("GET \(origin.url)\(path) HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         }
 
-        tokens.script([.later(.success(Self.token)),
-                       .now(.failure(TokenFailure(secret: "partner_token", endpoint: tokens.origin,
-                                                  reason: .malformedResponse(Self.endpointWords))))])
+        tokens.script([
+            .later(.success(Self.token)),
+            .now(
+                .failure(
+                    TokenFailure(
+                        secret: "partner_token", endpoint: tokens.origin,
+                        reason: .malformedResponse(Self.endpointWords)))),
+        ])
         #expect(try get("/refuse")?.status == 401)
         #expect(origin.requests.first?.header("authorization") == "Bearer SCRIPTED-TOKEN-CANARY")
         #expect(tokens.markedStale == [Self.token], "the 401 marked the token it answered")

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Engine: CONNECT tunnels and upgrades", .serialized)
 struct TunnelEngineTests {
@@ -55,8 +55,9 @@ struct TunnelEngineTests {
         let proxy = try ProxyHarness()
         defer { proxy.stop(); origin.stop() }
         let socket = try proxy.connect()
-        try socket.send("GET \(origin.url)/ws HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        try socket.send(
+            "GET \(origin.url)/ws HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
         let reader = HTTPReader(socket)
         let head = String(decoding: try #require(try reader.readHeadBytes()), as: UTF8.self)
         #expect(head.hasPrefix("HTTP/1.1 101 "))
@@ -86,8 +87,9 @@ struct ConcurrencyEngineTests {
                     for index in 0..<requestsPerClient {
                         let id = "c\(client)-r\(index)"
                         let body = String(repeating: "b", count: (client + index) % 7)
-                        try socket.send("POST \(origin.url)/\(id) HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Test-Id: \(id)\r\n"
-                            + "Content-Length: \(body.count)\r\n\r\n\(body)")
+                        try socket.send(
+                            "POST \(origin.url)/\(id) HTTP/1.1\r\nHost: \(origin.authority)\r\nX-Test-Id: \(id)\r\n"
+                                + "Content-Length: \(body.count)\r\n\r\n\(body)")
                         let response = try reader.readResponse()
                         if response?.bodyText != "target=/\(id) id=\(id) body=\(body.count)" || response?.header("x-echo-id") != id {
                             failures += 1

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Secret loading is a property of the process (environment, files): against the built binary.
 @Suite("The built binary: a UTF-8 secret from the environment or a file arrives at the origin byte for byte", .serialized)
@@ -13,7 +13,9 @@ struct UTF8SecretBinaryTests {
         let fileSecret = Wire.canary("file") + "-é-Ж-中文"
         let scratch = ScratchDirectory()
         scratch.write("token", fileSecret + "\n")
-        let path = scratch.write("c.yaml", """
+        let path = scratch.write(
+            "c.yaml",
+            """
             secrets: { env_token: { env: UTF8_TOKEN }, file_token: { file: token } }
             scopes: [{ name: api, origins: ["\(origin.url)"], require_https: false,
                        inject: { X-Env-Token: "${env_token}", X-File-Token: "tok ${file_token}" } }]
@@ -24,10 +26,12 @@ struct UTF8SecretBinaryTests {
         try socket.send("GET \(origin.url)/v1 HTTP/1.1\r\nHost: \(origin.authority)\r\n\r\n")
         _ = LenientResponse.read(HTTPReader(socket))
         let arrived = try #require(origin.requests.first, "the request was forwarded")
-        #expect(Wire.contains(arrived.rawHead, Array("X-Env-Token: \(envSecret)\r\n".utf8)),
-                "env secret altered on the wire: \(arrived.rawHead.count) head bytes")
-        #expect(Wire.contains(arrived.rawHead, Array("X-File-Token: tok \(fileSecret)\r\n".utf8)),
-                "file secret altered on the wire")
+        #expect(
+            Wire.contains(arrived.rawHead, Array("X-Env-Token: \(envSecret)\r\n".utf8)),
+            "env secret altered on the wire: \(arrived.rawHead.count) head bytes")
+        #expect(
+            Wire.contains(arrived.rawHead, Array("X-File-Token: tok \(fileSecret)\r\n".utf8)),
+            "file secret altered on the wire")
         #expect(!proxy.standardError.contains(envSecret) && !proxy.standardError.contains(fileSecret))
     }
 }

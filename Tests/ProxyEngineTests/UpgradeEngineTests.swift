@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// An origin's 101 turns the client's proxy connection into a pipe, so only a WebSocket upgrade that
 /// the proxy relayed, with nothing pipelined behind it, may become one (docs/security-model.md).
@@ -19,8 +19,9 @@ struct UpgradeEngineTests {
         defer { proxy.stop() }
         let socket = try proxy.connect()
         // What curl --http2 sends through a proxy for an http:// URL.
-        try socket.send("GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-                        + "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
+        try socket.send(
+            "GET \(origin.url)/ HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                + "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
         let response = try #require(LenientResponse.read(HTTPReader(socket)))
         #expect(response.status == 502, "a 101 to a request the proxy did not upgrade is refused")
         #expect(origin.requests.first?.header("upgrade") == nil, "Upgrade: h2c never reached the origin")
@@ -41,9 +42,10 @@ struct UpgradeEngineTests {
         let proxy = try ProxyHarness()
         defer { proxy.stop() }
         let socket = try proxy.connect()
-        try socket.send("GET \(origin.url)/chat HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                        + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                        + "GET \(other.url)/next HTTP/1.1\r\nHost: \(other.authority)\r\nX-Note: \(key)\r\n\r\n")
+        try socket.send(
+            "GET \(origin.url)/chat HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                + "GET \(other.url)/next HTTP/1.1\r\nHost: \(other.authority)\r\nX-Note: \(key)\r\n\r\n")
         let response = try #require(LenientResponse.read(HTTPReader(socket)))
         #expect(response.status == 502)
         let rest = String(decoding: socket.receiveUntilClose(), as: UTF8.self)

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// Helpers for tests that judge the proxy by the bytes on the wire (the redirect, scope-rule, upgrade
 /// and Host tests, among others). They rely only on TestSupport's public helpers and on bytes on the wire, never on engine internals.
@@ -23,8 +23,10 @@ enum Wire {
         return Set(all.filter { text.contains($0) })
     }
 
-    static func request(_ target: String, host: String?, _ headers: [(String, String)] = [], method: String = "GET",
-                        body: String? = nil) -> String {
+    static func request(
+        _ target: String, host: String?, _ headers: [(String, String)] = [], method: String = "GET",
+        body: String? = nil
+    ) -> String {
         var text = "\(method) \(target) HTTP/1.1\r\n"
         if let host { text += "Host: \(host)\r\n" }
         for (name, value) in headers { text += "\(name): \(value)\r\n" }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP1Codec
 import Testing
+
 @testable import Redaction
 
 private let redactor = Redactor()
@@ -75,16 +76,20 @@ struct RedactionTests {
 
     @Test("Proxy-Connection is shown (keep-alive or close: it never carries a credential); Proxy-Authorization is not")
     func proxyConnection() {
-        let shown = redactor.headers(HTTPFields([HTTPField(name: "Proxy-Connection", value: "keep-alive"),
-                                                 HTTPField(name: "Proxy-Authorization", value: "Basic c2VjcmV0")]))
+        let shown = redactor.headers(
+            HTTPFields([
+                HTTPField(name: "Proxy-Connection", value: "keep-alive"),
+                HTTPField(name: "Proxy-Authorization", value: "Basic c2VjcmV0"),
+            ]))
         #expect(shown.first { $0.name == "proxy-connection" }?.value == "keep-alive")
         #expect(shown.first { $0.name == "proxy-authorization" }?.value == Redactor.redacted)
     }
 
     @Test("absolute URLs (Location) lose userinfo and fragment")
     func urls() {
-        #expect(redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
-            == "https://cdn.example:8443/dl/:token?sig=:redacted")
+        #expect(
+            redactor.url("https://user:pw@CDN.example:8443/dl/aGVsbG8taGVsbG8taGVsbG8taGVsbG8?sig=abc#x")
+                == "https://cdn.example:8443/dl/:token?sig=:redacted")
         #expect(redactor.url("/relative?limit=5") == "/relative?limit=5")
         #expect(redactor.url("javascript:alert(1)") == "javascript:alert(1)", "no authority: treated as a path, no secrets in it")
     }
@@ -92,8 +97,10 @@ struct RedactionTests {
     @Test("a plain path logged as it is takes the shortcut only where the general redaction agrees")
     func plainPathShortcut() {
         var generator = SystemRandomNumberGenerator()
-        let parts = ["/", "api", "v1", "users", "alice@x.io", "1234567", "0123456789abcdef0123", "%41", "+", "?", "#", ";", "=", "&",
-                     "aGVsbG8taGVsbG8taGVsbG8taGVsbG8", "550e8400-e29b-41d4-a716-446655440000", "é", "\u{01}", "x.json", "~me", "-"]
+        let parts = [
+            "/", "api", "v1", "users", "alice@x.io", "1234567", "0123456789abcdef0123", "%41", "+", "?", "#", ";", "=", "&",
+            "aGVsbG8taGVsbG8taGVsbG8taGVsbG8", "550e8400-e29b-41d4-a716-446655440000", "é", "\u{01}", "x.json", "~me", "-",
+        ]
         for _ in 0..<3000 {
             let text = (0..<Int.random(in: 0..<8, using: &generator)).map { _ in parts.randomElement(using: &generator)! }.joined()
             #expect(redactor.pathAndQuery(text) == redactor.redactedPathAndQuery(text), "\(text.debugDescription)")
@@ -108,26 +115,36 @@ struct RedactionTests {
         let fields = HTTPFields([
             HTTPField(name: "Content-Type", value: "application/json"), HTTPField(name: "Authorization", value: "Bearer secret"),
             HTTPField(name: "Set-Cookie", value: "sid=1"), HTTPField(name: "X-New-Header", value: "v"),
-            HTTPField(name: "Location", value: "https://a.example/x?token=t"), HTTPField(name: "Accept", value: "a"), HTTPField(name: "accept", value: "b"),
+            HTTPField(name: "Location", value: "https://a.example/x?token=t"), HTTPField(name: "Accept", value: "a"),
+            HTTPField(name: "accept", value: "b"),
         ])
         let result = redactor.headers(fields)
         #expect(result.map(\.name) == ["content-type", "authorization", "set-cookie", "x-new-header", "location", "accept"])
         #expect(result.map(\.value) == ["application/json", "<redacted>", "<redacted>", "<redacted>", "https://a.example/x?token=:redacted", "a, b"])
-        let repeated = HTTPFields([HTTPField(name: "Vary", value: "a"), HTTPField(name: "Authorization", value: "x"), HTTPField(name: "VARY", value: "a"),
-                                   HTTPField(name: "vary", value: "b"), HTTPField(name: "authorization", value: "y")])
-        #expect(redactor.headers(repeated).map { "\($0.name)=\($0.value)" } == ["vary=a, b", "authorization=<redacted>"],
-                "a repeated name is one entry where it first appears; the same shown value is not repeated")
+        let repeated = HTTPFields([
+            HTTPField(name: "Vary", value: "a"), HTTPField(name: "Authorization", value: "x"), HTTPField(name: "VARY", value: "a"),
+            HTTPField(name: "vary", value: "b"), HTTPField(name: "authorization", value: "y"),
+        ])
+        #expect(
+            redactor.headers(repeated).map { "\($0.name)=\($0.value)" } == ["vary=a, b", "authorization=<redacted>"],
+            "a repeated name is one entry where it first appears; the same shown value is not repeated")
         let extended = Redactor(rules: RedactionRules(extraHeaders: ["X-New-Header"]))
         #expect(extended.headers(fields)[3].value == "v")
     }
 
     @Test("JSON bodies keep their shape; values only under safe keys; arrays cut to 3; capped at 2 KB")
     func jsonBodies() {
-        let body = Array(#"{"id":7,"access_token":"tok","status":"ok","user":{"email":"a@b.c","id":"u1"},"items":[1,2,3,4,5],"alice@x.io":true}"#.utf8)
+        let body = Array(
+            #"{"id":7,"access_token":"tok","status":"ok","user":{"email":"a@b.c","id":"u1"},"items":[1,2,3,4,5],"alice@x.io":true}"#.utf8)
         let summary = redactor.bodySummary(body, totalBytes: UInt64(body.count), contentType: "application/json; charset=utf-8", truncated: false)
-        #expect(summary == #"{"id":7,"access_token":"<redacted>","status":"ok","user":{"email":"<redacted>","id":"u1"},"items":["<redacted>","<redacted>","<redacted>","...(5 items)"],":email":"<redacted>"}"#)
+        #expect(
+            summary
+                == #"{"id":7,"access_token":"<redacted>","status":"ok","user":{"email":"<redacted>","id":"u1"},"items":["<redacted>","<redacted>","<redacted>","...(5 items)"],":email":"<redacted>"}"#
+        )
         #expect(redactor.bodySummary(Array("hello".utf8), totalBytes: 5, contentType: "text/plain", truncated: false) == "<5 bytes text/plain>")
-        #expect(redactor.bodySummary(Array("{broken".utf8), totalBytes: 7, contentType: "application/json", truncated: false) == "<7 bytes application/json>")
+        #expect(
+            redactor.bodySummary(Array("{broken".utf8), totalBytes: 7, contentType: "application/json", truncated: false)
+                == "<7 bytes application/json>")
         // An empty or parameter-only Content-Type used to index an empty split and crash the log
         // writer (found re-reading the code); now it is a media type like any other.
         #expect(redactor.bodySummary(Array("x".utf8), totalBytes: 1, contentType: "", truncated: false) == "<1 bytes >")
@@ -148,8 +165,10 @@ struct RedactionTests {
         let base64 = Data(secret.utf8).base64EncodedString()
         let base64URL = base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
-        let encodings = [secret, secret.addingPercentEncoding(withAllowedCharacters: unreserved)!, base64, base64URL,
-                         Data(("user:" + secret).utf8).base64EncodedString()]
+        let encodings = [
+            secret, secret.addingPercentEncoding(withAllowedCharacters: unreserved)!, base64, base64URL,
+            Data(("user:" + secret).utf8).base64EncodedString(),
+        ]
         for encoded in encodings {
             let (line, hits) = tripwire.scrub("{\"x\":\"\(encoded)\"}")
             #expect(hits >= 1, "\(encoded)")
@@ -175,7 +194,10 @@ struct RedactionTests {
             (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x2D
                 ? String(UnicodeScalar(byte)) : "%" + String(byte, radix: 16).leftPadded(to: 2)
         }.joined()
-        for (label, form) in [("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("JSON-escaped twice", escapedTwice), ("percent, lowercase", percentLowercase)] {
+        for (label, form) in [
+            ("text", asText), ("header value", asHeaderValue), ("JSON-escaped", jsonEscaped), ("JSON-escaped twice", escapedTwice),
+            ("percent, lowercase", percentLowercase),
+        ] {
             let (line, hits) = tripwire.scrub("x=\(form) y")
             #expect(hits == 1, "\(label)")
             #expect(line == "x=<tripwire> y", "\(label)")
@@ -183,6 +205,6 @@ struct RedactionTests {
     }
 }
 
-private extension String {
-    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

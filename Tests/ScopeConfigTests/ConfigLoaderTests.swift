@@ -3,13 +3,15 @@ import HTTP1Codec
 import ProxyCore
 import ScopePolicy
 import Testing
+
 @testable import ScopeConfig
 
 private let fixtures = Bundle.module.resourceURL!.appendingPathComponent("Fixtures")
 private let home = "/home/tester"
 
 private func failingFixtures() -> [String] {
-    (try? FileManager.default.contentsOfDirectory(atPath: fixtures.path))?.filter { $0.hasSuffix(".yaml") && !$0.hasSuffix(".valid.yaml") }.sorted() ?? []
+    (try? FileManager.default.contentsOfDirectory(atPath: fixtures.path))?.filter { $0.hasSuffix(".yaml") && !$0.hasSuffix(".valid.yaml") }.sorted()
+        ?? []
 }
 
 @Suite("Config: one fixture per kind of error, exact FILE:LINE:COLUMN")
@@ -60,7 +62,9 @@ struct ConfigValidTests {
         #expect(config.tls.intercept == .hosts(["api.library.example"]))
         #expect(config.tls.tunnel == .deny)
         #expect(config.tls.upstreamCA == nil)
-        #expect(config.timeouts.connect == 5_000 && config.timeouts.upstream == 30_000 && config.timeouts.idle == 60_000 && config.timeouts.clientHeader == 10_000)
+        #expect(
+            config.timeouts.connect == 5_000 && config.timeouts.upstream == 30_000 && config.timeouts.idle == 60_000
+                && config.timeouts.clientHeader == 10_000)
         #expect(config.log.format == .json && config.log.output == .standardOutput && !config.log.bodies)
     }
 
@@ -96,11 +100,11 @@ struct ConfigValidTests {
     @Test("relative paths are read next to the config file, whatever the working directory: secrets, store_dir, ca_dir, upstream_ca, log output")
     func relativePaths() throws {
         let yaml = """
-        store_dir: store
-        secrets: { k: { file: keys/k } }
-        tls: { ca_dir: ca, upstream_ca: roots.pem }
-        log: { output: logs/access.log }
-        """
+            store_dir: store
+            secrets: { k: { file: keys/k } }
+            tls: { ca_dir: ca, upstream_ca: roots.pem }
+            log: { output: logs/access.log }
+            """
         let config = try ConfigLoader.parse(yaml, file: "/etc/scopeproxy/scopeproxy.yaml", home: home)
         #expect(config.storeDirectory == "/etc/scopeproxy/store")
         #expect(config.secrets["k"] == .file(path: "/etc/scopeproxy/keys/k", allowGroupRead: false))
@@ -116,7 +120,9 @@ struct ConfigValidTests {
     @Test("durations and the did-you-mean distance")
     func helpers() throws {
         let config = try ConfigLoader.parse("timeouts: { connect: 250ms, upstream: 2s, idle: 1m, client_header: 1h }", file: "t.yaml", home: home)
-        #expect(config.timeouts.connect == 250 && config.timeouts.upstream == 2000 && config.timeouts.idle == 60_000 && config.timeouts.clientHeader == 3_600_000)
+        #expect(
+            config.timeouts.connect == 250 && config.timeouts.upstream == 2000 && config.timeouts.idle == 60_000
+                && config.timeouts.clientHeader == 3_600_000)
         #expect(Decoder.editDistance("listn", "listen") == 1)
         #expect(Decoder.editDistance("", "ab") == 2)
     }

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import ScopeConfig
 
 private func loadError(_ yaml: String) -> String? {
@@ -48,31 +49,37 @@ struct ConfigMessageTests {
         #expect(message?.hasSuffix("unknown key '\(typo.typed)' in a scope, did you mean '\(typo.meant)'?") == true, "\(message ?? "loaded")")
     }
 
-    @Test("edit distance: optimal string alignment (transpositions cost 1)", arguments: [
-        ("pahts", "paths", 1), ("pahts", "pass", 2), ("ab", "ba", 1), ("abc", "ca", 3), ("", "abc", 3), ("abc", "", 3), ("same", "same", 0),
-        ("kitten", "sitting", 3),
-    ])
+    @Test(
+        "edit distance: optimal string alignment (transpositions cost 1)",
+        arguments: [
+            ("pahts", "paths", 1), ("pahts", "pass", 2), ("ab", "ba", 1), ("abc", "ca", 3), ("", "abc", 3), ("abc", "", 3), ("same", "same", 0),
+            ("kitten", "sitting", 3),
+        ])
     func editDistance(_ a: String, _ b: String, _ distance: Int) {
         #expect(Decoder.editDistance(a, b) == distance)
         #expect(Decoder.editDistance(b, a) == distance)
     }
 
-    @Test("a port outside 1-65535 is named as such (0 where a free port may be picked)", arguments: [
-        ("listen", "127.0.0.1:99999", "port 99999 is out of range: use 1-65535 (or 0 for a free port)"),
-        ("listen", "127.0.0.1:-1", "port '-1' is not a number: use 1-65535 (or 0 for a free port)"),
-        ("admin", "127.0.0.1:65536", "port 65536 is out of range: use 1-65535 (or 0 for a free port)"),
-        ("listen", "127.0.0.1", "expected HOST:PORT, got '127.0.0.1'"),
-    ])
+    @Test(
+        "a port outside 1-65535 is named as such (0 where a free port may be picked)",
+        arguments: [
+            ("listen", "127.0.0.1:99999", "port 99999 is out of range: use 1-65535 (or 0 for a free port)"),
+            ("listen", "127.0.0.1:-1", "port '-1' is not a number: use 1-65535 (or 0 for a free port)"),
+            ("admin", "127.0.0.1:65536", "port 65536 is out of range: use 1-65535 (or 0 for a free port)"),
+            ("listen", "127.0.0.1", "expected HOST:PORT, got '127.0.0.1'"),
+        ])
     func portOutOfRange(_ key: String, _ value: String, _ expected: String) {
         let message = loadError("\(key): \"\(value)\"\n")
         #expect(message?.hasSuffix(expected) == true, "\(message ?? "loaded")")
     }
 
-    @Test("an origin with a path says origins have none and suggests paths:", arguments: [
-        ("https://api.example.com/v1", "paths: [\"/v1/\"]"),
-        ("https://api.example.com/v1/", "paths: [\"/v1/\"]"),
-        ("https://api.example.com:8443/v1/users?x=1", "paths: [\"/v1/users/\"]"),
-    ])
+    @Test(
+        "an origin with a path says origins have none and suggests paths:",
+        arguments: [
+            ("https://api.example.com/v1", "paths: [\"/v1/\"]"),
+            ("https://api.example.com/v1/", "paths: [\"/v1/\"]"),
+            ("https://api.example.com:8443/v1/users?x=1", "paths: [\"/v1/users/\"]"),
+        ])
     func originWithPath(_ origin: String, _ suggested: String) {
         let message = loadError("scopes:\n  - name: s\n    origins: [\"\(origin)\"]\n")
         #expect(message?.contains("an origin has no path") == true, "\(message ?? "loaded")")

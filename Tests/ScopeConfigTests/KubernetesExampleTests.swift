@@ -1,19 +1,20 @@
 import Foundation
 import Testing
+
 @testable import ScopeConfig
 
 /// Navigation helpers over the YAML layer the config loader uses.
-private extension YAMLNode {
-    subscript(_ key: String) -> YAMLNode? {
+extension YAMLNode {
+    fileprivate subscript(_ key: String) -> YAMLNode? {
         guard case .mapping(let pairs) = value else { return nil }
         return pairs.first { if case .scalar(let name, _) = $0.key.value { name == key } else { false } }?.value
     }
-    subscript(_ index: Int) -> YAMLNode? {
+    fileprivate subscript(_ index: Int) -> YAMLNode? {
         guard case .sequence(let items) = value, index < items.count else { return nil }
         return items[index]
     }
-    var items: [YAMLNode] { if case .sequence(let items) = value { items } else { [] } }
-    var text: String? { if case .scalar(let text, _) = value { text } else { nil } }
+    fileprivate var items: [YAMLNode] { if case .sequence(let items) = value { items } else { [] } }
+    fileprivate var text: String? { if case .scalar(let text, _) = value { text } else { nil } }
 }
 
 private let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -39,9 +40,10 @@ struct KubernetesExampleTests {
             #expect(sidecar[probe]?["exec"]?["command"]?.items.map(\.text) == ["/usr/local/bin/scopeproxy", "health"], "\(probe)")
         }
         let app = try #require(pod["containers"]?[0])
-        let env = Dictionary(uniqueKeysWithValues: app["env"]!.items.compactMap { item in
-            item["name"]?.text.map { ($0, item["value"]?.text ?? "") }
-        })
+        let env = Dictionary(
+            uniqueKeysWithValues: app["env"]!.items.compactMap { item in
+                item["name"]?.text.map { ($0, item["value"]?.text ?? "") }
+            })
 
         // The embedded scopeproxy config is valid and matches the pod.
         #expect(configMap["kind"]?.text == "ConfigMap")
@@ -53,9 +55,10 @@ struct KubernetesExampleTests {
         #expect(config.admin != nil, "`scopeproxy health` needs an admin address")
 
         let volumes = Dictionary(uniqueKeysWithValues: pod["volumes"]!.items.compactMap { item in item["name"]?.text.map { ($0, item) } })
-        let mounts = Dictionary(uniqueKeysWithValues: sidecar["volumeMounts"]!.items.compactMap { item in
-            item["name"]?.text.map { ($0, item["mountPath"]?.text ?? "") }
-        })
+        let mounts = Dictionary(
+            uniqueKeysWithValues: sidecar["volumeMounts"]!.items.compactMap { item in
+                item["name"]?.text.map { ($0, item["mountPath"]?.text ?? "") }
+            })
         #expect(volumes["scopeproxy-config"]?["configMap"]?["name"]?.text == configMap["metadata"]?["name"]?.text)
         #expect(mounts["scopeproxy-config"].map { "\($0)/config.yaml" } == sidecar["env"]?[0]?["value"]?.text)
         #expect(volumes["library-secrets"]?["secret"] != nil)

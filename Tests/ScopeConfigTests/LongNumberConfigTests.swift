@@ -1,4 +1,5 @@
 import Testing
+
 @testable import ScopeConfig
 
 /// Every number a config holds is read with a bound before any arithmetic (docs/security-model.md,
@@ -12,7 +13,9 @@ struct LongNumberConfigTests {
         "9223372036854775808", "18446744073709551615", "18446744073709551616", "9223372036854776",
     ]
     /// Forms a field may read as a small number or refuse; either way, no trap.
-    static let odd = ["0000000000000000000000001", "00000000000000000000000000000000256", "-1", "+1", "1e999", "1E400", "0x" + String(repeating: "f", count: 20)]
+    static let odd = [
+        "0000000000000000000000001", "00000000000000000000000000000000256", "-1", "+1", "1e999", "1E400", "0x" + String(repeating: "f", count: 20),
+    ]
 
     /// Each place a number sits in a config, with `N` where the number goes.
     static let places = [
@@ -43,10 +46,12 @@ struct LongNumberConfigTests {
         do { _ = try ConfigLoader.parse(yaml, file: "n.yaml", home: "/home/t") } catch { #expect(error.description.hasPrefix("n.yaml:1:")) }
     }
 
-    @Test("a duration is 1*DIGIT and a unit: no sign, at most a day", arguments: [
-        ("+5s", nil), ("-5s", nil), ("0s", nil), ("86400s", 86_400_000), ("86401s", nil), ("1440m", 86_400_000), ("24h", 86_400_000),
-        ("25h", nil), ("0000000000000000000000002s", 2000), ("86400000ms", 86_400_000), ("86400001ms", nil),
-    ] as [(String, Int?)])
+    @Test(
+        "a duration is 1*DIGIT and a unit: no sign, at most a day",
+        arguments: [
+            ("+5s", nil), ("-5s", nil), ("0s", nil), ("86400s", 86_400_000), ("86401s", nil), ("1440m", 86_400_000), ("24h", 86_400_000),
+            ("25h", nil), ("0000000000000000000000002s", 2000), ("86400000ms", 86_400_000), ("86400001ms", nil),
+        ] as [(String, Int?)])
     func durations(_ text: String, _ milliseconds: Int?) {
         let config = try? ConfigLoader.parse("timeouts: { connect: \(text) }", file: "n.yaml", home: "/home/t")
         #expect(config?.timeouts.connect == milliseconds, "\(text)")

@@ -1,6 +1,7 @@
 import ProxyCore
 import ScopePolicy
 import Testing
+
 @testable import ScopeConfig
 
 /// The keys of secrets that cannot leave (docs/configuration.md): `placeholder` and `env_var` on a secret, `substitute` on a scope, `scrub` and
@@ -35,11 +36,12 @@ struct PlaceholderConfigTests {
     @Test("placeholder secrets in name order with their env_var; placeholder: false is none")
     func placeholders() throws {
         let config = try load(Self.yaml)
-        #expect(config.placeholders == [
-            PlaceholderSecret(secret: "github_token", environmentVariable: "GITHUB_TOKEN"),
-            PlaceholderSecret(secret: "openai_key", environmentVariable: "OPENAI_API_KEY"),
-            PlaceholderSecret(secret: "zeta_token"),
-        ])
+        #expect(
+            config.placeholders == [
+                PlaceholderSecret(secret: "github_token", environmentVariable: "GITHUB_TOKEN"),
+                PlaceholderSecret(secret: "openai_key", environmentVariable: "OPENAI_API_KEY"),
+                PlaceholderSecret(secret: "zeta_token"),
+            ])
         // The sources are read as before: the new keys change nothing about where a value comes from.
         #expect(config.secrets["openai_key"] == .file(path: "/etc/scopeproxy/keys/openai", allowGroupRead: false))
         #expect(config.secrets["plain_key"] == .env("PLAIN_KEY"))
@@ -55,15 +57,16 @@ struct PlaceholderConfigTests {
         #expect(scopes["github"]?.inject.isEmpty == true)
     }
 
-    @Test("scrub and guard: on by default; every word read as a word (YAML 1.1 would make on/off booleans)",
-          arguments: [
+    @Test(
+        "scrub and guard: on by default; every word read as a word (YAML 1.1 would make on/off booleans)",
+        arguments: [
             ("", ScrubMode.on, GuardMode.on),
             ("scrub: on\nguard: on\n", .on, .on),
             ("scrub: strict\nguard: off\n", .strict, .off),
             ("scrub: off\n", .off, .on),
             ("guard: off\n", .on, .off),
             ("scrub: \"off\"\nguard: 'on'\n", .off, .on),
-          ])
+        ])
     func protection(_ text: String, _ scrub: ScrubMode, _ guardMode: GuardMode) throws {
         let config = try load(text)
         #expect(config.protection == SecretProtection(scrub: scrub, guardMode: guardMode))
@@ -71,23 +74,33 @@ struct PlaceholderConfigTests {
 
     @Test("a misspelt new top-level key is an unknown key with a suggestion")
     func unknownKeys() {
-        #expect(throws: ConfigError(file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 1, column: 1),
-                                    message: "unknown key 'gaurd' in the config, did you mean 'guard'?")) {
+        #expect(
+            throws: ConfigError(
+                file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 1, column: 1),
+                message: "unknown key 'gaurd' in the config, did you mean 'guard'?")
+        ) {
             try load("gaurd: on\n")
         }
-        #expect(throws: ConfigError(file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 2, column: 34),
-                                    message: "unknown key 'env_vars' in secret 'github_token', did you mean 'env_var'?")) {
+        #expect(
+            throws: ConfigError(
+                file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 2, column: 34),
+                message: "unknown key 'env_vars' in secret 'github_token', did you mean 'env_var'?")
+        ) {
             try load("secrets:\n  github_token: { store: github, env_vars: X }\n")
         }
-        #expect(throws: ConfigError(file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 2, column: 48),
-                                    message: "unknown key 'substitue' in a scope, did you mean 'substitute'?")) {
+        #expect(
+            throws: ConfigError(
+                file: "/etc/scopeproxy/p.yaml", mark: Mark(line: 2, column: 48),
+                message: "unknown key 'substitue' in a scope, did you mean 'substitute'?")
+        ) {
             try load("scopes:\n  - { name: a, origins: [\"https://a.example\"], substitue: [] }\n")
         }
     }
 
     @Test("a placeholder no scope substitutes is valid (check warns about it); an empty substitute list is none")
     func unusedPlaceholder() throws {
-        let config = try load("""
+        let config = try load(
+            """
             secrets: { lonely: { env: LONELY, placeholder: true, env_var: LONELY_TOKEN } }
             scopes: [{ name: a, origins: ["https://a.example"], substitute: [] }]
             """)
@@ -95,10 +108,12 @@ struct PlaceholderConfigTests {
         #expect(config.policy.scopes.first?.substitute == [])
     }
 
-    @Test("shell variable names", arguments: [
-        ("GITHUB_TOKEN", true), ("_x", true), ("a1", true), ("A", true),
-        ("1A", false), ("", false), ("GH-TOKEN", false), ("GH.TOKEN", false), ("GH TOKEN", false), ("ÄPI", false), ("X=1", false),
-    ])
+    @Test(
+        "shell variable names",
+        arguments: [
+            ("GITHUB_TOKEN", true), ("_x", true), ("a1", true), ("A", true),
+            ("1A", false), ("", false), ("GH-TOKEN", false), ("GH.TOKEN", false), ("GH TOKEN", false), ("ÄPI", false), ("X=1", false),
+        ])
     func shellNames(_ name: String, _ valid: Bool) {
         #expect(Decoder.isShellVariableName(name) == valid)
     }

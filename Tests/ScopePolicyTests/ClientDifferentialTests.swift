@@ -1,6 +1,7 @@
 import Foundation
 import HTTP1Codec
 import Testing
+
 @testable import ScopePolicy
 
 // Differential: the `source` CIDR and address parser against Python's `ipaddress` (strict
@@ -27,7 +28,8 @@ private let base64Inputs = [
 
 /// Deliberate disagreements: input -> why scopeproxy reads it differently from Python.
 private let deliberate: [String: String] = [
-    "::ffff:10.0.0.0/104": "an IPv4-mapped address is IPv4 here (so 10.0.0.0/8 matches a client a dual-stack listener sees as ::ffff:10.x): write 10.0.0.0/8",
+    "::ffff:10.0.0.0/104":
+        "an IPv4-mapped address is IPv4 here (so 10.0.0.0/8 matches a client a dual-stack listener sees as ::ffff:10.x): write 10.0.0.0/8",
     "::ffff:10.0.0.0/8": "Python: an IPv6 network with host bits set; here the mapped address is IPv4, whose /8 this is",
     "fe80::1%lo": "zone ids are refused: a source network names addresses, not interfaces",
     "10.0.0.0/08": "a prefix length with a leading zero is refused, like an IPv4 part with one: one spelling per network",
@@ -39,22 +41,22 @@ private let deliberate: [String: String] = [
 ]
 
 private let script = #"""
-import sys, json, ipaddress, base64, binascii
-out = []
-for item in json.load(sys.stdin):
-    kind, text = item
-    try:
-        if kind == "network":
-            net = ipaddress.ip_network(text, strict=True)
-            out.append("accept " + str(net.network_address) + "/" + str(net.prefixlen))
-        elif kind == "address":
-            out.append("accept " + str(ipaddress.ip_address(text)))
-        else:
-            out.append("accept " + base64.b64decode(text, validate=True).hex())
-    except (ValueError, binascii.Error):
-        out.append("reject")
-print(json.dumps(out))
-"""#
+    import sys, json, ipaddress, base64, binascii
+    out = []
+    for item in json.load(sys.stdin):
+        kind, text = item
+        try:
+            if kind == "network":
+                net = ipaddress.ip_network(text, strict=True)
+                out.append("accept " + str(net.network_address) + "/" + str(net.prefixlen))
+            elif kind == "address":
+                out.append("accept " + str(ipaddress.ip_address(text)))
+            else:
+                out.append("accept " + base64.b64decode(text, validate=True).hex())
+        except (ValueError, binascii.Error):
+            out.append("reject")
+    print(json.dumps(out))
+    """#
 
 private func pythonVerdicts(_ items: [[String]]) throws -> [String]? {
     guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") else { return nil }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTP1Codec
 import Testing
+
 @testable import ScopePolicy
 
 /// The request URLs the Locations answer: an https API (Locations with `http:` change scheme) and
@@ -151,8 +152,10 @@ let locationCorpus: [LocationCase] = [
     .init(.api, "HTTP://H_1.Example/", .same),
     .init(.api, "http://-a.example/", .same),
     .init(.api, "http://xn--bcher-kva.example/", .same),
-    .init(.api, "http://xn--a.example/", .nodeRefuses(
-        "UTS #46 validity of an xn-- label is not checked: the proxy reads the literal ASCII name, the one DNS resolves")),
+    .init(
+        .api, "http://xn--a.example/",
+        .nodeRefuses(
+            "UTS #46 validity of an xn-- label is not checked: the proxy reads the literal ASCII name, the one DNS resolves")),
     .init(.api, "http://a..b/", .refused),
     .init(.api, "http://a%41.example/", .refused),
     .init(.api, "http://ex%61mple.com/", .refused),
@@ -196,7 +199,10 @@ struct WHATWGReading: Decodable {
     let port: String
     let pathAndQuery: String
 
-    enum CodingKeys: String, CodingKey { case protocolName = "protocol", hostname, port, pathAndQuery }
+    enum CodingKeys: String, CodingKey {
+        case protocolName = "protocol"
+        case hostname, port, pathAndQuery
+    }
 }
 
 enum NodeURL {
@@ -275,10 +281,11 @@ struct LocationDifferentialTests {
         let rows = locationCorpus.map { ($0.location, $0.base) } + locationCorpus.map { ($0.location, $0.base == .api ? LocationBase.local : .api) }
         let readings = try NodeURL.read(rows.map { (location: $0.0, base: $0.1.rawValue) }, node: node)
         try #require(readings.count == rows.count)
-        let recorded = Dictionary(locationCorpus.compactMap { row -> (String, String)? in
-            if case .nodeRefuses(let why) = row.expected { return (row.location, why) }
-            return nil
-        }, uniquingKeysWith: { first, _ in first })
+        let recorded = Dictionary(
+            locationCorpus.compactMap { row -> (String, String)? in
+                if case .nodeRefuses(let why) = row.expected { return (row.location, why) }
+                return nil
+            }, uniquingKeysWith: { first, _ in first })
 
         for ((location, base), reading) in zip(rows, readings) {
             let label = "\(location.debugDescription) against \(base.rawValue)"
@@ -295,7 +302,9 @@ struct LocationDifferentialTests {
                 let theirHost = try? Host.parse(Substring(reading.hostname))
                 let theirPort = reading.port.isEmpty ? scheme.defaultPort : UInt16(reading.port)
                 let theirs = theirHost.map { Origin(scheme: scheme, host: $0, port: theirPort) }
-                #expect(theirs == target.origin, "\(label): origin: ours \(target.origin), Node's \(reading.protocolName)//\(reading.hostname):\(reading.port)")
+                #expect(
+                    theirs == target.origin,
+                    "\(label): origin: ours \(target.origin), Node's \(reading.protocolName)//\(reading.hostname):\(reading.port)")
                 #expect(reading.pathAndQuery == target.pathAndQuery, "\(label): path: ours \(target.pathAndQuery), Node's \(reading.pathAndQuery)")
                 if recorded[location] != nil, base == locationCorpus.first(where: { $0.location == location })?.base {
                     Issue.record("\(label): recorded as refused by Node, but Node now reads it: remove the record")

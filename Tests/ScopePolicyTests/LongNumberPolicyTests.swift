@@ -1,5 +1,6 @@
 import HTTP1Codec
 import Testing
+
 @testable import ScopePolicy
 
 /// Numbers in a Location, a client's source network or address and a rate are read with a bound
@@ -25,13 +26,15 @@ struct LongNumberPolicyTests {
         ]
     }
 
-    @Test("a Location with a long number is decided in every mode without trapping, and never followed to a long host",
-          arguments: locations)
+    @Test(
+        "a Location with a long number is decided in every mode without trapping, and never followed to a long host",
+        arguments: locations)
     func location(_ location: String) throws {
         let api = try Origin.parse("https://api.example")
         for mode in RedirectMode.allCases {
-            let verdict = RedirectPolicy(mode: mode).decide(status: 302, location: location, requestMethod: "GET", from: api,
-                                                           pathAndQuery: "/v1", hops: 0)
+            let verdict = RedirectPolicy(mode: mode).decide(
+                status: 302, location: location, requestMethod: "GET", from: api,
+                pathAndQuery: "/v1", hops: 0)
             switch verdict {
             case .follow(let target, _, _), .pass(.some(let target)):
                 #expect(target.origin.host.utf8.count < 40, "\(mode) \(location) -> \(target.origin)")

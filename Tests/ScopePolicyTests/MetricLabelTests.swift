@@ -1,13 +1,16 @@
 import HTTP1Codec
-import Testing
 import ScopePolicy
+import Testing
 
 /// `ScopePolicy.metricLabel(forHeader:)`: the only way a header name becomes a metric label.
 @Suite("Metric labels for header names: canonical, and from a set the configuration fixes")
 struct MetricLabelTests {
     static let policy = ScopePolicy(
-        scopes: [Scope(name: "s", origins: [try! Origin.parse("https://api.example")],
-                       inject: [.init(header: "X-Injected_Key", template: try! HeaderTemplate.parse("${k}"))])],
+        scopes: [
+            Scope(
+                name: "s", origins: [try! Origin.parse("https://api.example")],
+                inject: [.init(header: "X-Injected_Key", template: try! HeaderTemplate.parse("${k}"))])
+        ],
         extraSensitiveHeaders: ["X-Custom-Secret"])
 
     @Test("every known name in any spelling gets its canonical name; anything else 'other'")
@@ -15,7 +18,8 @@ struct MetricLabelTests {
         let rows: [(String, String)] = [
             ("Authorization", "authorization"), ("AUTHORIZATION", "authorization"), ("x_API_key", "x-api-key"),
             ("X-Custom-Secret", "x-custom-secret"), ("x_custom_SECRET", "x-custom-secret"), ("x-injected-key", "x-injected-key"),
-            ("X-HTTP-Method-Override", "x-http-method-override"), ("X-Injected_Key", "x-injected-key"), ("Ocp-Apim-Subscription-Key", "ocp-apim-subscription-key"),
+            ("X-HTTP-Method-Override", "x-http-method-override"), ("X-Injected_Key", "x-injected-key"),
+            ("Ocp-Apim-Subscription-Key", "ocp-apim-subscription-key"),
             ("X-Unrelated", "other"), ("Accept", "other"), ("", "other"), ("authorization ", "other"), ("x-api-key\n", "other"),
         ]
         for (name, label) in rows { #expect(Self.policy.metricLabel(forHeader: name) == label, "\(name)") }
@@ -29,12 +33,15 @@ struct MetricLabelTests {
         let known = Array(Self.policy.metricHeaderNames)
         for round in 0..<20_000 {
             // Half the time a known name, half a random one.
-            let base: String = round % 2 == 0 ? known.randomElement(using: &random)!
+            let base: String =
+                round % 2 == 0
+                ? known.randomElement(using: &random)!
                 : String((0..<Int.random(in: 1...24, using: &random)).map { _ in alphabet.randomElement(using: &random)! })
-            let respelt = String(base.map { character -> Character in
-                if character == "-" && Bool.random(using: &random) { return "_" }
-                return Bool.random(using: &random) ? Character(character.uppercased()) : Character(character.lowercased())
-            })
+            let respelt = String(
+                base.map { character -> Character in
+                    if character == "-" && Bool.random(using: &random) { return "_" }
+                    return Bool.random(using: &random) ? Character(character.uppercased()) : Character(character.lowercased())
+                })
             let label = Self.policy.metricLabel(forHeader: respelt)
             #expect(allowed.contains(label), "\(respelt) -> \(label)")
             #expect(label == Self.policy.metricLabel(forHeader: base), "\(base) and \(respelt) got different labels")

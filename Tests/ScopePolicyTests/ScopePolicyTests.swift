@@ -1,5 +1,6 @@
 import HTTP1Codec
 import Testing
+
 @testable import ScopePolicy
 
 private func origin(_ text: String) -> Origin { try! Origin.parse(text) }
@@ -20,21 +21,27 @@ private let library = Scope(
 
 private let policy = ScopePolicy(scopes: [library], extraSensitiveHeaders: ["X-Session-Token"])
 
-private func apply(_ target: String, _ headers: [(String, String)], method: String = "GET", userinfo: Bool = false,
-                   chain: ChainContext = ChainContext()) -> ScopedRequest {
+private func apply(
+    _ target: String, _ headers: [(String, String)], method: String = "GET", userinfo: Bool = false,
+    chain: ChainContext = ChainContext()
+) -> ScopedRequest {
     guard case .absolute(let origin, let path, _) = try! RequestTarget.parse(target, method: method) else { fatalError() }
-    return try! policy.apply(method: method, origin: origin, pathAndQuery: path, fields: fields(headers),
-                             hasUserinfo: userinfo, secrets: secrets, chain: chain).get()
+    return try! policy.apply(
+        method: method, origin: origin, pathAndQuery: path, fields: fields(headers),
+        hasUserinfo: userinfo, secrets: secrets, chain: chain
+    ).get()
 }
 
 @Suite("Scope policy: strip and inject by origin")
 struct ScopePolicyTests {
     @Test("an origin in no scope gets no sensitive header, built-in or configured; others pass untouched")
     func outOfScopeStripsEverything() {
-        let result = apply("https://cdn.example/v1/x", [
-            ("Authorization", "Bearer client-canary"), ("x-api-key", "client-key"), ("Cookie", "sid=1"),
-            ("X-Session-Token", "sess"), ("Accept", "*/*"), ("X-Custom", "kept"),
-        ])
+        let result = apply(
+            "https://cdn.example/v1/x",
+            [
+                ("Authorization", "Bearer client-canary"), ("x-api-key", "client-key"), ("Cookie", "sid=1"),
+                ("X-Session-Token", "sess"), ("Accept", "*/*"), ("X-Custom", "kept"),
+            ])
         #expect(result.fields.storage == [HTTPField(name: "Accept", value: "*/*"), HTTPField(name: "X-Custom", value: "kept")])
         #expect(result.decision.stripped == ["Authorization", "x-api-key", "Cookie", "X-Session-Token"])
         #expect(result.decision.injected.isEmpty)
@@ -44,9 +51,11 @@ struct ScopePolicyTests {
 
     @Test("in scope over https: injected headers replace the client's, pass lets Cookie through, the rest is stripped")
     func inScopeInjects() {
-        let result = apply("https://API.library.example:443/v1/books?limit=20", [
-            ("Authorization", "Bearer client-supplied"), ("Cookie", "sid=1"), ("X-Auth-Token", "other"), ("Accept", "json"),
-        ])
+        let result = apply(
+            "https://API.library.example:443/v1/books?limit=20",
+            [
+                ("Authorization", "Bearer client-supplied"), ("Cookie", "sid=1"), ("X-Auth-Token", "other"), ("Accept", "json"),
+            ])
         #expect(result.fields.first("authorization") == "Bearer \(canaryToken)")
         #expect(result.fields.first("x-api-key") == canaryKey)
         #expect(result.fields.first("cookie") == "sid=1")
@@ -76,13 +85,20 @@ struct ScopePolicyTests {
         #expect(apply("http://127.0.0.1:8765/v1/books", []).decision.injected == ["Authorization", "X-API-Key"])
         let internalOrigin = origin("http://api.internal")
         let strict = ScopePolicy(scopes: [Scope(name: "internal", origins: [internalOrigin], inject: library.inject)])
-        let result = try! strict.apply(method: "GET", origin: internalOrigin, pathAndQuery: "/v1/books",
-                                       fields: HTTPFields(), hasUserinfo: false, secrets: secrets).get()
+        let result = try! strict.apply(
+            method: "GET", origin: internalOrigin, pathAndQuery: "/v1/books",
+            fields: HTTPFields(), hasUserinfo: false, secrets: secrets
+        ).get()
         #expect(result.decision.injected.isEmpty)
-        let relaxed = ScopePolicy(scopes: [Scope(name: "dev", origins: [origin("http://127.0.0.1:8765")], requireHTTPS: false,
-                                                 inject: library.inject)])
-        let devResult = try! relaxed.apply(method: "GET", origin: origin("http://127.0.0.1:8765"), pathAndQuery: "/",
-                                           fields: HTTPFields(), hasUserinfo: false, secrets: secrets).get()
+        let relaxed = ScopePolicy(scopes: [
+            Scope(
+                name: "dev", origins: [origin("http://127.0.0.1:8765")], requireHTTPS: false,
+                inject: library.inject)
+        ])
+        let devResult = try! relaxed.apply(
+            method: "GET", origin: origin("http://127.0.0.1:8765"), pathAndQuery: "/",
+            fields: HTTPFields(), hasUserinfo: false, secrets: secrets
+        ).get()
         #expect(devResult.fields.first("authorization") == "Bearer \(canaryToken)")
     }
 
@@ -91,16 +107,19 @@ struct ScopePolicyTests {
         #expect(apply("https://cdn.example/", [], userinfo: true).decision.userinfoRemoved)
         #expect(!apply("https://cdn.example/", [], userinfo: true).keepUserinfo)
         let passing = ScopePolicy(scopes: [Scope(name: "basic", origins: [origin("https://basic.example")], pass: ["authorization"])])
-        let kept = try! passing.apply(method: "GET", origin: origin("https://basic.example"), pathAndQuery: "/",
-                                      fields: HTTPFields(), hasUserinfo: true, secrets: secrets).get()
+        let kept = try! passing.apply(
+            method: "GET", origin: origin("https://basic.example"), pathAndQuery: "/",
+            fields: HTTPFields(), hasUserinfo: true, secrets: secrets
+        ).get()
         #expect(kept.keepUserinfo)
         #expect(!kept.decision.userinfoRemoved)
     }
 
     @Test("a missing secret fails closed, naming the secret and never a value")
     func missingSecret() {
-        let result = policy.apply(method: "GET", origin: origin("https://api.library.example"), pathAndQuery: "/v1/x",
-                                  fields: HTTPFields(), hasUserinfo: false, secrets: StaticSecrets([:]))
+        let result = policy.apply(
+            method: "GET", origin: origin("https://api.library.example"), pathAndQuery: "/v1/x",
+            fields: HTTPFields(), hasUserinfo: false, secrets: StaticSecrets([:]))
         #expect(throws: ScopeError.secretUnavailable(scope: "library", secret: "library_token")) { try result.get() }
     }
 
@@ -109,8 +128,10 @@ struct ScopePolicyTests {
         let a = Scope(name: "a", origins: [origin("https://x.example")], inject: [.init(header: "X-A", template: try! .parse("${library_token}"))])
         let b = Scope(name: "b", origins: [origin("https://x.example")], pass: ["cookie"])
         let union = ScopePolicy(scopes: [a, b])
-        let result = try! union.apply(method: "GET", origin: origin("https://x.example"), pathAndQuery: "/",
-                                      fields: fields([("Cookie", "c"), ("X-A", "client")]), hasUserinfo: false, secrets: secrets).get()
+        let result = try! union.apply(
+            method: "GET", origin: origin("https://x.example"), pathAndQuery: "/",
+            fields: fields([("Cookie", "c"), ("X-A", "client")]), hasUserinfo: false, secrets: secrets
+        ).get()
         #expect(result.fields.first("cookie") == "c")
         #expect(result.fields.first("x-a") == canaryToken)
         #expect(result.decision.scopes == ["a", "b"])
@@ -175,36 +196,48 @@ struct RedirectTests {
     func verdicts() {
         let cdn = origin("https://cdn.library.example")
         let pass = RedirectPolicy(mode: .pass)
-        #expect(pass.decide(status: 302, location: "https://evil.example/", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
-            == .pass(RedirectTarget(origin: origin("https://evil.example"), pathAndQuery: "/")))
-        #expect(pass.decide(status: 200, location: "https://evil.example/", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0) == .notRedirect)
+        #expect(
+            pass.decide(status: 302, location: "https://evil.example/", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
+                == .pass(RedirectTarget(origin: origin("https://evil.example"), pathAndQuery: "/")))
+        #expect(
+            pass.decide(status: 200, location: "https://evil.example/", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0) == .notRedirect)
 
         let block = RedirectPolicy(mode: .block, allow: [cdn])
-        #expect(block.decide(status: 302, location: "https://evil.example/x?t=1", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
-            == .block(origin("https://evil.example")))
-        #expect(block.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
-            == .pass(RedirectTarget(origin: cdn, pathAndQuery: "/x")))
-        #expect(block.decide(status: 301, location: "/same", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
-            == .pass(RedirectTarget(origin: api, pathAndQuery: "/same")))
+        #expect(
+            block.decide(status: 302, location: "https://evil.example/x?t=1", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
+                == .block(origin("https://evil.example")))
+        #expect(
+            block.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
+                == .pass(RedirectTarget(origin: cdn, pathAndQuery: "/x")))
+        #expect(
+            block.decide(status: 301, location: "/same", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 0)
+                == .pass(RedirectTarget(origin: api, pathAndQuery: "/same")))
 
         let follow = RedirectPolicy(mode: .follow, maxHops: 2)
         let target = RedirectTarget(origin: cdn, pathAndQuery: "/x")
-        #expect(follow.decide(status: 303, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
-            == .follow(target, method: "GET", replayBody: false))
-        #expect(follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
-            == .follow(target, method: "GET", replayBody: false))
+        #expect(
+            follow.decide(status: 303, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
+                == .follow(target, method: "GET", replayBody: false))
+        #expect(
+            follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
+                == .follow(target, method: "GET", replayBody: false))
         // A 301/302 keeps any method but POST, with its body (a `case 301, 302 where` once applied
         // the condition to 302 only, turning every 301 into a bodiless GET; the fuzz build's
         // warnings showed it).
-        #expect(follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 0)
-            == .follow(target, method: "PUT", replayBody: true))
-        #expect(follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "DELETE", from: api, pathAndQuery: "/", hops: 0)
-            == .follow(target, method: "DELETE", replayBody: true))
-        #expect(follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
-            == .follow(target, method: "GET", replayBody: false))
-        #expect(follow.decide(status: 307, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 1)
-            == .follow(target, method: "PUT", replayBody: true))
-        #expect(follow.decide(status: 308, location: "https://cdn.library.example/x", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 2)
-            == .tooManyHops)
+        #expect(
+            follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 0)
+                == .follow(target, method: "PUT", replayBody: true))
+        #expect(
+            follow.decide(status: 302, location: "https://cdn.library.example/x", requestMethod: "DELETE", from: api, pathAndQuery: "/", hops: 0)
+                == .follow(target, method: "DELETE", replayBody: true))
+        #expect(
+            follow.decide(status: 301, location: "https://cdn.library.example/x", requestMethod: "POST", from: api, pathAndQuery: "/", hops: 0)
+                == .follow(target, method: "GET", replayBody: false))
+        #expect(
+            follow.decide(status: 307, location: "https://cdn.library.example/x", requestMethod: "PUT", from: api, pathAndQuery: "/", hops: 1)
+                == .follow(target, method: "PUT", replayBody: true))
+        #expect(
+            follow.decide(status: 308, location: "https://cdn.library.example/x", requestMethod: "GET", from: api, pathAndQuery: "/", hops: 2)
+                == .tooManyHops)
     }
 }

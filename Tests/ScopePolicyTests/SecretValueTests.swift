@@ -1,9 +1,11 @@
 import HTTP1Codec
 import Testing
+
 @testable import ScopePolicy
 
 /// `é` in UTF-8, `€` in UTF-8 (above U+00FF), then bytes that are not UTF-8 at all.
-private let secretBytes: [UInt8] = Array("CANARY-bytes-".utf8) + [0xC3, 0xA9, 0xE2, 0x82, 0xAC, 0xE9, 0xFF] + Array("-\(UInt32.random(in: 0...UInt32.max))".utf8)
+private let secretBytes: [UInt8] =
+    Array("CANARY-bytes-".utf8) + [0xC3, 0xA9, 0xE2, 0x82, 0xAC, 0xE9, 0xFF] + Array("-\(UInt32.random(in: 0...UInt32.max))".utf8)
 
 @Suite("Secret values are bytes")
 struct SecretValueTests {
@@ -12,8 +14,9 @@ struct SecretValueTests {
         let template = try HeaderTemplate.parse("Bearer ${token}")
         let rendered = try template.render(StaticSecrets(bytes: ["token": secretBytes])).get()
         #expect(rendered.exposedBytes == Array("Bearer ".utf8) + secretBytes)
-        let head = RequestHead(method: "GET", target: "/", version: .http1_1,
-                               fields: HTTPFields([HTTPField(name: "Authorization", value: rendered.exposedFieldValue)]))
+        let head = RequestHead(
+            method: "GET", target: "/", version: .http1_1,
+            fields: HTTPFields([HTTPField(name: "Authorization", value: rendered.exposedFieldValue)]))
         let wire = head.serialized()
         let expected = Array("Authorization: Bearer ".utf8) + secretBytes + [0x0D, 0x0A]
         let found = (0...(wire.count - expected.count)).contains { wire[$0..<($0 + expected.count)].elementsEqual(expected) }

@@ -2,6 +2,7 @@ import HTTP1Codec
 import ScopeConfig
 import ScopePolicy
 import Testing
+
 @testable import ScopeProxyApp
 
 @Suite("Banner: a scope's credentials, one description for every kind")
@@ -60,13 +61,14 @@ struct BannerUseItTests {
     static let bearer = ClientRule(name: "agent", auth: .bearer(tokenSecret: "agent_key"))
     static let local = ClientRule(name: "ci", uid: 1001)
 
-    @Test("a Basic client's password goes in the proxy URL, a Bearer client's key in a header; each configured way has its line",
-          arguments: [
+    @Test(
+        "a Basic client's password goes in the proxy URL, a Bearer client's key in a header; each configured way has its line",
+        arguments: [
             ([local], [false, false]),
             ([basic], [true, false]),
             ([bearer], [false, true]),
             ([basic, bearer, local], [true, true]),
-          ])
+        ])
     func wayPerScheme(clients: [ClientRule], shows: [Bool]) {
         let lines = Banner.useIt(Self.url, proxyAuthSecret: nil, clients: clients)
         let text = lines.joined(separator: "\n")

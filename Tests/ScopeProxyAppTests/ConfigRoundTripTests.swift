@@ -4,6 +4,7 @@ import ProxyCore
 import ScopeConfig
 import ScopePolicy
 import Testing
+
 @testable import ScopeProxyApp
 
 /// A fixed-seed generator (SplitMix64): a failing seed is printed and reproduces.
@@ -29,7 +30,9 @@ struct ConfigGenerator {
 
     mutating func yaml() -> String {
         var out = ""
-        if chance(50) { out += "listen: \"\(pick(["127.0.0.1", "[::1]", "0.0.0.0", "localhost"])):\(Int.random(in: 1024...65000, using: &random))\"\n" }
+        if chance(50) {
+            out += "listen: \"\(pick(["127.0.0.1", "[::1]", "0.0.0.0", "localhost"])):\(Int.random(in: 1024...65000, using: &random))\"\n"
+        }
         if chance(30) { out += "admin: \"127.0.0.1:\(Int.random(in: 1024...65000, using: &random))\"\n" }
         if chance(30) { out += "store_dir: \(pick(["/var/lib/store a", "\"/var/lib/store: b\"", "\"/var/lib/#x\"", "relative/store"]))\n" }
 
@@ -50,7 +53,8 @@ struct ConfigGenerator {
         var tokenSecrets: [String] = []
         if chance(40) {
             let grant = chance(50) ? "grant: client_credentials" : "grant: refresh_token, refresh_token: s1"
-            out += "  minted: { oauth2: { token_url: \"\(pick(["https://auth.example/oauth/token", "http://127.0.0.1:18769/t?x=1"]))\", "
+            out +=
+                "  minted: { oauth2: { token_url: \"\(pick(["https://auth.example/oauth/token", "http://127.0.0.1:18769/t?x=1"]))\", "
                 + "\(grant), client_id: \"id \(Int.random(in: 0...9, using: &random))\", client_secret: s0"
                 + (chance(50) ? ", scope: \"read write\"" : "") + (chance(50) ? ", audience: \"https://api.example\"" : "")
                 + (chance(50) ? ", client_auth: body" : "") + " } }\n"
@@ -65,8 +69,10 @@ struct ConfigGenerator {
             for index in 0..<Int.random(in: 1...3, using: &random) {
                 let name = "c\(index)"
                 clients.append(name)
-                let how = pick(["uid: \(1000 + index)", "source: [\"10.\(index).0.0/16\"]", "auth: { bearer: s0 }",
-                                "auth: { basic: { user: u\(index), password: s1 } }", "tls_client: { ca: /etc/ca\(index).pem, subject: \"CN=c\(index)\" }"])
+                let how = pick([
+                    "uid: \(1000 + index)", "source: [\"10.\(index).0.0/16\"]", "auth: { bearer: s0 }",
+                    "auth: { basic: { user: u\(index), password: s1 } }", "tls_client: { ca: /etc/ca\(index).pem, subject: \"CN=c\(index)\" }",
+                ])
                 out += "  - { name: \(name), \(how)" + (chance(30) ? ", rate: \"\(Int.random(in: 1...99, using: &random))/m\"" : "") + " }\n"
             }
             // One kind of credential per client: a second bearer or basic user for the same secret is fine,
@@ -81,8 +87,10 @@ struct ConfigGenerator {
             var origins: [String] = []
             for _ in 0..<Int.random(in: 1...3, using: &random) {
                 let port = 8000 + index * 10 + origins.count
-                let origin = pick(["https://h\(index)-\(origins.count).example", "https://h\(index)-\(origins.count).example:\(port)",
-                                   "http://127.0.0.1:\(port)", "http://localhost:\(port)", "http://[::1]:\(port)", "http://10.1.\(index).\(origins.count)"])
+                let origin = pick([
+                    "https://h\(index)-\(origins.count).example", "https://h\(index)-\(origins.count).example:\(port)",
+                    "http://127.0.0.1:\(port)", "http://localhost:\(port)", "http://[::1]:\(port)", "http://10.1.\(index).\(origins.count)",
+                ])
                 if origin.hasPrefix("https://") { httpsHosts.append(String(origin.dropFirst(8).split(separator: ":")[0])) }
                 origins.append(origin)
             }
@@ -103,21 +111,30 @@ struct ConfigGenerator {
             if !clients.isEmpty && chance(50) { fields.append("clients: [\(pick(clients))]") }
             if !placeholders.isEmpty && chance(50) { fields.append("substitute: [\(pick(placeholders))]"); gives = true }
             if plain.count >= 2 && !headers.contains("Authorization") && chance(25) {
-                fields.append("sign: { aws_sigv4: { service: s3, region: eu-west-1, access_key_id: s0, secret_access_key: s1"
-                              + (plain.count >= 3 && chance(50) ? ", session_token: s2" : "") + " } }")
+                fields.append(
+                    "sign: { aws_sigv4: { service: s3, region: eu-west-1, access_key_id: s0, secret_access_key: s1"
+                        + (plain.count >= 3 && chance(50) ? ", session_token: s2" : "") + " } }")
                 gives = true
             }
             // require_https: required false for credentials to a non-loopback http origin; refused
             // true beside any http origin; otherwise written or not, either way.
-            if hasRemoteHTTP && gives { fields.append("require_https: false") }
-            else if hasHTTP { if chance(50) { fields.append("require_https: false") } }
-            else if chance(50) { fields.append("require_https: \(chance(50))") }
+            if hasRemoteHTTP && gives {
+                fields.append("require_https: false")
+            } else if hasHTTP {
+                if chance(50) { fields.append("require_https: false") }
+            } else if chance(50) {
+                fields.append("require_https: \(chance(50))")
+            }
             out += "  - { " + fields.shuffled(using: &random).joined(separator: ", ") + " }\n"
         }
 
-        if chance(30) { out += "routes:\n  - { listen: \"127.0.0.1:\(Int.random(in: 9000...9100, using: &random))\", upstream: \"\(pick(["https://r.example", "http://127.0.0.1:9999"]))\" }\n" }
+        if chance(30) {
+            out +=
+                "routes:\n  - { listen: \"127.0.0.1:\(Int.random(in: 9000...9100, using: &random))\", upstream: \"\(pick(["https://r.example", "http://127.0.0.1:9999"]))\" }\n"
+        }
         if chance(50) {
-            out += "redirects: { cross_origin: \(pick(["pass", "follow", "block"])), allow: [\"https://cdn.example\"\(chance(50) ? ", \"http://127.0.0.1:81\"" : "")]"
+            out +=
+                "redirects: { cross_origin: \(pick(["pass", "follow", "block"])), allow: [\"https://cdn.example\"\(chance(50) ? ", \"http://127.0.0.1:81\"" : "")]"
                 + ", max_hops: \(Int.random(in: 1...20, using: &random)) }\n"
         }
         var tls: [String] = []
@@ -222,14 +239,24 @@ struct PrintedPathTests {
     /// resolved value read back from a configuration.
     static let cases: [String: (yaml: String, resolved: @Sendable (ProxyConfiguration) -> String?)] = [
         "store_dir": ("store_dir: store\n", { $0.storeDirectory }),
-        "secrets.*.file": ("secrets: { t: { file: tok.txt } }\n", { config in
-            if case .file(let path, _)? = config.secrets["t"] { return path } else { return nil } }),
-        "clients[].tls_client.ca": ("clients: [{ name: c, tls_client: { ca: clients.pem, subject: \"CN=c\" } }]\n",
-                                    { $0.clients.first?.tlsClient?.caFile }),
+        "secrets.*.file": (
+            "secrets: { t: { file: tok.txt } }\n",
+            { config in
+                if case .file(let path, _)? = config.secrets["t"] { return path } else { return nil }
+            }
+        ),
+        "clients[].tls_client.ca": (
+            "clients: [{ name: c, tls_client: { ca: clients.pem, subject: \"CN=c\" } }]\n",
+            { $0.clients.first?.tlsClient?.caFile }
+        ),
         "tls.ca_dir": ("tls: { ca_dir: ca }\n", { $0.tls.caDirectory }),
         "tls.upstream_ca": ("tls: { upstream_ca: roots.pem }\n", { $0.tls.upstreamCA }),
-        "log.output": ("log: { output: access.log }\n", { config in
-            if case .file(let path) = config.log.output { return path } else { return nil } }),
+        "log.output": (
+            "log: { output: access.log }\n",
+            { config in
+                if case .file(let path) = config.log.output { return path } else { return nil }
+            }
+        ),
     ]
 
     @Test("the table covers every path-valued key the loader resolves")
@@ -237,8 +264,9 @@ struct PrintedPathTests {
         #expect(Set(Self.cases.keys) == Set(ConfigLoader.pathKeys))
     }
 
-    @Test("a relative value, in a config named relatively, is printed absolute and read back the same from another directory",
-          arguments: ConfigLoader.pathKeys)
+    @Test(
+        "a relative value, in a config named relatively, is printed absolute and read back the same from another directory",
+        arguments: ConfigLoader.pathKeys)
     func printedAbsolute(_ key: String) throws {
         let entry = try #require(Self.cases[key])
         for file in ["mine/my.yaml", "my.yaml", "/tmp/mine/my.yaml"] {

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SecretScan
 
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
@@ -88,7 +89,8 @@ struct HoldBackTests {
             // Lengths alone fix the hold-back (as the index computes it from lengths).
             let holdBack = first.map { 8 * $0.count + 8 }.max()! - 1
             let traffic = steps.flatMap { step -> [UInt8] in if case .piece(let bytes) = step { bytes } else { [] } }
-            let carries = !SecretScanner(secrets: first).matches(in: traffic).isEmpty
+            let carries =
+                !SecretScanner(secrets: first).matches(in: traffic).isEmpty
                 || !SecretScanner(secrets: second).matches(in: traffic).isEmpty
             if carries { continue }
             let seenFirst = Self.observe(first, holdBack: holdBack, steps)

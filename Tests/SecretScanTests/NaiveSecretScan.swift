@@ -92,7 +92,9 @@ enum NaiveSecretScan {
         // The guard reports the earliest-ending match (longest at that end), forwards nothing from
         // its first byte on, and otherwise all of the body.
         let firstLeak = expected.first
-        if outcome.leak != firstLeak { problems.append("leak \(describe(outcome.leak.map { [$0] } ?? [])) != \(describe(firstLeak.map { [$0] } ?? []))") }
+        if outcome.leak != firstLeak {
+            problems.append("leak \(describe(outcome.leak.map { [$0] } ?? [])) != \(describe(firstLeak.map { [$0] } ?? []))")
+        }
         let forwardLimit = firstLeak?.range.lowerBound ?? body.count
         if firstLeak == nil ? outcome.forwarded != body.count : outcome.forwarded > forwardLimit {
             problems.append("forwarded \(outcome.forwarded) of \(body.count), limit \(forwardLimit)")

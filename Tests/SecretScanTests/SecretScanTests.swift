@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import SecretScan
 
 private func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
@@ -31,8 +32,10 @@ struct SecretScanTests {
             let base64URL = base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             // Where no `+` or `/` falls in the secret's run, base64url is the same bytes, found as base64.
             let urlSafeDiffers = base64URL != base64
-            cases += [(base64, .base64(alignment: prefix.count)),
-                      (base64URL, urlSafeDiffers ? .base64URL(alignment: prefix.count) : .base64(alignment: prefix.count))]
+            cases += [
+                (base64, .base64(alignment: prefix.count)),
+                (base64URL, urlSafeDiffers ? .base64URL(alignment: prefix.count) : .base64(alignment: prefix.count)),
+            ]
         }
         return cases
     }()
@@ -48,8 +51,9 @@ struct SecretScanTests {
     @Test("forms: an encoding equal to an earlier one is left out; base64 runs under 8 characters are dropped")
     func forms() {
         // "abcdef" one or two bytes into a group: the runs are too short, the final runs are not.
-        #expect(SecretEncoding.forms(of: bytes("abcdef")).map(\.encoding)
-            == [.raw, .base64(alignment: 0), .base64(alignment: 1), .base64(alignment: 2)])
+        #expect(
+            SecretEncoding.forms(of: bytes("abcdef")).map(\.encoding)
+                == [.raw, .base64(alignment: 0), .base64(alignment: 1), .base64(alignment: 2)])
         #expect(SecretEncoding.finalBase64Run(bytes("abcdef"), alignment: 1, urlSafe: false) == bytes("FiY2RlZg"))
         #expect(SecretEncoding.finalBase64Run(bytes("abcdef"), alignment: 0, urlSafe: false) == nil, "ends on a character boundary")
         #expect(SecretEncoding.forms(of: bytes("abc")).map(\.encoding) == [.raw])
@@ -64,8 +68,9 @@ struct SecretScanTests {
     /// holds only the value's bits is masked, the last one included; what stays is the padding and
     /// a leading character shared with the neighbour before it (CI found the last character showing
     /// for values of 23 bytes: the test's value had a random length).
-    @Test("a value ending the encoded text: masked to its last character, whatever its length and alignment",
-          arguments: [22, 23, 24], ["", "u", "us"])
+    @Test(
+        "a value ending the encoded text: masked to its last character, whatever its length and alignment",
+        arguments: [22, 23, 24], ["", "u", "us"])
     func finalCharacterMasked(length: Int, prefix: String) {
         let value = String("0123456789abcdefghijKLMNOPQRST~?>".prefix(length))
         let scanner = SecretScanner(secrets: [bytes(value)])
@@ -81,7 +86,8 @@ struct SecretScanTests {
             // Characters before the value's first whole one: ceil(8·prefix / 6).
             let leading = (8 * prefix.count + 5) / 6
             let padding = encoded.utf8.reversed().prefix { $0 == UInt8(ascii: "=") }.count
-            let expected = Array(encoded.utf8.prefix(leading)) + Array(repeating: SecretScrubber.mask, count: shown.count - leading - padding)
+            let expected =
+                Array(encoded.utf8.prefix(leading)) + Array(repeating: SecretScrubber.mask, count: shown.count - leading - padding)
                 + Array(repeating: UInt8(ascii: "="), count: padding)
             #expect(shown == expected, "length \(length), prefix \(prefix.count), \(encoded == standard ? "base64" : "base64url")")
         }
@@ -208,8 +214,9 @@ struct SecretScanTests {
     ///
     /// Both ways a large piece goes after the probe of its first eighth, and the default, which
     /// here (a filler that never leaves the start state) skips.
-    @Test("the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces",
-          arguments: [PatternAutomaton.LargePiecePath.probed, .probedThenSkipped, .probedThenLaned])
+    @Test(
+        "the laned pass at its default size: a value at every offset, across every quarter boundary and two pieces",
+        arguments: [PatternAutomaton.LargePiecePath.probed, .probedThenSkipped, .probedThenLaned])
     func lanedPassEveryOffset(path: PatternAutomaton.LargePiecePath) {
         let value = bytes("tok_Q9-laned")  // 12 bytes, so base64 forms too
         let scanner = SecretScanner(secrets: [value], largePieces: path)

@@ -3,6 +3,7 @@ import PosixSupport
 import ScopeConfig
 import ScopePolicy
 import Testing
+
 @testable import SecretStore
 
 /// A fresh directory per test, removed afterwards.
@@ -50,8 +51,9 @@ struct SecretStoreTests {
         #expect(FileManager.default.createFile(atPath: file, contents: Data(value + [0x0A]), attributes: [.posixPermissions: 0o600]))
         setenv("SCOPEPROXY_TEST_BYTES", value.map { CChar(bitPattern: $0) } + [0], 1)
         defer { unsetenv("SCOPEPROXY_TEST_BYTES") }
-        let store = SecretStore(sources: ["file": .file(path: file, allowGroupRead: false), "env": .env("SCOPEPROXY_TEST_BYTES")],
-                                storeDirectory: directory.path)
+        let store = SecretStore(
+            sources: ["file": .file(path: file, allowGroupRead: false), "env": .env("SCOPEPROXY_TEST_BYTES")],
+            storeDirectory: directory.path)
         try store.load()
         let fromFile = store.value(of: "file")?.exposedBytes == value
         let fromEnvironment = store.value(of: "env")?.exposedBytes == value
@@ -124,10 +126,11 @@ struct SecretStoreTests {
         try FileManager.default.createSymbolicLink(atPath: directory.path + "/..data", withDestinationPath: "..v1")
         try FileManager.default.createSymbolicLink(atPath: directory.path + "/k8s", withDestinationPath: "..data/k8s")
 
-        let store = SecretStore(sources: [
-            "token": .file(path: file, allowGroupRead: false),
-            "k8s": .file(path: directory.path + "/k8s", allowGroupRead: true),
-        ], storeDirectory: directory.path)
+        let store = SecretStore(
+            sources: [
+                "token": .file(path: file, allowGroupRead: false),
+                "k8s": .file(path: directory.path + "/k8s", allowGroupRead: true),
+            ], storeDirectory: directory.path)
         try store.load()
         #expect(store.refresh().changed.isEmpty, "nothing changed yet")
 

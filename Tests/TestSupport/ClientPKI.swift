@@ -12,8 +12,10 @@ public final class ClientPKI: @unchecked Sendable {
         directory = NSTemporaryDirectory() + "scopeproxy-client-pki-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         for authority in ["tools-ca", "other-ca", "rogue-ca"] {
-            try run(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(authority).key",
-                     "-out", "\(authority).pem", "-days", "2", "-subj", "/CN=scopeproxy test \(authority)"])
+            try run([
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(authority).key",
+                "-out", "\(authority).pem", "-days", "2", "-subj", "/CN=scopeproxy test \(authority)",
+            ])
         }
         try issue("tool", by: "tools-ca", subject: "/O=example/CN=tool", san: Self.toolSANs.joined(separator: ","))
         try issue("other", by: "other-ca", subject: "/CN=other-tool", san: "DNS:other.internal")
@@ -32,12 +34,16 @@ public final class ClientPKI: @unchecked Sendable {
     }
 
     private func issue(_ name: String, by authority: String, subject: String, san: String, usage: String = "clientAuth") throws {
-        try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr",
-                 "-subj", subject])
+        try run([
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr",
+            "-subj", subject,
+        ])
         try "subjectAltName=\(san)\nextendedKeyUsage=\(usage)\nbasicConstraints=critical,CA:FALSE\n"
             .write(toFile: directory + "/\(name).ext", atomically: true, encoding: .utf8)
-        try run(["x509", "-req", "-in", "\(name).csr", "-CA", "\(authority).pem", "-CAkey", "\(authority).key", "-CAcreateserial",
-                 "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext"])
+        try run([
+            "x509", "-req", "-in", "\(name).csr", "-CA", "\(authority).pem", "-CAkey", "\(authority).key", "-CAcreateserial",
+            "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext",
+        ])
     }
 
     private func run(_ arguments: [String]) throws { try runOpenSSL(arguments, in: directory) }

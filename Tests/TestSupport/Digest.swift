@@ -1,4 +1,5 @@
 import COpenSSL
+import Foundation
 
 /// Incremental SHA-256 over OpenSSL, for comparing large streamed bodies end to end.
 public final class SHA256Digest: @unchecked Sendable {
@@ -42,5 +43,3 @@ public func pseudoRandomBlock(count: Int, seed: UInt64) -> [UInt8] {
     }
     return result
 }
-
-import Foundation

@@ -93,8 +93,9 @@ public final class FixtureOrigin: @unchecked Sendable {
     public static let echo: Script = { connection in
         while let request = connection.readRequest() {
             let id = request.header("x-test-id") ?? ""
-            connection.respond(headers: [("Content-Type", "text/plain"), ("X-Echo-Id", id)],
-                               body: "target=\(request.target) id=\(id) body=\(request.body.count)")
+            connection.respond(
+                headers: [("Content-Type", "text/plain"), ("X-Echo-Id", id)],
+                body: "target=\(request.target) id=\(id) body=\(request.body.count)")
             if request.header("connection")?.lowercased() == "close" { return }
         }
     }

@@ -1,10 +1,10 @@
-import HTTP1Codec
 import Foundation
+import HTTP1Codec
 import ProxyCore
 import ProxyEngine
 import ScopeConfig
-import ScopeProxyApp
 import ScopePolicy
+import ScopeProxyApp
 
 /// An in-process proxy on 127.0.0.1:0 with its own worker threads, stopped when the test ends.
 public final class ProxyHarness: @unchecked Sendable {
@@ -20,11 +20,14 @@ public final class ProxyHarness: @unchecked Sendable {
     }
 
     /// A proxy running a YAML config (parsed by the real loader) with the given secret values.
-    public convenience init(yaml: String, secrets: [String: String], threads: Int = 2,
-                            _ adjust: (inout EngineConfiguration) -> Void = { _ in }) throws {
+    public convenience init(
+        yaml: String, secrets: [String: String], threads: Int = 2,
+        _ adjust: (inout EngineConfiguration) -> Void = { _ in }
+    ) throws {
         let config = try ConfigLoader.parse(yaml, file: "test.yaml", home: "/nonexistent")
-        let context = Runtime.scopeContext(config, secrets: StaticSecrets(secrets),
-                                           placeholders: PlaceholderTable(config.placeholders, key: Self.placeholderKey))
+        let context = Runtime.scopeContext(
+            config, secrets: StaticSecrets(secrets),
+            placeholders: PlaceholderTable(config.placeholders, key: Self.placeholderKey))
         try self.init(threads: threads) { engine in
             engine.scope = ScopeContextHolder(context)
             adjust(&engine)

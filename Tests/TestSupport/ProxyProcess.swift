@@ -50,7 +50,8 @@ public final class ProxyProcess: @unchecked Sendable {
             if data.isEmpty { break }
             collected += String(decoding: data, as: UTF8.self)
             if let line = collected.components(separatedBy: "\n").first(where: { $0.hasPrefix("listening on ") }),
-               let portText = line.split(separator: ":").last {
+                let portText = line.split(separator: ":").last
+            {
                 found = UInt16(portText)
             }
         }
@@ -88,7 +89,8 @@ public final class ProxyProcess: @unchecked Sendable {
 
     /// Runs the binary to completion (for `check`, `secret`, a `run` that must refuse to start).
     public static func runToCompletion(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:])
-        throws -> (status: Int32, stdout: String, stderr: String) {
+        throws -> (status: Int32, stdout: String, stderr: String)
+    {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binaryPath)
         process.arguments = arguments
@@ -118,7 +120,8 @@ public final class ProxyProcess: @unchecked Sendable {
             _ = stderrClosed.wait(timeout: .now() + 5)
             let report = standardError
             if let start = report.range(of: "ERROR: LeakSanitizer") ?? report.range(of: "ERROR: AddressSanitizer")
-                ?? report.range(of: "WARNING: ThreadSanitizer") {
+                ?? report.range(of: "WARNING: ThreadSanitizer")
+            {
                 fatalError("sanitizer report from the proxy (\(process.arguments ?? [])):\n" + String(report[start.lowerBound...].prefix(6000)))
             }
         }

@@ -1,6 +1,7 @@
 import Foundation
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The SigV4-verifying origin (Tests/Fixtures/sigv4_origin.py) on 127.0.0.1, `ports` listeners
@@ -108,10 +109,11 @@ public final class SigV4Origin: @unchecked Sendable {
         return text.split(separator: "\n").compactMap { line in
             guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
             let headers = (object["headers"] as? [[String]] ?? []).compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil }
-            return Received(port: UInt16(object["port"] as? Int ?? 0), method: object["method"] as? String ?? "",
-                            target: object["target"] as? String ?? "", headers: headers,
-                            bodyLength: object["body_length"] as? Int ?? -1, bodySHA256: object["body_sha256"] as? String ?? "",
-                            verified: object["verified"] as? Bool ?? false, why: object["why"] as? String)
+            return Received(
+                port: UInt16(object["port"] as? Int ?? 0), method: object["method"] as? String ?? "",
+                target: object["target"] as? String ?? "", headers: headers,
+                bodyLength: object["body_length"] as? Int ?? -1, bodySHA256: object["body_sha256"] as? String ?? "",
+                verified: object["verified"] as? Bool ?? false, why: object["why"] as? String)
         }
     }
 

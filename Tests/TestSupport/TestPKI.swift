@@ -9,30 +9,37 @@ public final class TestPKI: @unchecked Sendable {
     public init() throws {
         directory = NSTemporaryDirectory() + "scopeproxy-pki-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try run(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "origin-ca.key",
-                 "-out", "origin-ca.pem", "-days", "2", "-subj", "/CN=scopeproxy test origin CA"])
+        try run([
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "origin-ca.key",
+            "-out", "origin-ca.pem", "-days", "2", "-subj", "/CN=scopeproxy test origin CA",
+        ])
         try issue("valid", san: "DNS:localhost,IP:127.0.0.1")
         try issue("wronghost", san: "DNS:elsewhere.example")
         try """
-            [ ca ]
-            default_ca = test
-            [ test ]
-            dir = \(directory)
-            database = \(directory)/index.txt
-            new_certs_dir = \(directory)
-            serial = \(directory)/serial
-            default_md = sha256
-            policy = anything
-            unique_subject = no
-            [ anything ]
-            commonName = supplied
-            """.write(toFile: directory + "/ca.cnf", atomically: true, encoding: .utf8)
+        [ ca ]
+        default_ca = test
+        [ test ]
+        dir = \(directory)
+        database = \(directory)/index.txt
+        new_certs_dir = \(directory)
+        serial = \(directory)/serial
+        default_md = sha256
+        policy = anything
+        unique_subject = no
+        [ anything ]
+        commonName = supplied
+        """.write(toFile: directory + "/ca.cnf", atomically: true, encoding: .utf8)
         precondition(FileManager.default.createFile(atPath: directory + "/index.txt", contents: Data()), "cannot create index.txt")
         try "01\n".write(toFile: directory + "/serial", atomically: true, encoding: .utf8)
-        try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "expired.key", "-out", "expired.csr", "-subj", "/CN=localhost"])
+        try run([
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "expired.key", "-out", "expired.csr", "-subj",
+            "/CN=localhost",
+        ])
         try "subjectAltName=DNS:localhost,IP:127.0.0.1\n".write(toFile: directory + "/expired.ext", atomically: true, encoding: .utf8)
-        try run(["ca", "-batch", "-config", "ca.cnf", "-cert", "origin-ca.pem", "-keyfile", "origin-ca.key", "-in", "expired.csr",
-                 "-out", "expired.pem", "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext", "-extfile", "expired.ext"])
+        try run([
+            "ca", "-batch", "-config", "ca.cnf", "-cert", "origin-ca.pem", "-keyfile", "origin-ca.key", "-in", "expired.csr",
+            "-out", "expired.pem", "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", "-notext", "-extfile", "expired.ext",
+        ])
     }
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
@@ -42,10 +49,15 @@ public final class TestPKI: @unchecked Sendable {
     }
 
     private func issue(_ name: String, san: String) throws {
-        try run(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr", "-subj", "/CN=localhost"])
+        try run([
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr", "-subj",
+            "/CN=localhost",
+        ])
         try "subjectAltName=\(san)\n".write(toFile: directory + "/\(name).ext", atomically: true, encoding: .utf8)
-        try run(["x509", "-req", "-in", "\(name).csr", "-CA", "origin-ca.pem", "-CAkey", "origin-ca.key", "-CAcreateserial",
-                 "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext"])
+        try run([
+            "x509", "-req", "-in", "\(name).csr", "-CA", "origin-ca.pem", "-CAkey", "origin-ca.key", "-CAcreateserial",
+            "-out", "\(name).pem", "-days", "1", "-extfile", "\(name).ext",
+        ])
     }
 
     private func run(_ arguments: [String]) throws { try runOpenSSL(arguments, in: directory) }
@@ -63,7 +75,8 @@ public final class HTTPSOrigin: @unchecked Sendable {
         precondition(FileManager.default.createFile(atPath: logPath, contents: Data()), "cannot create \(logPath)")
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", root.appendingPathComponent("Fixtures/https_origin.py").path, certificate.cert, certificate.key, logPath]
+        process.arguments =
+            ["python3", root.appendingPathComponent("Fixtures/https_origin.py").path, certificate.cert, certificate.key, logPath]
             + (redirectTo.map { [$0] } ?? [])
         let output = Pipe()
         process.standardOutput = output
