@@ -91,19 +91,20 @@ format:
 ## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
 ## the eleven fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
-## (bench/cost.sh, as `make cost`). CI runs this. The debug build and then the suite run in front; two
-## chains start with them at a lower priority and use what they leave of the two cores (the build has
-## serial stretches, the suite mostly waits on sockets and child processes): the fuzz build then the
-## fuzz pass, and the release build then the budget. The release build has its own scratch path
+## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
+## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
+## priority use what it leaves of the two cores (it mostly waits on sockets and child processes): the
+## fuzz build then the fuzz pass, and the release build then the budget. The release build has its own scratch path
 ## because SwiftPM locks a build directory while it builds or tests. Each chain's output is printed
 ## after the suite; any failure fails the run. docs/testing.md, "What takes the time", has the figures.
 test: lint packages-test
+	$(SWIFT) build --build-tests
 	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status; \
 	  (nice -n 10 fuzz/run.sh --fixed > .build/fuzz-pass.log 2>&1; echo $$? > .build/fuzz-pass.status) & fuzz=$$!; \
 	  (nice -n 10 $(SWIFT) build -c release --scratch-path .build/test-release > .build/cost.log 2>&1 \
 	     && COST_BUDGET=bench/cost-budget bench/cost.sh .build/test-release/release/scopeproxy 200 >> .build/cost.log 2>&1; \
 	   echo $$? > .build/cost.status) & cost=$$!; \
-	  $(SWIFT) build --build-tests && $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$fuzz $$cost; \
+	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$fuzz $$cost; \
 	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
 	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
 	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \

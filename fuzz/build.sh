@@ -21,7 +21,7 @@ for file in "${inputs[@]}"; do
   sed -E '/^(@testable |@_exported )?import (PosixSupport|ProxySettings|JSONText|Digests|AWSSigV4|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|SecretScan|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
-swiftc -O -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \
+swiftc -O -wmo -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \
   "$out"/src/*.swift -o "$binary.new" 2>&1 | grep -E "error" || true
 [ -x "$binary.new" ] || { echo "building the fuzz targets failed"; exit 1; }
 mv "$binary.new" "$binary"
