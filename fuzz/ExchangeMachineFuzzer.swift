@@ -95,19 +95,6 @@ struct MachineFixture {
     let covered: Set<Origin>
 }
 
-/// The engine's token source as the machine sees it: which secrets are OAuth2 tokens.
-private final class FuzzTokens: AccessTokenSource {
-    let secretNames: Set<String> = ["api_token"]
-    func endpoint(of secret: String) -> Origin? { try? Origin.parse("https://auth.test") }
-    // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
-    func acquire(
-        secret: String, mailbox: any TokenMailbox,
-        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
-    ) -> TokenRequest? { nil }
-    func withdraw(secret: String, waiterID: UInt64) {}
-    func markStale(secret: String, token: AccessToken) -> Bool { false }
-}
-
 /// The access token the fuzzer hands out: the api secret itself, so the usual checks (where it may
 /// go, never in a record) cover tokens too.
 private let fuzzToken = AccessToken(value: SecretValue(apiSecret), generation: 1, validUntil: 0)
@@ -227,7 +214,7 @@ let machineFixtures: [MachineFixture] = [
         \(scopesYAML)
         redirects: { cross_origin: follow, max_hops: 3 }
         tls: { tunnel: allow }
-        """, secrets: allSecrets.filter { $0.key != "api_token" }, tokens: FuzzTokens()),
+        """, secrets: allSecrets.filter { $0.key != "api_token" }, tokens: NamesOnlyTokenSource(["api_token"], endpoint: "https://auth.test")),
 ]
 
 // MARK: Response heads

@@ -11,7 +11,8 @@ out=.build/fuzz
 binary="$out/scopeproxy-fuzz"
 inputs=(Sources/PosixSupport/*.swift Sources/ProxySettings/*.swift Sources/JSONText/*.swift Sources/Digests/*.swift Sources/AWSSigV4/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
         Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/SecretScan/*.swift Sources/Redaction/*.swift
-        Tests/HTTP1CodecTests/SplitPointVerifier.swift Tests/SecretScanTests/NaiveSecretScan.swift fuzz/*.swift)
+        Tests/HTTP1CodecTests/SplitPointVerifier.swift Tests/SecretScanTests/NaiveSecretScan.swift
+        Tests/ProxyCoreTests/NamesOnlyTokenSource.swift fuzz/*.swift)
 if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
   exit 0
 fi

@@ -3,20 +3,6 @@ import ProxyCore
 import ScopePolicy
 import Testing
 
-/// A stand-in for the engine's OAuth2 source: the machine only asks it which secrets are tokens.
-final class FakeTokenSource: AccessTokenSource {
-    let secretNames: Set<String>
-    init(_ names: Set<String> = ["partner_token"]) { secretNames = names }
-    func endpoint(of secret: String) -> Origin? { origin("https://auth.example") }
-    // The machine never calls these: it asks the engine (`acquireToken`, `markTokenStale`).
-    func acquire(
-        secret: String, mailbox: any TokenMailbox,
-        onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void
-    ) -> TokenRequest? { nil }
-    func withdraw(secret: String, waiterID: UInt64) {}
-    func markStale(secret: String, token: AccessToken) -> Bool { false }
-}
-
 /// OAuth2 tokens in the exchange core: a request whose injection needs a token waits (nothing sent,
 /// no timer), then goes with it; a failure is 502 naming the endpoint; a 401 marks the token stale.
 @Suite("Machine: a request waits for its access token")
@@ -32,7 +18,7 @@ struct AccessTokenMachineTests {
             inject: { Authorization: "Bearer ${partner_token}" }
 
         """
-    static let source = FakeTokenSource()
+    static let source = NamesOnlyTokenSource(["partner_token"], endpoint: "https://auth.example")
     static let fixture = Fixture(yaml, secrets: ["cs": "CLIENT-SECRET-CANARY"], tokens: source)
     static let api = origin("https://api.example")
     static let token = AccessToken(value: SecretValue("ACCESS-TOKEN-CANARY-1"), generation: 1, validUntil: 0)

@@ -23,7 +23,7 @@ struct InvariantTests {
         Configs.scopes.replacing(
             "a_token: { env: A_TOKEN }",
             with: #"a_token: { oauth2: { token_url: "https://auth.example/t", grant: client_credentials, client_id: me, client_secret: b_token } }"#)
-            + Configs.redirects("follow"), tokens: FakeTokenSource(["a_token"]))
+            + Configs.redirects("follow"), tokens: NamesOnlyTokenSource(["a_token"], endpoint: "https://auth.example"))
     static let fixtures = [Configs.follow, Configs.block, Configs.pass, Configs.tunnelAllowed, Configs.intercept, Configs.followOneHop, tokens]
 
     static let requests: [[String]] = [
