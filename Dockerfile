@@ -5,7 +5,7 @@
 # runtime stage needs only the C libraries the binary links (see `make image-check`).
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libevent-dev libssl-dev libyaml-dev pkgconf \
+ && apt-get install -y --no-install-recommends libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -18,7 +18,7 @@ RUN swift build -c release --static-swift-stdlib --product scopeproxy \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libevent-2.1-7 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libssl3 libyaml-0-2 libstdc++6 ca-certificates \
+      libevent-2.1-7 libevent-core-2.1-7 libevent-openssl-2.1-7 libevent-pthreads-2.1-7 libssl3 libyaml-0-2 libnghttp2-14 libstdc++6 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /var/lib/scopeproxy --create-home scopeproxy
 COPY --from=build /usr/local/bin/scopeproxy /usr/local/bin/scopeproxy

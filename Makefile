@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 ARGS ?=
-BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev pkgconf
+BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf
 TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-botocore valgrind nginx-light
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy
 

@@ -14,6 +14,8 @@ let package = Package(
         .systemLibrary(name: "CLibevent", pkgConfig: "libevent", providers: [.apt(["libevent-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CYAML", pkgConfig: "yaml-0.1", providers: [.apt(["libyaml-dev"])]),
+        // HTTP/2 framing, HPACK and flow control (decisions stay in Swift).
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
 
         // POSIX helpers shared by the I/O layers: a pthread lock ThreadSanitizer can see
         // (Synchronization.Mutex it cannot, on Linux), small-file reads, private directories.
@@ -52,7 +54,7 @@ let package = Package(
         .target(
             name: "ProxyEngine",
             dependencies: [
-                "ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CSocketDiag",
+                "ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CNGHTTP2", "CSocketDiag",
                 "PosixSupport",
             ]),
 

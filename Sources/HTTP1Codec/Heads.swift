@@ -4,6 +4,9 @@ public struct HTTPVersion: Sendable, Equatable, CustomStringConvertible {
 
     public static let http1_0 = HTTPVersion(major: 1, minor: 0)
     public static let http1_1 = HTTPVersion(major: 1, minor: 1)
+    /// A request that arrived on an HTTP/2 stream (RFC 9113); it is never serialized as such (the
+    /// upstream leg speaks HTTP/1.1, or HTTP/2 frames).
+    public static let http2 = HTTPVersion(major: 2, minor: 0)
 
     public init(major: Int, minor: Int) {
         self.major = major

@@ -12,6 +12,8 @@ public struct ExchangeRecord: Sendable, Equatable {
     /// the proxy does not tell clients apart, or did not recognise this one.
     public var clientID: String?
     public var method: String?
+    /// The protocol the client spoke for this exchange (the log's `proto`); nil when no head was read.
+    public var proto: ClientProtocol?
     public var origin: Origin?
     public var pathAndQuery: String?
     public var status: Int?
@@ -42,6 +44,21 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var scrubSkipped: String?
     /// What the egress guard stopped (a value or a placeholder that may not go to this origin).
     public var guardFinding: SecretFinding?
+
+    /// What the client spoke (the log's `proto`): the HTTP/1 version of its request line, HTTP/2 over
+    /// TLS (`h2`) or with prior knowledge on the plain listener (`h2c`), or WebSocket after an upgrade.
+    public enum ClientProtocol: String, Sendable, Equatable {
+        case http1_0 = "http/1.0"
+        case http1_1 = "http/1.1"
+        case h2
+        case h2c
+        case websocket
+
+        /// The protocol of an HTTP/1 request head (any other version is refused before a line says it).
+        public init(http1 version: HTTPVersion) {
+            self = version == .http1_0 ? .http1_0 : .http1_1
+        }
+    }
 
     public init(id: String, client: String, method: String?, startedAt: UInt64) {
         self.id = id

@@ -11,7 +11,7 @@ import ScopePolicy
 public enum LogField: String, CaseIterable, Sendable {
     case ts, id, client
     case clientID = "client_id"
-    case method, url, status
+    case method, proto, url, status
     case bytesIn = "bytes_in"
     case bytesOut = "bytes_out"
     case durationMS = "duration_ms"
@@ -192,6 +192,13 @@ extension LogField {
             LogFieldRow(.every, .whenSet, .token, text: .head, "the request method; absent when no head could be parsed") {
                 $0.method.map(LogFact.text)
             }
+        case .proto:
+            LogFieldRow(
+                .exchange, .whenSet, .none, text: .keyed("proto"),
+                "what the client spoke: `http/1.0`, `http/1.1`, `h2` (HTTP/2 in an intercepted TLS tunnel), `h2c` (HTTP/2 with "
+                    + "prior knowledge on the plain listener) or `websocket` (the line of an upgrade the origin accepted); absent "
+                    + "when no head could be parsed"
+            ) { $0.proto.map { LogFact.text($0.rawValue) } }
         case .url:
             LogFieldRow(
                 .every, .whenSet, .url, text: .head,

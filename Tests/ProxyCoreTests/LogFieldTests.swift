@@ -55,6 +55,7 @@ struct LogFieldTests {
     static var everything: ExchangeRecord {
         var record = ExchangeRecord(id: "r", client: "127.0.0.1:1", method: "GET", startedAt: 0)
         record.clientID = "c"
+        record.proto = .h2c
         record.origin = try? Origin.parse("https://a.example")
         record.pathAndQuery = "/p?q=1"
         record.status = 200
