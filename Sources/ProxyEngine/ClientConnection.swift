@@ -23,7 +23,7 @@ import ProxyCore
 /// them; nothing outside `ClientConnection` uses them.
 ///
 /// Everything runs on the worker's loop thread.
-final class ClientConnection: UpstreamLegOwner {
+final class ClientConnection: ExchangeHost {
     unowned let worker: Worker
     private(set) var machine: ConnectionMachine
     private(set) var transport: ClientTransport!
@@ -51,8 +51,6 @@ final class ClientConnection: UpstreamLegOwner {
     var lastProgressReport: UInt64 = 0
     var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
 
-    var configuration: EngineConfiguration { worker.configuration }
-    var highWatermark: Int { configuration.limits.bufferHighWatermark }
 
     /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
     init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
@@ -86,6 +84,18 @@ final class ClientConnection: UpstreamLegOwner {
             }
         }
     }
+
+    // MARK: What the exchange reads and writes (ExchangeHost)
+
+    var requestSource: OpaquePointer { transport.input }
+    var requestSourceEnded: Bool { transport.inputClosed }
+    var responseSink: OpaquePointer { transport.output }
+    var clientPipelined: Bool { EventBuffer.length(transport.input) > 0 }
+    func expectsResponseHead(from hop: HopID) -> Bool { machine.expectsResponseHead(from: hop) }
+    /// A socket's flow control is the kernel's: nothing to credit.
+    func requestSourceDrained() {}
+    /// The socket's write callback and `flushOutputs` take it from here.
+    func responseSinkFilled() {}
 
     // MARK: Events into the machine
 

@@ -69,22 +69,4 @@ extension ClientConnection {
             markTokenStale(secret, token, from: scope)
         }
     }
-
-    /// One finished exchange (or hop, or tunnel): its metrics and its access-log line.
-    func emit(_ record: ExchangeRecord) {
-        Self.hintOnStderrOnce(record.failure, client: record.client)
-        configuration.metrics.count(record, policy: configuration.scope.context.policy)
-        configuration.accessLog?.record(record)
-    }
-
-    /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the
-    /// first time only, so a client retrying in a loop does not flood it.
-    private static let hintedOnStderr = Locked<Set<String>>([])
-
-    private static func hintOnStderrOnce(_ failure: ExchangeFailure?, client: String) {
-        guard let (event, hint) = failure?.stderrHint,
-            hintedOnStderr.withLock({ $0.insert(event).inserted })
-        else { return }
-        Diagnostics.error(event, [("client", client), ("hint", hint + "; said once, the access log has every case")])
-    }
 }

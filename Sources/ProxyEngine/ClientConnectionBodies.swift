@@ -1,53 +1,16 @@
 import CLibevent
 import ProxyCore
 
-// Bodies and tunnels: the leg's pumps and the splice move the bytes, and the machine hears what
-// moved (throttled). Changes when body or tunnel handling does.
+// Tunnels: the splice moves the bytes, and the machine hears what moved (throttled); the bodies'
+// pumps are the exchange's (ExchangeHost.swift). Changes when tunnel handling does.
 extension ClientConnection {
     /// Bytes moved since the last (throttled) report, so the records of a connection that ends
-    /// now count every byte.
+    /// now count every byte (the body's, and the tunnel's).
     func reportPendingProgress() {
-        guard let leg else { return }
-        if leg.requestPump?.isComplete == false, let progress = leg.requestProgress() { deliver(.requestBody(leg.hop, progress)) }
-        if leg.responsePump?.isComplete == false, let progress = leg.responseProgress() { deliver(.responseBody(leg.hop, progress)) }
-        if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0 {
-            deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
-            unreportedTunnelBytes = (0, 0)
-        }
-    }
-
-    func progressDue() -> Bool {
-        let now = monotonicMicroseconds()
-        guard now - lastProgressReport >= progressInterval else { return false }
-        lastProgressReport = now
-        return true
-    }
-
-    func collectRequestBody() {
-        guard let collector, let progress = collector.collect(from: transport.input, highWatermark: highWatermark) else { return }
-        if case .progressed = progress {} else { self.collector = nil }
-        deliver(.collectedBody(progress))
-    }
-
-    func pumpRequestBody() {
-        guard let leg else { return }
-        let reports = leg.pumpRequestBody(from: transport.input, highWatermark: highWatermark, reportProgress: progressDue())
-        leg.scheduleHoldBackRelease()
-        if let progress = reports.progress { deliver(.requestBody(leg.hop, progress)) }
-        // After the bytes forwarded before it: the machine cuts the hop and answers 403 if it can.
-        if let finding = reports.blocked { deliver(.requestBody(leg.hop, .blocked(finding, bytesSent: reports.blockedAfterBytesSent))) }
-        if leg === self.leg, leg.awaitsRequestBytes, transport.inputClosed, EventBuffer.length(transport.input) == 0 {
-            deliver(.clientInputClosed(bufferedBytes: 0))  // gone mid-body: the machine aborts
-        }
-    }
-
-    func pumpResponseBody() {
-        guard let leg else { return }
-        let reports = leg.pumpResponseBody(to: transport.output, highWatermark: highWatermark, reportProgress: progressDue())
-        leg.scheduleHoldBackRelease()
-        // The findings first: a `complete` ends the exchange, and its record must already name them.
-        if let findings = reports.scrubbed { deliver(.responseBody(leg.hop, .scrubbed(findings))) }
-        if let progress = reports.progress { deliver(.responseBody(leg.hop, progress)) }
+        reportPendingBodyProgress()
+        guard let leg, unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0 else { return }
+        deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
+        unreportedTunnelBytes = (0, 0)
     }
 
     func pumpTunnel() {
