@@ -29,6 +29,25 @@ static inline int sp_alpn_select_http11(SSL *ssl, const unsigned char **out, uns
 }
 static inline void sp_ssl_ctx_select_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, sp_alpn_select_http11, NULL); }
 
+/// ALPN inside intercepted tunnels: h2 when the client offers it (the proxy's preference, RFC 7301
+/// §3.2 lets the server choose), else http/1.1; a client offering neither gets no protocol.
+static inline int sp_alpn_select_h2_or_http11(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                                               const unsigned char *in, unsigned int inlen, void *arg) {
+    static const unsigned char preferred[] = { 2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1' };
+    (void)ssl; (void)arg;
+    if (SSL_select_next_proto((unsigned char **)out, outlen, preferred, sizeof(preferred), in, inlen) == OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_OK;
+    return SSL_TLSEXT_ERR_NOACK;
+}
+static inline void sp_ssl_ctx_select_h2_or_http11(SSL_CTX *ctx) { SSL_CTX_set_alpn_select_cb(ctx, sp_alpn_select_h2_or_http11, NULL); }
+/// Whether the handshake chose h2 (1) or anything else (0).
+static inline int sp_ssl_alpn_is_h2(const SSL *ssl) {
+    const unsigned char *data = NULL;
+    unsigned int length = 0;
+    SSL_get0_alpn_selected(ssl, &data, &length);
+    return length == 2 && data[0] == 'h' && data[1] == '2';
+}
+
 static inline long sp_bio_get_mem_data(BIO *bio, char **out) { return BIO_get_mem_data(bio, out); }
 static inline void sp_openssl_free(void *p) { OPENSSL_free(p); }
 

@@ -60,6 +60,8 @@ public struct ConnectionMachine {
         /// A request is under way (its body collected, its token awaited, or its hop).
         case exchange(ExchangeMachine)
         case tunnel(Tunnel)
+        /// HTTP/2: the connection carries streams, each an exchange of its own (`StreamMachine`).
+        case multiplexed
         /// The answer is written; the transport flushes it and closes. Nothing more is read.
         case closing
         case closed
@@ -170,6 +172,11 @@ public struct ConnectionMachine {
         case .clientTLSFailed(let why):
             guard case .handshaking(let record) = state else { return clientTLSOutOfHandshake() }
             interceptionFailed(record, why)
+        case .switchedToHTTP2:
+            // Only before the first byte of an HTTP/1.1 head: a connection is one protocol or the other.
+            guard case .awaitingHead(let wait) = state, wait != .started else { return impossible(.http2AfterHTTP1) }
+            effects.cancelTimer()
+            state = .multiplexed
         case .upstreamConnected(let hop, let reused):
             toExchange(.upstreamConnected(hop, reused: reused))
         case .upstreamConnectFailed(let hop, let error):
@@ -428,7 +435,7 @@ public struct ConnectionMachine {
             tunnel.finishing = true
             state = .tunnel(tunnel)
             effects.append(.finishTunnel(tunnel.hopID, closedSide: .client))
-        case .tunnel, .closing, .closed:
+        case .tunnel, .multiplexed, .closing, .closed:
             break
         }
     }
@@ -527,7 +534,7 @@ public struct ConnectionMachine {
         case .handshaking(var record):
             if case .intercepted(let origin, _) = mode { record.failure = .proxy(.interceptionFailed(origin, .closedDuringHandshake)) }
             emit(record)
-        case .awaitingHead, .closing, .closed:
+        case .awaitingHead, .multiplexed, .closing, .closed:
             break
         }
         state = .closed

@@ -11,6 +11,7 @@ extension ConnectionMachine {
         case awaitingToken
         case exchange
         case tunnel
+        case multiplexed
         case closing
         case closed
     }
@@ -42,6 +43,7 @@ extension ConnectionMachine {
             case .hop, .done: .exchange
             }
         case .tunnel: .tunnel
+        case .multiplexed: .multiplexed
         case .closing: .closing
         case .closed: .closed
         }

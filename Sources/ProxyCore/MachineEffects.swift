@@ -100,4 +100,8 @@ public enum ImpossibleEvent: Sendable, Equatable {
     /// A body report the pump cannot make: the request pump has no scrub (`scrubbed`), the
     /// response pump no egress guard (`blocked`).
     case impossibleBodyReport
+    /// A switch to HTTP/2 after bytes of an HTTP/1.1 head, or on a connection that is not
+    /// waiting for its first request: the engine looks for the h2c preface or ALPN `h2` only
+    /// before anything else was read.
+    case http2AfterHTTP1
 }

@@ -150,6 +150,10 @@ public enum ConnectionEvent: Sendable {
     case clientFailed
     /// The client's TLS handshake inside an intercepted CONNECT completed.
     case clientTLSEstablished
+    /// The client chose HTTP/2 (ALPN `h2` in an intercepted tunnel, or the h2c preface on the plain
+    /// listener) before sending any request: its streams are the engine's HTTP/2 connection's, each
+    /// with a `StreamMachine`; this machine only waits for the connection to close.
+    case switchedToHTTP2
     /// ... or failed, and why (the engine reads the TLS alert or error).
     case clientTLSFailed(ClientTLSFailure)
     case upstreamConnected(HopID, reused: Bool)

@@ -29,6 +29,8 @@ final class ClientConnection: ExchangeHost {
     private(set) var transport: ClientTransport!
     /// The current hop's upstream, if any (at most one at a time).
     var leg: UpstreamLeg?
+    /// Set once the client chose HTTP/2: its streams run there, and this keeps only the socket.
+    private(set) var http2: H2ClientConnection?
     /// A request body being read whole before its hop is planned.
     var collector: BodyCollector?
     private var requestReader = HeadReader(limits: .request)
@@ -139,6 +141,39 @@ final class ClientConnection: ExchangeHost {
         Arrival(now: monotonicMicroseconds(), scope: configuration.scope.context, wallClock: Int64(time(nil)))
     }
 
+    // MARK: HTTP/2
+
+    /// The intercepted tunnel's TLS is up: the CONNECT's line is written, and a client that chose
+    /// `h2` in ALPN speaks HTTP/2 from its first byte.
+    private func tlsEstablished() {
+        deliver(.clientTLSEstablished)
+        if !isClosed, machine.phase == .awaitingHead(.fresh), transport.negotiatedH2 { switchToHTTP2(.h2) }
+    }
+
+    private enum PrefaceCheck { case absent, incomplete, switched }
+
+    /// h2c with prior knowledge (RFC 9113 §3.3) on the plain forward listener: a connection whose
+    /// first bytes are the HTTP/2 preface speaks HTTP/2. Only before anything else was read; an
+    /// HTTP/1.1 request line never starts with it (`PRI` is no method a proxy forwards).
+    private func startsWithH2CPreface() -> PrefaceCheck {
+        guard machine.phase == .awaitingHead(.fresh), machine.mode == .forwardProxy, !transport.isTLS else { return .absent }
+        let preface = H2ClientConnection.preface
+        let available = min(EventBuffer.length(transport.input), preface.count)
+        var first = [UInt8](repeating: 0, count: available)
+        first.withUnsafeMutableBytes { _ = evbuffer_copyout(transport.input, $0.baseAddress, available) }
+        guard first[...] == preface[..<available] else { return .absent }
+        guard available == preface.count else { return .incomplete }
+        switchToHTTP2(.h2c)
+        return .switched
+    }
+
+    private func switchToHTTP2(_ proto: ExchangeRecord.ClientProtocol) {
+        deliver(.switchedToHTTP2)
+        let connection = H2ClientConnection(client: self, kind: H2Connection(machine.mode), proto: proto)
+        http2 = connection
+        connection.start()
+    }
+
     // MARK: TLS interception
 
     /// After `200 Connection Established`: terminate the client's TLS with a leaf the local CA mints
@@ -161,12 +196,15 @@ final class ClientConnection: ExchangeHost {
 
     fileprivate func clientReadable() {
         // Decrypted bytes mean the handshake is done, whichever callback libevent ran first.
-        if machine.isHandshaking { deliver(.clientTLSEstablished) }
+        if machine.isHandshaking { tlsEstablished() }
         if isClosed { return }
-        if transport.closing != .open {
+        if let http2 {
+            http2.readable()
+        } else if transport.closing != .open {
             transport.discardInput()
         } else if machine.isAwaitingHead {
-            readRequestHead()
+            if startsWithH2CPreface() == .incomplete { return }  // wait for the rest of it
+            if http2 == nil { readRequestHead() }
         } else if collector != nil {
             collectRequestBody()
         } else if let leg, leg.splicing {
@@ -179,13 +217,14 @@ final class ClientConnection: ExchangeHost {
 
     fileprivate func clientWritable() {
         transport.writable()
+        if http2 != nil { return }  // flushOutputs, which ends every callback, writes the session
         guard !isClosed, transport.closing == .open, let leg else { return }
         if leg.splicing { pumpTunnel() } else { pumpResponseBody() }
     }
 
     fileprivate func clientEvent(_ events: Int16) {
         if events & sp_bev_event_connected() != 0, machine.isHandshaking {
-            deliver(.clientTLSEstablished)
+            tlsEstablished()
             return
         }
         guard events & (sp_bev_event_eof() | sp_bev_event_error()) != 0 else { return }
@@ -198,7 +237,7 @@ final class ClientConnection: ExchangeHost {
             deliver(.clientFailed)
             return
         }
-        if transport.inputDidClose() {
+        if transport.inputDidClose() || http2 != nil {
             close()
             return
         }
@@ -233,6 +272,10 @@ final class ClientConnection: ExchangeHost {
     /// takes an output from above the low watermark to below it, the pump feeding it runs again
     /// here (a few rounds at most; the next callback carries on).
     func flushOutputs() {
+        if let http2 {
+            http2.flushOutputs()
+            return
+        }
         let lowWatermark = highWatermark / 2
         for _ in 0..<4 {
             guard !isClosed else { return }
@@ -264,6 +307,7 @@ final class ClientConnection: ExchangeHost {
     /// their exchange.
     func drain() {
         deliver(.drain)
+        http2?.drain()
     }
 
     /// What the machine counted as impossible (a bug in this engine, asserted in debug builds):
@@ -292,6 +336,7 @@ final class ClientConnection: ExchangeHost {
         withdrawFromTokenWait()
         collector = nil
         event_free(timer)
+        http2?.close()
         transport.free()
         deliver(.connectionClosed)
         reportImpossibleEvents()

@@ -131,6 +131,12 @@ final class ClientTransport {
         return true
     }
 
+    /// The client's TLS handshake chose HTTP/2 (ALPN `h2`).
+    var negotiatedH2: Bool {
+        guard isTLS, !isFreed, let ssl = bufferevent_openssl_get_ssl(bev) else { return false }
+        return sp_ssl_alpn_is_h2(ssl) == 1
+    }
+
     /// Why the TLS handshake with the client failed, from the errors OpenSSL queued (the alert the
     /// client sent, or what it sent instead of TLS). Drains the queue.
     func handshakeFailure() -> ClientTLSFailure {

@@ -232,7 +232,7 @@ public final class TLSContexts: @unchecked Sendable {
         for context in [server, client] {
             sp_ssl_ctx_set_min_proto_version(context, sp_tls1_2_version())
         }
-        sp_ssl_ctx_select_http11(server)
+        sp_ssl_ctx_select_h2_or_http11(server)
         sp_ssl_ctx_set_session_cache_off(server)
         SSL_CTX_set_default_verify_paths(client)
         if let upstreamCA, SSL_CTX_load_verify_locations(client, upstreamCA, nil) != 1 {

@@ -1,0 +1,222 @@
+import CLibevent
+import HTTP1Codec
+import ProxyCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A client connection that speaks HTTP/2: ALPN `h2` inside an intercepted tunnel, or the h2c
+/// preface on the plain listener. The `ClientConnection` keeps the socket and hands its bytes here;
+/// this drives the HTTP/2 session (libnghttp2 does framing, HPACK and flow control; every decision
+/// stays ours), counts what the client sends against the flood limits, and runs one `H2Stream` per
+/// stream, each an exchange under every rule an HTTP/1.1 request meets.
+///
+///   socket bytes → session.receive → h2Headers → H2Stream(StreamMachine) → hop → response pump
+///   → the stream's response buffer → the session's data provider → session.send → socket
+///
+/// Streams never wait for each other: each has its own hop, timers and token wait.
+final class H2ClientConnection: H2SessionDelegate {
+    unowned let client: ClientConnection
+    private(set) var session: H2Session!
+    private var floodGuard: H2FloodGuard
+    private var streams: [Int32: H2Stream] = [:]
+    /// Streams whose response buffer drained while the session was writing: their relay resumes
+    /// once the write is done (never from inside the session's callback).
+    private var streamsToPump: [H2Stream] = []
+    let connectionKind: H2Connection
+    let proto: ExchangeRecord.ClientProtocol
+    /// Ids for streams that bring no well-formed X-Request-ID of their own.
+    var ids: RequestIDGenerator
+    private var goingAway = false
+    private(set) var isClosed = false
+    /// Why the connection ended early, once (a flood, a protocol error): said on its log line.
+    private var violation: H2Violation?
+    private var idleTimer: OpaquePointer!
+
+    var worker: Worker { client.worker }
+    private var transport: ClientTransport { client.transport }
+    private var highWatermark: Int { worker.configuration.limits.bufferHighWatermark }
+
+    init(client: ClientConnection, kind: H2Connection, proto: ExchangeRecord.ClientProtocol) {
+        self.client = client
+        connectionKind = kind
+        self.proto = proto
+        ids = client.worker.requestIDs.fork()
+        floodGuard = H2FloodGuard()
+    }
+
+    /// The client's first bytes: the connection preface, then SETTINGS (RFC 9113 §3.4).
+    static let preface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
+
+    /// Starts the session (our SETTINGS go out first) and reads what the client already sent.
+    func start() {
+        let limits = worker.configuration.limits
+        session = H2Session(
+            role: .server,
+            settings: H2Session.Settings(maxConcurrentStreams: UInt32(limits.h2MaxConcurrentStreams)),
+            delegate: self)
+        idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
+        // The preface and the first request must come as fast as an HTTP/1.1 head would.
+        sp_event_add_ms(idleTimer, worker.configuration.timeouts.clientHeader)
+        readable()
+    }
+
+    func arrival() -> Arrival {
+        Arrival(now: monotonicMicroseconds(), scope: worker.configuration.scope.context, wallClock: Int64(time(nil)))
+    }
+
+    // MARK: Socket → session
+
+    func readable() {
+        guard !isClosed else { return }
+        if let failure = session.receive(from: transport.input) {
+            end(.protocolError(failure.description))
+        }
+    }
+
+    /// Runs at the end of every callback: the session writes what it has (up to the watermark),
+    /// then relays whose buffers drained take more from their origins, and the session writes again.
+    func flushOutputs() {
+        for _ in 0..<4 {
+            guard !isClosed else { return }
+            session.send(to: transport.output, highWatermark: highWatermark)
+            transport.flush()
+            guard !streamsToPump.isEmpty else { break }
+            let waiting = streamsToPump
+            streamsToPump.removeAll(keepingCapacity: true)
+            for stream in waiting { stream.resumeResponsePump() }
+        }
+        guard !isClosed else { return }
+        for stream in streams.values { stream.leg?.flush() }
+        if !session.wantsRead, !session.wantsWrite, EventBuffer.length(transport.output) == 0 {
+            client.close()
+        }
+    }
+
+    func needsPump(_ stream: H2Stream) {
+        streamsToPump.append(stream)
+    }
+
+    /// The socket accepted more output: the session may write what flow control held back.
+    func writable() {}
+
+    // MARK: Session → streams (H2SessionDelegate)
+
+    func h2FrameStarted(_ session: H2Session, type: H2FrameType, flags: UInt8, stream: Int32, length: Int) -> Bool {
+        switch floodGuard.frameStarted(H2FrameKind(type.rawValue), flags: flags, stream: stream, length: length) {
+        case .fine:
+            return true
+        case .goAway(let violation):
+            self.violation = violation
+            report(violation)
+            return false
+        }
+    }
+
+    func h2Headers(_ session: H2Session, stream id: Int32, fields: [H2HeaderField], endStream: Bool, kind: H2HeadersKind) {
+        switch kind {
+        case .request:
+            guard !goingAway else { return session.reset(stream: id, code: H2ErrorCode.refusedStream.rawValue) }
+            event_del(idleTimer)
+            floodGuard.streamOpened()
+            let machine = StreamMachine(settings: client.machine.settings, mode: client.machine.mode, facts: client.machine.facts, proto: proto)
+            let stream = H2Stream(connection: self, id: id, machine: machine)
+            streams[id] = stream
+            let headBytes = fields.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
+            stream.start(fields, endStream: endStream, headBytes: headBytes)
+        case .trailers:
+            // Request trailers are dropped, as HTTP/1.1 chunked trailers are: a field sent after
+            // the body would ride past the scope rules (RFC 9110 §6.5.1 lets a proxy drop them).
+            if endStream { streams[id]?.requestEnded() }
+        case .response, .interim:
+            // A client does not send responses: nghttp2's messaging checks reset such a stream.
+            session.reset(stream: id, code: H2ErrorCode.protocolError.rawValue)
+        }
+    }
+
+    func h2Data(_ session: H2Session, stream id: Int32, bytes: UnsafeRawBufferPointer) {
+        if let stream = streams[id] {
+            stream.requestData(bytes)
+        } else {
+            session.consume(stream: id, bytes: bytes.count)
+        }
+    }
+
+    func h2StreamEnded(_ session: H2Session, stream id: Int32) {
+        streams[id]?.requestEnded()
+    }
+
+    func h2StreamClosed(_ session: H2Session, stream id: Int32, code: UInt32) {
+        guard let stream = streams.removeValue(forKey: id) else { return }
+        if !stream.machine.isFinished, code != H2ErrorCode.noError.rawValue, !stream.resetByUs,
+            case .goAway(let violation) = floodGuard.streamResetByClient(responseEnded: false)
+        {
+            // Rapid reset: streams opened and cancelled faster than they are answered.
+            end(violation)
+            session.terminate(code: H2ErrorCode.enhanceYourCalm.rawValue)
+        }
+        stream.close()
+        if streams.isEmpty, !isClosed {
+            if goingAway { return }
+            sp_event_add_ms(idleTimer, worker.configuration.timeouts.idle)
+        }
+    }
+
+    func h2StreamRejected(_ session: H2Session, stream id: Int32, reason: String) {
+        Diagnostics.error("h2_stream_rejected", [("client", client.peer), ("stream", String(id)), ("reason", reason)])
+    }
+
+    func h2ReadBody(_ session: H2Session, stream id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
+        guard let stream = streams[id] else { return .end(0, trailers: nil) }
+        return stream.readResponse(into: buffer)
+    }
+
+    // MARK: The end
+
+    /// The worker stops: no new streams (GOAWAY), the ones under way finish.
+    func drain() {
+        guard !goingAway else { return }
+        goingAway = true
+        session.goAway(code: H2ErrorCode.noError.rawValue, debug: "")
+        if streams.isEmpty { flushOutputs() }
+    }
+
+    private func report(_ violation: H2Violation) {
+        Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", violation.code)])
+    }
+
+    /// A protocol error or a flood: GOAWAY, then the connection closes once it is written.
+    private func end(_ violation: H2Violation) {
+        if self.violation == nil {
+            self.violation = violation
+            report(violation)
+        }
+        goingAway = true
+    }
+
+    fileprivate func idleTimerFired() {
+        guard !isClosed else { return }
+        if streams.isEmpty {
+            goingAway = true
+            session.goAway(code: H2ErrorCode.noError.rawValue, debug: "idle")
+            session.send(to: transport.output, highWatermark: highWatermark)
+            transport.closeAfterFlush()
+        }
+    }
+
+    /// The socket is gone: every stream ends (its line says the client left).
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        event_free(idleTimer)
+        let open = streams
+        streams.removeAll()
+        for stream in open.values { stream.close() }
+    }
+}
+
+private func h2IdleTimerCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = Unmanaged<H2ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.idleTimerFired() }
+}
