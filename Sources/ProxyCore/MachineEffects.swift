@@ -100,4 +100,8 @@ public enum ImpossibleEvent: Sendable, Equatable {
     /// A body report the pump cannot make: the request pump has no scrub (`scrubbed`), the
     /// response pump no egress guard (`blocked`).
     case impossibleBodyReport
+    /// An event only an HTTP/1 client connection has (a request head, its TLS handshake, a
+    /// tunnel), delivered to an HTTP/2 stream: a stream's head comes whole with `start`, and a
+    /// stream never tunnels.
+    case notOnAStream
 }
