@@ -56,6 +56,12 @@ public enum BodyFraming: Equatable, Sendable {
         return .chunked
     }
 
+    /// The Content-Length of a message whose framing is decided elsewhere (an HTTP/2 stream, where
+    /// it must match the DATA that follows): read as `parseContentLength` reads it for HTTP/1.
+    public static func contentLength(of fields: HTTPFields) throws(HTTPParseError) -> UInt64? {
+        try parseContentLength(fields)
+    }
+
     /// Content-Length = 1*DIGIT. Repeated fields or list members must all agree (RFC 9112 §6.3
     /// item 5); any sign, space inside, or overflow is refused.
     static func parseContentLength(_ fields: HTTPFields) throws(HTTPParseError) -> UInt64? {

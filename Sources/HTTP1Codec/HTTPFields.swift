@@ -195,3 +195,23 @@ extension HTTPField {
         return bytes
     }
 }
+
+extension HTTPField {
+    /// An HTTP/2 field name (RFC 9113 §8.2.1): a token (as `isValidName`) with no upper-case
+    /// letter, since HTTP/2 carries names in lower case and one in upper case makes the message
+    /// malformed.
+    public static func isValidLowercaseName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.allSatisfy { ASCII.isTokenChar($0) && !($0 >= 0x41 && $0 <= 0x5A) }
+    }
+
+    /// A field value from a peer that did not come through the HTTP/1 head parser (an HTTP/2
+    /// header block): the bytes that parser accepts (no NUL, CR, LF, other control or DEL; HTAB
+    /// and obs-text are fine), one byte per Unicode scalar, and no leading or trailing SP or HTAB
+    /// (RFC 9113 §8.2.1; the HTTP/1 parser trims them instead).
+    public static func isValidValue(_ value: String) -> Bool {
+        let scalars = value.unicodeScalars
+        if let first = scalars.first, first == " " || first == "\t" { return false }
+        if let last = scalars.last, last == " " || last == "\t" { return false }
+        return scalars.allSatisfy { $0.value <= 0xFF && ASCII.isFieldValueChar(UInt8($0.value)) }
+    }
+}

@@ -488,18 +488,7 @@ public struct ConnectionMachine {
         if let scrub { ResponseScrub.mask(&response, with: scrub) }
         var record = record
         if record.scopes.isEmpty, let covering { record.noteCoveringScopes(covering.policy, client: covering.client) }
-        record.status = error.status
-        record.failure = .proxy(error)
-        record.bytesOut += UInt64(response.count)
-        if case .tunnelDenied = error { record.tunnel = .deny }
-        // What the guard stopped, for the log and the metrics (a body's finding is already there).
-        switch error {
-        case .secretEgressBlocked(let finding, _, _) where record.guardFinding == nil:
-            record.guardFinding = finding
-        case .placeholderOutOfScope(let secret, _, _, _) where record.guardFinding == nil:
-            record.guardFinding = SecretFinding(secret: secret, encoding: .raw, isPlaceholder: true)
-        default: break
-        }
+        record.noteAnswer(error, bytes: response.count)
         effects.append(.writeToClient(response))
         emit(record)
         if keepAlive {

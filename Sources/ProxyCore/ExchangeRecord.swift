@@ -272,3 +272,22 @@ public struct RequestIDGenerator: Sendable {
         return state &* 2_685_821_657_736_338_717
     }
 }
+
+extension ExchangeRecord {
+    /// The proxy answered with `error` (`bytes` long as sent): the line's status, failure and what
+    /// the guard stopped, whatever protocol the answer went out in.
+    mutating func noteAnswer(_ error: ProxyError, bytes: Int) {
+        status = error.status
+        failure = .proxy(error)
+        bytesOut += UInt64(max(0, bytes))
+        if case .tunnelDenied = error { tunnel = .deny }
+        // What the guard stopped, for the log and the metrics (a body's finding is already there).
+        switch error {
+        case .secretEgressBlocked(let finding, _, _) where guardFinding == nil:
+            guardFinding = finding
+        case .placeholderOutOfScope(let secret, _, _, _) where guardFinding == nil:
+            guardFinding = SecretFinding(secret: secret, encoding: .raw, isPlaceholder: true)
+        default: break
+        }
+    }
+}

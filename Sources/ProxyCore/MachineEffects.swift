@@ -104,4 +104,8 @@ public enum ImpossibleEvent: Sendable, Equatable {
     /// waiting for its first request: the engine looks for the h2c preface or ALPN `h2` only
     /// before anything else was read.
     case http2AfterHTTP1
+    /// An event only an HTTP/1 client connection has (a request head, its TLS handshake, a
+    /// tunnel), delivered to an HTTP/2 stream: a stream's head comes whole with `start`, and a
+    /// stream never tunnels.
+    case notOnAStream
 }

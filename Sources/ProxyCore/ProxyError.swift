@@ -68,6 +68,12 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// the origin's resolved address and port reach one of them, and nothing was connected. Nil:
     /// the refused connection is itself one the proxy opened, arriving back as a client.
     case loopRefused(Origin?)
+    /// An HTTP/2 stream inside an intercepted tunnel whose `:authority` names another origin than
+    /// the tunnel's (RFC 9113 §9.1.2): this connection cannot serve it; nothing was sent.
+    case misdirectedRequest(tunnel: Origin)
+    /// CONNECT on an HTTP/2 stream: a tunnel (RFC 9113 §8.5) or, `extended`, a protocol such as
+    /// WebSocket (RFC 8441 `:protocol`). Not served over HTTP/2 yet; nothing was sent.
+    case connectOverHTTP2(extended: Bool)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -85,6 +91,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget, .tlsToPlainListener: 400
         case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
+        case .misdirectedRequest: 421
+        case .connectOverHTTP2: 501
         case .proxyAuthenticationRequired: 407
         case .rateLimited: 429
         case .credentialUnavailable, .redirectBlocked, .ambiguousLocation, .signingFailed, .tokenUnavailable: 502
@@ -140,6 +148,8 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .placeholderOutOfScope: "placeholder_out_of_scope"
         case .secretEgressBlocked: "secret_egress_blocked"
         case .loopRefused: "loop_refused"
+        case .misdirectedRequest: "misdirected_request"
+        case .connectOverHTTP2: "connect_over_http2_unsupported"
         }
     }
 
@@ -204,6 +214,12 @@ public enum ProxyError: Error, Equatable, Sendable {
             "\(origin) resolves to this proxy's own listening port on this machine (or a listener on that port takes every address, 0.0.0.0 or ::): the proxy never connects to itself; nothing was sent; bind that listener to one address to reach this port on other hosts"
         case .loopRefused(nil):
             "this connection was opened by the proxy itself: it is never served as a client"
+        case .misdirectedRequest(let tunnel):
+            "this HTTP/2 connection is for \(tunnel) only: a request for another origin needs a connection (a CONNECT) of its own; nothing was sent"
+        case .connectOverHTTP2(extended: false):
+            "CONNECT on an HTTP/2 stream is not supported yet: open the tunnel with an HTTP/1.1 CONNECT to the proxy"
+        case .connectOverHTTP2(extended: true):
+            "extended CONNECT (RFC 8441 :protocol, WebSocket over HTTP/2) is not supported yet: use an HTTP/1.1 Upgrade"
         }
     }
 
@@ -300,26 +316,46 @@ public enum ProxyError: Error, Equatable, Sendable {
         }
     }
 
-    /// The whole response: status line, JSON body `{"error":..., "message":...}`.
-    /// An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
-    public func response(keepAlive: Bool, requestID: String, clientVersion: HTTPVersion = .http1_1) -> [UInt8] {
-        // A TLS client reads TLS records only: HTTP text would be reported as a bad record
-        // ("wrong version number"). A fatal alert ends its handshake with a reason it shows.
-        if case .tlsToPlainListener = self { return Self.protocolVersionAlert }
+    /// The proxy's answer to this error, whatever its client speaks: the status, the fields (named
+    /// as HTTP/1.1 writes them) and the JSON body `{"error":..., "message":..., "id":...}`.
+    /// `response` renders it as HTTP/1.1; an HTTP/2 stream sends the same fields (lower-cased)
+    /// and body, so both protocols answer with the same bytes of JSON.
+    public struct Answer: Sendable, Equatable {
+        public let status: Int
+        public let fields: HTTPFields
+        public let body: [UInt8]
+    }
+
+    public func answer(requestID: String) -> Answer {
         var json = JSONLine()
         json.string("error", code)
         json.string("message", message)
         json.string("id", requestID)
         let body = json.finish() + [0x0A]
-        var head = "HTTP/1.1 \(status) \(Self.reasonPhrase(status))\r\nX-Request-ID: \(requestID)\r\n"
-        head += "Content-Type: application/json\r\nContent-Length: \(body.count)\r\n"
-        head += "Cache-Control: no-store\r\n"
+        var fields = HTTPFields()
+        fields.reserveCapacity(6)
+        fields.append(name: "X-Request-ID", value: requestID)
+        fields.append(name: "Content-Type", value: "application/json")
+        fields.append(name: "Content-Length", value: String(body.count))
+        fields.append(name: "Cache-Control", value: "no-store")
         if case .proxyAuthenticationRequired(let refusal) = self {
-            for scheme in refusal.schemes { head += "Proxy-Authenticate: \(scheme.rawValue) realm=\"scopeproxy\"\r\n" }
+            for scheme in refusal.schemes { fields.append(name: "Proxy-Authenticate", value: "\(scheme.rawValue) realm=\"scopeproxy\"") }
         }
-        if case .rateLimited(_, let seconds) = self { head += "Retry-After: \(seconds)\r\n" }
+        if case .rateLimited(_, let seconds) = self { fields.append(name: "Retry-After", value: String(seconds)) }
+        return Answer(status: status, fields: fields, body: body)
+    }
+
+    /// The whole response in HTTP/1.1: status line, `answer`'s fields and body.
+    /// An HTTP/1.0 client keeps the connection only when told so (RFC 9112 §9.3).
+    public func response(keepAlive: Bool, requestID: String, clientVersion: HTTPVersion = .http1_1) -> [UInt8] {
+        // A TLS client reads TLS records only: HTTP text would be reported as a bad record
+        // ("wrong version number"). A fatal alert ends its handshake with a reason it shows.
+        if case .tlsToPlainListener = self { return Self.protocolVersionAlert }
+        let answer = answer(requestID: requestID)
+        var head = "HTTP/1.1 \(answer.status) \(Self.reasonPhrase(answer.status))\r\n"
+        for field in answer.fields { head += "\(field.name): \(field.value)\r\n" }
         head += !keepAlive ? "Connection: close\r\n\r\n" : clientVersion == .http1_0 ? "Connection: keep-alive\r\n\r\n" : "\r\n"
-        return Array(head.utf8) + body
+        return Array(head.utf8) + answer.body
     }
 
     /// A TLS alert record (RFC 8446 §6; record version 0x0301, as a ClientHello's record may
@@ -335,6 +371,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case 408: "Request Timeout"
         case 413: "Content Too Large"
         case 414: "URI Too Long"
+        case 421: "Misdirected Request"
         case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
         case 501: "Not Implemented"

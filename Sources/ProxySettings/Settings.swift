@@ -52,8 +52,16 @@ public struct Limits: Sendable, Equatable {
     /// proxy stops accepting: new connections wait in the kernel's listen backlog (then the client's
     /// SYN retries), never refused with a reset, and are served as slots free up.
     public var maxClientConnections: Int
+    /// Streams an HTTP/2 client may have open at once on one connection
+    /// (`limits.h2_max_concurrent_streams`, sent as SETTINGS_MAX_CONCURRENT_STREAMS); a stream past
+    /// it is refused (REFUSED_STREAM, RFC 9113 §5.1.2) and the client may retry it.
+    public var h2MaxConcurrentStreams = Limits.defaultH2MaxConcurrentStreams
 
     public static let defaultMaxClientConnections = 10_000
+    public static let defaultH2MaxConcurrentStreams = 100
+    /// The bounds `limits.h2_max_concurrent_streams` is read within: at least one stream, and at
+    /// most as many as a connection's buffers (256 KiB per direction per stream) can bear.
+    public static let h2MaxConcurrentStreamsRange = 1...1_000
 
     public init(
         bufferHighWatermark: Int = 256 * 1024, maxIdleUpstreamPerOrigin: Int = 256,

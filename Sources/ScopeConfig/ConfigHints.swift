@@ -9,7 +9,7 @@ extension Decoder {
         ("tls", ["intercept", "tunnel", "ca_dir", "upstream_ca", "client_listen"]),
         ("log", ["format", "output", "bodies", "safe_headers", "safe_query", "safe_json_keys"]),
         ("timeouts", ["connect", "upstream", "idle", "client_header"]),
-        ("limits", ["max_connections"]),
+        ("limits", ["max_connections", "h2_max_concurrent_streams"]),
         ("redirects", ["cross_origin", "allow", "max_hops"]),
     ]
 

@@ -44,12 +44,20 @@ extension Decoder {
     }
 
     func limits(_ node: YAMLNode) throws(ConfigError) -> Limits {
-        let keys = try mapping(node, allowed: ["max_connections"], context: "limits")
+        let keys = try mapping(node, allowed: ["max_connections", "h2_max_concurrent_streams"], context: "limits")
         var settings = Limits()
         if let value = keys["max_connections"] {
             let count = try int(value)
             guard (1...1_000_000).contains(count) else { throw error(value, "max_connections must be between 1 and 1000000") }
             settings.maxClientConnections = count
+        }
+        if let value = keys["h2_max_concurrent_streams"] {
+            let count = try int(value)
+            let range = Limits.h2MaxConcurrentStreamsRange
+            guard range.contains(count) else {
+                throw error(value, "h2_max_concurrent_streams must be between \(range.lowerBound) and \(range.upperBound)")
+            }
+            settings.h2MaxConcurrentStreams = count
         }
         return settings
     }

@@ -30,6 +30,7 @@ public struct RestartOnlySetting: Sendable {
         .init(key: "clients[].tls_client.ca") { $0.clientListen != nil && $0.clientCAFiles.sorted() != $1.clientCAFiles.sorted() },
         .init(key: "timeouts") { $0.timeouts != $1.timeouts },
         .init(key: "limits.max_connections") { $0.limits.maxClientConnections != $1.limits.maxClientConnections },
+        .init(key: "limits.h2_max_concurrent_streams") { $0.limits.h2MaxConcurrentStreams != $1.limits.h2MaxConcurrentStreams },
         .init(key: "log.format") { $0.log.format != $1.log.format || $0.log.formatIsExplicit != $1.log.formatIsExplicit },
         .init(key: "log.output") { $0.log.output != $1.log.output },
         .init(key: "log.bodies") { $0.log.bodies != $1.log.bodies },
