@@ -223,7 +223,7 @@ public struct StreamMachine {
 
     private mutating func dispatch(_ event: ConnectionEvent) {
         switch event {
-        case .headStarted, .requestHead, .requestHeadInvalid, .clientTLSEstablished, .clientTLSFailed:
+        case .headStarted, .requestHead, .requestHeadInvalid, .clientTLSEstablished, .clientTLSFailed, .switchedToHTTP2:
             // A stream's head comes whole with `start`; TLS belongs to its connection.
             impossible(.notOnAStream)
         case .tunnelBytes:

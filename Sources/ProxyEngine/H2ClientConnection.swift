@@ -30,8 +30,8 @@ final class H2ClientConnection: H2SessionDelegate {
     var ids: RequestIDGenerator
     private var goingAway = false
     private(set) var isClosed = false
-    /// Why the connection ended early, once (a flood, a protocol error): said on its log line.
-    private var violation: H2Violation?
+    /// Why the connection ended early, once (a flood's code, a protocol error's): said once.
+    private var endReason: String?
     private var idleTimer: OpaquePointer!
 
     var worker: Worker { client.worker }
@@ -54,7 +54,7 @@ final class H2ClientConnection: H2SessionDelegate {
         let limits = worker.configuration.limits
         session = H2Session(
             role: .server,
-            settings: H2Session.Settings(maxConcurrentStreams: UInt32(limits.h2MaxConcurrentStreams)),
+            settings: H2Session.Settings(maxConcurrentStreams: limits.h2MaxConcurrentStreams),
             delegate: self)
         idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
         // The preface and the first request must come as fast as an HTTP/1.1 head would.
@@ -71,7 +71,8 @@ final class H2ClientConnection: H2SessionDelegate {
     func readable() {
         guard !isClosed else { return }
         if let failure = session.receive(from: transport.input) {
-            end(.protocolError(failure.description))
+            // nghttp2 queued the GOAWAY (a flood the guard stopped already said why).
+            end(reason: failure.code)
         }
     }
 
@@ -104,12 +105,11 @@ final class H2ClientConnection: H2SessionDelegate {
     // MARK: Session → streams (H2SessionDelegate)
 
     func h2FrameStarted(_ session: H2Session, type: H2FrameType, flags: UInt8, stream: Int32, length: Int) -> Bool {
-        switch floodGuard.frameStarted(H2FrameKind(type.rawValue), flags: flags, stream: stream, length: length) {
-        case .fine:
+        switch floodGuard.frameStarted(H2FrameKind(type: type.rawValue), flags: flags, stream: stream, length: length) {
+        case .proceed:
             return true
         case .goAway(let violation):
-            self.violation = violation
-            report(violation)
+            end(reason: violation.code)
             return false
         }
     }
@@ -119,7 +119,10 @@ final class H2ClientConnection: H2SessionDelegate {
         case .request:
             guard !goingAway else { return session.reset(stream: id, code: H2ErrorCode.refusedStream.rawValue) }
             event_del(idleTimer)
-            floodGuard.streamOpened()
+            if case .goAway(let violation) = floodGuard.streamOpened() {
+                end(reason: violation.code)
+                return session.terminate(code: violation.errorCode.rawValue)
+            }
             let machine = StreamMachine(settings: client.machine.settings, mode: client.machine.mode, facts: client.machine.facts, proto: proto)
             let stream = H2Stream(connection: self, id: id, machine: machine)
             streams[id] = stream
@@ -153,8 +156,8 @@ final class H2ClientConnection: H2SessionDelegate {
             case .goAway(let violation) = floodGuard.streamResetByClient(responseEnded: false)
         {
             // Rapid reset: streams opened and cancelled faster than they are answered.
-            end(violation)
-            session.terminate(code: H2ErrorCode.enhanceYourCalm.rawValue)
+            end(reason: violation.code)
+            session.terminate(code: violation.errorCode.rawValue)
         }
         stream.close()
         if streams.isEmpty, !isClosed {
@@ -168,7 +171,7 @@ final class H2ClientConnection: H2SessionDelegate {
     }
 
     func h2ReadBody(_ session: H2Session, stream id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
-        guard let stream = streams[id] else { return .end(0, trailers: nil) }
+        guard let stream = streams[id] else { return .end(0, trailers: Optional<[H2HeaderField]>.none) }
         return stream.readResponse(into: buffer)
     }
 
@@ -182,17 +185,13 @@ final class H2ClientConnection: H2SessionDelegate {
         if streams.isEmpty { flushOutputs() }
     }
 
-    private func report(_ violation: H2Violation) {
-        Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", violation.code)])
-    }
-
-    /// A protocol error or a flood: GOAWAY, then the connection closes once it is written.
-    private func end(_ violation: H2Violation) {
-        if self.violation == nil {
-            self.violation = violation
-            report(violation)
-        }
+    /// A protocol error or a flood: GOAWAY (the session queued it), then the connection closes
+    /// once it is written. Said once per connection, with the fixed code of why.
+    private func end(reason code: String) {
         goingAway = true
+        guard endReason == nil else { return }
+        endReason = code
+        Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", code)])
     }
 
     fileprivate func idleTimerFired() {

@@ -1,5 +1,6 @@
 import CNGHTTP2
 import HTTP1Codec
+import ProxyCore
 
 /// A header block going out, laid out once so the nghttp2_nv array can point into it for the
 /// duration of one submit call (nghttp2 copies the fields before the call returns).

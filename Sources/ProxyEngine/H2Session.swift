@@ -1,6 +1,7 @@
 import CLibevent
 import CNGHTTP2
 import HTTP1Codec
+import ProxyCore
 
 /// One HTTP/2 connection's framing, HPACK and flow control (libnghttp2), driven from the event loop:
 /// bytes in through `receive(from:)`, bytes out through `send(to:highWatermark:)`, events out to the

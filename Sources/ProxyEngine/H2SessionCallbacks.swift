@@ -1,5 +1,6 @@
 import CNGHTTP2
 import HTTP1Codec
+import ProxyCore
 
 /// The nghttp2 session and its C callbacks. Each callback recovers its `H2Session` from
 /// user_data (unretained: the owner keeps the session alive while nghttp2 runs) and calls one

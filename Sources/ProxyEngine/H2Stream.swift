@@ -224,7 +224,7 @@ final class H2Stream: ExchangeHost {
                 connection.session.submitResponse(stream: id, status: status, fields: fields, hasBody: true)
             }
         case .interim(let status, let fields):
-            connection.session.submitInterim(stream: id, status: status, fields: fields)
+            connection.session.submitInterim(stream: id, status: status, fields: fields.map { H2HeaderField(name: $0.name, value: $0.value) })
         case .endStream:
             responseEnded = true
             responseSinkFilled()
