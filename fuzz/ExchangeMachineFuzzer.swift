@@ -27,7 +27,8 @@
 // 6 responseHead (< 96: plain menu, else a 3xx and a Location from the next byte), 7 invalid
 // response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes, 11 timerFired (< 192: the armed
 // timer), 12 clientInputClosed, 13 clientFailed, 14 drain, 15 connectionClosed, 16 collectedBody,
-// 17-24 what the engine would most likely report next, 25 clientTLSEstablished, 26 clientTLSFailed. A hop operand < 192 is the current hop; otherwise a stale, future
+// 17-24 what the engine would most likely report next, 25 clientTLSEstablished, 26 clientTLSFailed, 27 switchedToHTTP2
+// (on a fresh connection only, as the engine does). A hop operand < 192 is the current hop; otherwise a stale, future
 // or never used one. SCOPEPROXY_FUZZ_TRACE=1 prints each event with the actions it produced.
 
 /// SCOPEPROXY_FUZZ_TRACE=1: print every event and its actions (to read what an input decodes to).
@@ -365,7 +366,7 @@ private struct Harness {
             .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
-            .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed:
+            .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed, .switchedToHTTP2:
             nil
         }
     }
@@ -526,7 +527,7 @@ private struct Harness {
     }
 
     mutating func step(_ input: inout FuzzInput) {
-        let operation = input.byte() % 27
+        let operation = input.byte() % 28
         switch operation {
         case 0: requestHead(&input)
         case 1:
@@ -570,6 +571,7 @@ private struct Harness {
         case 18: deliver(.tokenFailed(secret: "api_token", endpoint: try? Origin.parse("https://auth.test"), reason: .refused))
         case 25: deliver(.clientTLSEstablished)
         case 26: deliver(.clientTLSFailed(ClientTLSFailure.allCases[input.pick(ClientTLSFailure.allCases.count)]))
+        case 27: if machine.phase == .awaitingHead(.fresh) { deliver(.switchedToHTTP2) } else { automatic(&input) }
         default: automatic(&input)
         }
     }

@@ -13,7 +13,7 @@ PLAN: {"proxy_port": N,
 Without "tunnel" the connection is h2c with prior knowledge to the proxy's plain port; with it, the
 script sends CONNECT host:port, then TLS with ALPN h2 (verifying the proxy's CA). It prints one JSON
 object: {"alpn": ..., "streams": [{"id", "status", "headers", "body", "reset", "trailers"}],
-"goaway": {"code": N, "last_stream": N} | null, "closed": bool}.
+"goaway": {"code": N, "last_stream": N} | null, "closed": bool, "ended": [stream ids in the order they ended]}.
 """
 import json
 import socket
@@ -123,6 +123,7 @@ def main():
 
     goaway = None
     closed = False
+    ended = []
     deadline = time.time() + plan.get("timeout", 10)
     pending = set(order)
     while time.time() < deadline and (pending or (flood and goaway is None and not closed)):
@@ -161,11 +162,13 @@ def main():
                 conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, h2.events.StreamEnded):
                 pending.discard(event.stream_id)
+                ended.append(event.stream_id)
             elif isinstance(event, h2.events.StreamReset):
                 entry = results.get(event.stream_id)
                 if entry is not None:
                     entry["reset"] = int(event.error_code)
                 pending.discard(event.stream_id)
+                ended.append(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
                 goaway = {"code": int(event.error_code), "last_stream": event.last_stream_id}
         try:
@@ -175,7 +178,7 @@ def main():
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
             closed = True
             break
-    print(json.dumps({"alpn": alpn, "streams": [results[i] for i in order], "goaway": goaway, "closed": closed,
+    print(json.dumps({"alpn": alpn, "streams": [results[i] for i in order], "goaway": goaway, "closed": closed, "ended": ended,
                       "protocol_error": results.get("protocol_error")}))
 
 

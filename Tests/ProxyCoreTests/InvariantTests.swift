@@ -110,10 +110,16 @@ struct InvariantTests {
                 .clientTLSEstablished, .clientTLSEstablished, .clientTLSEstablished, .clientTLSFailed(.clientRejectedCertificate),
                 .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.clientHead), .drain,
             ])
-        case .awaitingHead:
-            return pick([
-                .headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain,
-            ])
+        case .awaitingHead(let wait):
+            // The engine hands a connection to HTTP/2 only before its first head.
+            let http2: [ConnectionEvent] = wait == .fresh ? [.switchedToHTTP2] : []
+            return pick(
+                [
+                    .headStarted, head, head, head, head, .timerFired(.idle), .timerFired(.clientHead), .clientInputClosed(bufferedBytes: 0), .drain,
+                ] + http2)
+        case .multiplexed:
+            // The streams are the HTTP/2 connection's: only the connection's end reaches this machine.
+            return pick([.connectionClosed, .drain, .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.idle)])
         case .awaitingToken:
             let token = AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
             let secret = machine.awaitedToken ?? "none"
