@@ -224,3 +224,26 @@ extension StreamBook {
         .requestHead(requestHead(get), headBytes: 40, Arrival(now: now, scope: fixture.scope))
     }
 }
+
+@Suite("Log: a followed redirect's lines")
+struct FollowedLineProtocolTests {
+    static let found = response("HTTP/1.1 302 Found", "Location: https://b.example/next", "Content-Length: 0")
+
+    @Test("every line of a followed chain says the protocol the client spoke (HTTP/1.1 and h2c)")
+    func protoOnEveryLine() {
+        var p = Playbook(Configs.follow)
+        p.sent(["GET https://a.example/start HTTP/1.1", "Host: a.example"], to: a)
+        _ = p.feed(.responseHead(hop(1), Self.found))
+        _ = p.feed(.upstreamConnectFailed(hop(2), .upstreamRefused(b)))
+        #expect(p.emitted.count == 2)
+        #expect(p.emitted.map(\.proto) == [.http1_1, .http1_1])
+
+        var s = StreamBook(Configs.follow)
+        s.feedStart(block("GET", "https://a.example/start"))
+        s.feed(.upstreamConnected(hop(1), reused: false))
+        s.feed(.responseHead(hop(1), Self.found))
+        s.feed(.upstreamConnectFailed(hop(2), .upstreamRefused(b)))
+        #expect(s.emitted.count == 2)
+        #expect(s.emitted.map(\.proto) == [.h2c, .h2c])
+    }
+}
