@@ -91,7 +91,6 @@ public struct StreamMachine {
         return false
     }
 
-
     // MARK: Start
 
     /// The stream's whole header block arrived (after END_HEADERS). `endStream`: the HEADERS

@@ -146,7 +146,8 @@ struct H2FloodGuardTests {
         let kinds: [H2FrameKind] = (0...9).map { H2FrameKind(type: UInt8($0)) }
         #expect(kinds == [.data, .headers, .priority, .rstStream, .settings, .pushPromise, .ping, .goAway, .windowUpdate, .continuation])
         #expect(H2FrameKind(type: 0xA) == .unknown(0xA))
-        #expect(H2ErrorCode.enhanceYourCalm.rawValue == 0xB && H2ErrorCode.refusedStream.rawValue == 0x7 && H2ErrorCode.http11Required.rawValue == 0xD)
+        #expect(
+            H2ErrorCode.enhanceYourCalm.rawValue == 0xB && H2ErrorCode.refusedStream.rawValue == 0x7 && H2ErrorCode.http11Required.rawValue == 0xD)
         #expect(Set(H2Violation.allCases.map(\.code)).count == H2Violation.allCases.count)
     }
 }

@@ -57,23 +57,31 @@ struct H2RequestMappingTests {
             .init(":status in a request", pseudo(get + [(":status", "200")]), .malformedRequest("response pseudo-header :status in a request")),
             .init("unknown pseudo-header", pseudo(get + [(":" + canary.lowercased(), "1")]), .malformedRequest("unknown pseudo-header field")),
             .init(":protocol without CONNECT", pseudo(get + [(":protocol", "websocket")]), .malformedRequest(":protocol without CONNECT")),
-            .init("pseudo-header after a regular field", pseudo([get[0], get[1]] + [("accept", "*/*")] + [get[2], get[3]]),
+            .init(
+                "pseudo-header after a regular field", pseudo([get[0], get[1]] + [("accept", "*/*")] + [get[2], get[3]]),
                 .malformedRequest("a pseudo-header field after a regular field")),
             .init(":authority with userinfo", pseudo(with(":authority", "user:\(canary)@a.example")), .malformedRequest("userinfo in :authority")),
             .init(":authority not an authority", pseudo(with(":authority", "a.example:99999")), .malformedRequest("invalid :authority")),
-            .init("cleartext without :authority", pseudo(without(":authority")),
+            .init(
+                "cleartext without :authority", pseudo(without(":authority")),
                 .malformedRequest("missing :authority (a request through the proxy names its origin)")),
             // §8.2.1: names in lower case, tokens; values without NUL, CR, LF or surrounding space.
             .init("upper-case name", pseudo(get, "Accept: */*"), .malformedRequest("a header field name that is not a lower-case token")),
             .init("name not a token", pseudo(get, "x y: 1"), .malformedRequest("a header field name that is not a lower-case token")),
-            .init("empty name", pseudo(get) + [H2HeaderField(name: "", value: "1")], .malformedRequest("a header field name that is not a lower-case token")),
-            .init("value with LF", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\nhost: b.example")],
+            .init(
+                "empty name", pseudo(get) + [H2HeaderField(name: "", value: "1")],
+                .malformedRequest("a header field name that is not a lower-case token")),
+            .init(
+                "value with LF", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\nhost: b.example")],
                 .malformedRequest("control character in header value")),
             .init("value with CR", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\r")], .malformedRequest("control character in header value")),
-            .init("value with NUL", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\u{0}")], .malformedRequest("control character in header value")),
-            .init("value with a leading space", pseudo(get) + [H2HeaderField(name: "x-a", value: " 1")],
+            .init(
+                "value with NUL", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\u{0}")], .malformedRequest("control character in header value")),
+            .init(
+                "value with a leading space", pseudo(get) + [H2HeaderField(name: "x-a", value: " 1")],
                 .malformedRequest("control character in header value")),
-            .init("value with a trailing tab", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\t")],
+            .init(
+                "value with a trailing tab", pseudo(get) + [H2HeaderField(name: "x-a", value: "1\t")],
                 .malformedRequest("control character in header value")),
             .init("pseudo-header value with CR", pseudo(with(":path", "/x\r\n")), .malformedRequest("invalid pseudo-header value")),
             // §8.2.2: te only as trailers.
@@ -83,9 +91,11 @@ struct H2RequestMappingTests {
             .init("two host fields", pseudo(get, "host: a.example", "host: a.example"), .malformedRequest("more than one Host header")),
             // Content-length read with bounds; it must match the DATA (none when HEADERS end the stream, §8.1.1).
             .init("content-length not a number", pseudo(get, "content-length: 1x"), .malformedRequest("invalid Content-Length")),
-            .init("content-length past 18 digits", pseudo(get, "content-length: 99999999999999999999999"), .malformedRequest("invalid Content-Length")),
+            .init(
+                "content-length past 18 digits", pseudo(get, "content-length: 99999999999999999999999"), .malformedRequest("invalid Content-Length")),
             .init("content-length negative", pseudo(get, "content-length: -1"), .malformedRequest("invalid Content-Length")),
-            .init("two different content-lengths", pseudo(get, "content-length: 1", "content-length: 2"), endStream: false,
+            .init(
+                "two different content-lengths", pseudo(get, "content-length: 1", "content-length: 2"), endStream: false,
                 .malformedRequest("differing Content-Length values")),
             .init("content-length without DATA", pseudo(get, "content-length: 5"), .malformedRequest("content-length on a request without DATA")),
             // Bounds as for an HTTP/1.1 head.
@@ -93,19 +103,26 @@ struct H2RequestMappingTests {
             .init(":path over 8 KiB", pseudo(with(":path", "/" + String(repeating: "a", count: 8 * 1024))), .targetTooLong),
             // CONNECT is not served on HTTP/2 yet: said so, not a bare 400.
             .init("CONNECT", pseudo([(":method", "CONNECT"), (":authority", "a.example:443")]), .connectOverHTTP2(extended: false)),
-            .init("extended CONNECT", pseudo([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat")]),
+            .init(
+                "extended CONNECT",
+                pseudo([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat")]),
                 .connectOverHTTP2(extended: true)),
             // RFC 9113 §9.1.2: inside a tunnel, another origin is misdirected.
             .init("another host in a tunnel", pseudo(with(":authority", "b.example")), on: .intercepted(tunnel), .misdirectedRequest(tunnel: tunnel)),
-            .init("another port in a tunnel", pseudo(with(":authority", "a.example:8443")), on: .intercepted(tunnel), .misdirectedRequest(tunnel: tunnel)),
+            .init(
+                "another port in a tunnel", pseudo(with(":authority", "a.example:8443")), on: .intercepted(tunnel),
+                .misdirectedRequest(tunnel: tunnel)),
             .init("another scheme in a tunnel", pseudo(with(":scheme", "http")), on: .intercepted(tunnel), .misdirectedRequest(tunnel: tunnel)),
-            .init("host naming another origin in a tunnel", pseudo(without(":authority"), "host: b.example"), on: .intercepted(tunnel),
+            .init(
+                "host naming another origin in a tunnel", pseudo(without(":authority"), "host: b.example"), on: .intercepted(tunnel),
                 .misdirectedRequest(tunnel: tunnel)),
         ]
         // §8.2.2: every connection-specific field.
         for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"] {
-            rows.append(.init(name, pseudo(get) + [H2HeaderField(name: name, value: canary)], endStream: false,
-                .malformedRequest("connection-specific header field '\(name)' in an HTTP/2 request")))
+            rows.append(
+                .init(
+                    name, pseudo(get) + [H2HeaderField(name: name, value: canary)], endStream: false,
+                    .malformedRequest("connection-specific header field '\(name)' in an HTTP/2 request")))
         }
         // Repeated pseudo-header fields.
         for name in [":method", ":scheme", ":path", ":authority"] {

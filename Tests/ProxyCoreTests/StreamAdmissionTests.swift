@@ -32,12 +32,16 @@ struct StreamAdmissionTests {
             http2: block("GET", "http://plain.example/", id), status: 407),
         Row(
             name: "two Proxy-Authorization fields: 400", fixture: Configs.proxyAuth, mode: .forwardProxy, facts: peer,
-            http1: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Basic YTpi", "Proxy-Authorization: Basic YTpi", idLine],
+            http1: [
+                "GET http://plain.example/ HTTP/1.1", "Host: plain.example", "Proxy-Authorization: Basic YTpi", "Proxy-Authorization: Basic YTpi",
+                idLine,
+            ],
             http2: block("GET", "http://plain.example/", "proxy-authorization: Basic YTpi", "proxy-authorization: Basic YTpi", id), status: 400),
         Row(
             name: "a connection the proxy opened itself: 403 loop_refused", fixture: .stripEverything, mode: .forwardProxy,
             facts: ConnectionFacts(peer: Playbook.peer, isProxyOwnConnection: true),
-            http1: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", idLine], http2: block("GET", "http://plain.example/", id), status: 403),
+            http1: ["GET http://plain.example/ HTTP/1.1", "Host: plain.example", idLine], http2: block("GET", "http://plain.example/", id),
+            status: 403),
         Row(
             name: "a secret's value to an origin outside its scopes: 403 secret_egress_blocked", fixture: Configs.pass, mode: .forwardProxy,
             facts: peer, http1: ["GET https://unscoped.example/ HTTP/1.1", "Host: unscoped.example", "x-leak: A-INJECTED-7c1e", idLine],

@@ -120,12 +120,14 @@ struct StreamInvariantTests {
         }
         if seen.relaying.contains(id) {
             return pick([
-                .responseBody(id, .moved(payload: 2, consumed: 2)), .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
+                .responseBody(id, .moved(payload: 2, consumed: 2)),
+                .responseBody(id, .complete(payload: 1, consumed: 1, captured: nil, observed: nil)),
                 .responseBody(id, .cut), .upstreamClosed(id, sawResponseBytes: true), .timerFired(.stall), .clientFailed,
             ])
         }
         var events: [ConnectionEvent] = [
-            .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!), .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!),
+            .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!),
+            .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!),
             .responseHeadInvalid(id, reason: "bad"), .upstreamClosed(id, sawResponseBytes: false), .timerFired(.responseHead),
         ]
         if seen.pumping.contains(id) {

@@ -15,11 +15,13 @@ struct StreamMachineTests {
         var scoped = StreamBook(Configs.pass)
         var other = StreamBook(Configs.pass)
         scoped.start(block("GET", "https://a.example/v1", Self.clientAuth), [.arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
-        other.start(block("GET", "https://unscoped.example/", Self.clientAuth), [.arm(.connect), .connect(hop(1), unscoped, .tls, reusePooled: true)])
+        other.start(
+            block("GET", "https://unscoped.example/", Self.clientAuth), [.arm(.connect), .connect(hop(1), unscoped, .tls, reusePooled: true)])
         scoped.on(
             .upstreamConnected(hop(1), reused: false),
             [
-                .send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\nHost: a.example\r\n", containing: [aToken, "authorization: Bearer CLIENT-AUTH-CANARY"]),
+                .send(
+                    hop(1), startingWith: "GET /v1 HTTP/1.1\r\nHost: a.example\r\n", containing: [aToken, "authorization: Bearer CLIENT-AUTH-CANARY"]),
                 .arm(.responseHead),
             ])
         other.on(
@@ -27,7 +29,9 @@ struct StreamMachineTests {
             [.send(hop(1), startingWith: "GET / HTTP/1.1\r\nHost: unscoped.example\r\n", excluding: ["CANARY", "INJECTED"]), .arm(.responseHead)])
         // The origin echoes the injected value: masked in the HEADERS as in an HTTP/1.1 head.
         scoped.on(
-            .responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 2", "Connection: keep-alive", "Keep-Alive: timeout=5", "X-Echo: A-INJECTED-7c1e")),
+            .responseHead(
+                hop(1), response("HTTP/1.1 200 OK", "Content-Length: 2", "Connection: keep-alive", "Keep-Alive: timeout=5", "X-Echo: A-INJECTED-7c1e")
+            ),
             [
                 .respond(
                     200, .relayed, has: ["content-length": "2", "x-request-id": Self.firstID, "x-echo": String(repeating: "*", count: 15)],
@@ -55,7 +59,10 @@ struct StreamMachineTests {
         var s = StreamBook(Configs.pass)
         s.start(
             block("GET", "https://unscoped.example/", "x-leak: A-INJECTED-7c1e"),
-            [.respond(403, .error("secret_egress_blocked"), has: ["x-request-id": Self.firstID, "content-type": "application/json"]), .emit(.status(403))])
+            [
+                .respond(403, .error("secret_egress_blocked"), has: ["x-request-id": Self.firstID, "content-type": "application/json"]),
+                .emit(.status(403)),
+            ])
         #expect(s.connected.isEmpty)
         #expect(s.machine.isFinished)
     }
@@ -76,7 +83,10 @@ struct StreamMachineTests {
             [.arm(.connect), .connect(hop(1), AccessTokenMachineTests.api, .tls, reusePooled: true)])
         waiting.on(
             .upstreamConnected(hop(1), reused: false),
-            [.send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\n", containing: ["Authorization: Bearer ACCESS-TOKEN-CANARY-1\r\n"]), .arm(.responseHead)])
+            [
+                .send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\n", containing: ["Authorization: Bearer ACCESS-TOKEN-CANARY-1\r\n"]),
+                .arm(.responseHead),
+            ])
     }
 
     @Test("inside an intercepted tunnel, a stream for another origin is 421 misdirected_request and reaches no origin")
@@ -102,7 +112,10 @@ struct StreamMachineTests {
             [.arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
         s.on(
             .upstreamConnected(hop(1), reused: true),
-            [.send(hop(1), startingWith: "POST /up HTTP/1.1\r\n", containing: ["Content-Length: 100"]), .pump(hop(1), .contentLength(100)), .arm(.stall)])
+            [
+                .send(hop(1), startingWith: "POST /up HTTP/1.1\r\n", containing: ["Content-Length: 100"]), .pump(hop(1), .contentLength(100)),
+                .arm(.stall),
+            ])
         s.on(.requestBody(hop(1), .moved(payload: 40, consumed: 40)), [.arm(.stall)])
         s.on(.clientFailed, [.cancelTimer, .release(hop(1), reuse: false), .emit(.failure(.clientClosed), .bytesIn(80))])
         s.ignores(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")), as: .afterClose)
@@ -194,7 +207,9 @@ struct StreamMachineTests {
         s.start(block("GET", "http://plain.example/"), [.arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
         _ = s.feed(.upstreamConnected(hop(1), reused: true))
         s.on(.responseHead(hop(1), response("HTTP/1.1 103 Early Hints", "Link: </s.css>; rel=preload")), [.interim(103)])
-        s.on(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 1")), [.respond(200, .relayed), .relay(hop(1), .contentLength(1), .untilClose), .arm(.stall)])
+        s.on(
+            .responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 1")),
+            [.respond(200, .relayed), .relay(hop(1), .contentLength(1), .untilClose), .arm(.stall)])
     }
 
     @Test("timers are the stream's own: a connect timeout answers 502 connect_timeout on that stream")

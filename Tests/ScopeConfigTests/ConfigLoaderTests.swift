@@ -76,7 +76,9 @@ struct ConfigValidTests {
             #expect(config.limits.h2MaxConcurrentStreams == count)
         }
         for count in ["0", "-1", "1001", "99999999999999999999999"] {
-            #expect(throws: (any Error).self) { try ConfigLoader.parse("limits: { h2_max_concurrent_streams: \(count) }\n", file: "t.yaml", home: home) }
+            #expect(throws: (any Error).self) {
+                try ConfigLoader.parse("limits: { h2_max_concurrent_streams: \(count) }\n", file: "t.yaml", home: home)
+            }
         }
     }
 
