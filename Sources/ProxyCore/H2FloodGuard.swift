@@ -54,10 +54,9 @@ public struct H2FloodGuard: Sendable {
     /// together once `opened` reaches `rapidResetWindow`: the ratio is of recent streams).
     private(set) var opened = 0
     private(set) var earlyResets = 0
-    /// The header block being received (HEADERS or PUSH_PROMISE without END_HEADERS), if any.
+    /// The header block being received: CONTINUATION frames and bytes since its HEADERS.
     private(set) var blockContinuations = 0
     private(set) var blockBytes = 0
-    private var inHeaderBlock = false
     private(set) var settings = Budget(capacity: controlBudget)
     private(set) var pings = Budget(capacity: controlBudget)
     private(set) var emptyFrames = Budget(capacity: controlBudget)
@@ -92,7 +91,8 @@ public struct H2FloodGuard: Sendable {
     // MARK: Input
 
     /// Every frame the client sends (CONTINUATION included), when its header is read and before
-    /// its payload is. `flags` as on the wire; `length` the payload length.
+    /// its payload is. `flags` as on the wire; `length` the payload length (any value is read
+    /// safely); `stream` is the frame's stream id (0 for the connection), for the engine's log.
     public mutating func frameStarted(_ kind: H2FrameKind, flags: UInt8, stream: Int32, length: Int) -> Verdict {
         if let violation { return .goAway(violation) }
         let length = min(max(0, length), Self.maxHeaderBlockBytes + 1)
@@ -106,8 +106,8 @@ public struct H2FloodGuard: Sendable {
                 return trip(.emptyFrameFlood)
             }
         case .headers, .pushPromise:
-            // A new block starts (a HEADERS inside a block is the session's PROTOCOL_ERROR).
-            inHeaderBlock = !endHeaders
+            // A new block starts (a HEADERS inside a block, or a CONTINUATION outside one, is the
+            // session's PROTOCOL_ERROR: nghttp2 ends the connection before the guard matters).
             blockContinuations = 0
             blockBytes = length
             if blockBytes > Self.maxHeaderBlockBytes { return trip(.headerListTooLarge) }
@@ -118,7 +118,6 @@ public struct H2FloodGuard: Sendable {
             if blockContinuations > Self.maxContinuationFrames { return trip(.continuationFlood) }
             if blockBytes > Self.maxHeaderBlockBytes { return trip(.headerListTooLarge) }
             if length == 0, !endHeaders, !emptyFrames.spend() { return trip(.emptyFrameFlood) }
-            if endHeaders { inHeaderBlock = false }
         case .settings:
             // An ACK answers the proxy's own SETTINGS: it costs nothing.
             if flags & H2FrameKind.ackFlag == 0, !settings.spend() { return trip(.settingsFlood) }

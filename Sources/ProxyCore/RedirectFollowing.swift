@@ -165,6 +165,8 @@ extension ResponseDirector {
     static func record(following previous: ExchangeRecord, to target: HopTarget, request: ClientRequest) -> ExchangeRecord {
         var next = ExchangeRecord(id: previous.id, client: previous.client, method: target.method, startedAt: previous.startedAt)
         next.clientID = previous.clientID
+        // The client spoke the same protocol for every hop of its chain (the log's `proto`).
+        next.proto = previous.proto
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = request.head.fields

@@ -85,12 +85,13 @@ public struct StreamMachine {
     }
 
     /// The stream's exchange is over: its line is written, its hop released; the engine drops the
-    /// machine once the stream is closed.
+    /// machine once the stream is closed. A stream that finished while the client was still
+    /// sending its request (an answer before the body, a reset) is, once the response is sent,
+    /// reset with NO_ERROR so the client stops sending (RFC 9113 §8.1); its DATA is discarded.
     public var isFinished: Bool {
         if case .finished = state { return true }
         return false
     }
-
 
     // MARK: Start
 
@@ -321,6 +322,7 @@ public struct StreamMachine {
         case .tunnelEstablished(let hop, var record):
             // The mapping refuses CONNECT: an exchange of a stream never tunnels.
             impossible(.notOnAStream)
+            effects.cancelTimer()
             effects.release(hop)
             record.failure = .responseCut
             effects.emit(record)

@@ -68,6 +68,20 @@ struct ConfigValidTests {
         #expect(config.log.format == .json && config.log.output == .standardOutput && !config.log.bodies)
     }
 
+    @Test("limits.h2_max_concurrent_streams: 100 unless set, read within 1...1000")
+    func h2MaxConcurrentStreams() throws {
+        #expect(try ConfigLoader.parse("", file: "t.yaml", home: home).limits.h2MaxConcurrentStreams == 100)
+        for count in [1, 250, 1000] {
+            let config = try ConfigLoader.parse("limits: { h2_max_concurrent_streams: \(count) }\n", file: "t.yaml", home: home)
+            #expect(config.limits.h2MaxConcurrentStreams == count)
+        }
+        for count in ["0", "-1", "1001", "99999999999999999999999"] {
+            #expect(throws: (any Error).self) {
+                try ConfigLoader.parse("limits: { h2_max_concurrent_streams: \(count) }\n", file: "t.yaml", home: home)
+            }
+        }
+    }
+
     @Test("the worked example in config/ is valid")
     func workedExample() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

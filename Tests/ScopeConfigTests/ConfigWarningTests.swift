@@ -145,7 +145,7 @@ struct RestartOnlySettingTests {
         ),
         ("timeouts", "", "timeouts: { idle: 5s }\n"),
         ("limits.max_connections", "", "limits: { max_connections: 5 }\n"),
-        ("limits.h2_max_concurrent_streams", "", "limits: { h2_max_concurrent_streams: 7 }\n"),
+        ("limits.h2_max_concurrent_streams", "", "limits: { h2_max_concurrent_streams: 5 }\n"),
         ("log.format", "", "log: { format: json }\n"),
         ("log.output", "", "log: { output: stderr }\n"),
         ("log.bodies", "", "log: { bodies: true }\n"),

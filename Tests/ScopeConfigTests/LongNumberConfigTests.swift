@@ -23,6 +23,7 @@ struct LongNumberConfigTests {
         "scopes: [{ name: a, origins: [\"http://128.0.N.1\"] }]", "scopes: [{ name: a, origins: [\"https://1.2.3.N\"] }]",
         "scopes: [{ name: a, origins: [\"https://a.example:N\"] }]",
         "redirects: { allow: [\"https://N.0.0.1\"] }", "redirects: { max_hops: N }", "limits: { max_connections: N }",
+        "limits: { h2_max_concurrent_streams: N }",
         "clients: [{ name: c, uid: N }]", "clients: [{ name: c, source: [\"10.0.0.0/N\"] }]",
         "clients: [{ name: c, source: [\"N.0.0.1\"] }]", "clients: [{ name: c, source: [\"::ffff:1.2.3.N\"] }]",
         "clients: [{ name: c, source: [\"10.0.0.0/8\"], rate: \"N/m\" }]", "listen: \"127.0.0.1:N\"", "admin: \"127.0.0.1:N\"",
