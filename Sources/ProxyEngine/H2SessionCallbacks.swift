@@ -114,9 +114,9 @@ enum H2SessionCallbacks {
         return 0
     }
 
-    private static let onFrameNotSent: nghttp2_on_frame_not_send_callback = { _, frame, _, userData in
+    private static let onFrameNotSent: nghttp2_on_frame_not_send_callback = { _, frame, libraryCode, userData in
         guard let session = owner(userData), let frame else { return 0 }
-        session.frameNotSent(frame)
+        session.frameNotSent(frame, libraryCode: libraryCode)
         return 0
     }
 
@@ -249,11 +249,19 @@ extension H2Session {
         delegate?.h2StreamRejected(self, stream: stream, reason: reason ?? "reset by the HTTP/2 layer (\(H2Rejection.errorCodeName(code)))")
     }
 
-    func frameNotSent(_ frame: UnsafePointer<nghttp2_frame>) {
-        guard H2FrameType(rawValue: sp_nghttp2_frame_type(frame)) == .rstStream else { return }
+    func frameNotSent(_ frame: UnsafePointer<nghttp2_frame>, libraryCode: Int32) {
         let stream = sp_nghttp2_frame_stream(frame)
-        ownResets.remove(stream)
-        rejectionReasons.removeValue(forKey: stream)
+        switch H2FrameType(rawValue: sp_nghttp2_frame_type(frame)) {
+        case .rstStream:
+            ownResets.remove(stream)
+            rejectionReasons.removeValue(forKey: stream)
+        case .headers where stream != 0:
+            // Our own block never left (the session is going away, no stream ids are left, the block
+            // is over nghttp2's 64 KiB send limit): nghttp2 closes the stream next, and says why here.
+            delegate?.h2StreamRejected(self, stream: stream, reason: "HEADERS not sent: \(String(cString: nghttp2_strerror(libraryCode)))")
+        default:
+            break
+        }
     }
 
     func libraryError(_ libraryCode: Int32, message: String) {
