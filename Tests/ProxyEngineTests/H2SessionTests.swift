@@ -70,6 +70,43 @@ struct H2SessionTests {
         #expect(pair.serverEvents.events.last == .ended(stream))
     }
 
+    @Test func bytesAStreamNeverConsumedAreGivenBackToTheConnectionWhenItCloses() {
+        let pair = H2Pair()
+        pair.serverEvents.consumesOnArrival = false
+        // Five uploads of a full stream window each (1.25 MiB: more than the 1 MiB connection
+        // window), each reset by the server before it consumed a byte.
+        for _ in 0..<5 {
+            let stream = pair.request("/abandoned", method: "POST", body: pattern(256 * 1024))
+            pair.pump()
+            #expect(pair.serverEvents.received[stream]?.count == 256 * 1024)
+            pair.server.reset(stream: stream, code: cancel)
+            pair.pump()
+        }
+        // The connection window is whole again: the next upload goes through.
+        pair.serverEvents.consumesOnArrival = true
+        let last = pair.request("/last", method: "POST", body: pattern(512 * 1024))
+        pair.pump()
+        #expect(pair.serverEvents.received[last]?.count == 512 * 1024)
+        #expect(pair.serverEvents.events.last == .ended(last))
+    }
+
+    @Test func paddingInDataFramesDoesNotUseUpTheWindow() {
+        // A small stream window, so leaked padding would exhaust it within a few frames.
+        let server = H2RawServer(settings: .init(streamWindow: 16_384))
+        let settingsAck = H2Wire.frame(.settings, flags: 0x1)
+        #expect(server.feed(H2Wire.clientStart + settingsAck + H2Wire.frame(.headers, flags: H2Wire.endHeaders, stream: 1, H2Wire.requestBlock())) == nil)
+        _ = server.written()
+        // Each frame: 1 byte of data and 255 of padding (RFC 9113 §6.1): 257 bytes of window.
+        let padded = H2Wire.frame(.data, flags: 0x8, stream: 1, [255, UInt8(ascii: "x")] + [UInt8](repeating: 0, count: 255))
+        for _ in 0..<200 {
+            #expect(server.feed(padded) == nil)
+            _ = server.written()
+        }
+        #expect(server.events.received[1]?.count == 200)
+        #expect(server.events.rejections.isEmpty)
+        #expect(!server.events.events.contains { if case .closed = $0 { true } else { false } })
+    }
+
     @Test func aResponseEndsWithTrailersWhenTheBodyReadSaysSo() {
         let pair = H2Pair()
         let stream = pair.request("/svc.Echo/Say", method: "POST", extra: [field("content-type", "application/grpc"), field("te", "trailers")], body: [0, 0, 0, 0, 0])
