@@ -58,7 +58,13 @@ final class H2Recorder: H2SessionDelegate {
         if consumesOnArrival { session.consume(stream: stream, bytes: bytes.count) }
     }
 
-    func h2StreamEnded(_ session: H2Session, stream: Int32) { events.append(.ended(stream)) }
+    /// Called after END_STREAM is recorded (from inside `receive`: it may submit a response).
+    var onStreamEnded: ((H2Session, Int32) -> Void)?
+
+    func h2StreamEnded(_ session: H2Session, stream: Int32) {
+        events.append(.ended(stream))
+        onStreamEnded?(session, stream)
+    }
 
     func h2StreamClosed(_ session: H2Session, stream: Int32, code: UInt32) { events.append(.closed(stream, code: code)) }
 
