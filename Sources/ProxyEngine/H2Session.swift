@@ -55,8 +55,9 @@ final class H2Session {
     var openStreams: Set<Int32> = []
     /// Set when `h2FrameStarted` said no: the callback failure that follows is the guard's.
     var stoppedByGuard = false
-    /// The last connection-level protocol error nghttp2 described (fixed library text, never a
-    /// field value), for the owner's log line when the connection ends.
+    /// The last protocol error nghttp2 reported, for a stream or the connection (fixed library text
+    /// and at most a field name, never a value). When the session ends without the owner asking
+    /// (`wantsRead` and `wantsWrite` false after a GOAWAY nghttp2 sent), this says why.
     private(set) var lastProtocolError: String?
     private var processing = false
 
@@ -234,8 +235,10 @@ final class H2Session {
     private func submitLocalSettings() {
         guard let session else { return }
         var entries = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: settings.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: settings.maxHeaderListSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: settings.maxConcurrentStreams)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: settings.maxHeaderListSize)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(clamping: settings.streamWindow)),
             // RFC 9218: no RFC 7540 priority tree to build or keep for the peer's PRIORITY frames.
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
@@ -269,7 +272,6 @@ enum H2HeadersKind: Equatable, Sendable {
 /// A frame type as it came off the wire (extension types included: RFC 9113 §5.5).
 struct H2FrameType: RawRepresentable, Equatable, Hashable, Sendable {
     let rawValue: UInt8
-    init(rawValue: UInt8) { self.rawValue = rawValue }
 
     static let data = H2FrameType(rawValue: 0x0)
     static let headers = H2FrameType(rawValue: 0x1)

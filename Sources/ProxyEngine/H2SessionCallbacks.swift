@@ -129,7 +129,8 @@ enum H2SessionCallbacks {
 
     private static let readBody: nghttp2_data_source_read_callback = { _, stream, buffer, length, flags, _, userData in
         guard let session = owner(userData), let flags else { return Int(sp_nghttp2_err_temporal_callback_failure()) }
-        return session.readBody(stream: stream, into: UnsafeMutableRawBufferPointer(start: length > 0 ? buffer : nil, count: buffer == nil ? 0 : length), flags: flags)
+        return session.readBody(
+            stream: stream, into: UnsafeMutableRawBufferPointer(start: length > 0 ? buffer : nil, count: buffer == nil ? 0 : length), flags: flags)
     }
 }
 
@@ -216,11 +217,20 @@ extension H2Session {
 
     func invalidFrameReceived(_ frame: UnsafePointer<nghttp2_frame>, libraryCode: Int32) {
         let stream = sp_nghttp2_frame_stream(frame)
-        let reason = H2Rejection.reason(libraryCode: libraryCode, frameType: sp_nghttp2_frame_type(frame))
+        let type = sp_nghttp2_frame_type(frame)
+        var reason = H2Rejection.reason(libraryCode: libraryCode, frameType: type)
+        if H2FrameType(rawValue: type) == .headers, libraryCode == NGHTTP2_ERR_PROTO.rawValue, !openStreams.contains(stream),
+            openStreams.count >= settings.maxConcurrentStreams
+        {
+            // nghttp2 ends the connection (GOAWAY PROTOCOL_ERROR) for a stream over the limit once
+            // the peer acknowledged it; before that the stream alone is refused.
+            reason = "over the concurrent stream limit (\(settings.maxConcurrentStreams)) after acknowledging it"
+        }
         if block?.stream == stream { block = nil }
-        // Reported when (if) its RST_STREAM goes out: a connection error ends every stream instead.
+        // Reported when (if) its RST_STREAM goes out; if nghttp2 ends the connection instead, this
+        // is the last protocol error the owner can log.
         if stream != 0, rejectionReasons[stream] == nil { rejectionReasons[stream] = reason }
-        if stream == 0 { noteProtocolError(reason) }
+        noteProtocolError(reason)
     }
 
     func dataReceived(stream: Int32, bytes: UnsafeRawBufferPointer) {

@@ -235,7 +235,9 @@ enum H2Wire {
             guard bytes.count - index - 9 >= length else { break }
             let stream = Int32(bitPattern: bytes[(index + 5)..<(index + 9)].reduce(0) { $0 << 8 | UInt32($1) } & 0x7FFF_FFFF)
             frames.append(
-                Parsed(type: H2FrameType(rawValue: bytes[index + 3]), flags: bytes[index + 4], stream: stream, payload: Array(bytes[(index + 9)..<(index + 9 + length)])))
+                Parsed(
+                    type: H2FrameType(rawValue: bytes[index + 3]), flags: bytes[index + 4], stream: stream,
+                    payload: Array(bytes[(index + 9)..<(index + 9 + length)])))
             index += 9 + length
         }
         return frames

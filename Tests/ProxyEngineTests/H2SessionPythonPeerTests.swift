@@ -1,7 +1,7 @@
 import CLibevent
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @testable import ProxyEngine
 

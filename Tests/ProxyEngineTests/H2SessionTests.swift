@@ -21,18 +21,25 @@ struct H2SessionTests {
         let stream = pair.request("/items?id=7", extra: [field("accept", "text/plain")])
         pair.pump()
 
-        #expect(pair.serverEvents.events.prefix(2) == [
-            .headers(
-                stream: stream,
-                fields: [field(":method", "GET"), field(":scheme", "https"), field(":authority", "origin.test"), field(":path", "/items?id=7"), field("accept", "text/plain")],
-                endStream: true, kind: .request),
-            .ended(stream),
-        ])
+        #expect(
+            pair.serverEvents.events.prefix(2) == [
+                .headers(
+                    stream: stream,
+                    fields: [
+                        field(":method", "GET"), field(":scheme", "https"), field(":authority", "origin.test"), field(":path", "/items?id=7"),
+                        field("accept", "text/plain"),
+                    ],
+                    endStream: true, kind: .request),
+                .ended(stream),
+            ])
         #expect(pair.server.streamCount == 1)
 
         pair.serverEvents.outgoing[stream] = .init(bytes: Array("hello".utf8))
         // Names go out lowercase; connection-specific fields are not HTTP/2 fields at all.
-        #expect(pair.server.submitResponse(stream: stream, status: 200, fields: [field("Content-Type", "text/plain"), field("Connection", "close"), field("Transfer-Encoding", "chunked")], hasBody: true))
+        #expect(
+            pair.server.submitResponse(
+                stream: stream, status: 200,
+                fields: [field("Content-Type", "text/plain"), field("Connection", "close"), field("Transfer-Encoding", "chunked")], hasBody: true))
         pair.pump()
 
         #expect(pair.clientEvents.headerBlocks.map(\.kind) == [.response])
@@ -94,7 +101,8 @@ struct H2SessionTests {
         // A small stream window, so leaked padding would exhaust it within a few frames.
         let server = H2RawServer(settings: .init(streamWindow: 16_384))
         let settingsAck = H2Wire.frame(.settings, flags: 0x1)
-        #expect(server.feed(H2Wire.clientStart + settingsAck + H2Wire.frame(.headers, flags: H2Wire.endHeaders, stream: 1, H2Wire.requestBlock())) == nil)
+        #expect(
+            server.feed(H2Wire.clientStart + settingsAck + H2Wire.frame(.headers, flags: H2Wire.endHeaders, stream: 1, H2Wire.requestBlock())) == nil)
         _ = server.written()
         // Each frame: 1 byte of data and 255 of padding (RFC 9113 §6.1): 257 bytes of window.
         let padded = H2Wire.frame(.data, flags: 0x8, stream: 1, [255, UInt8(ascii: "x")] + [UInt8](repeating: 0, count: 255))
@@ -109,7 +117,8 @@ struct H2SessionTests {
 
     @Test func aResponseEndsWithTrailersWhenTheBodyReadSaysSo() {
         let pair = H2Pair()
-        let stream = pair.request("/svc.Echo/Say", method: "POST", extra: [field("content-type", "application/grpc"), field("te", "trailers")], body: [0, 0, 0, 0, 0])
+        let stream = pair.request(
+            "/svc.Echo/Say", method: "POST", extra: [field("content-type", "application/grpc"), field("te", "trailers")], body: [0, 0, 0, 0, 0])
         pair.pump()
         #expect(pair.serverEvents.received[stream] == [0, 0, 0, 0, 0])
         #expect(pair.serverEvents.headerBlocks.first?.fields.contains(field("te", "trailers")) == true)
@@ -219,7 +228,8 @@ struct H2SessionTests {
         // An HPACK bomb: one 4 000-byte field added to the dynamic table, then referenced 19 times
         // by its one-byte index: 4 KB on the wire, 76 KB of header list.
         let big = String(repeating: "v", count: 4000)
-        let bomb = H2Wire.requestBlock() + [0x40] + H2Wire.string(Array("x-big".utf8)) + H2Wire.string(Array(big.utf8)) + Array(repeating: 0xBE, count: 19)
+        let bomb =
+            H2Wire.requestBlock() + [0x40] + H2Wire.string(Array("x-big".utf8)) + H2Wire.string(Array(big.utf8)) + Array(repeating: 0xBE, count: 19)
         #expect(server.feed(H2Wire.clientStart + H2Wire.frame(.headers, flags: H2Wire.endStream | H2Wire.endHeaders, stream: 1, bomb)) == nil)
         #expect(server.events.headerBlocks.isEmpty)
         #expect(server.events.rejections.isEmpty, "reported with the RST_STREAM")
@@ -239,7 +249,9 @@ struct H2SessionTests {
     @Test func aHeaderListOfExactlyTheLimitIsDelivered() {
         let server = H2RawServer()
         // 65 536 bytes of list exactly: the pseudo-header fields plus eight fields sized to fill it.
-        let pseudo = [(":method", "GET"), (":scheme", "https"), (":path", "/"), (":authority", "origin.test")].reduce(0) { $0 + $1.0.count + $1.1.count + 32 }
+        let pseudo = [(":method", "GET"), (":scheme", "https"), (":path", "/"), (":authority", "origin.test")].reduce(0) {
+            $0 + $1.0.count + $1.1.count + 32
+        }
         var fill: [(String, String)] = (0..<7).map { ("x-fill-\($0)", String(repeating: "v", count: 8000)) }
         let used = pseudo + fill.reduce(0) { $0 + $1.0.count + $1.1.count + 32 }
         fill.append(("x-fill-7", String(repeating: "w", count: 65_536 - used - 32 - "x-fill-7".count)))
@@ -250,7 +262,10 @@ struct H2SessionTests {
             let piece = Array(rest.prefix(16_000))
             rest.removeFirst(piece.count)
             let flags = rest.isEmpty ? H2Wire.endHeaders : 0
-            let frame = first ? H2Wire.frame(.headers, flags: flags | H2Wire.endStream, stream: 1, piece) : H2Wire.frame(.continuation, flags: flags, stream: 1, piece)
+            let frame =
+                first
+                ? H2Wire.frame(.headers, flags: flags | H2Wire.endStream, stream: 1, piece)
+                : H2Wire.frame(.continuation, flags: flags, stream: 1, piece)
             #expect(server.feed((first ? H2Wire.clientStart : []) + frame) == nil)
             first = false
         }
