@@ -89,7 +89,7 @@ final class H2Session {
                 evbuffer_drain(input, EventBuffer.length(input))
                 return nil
             }
-            let taken = nghttp2_session_mem_recv(session, extent.bindMemory(to: UInt8.self).baseAddress, extent.count)
+            let taken = nghttp2_session_mem_recv(session, extent.baseAddress?.assumingMemoryBound(to: UInt8.self), extent.count)
             if taken < 0 {
                 evbuffer_drain(input, EventBuffer.length(input))
                 return H2SessionFailure(libraryCode: Int(taken), stoppedByGuard: stoppedByGuard)

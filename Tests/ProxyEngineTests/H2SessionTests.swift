@@ -52,6 +52,23 @@ struct H2SessionTests {
         #expect(pair.clientFailures.isEmpty && pair.serverFailures.isEmpty)
     }
 
+    @Test func fieldValuesKeepEveryByteBothWays() {
+        // obs-text (0x80-0xFF) is legal in a value (RFC 9113 §8.2.1): one scalar per byte, as the
+        // HTTP/1.1 parser builds values, so a relayed value is the same bytes on both legs.
+        let server = H2RawServer()
+        let block = H2Wire.requestBlock() + H2Wire.literal("x-latin", bytes: [0x63, 0xE9, 0xFF])
+        #expect(server.feed(H2Wire.clientStart + H2Wire.frame(.headers, flags: H2Wire.endStream | H2Wire.endHeaders, stream: 1, block)) == nil)
+        #expect(server.events.headerBlocks.first?.fields.last == field("x-latin", "c\u{E9}\u{FF}"))
+
+        let pair = H2Pair()
+        let stream = pair.request("/")
+        pair.pump()
+        #expect(pair.client.remoteMaxConcurrentStreams == 100)
+        pair.server.submitResponse(stream: stream, status: 200, fields: [field("x-latin", "c\u{E9}\u{FF}")], hasBody: false)
+        pair.pump()
+        #expect(pair.clientEvents.headerBlocks.first?.fields.last == field("x-latin", "c\u{E9}\u{FF}"))
+    }
+
     @Test func aRequestBodyStaysWithinTheStreamWindowUntilTheServerConsumes() {
         let window = 256 * 1024
         let pair = H2Pair()
