@@ -267,8 +267,17 @@ extension H2Session {
             rejectionReasons.removeValue(forKey: stream)
         case .headers where stream != 0:
             // Our own block never left (the session is going away, no stream ids are left, the block
-            // is over nghttp2's 64 KiB send limit): nghttp2 closes the stream next, and says why here.
+            // is over nghttp2's 64 KiB send limit).
             delegate?.h2StreamRejected(self, stream: stream, reason: "HEADERS not sent: \(String(cString: nghttp2_strerror(libraryCode)))")
+            // nghttp2 closes a request stream itself, but leaves a peer's stream open with nothing
+            // coming: reset it, so the peer hears the response failed instead of waiting for it.
+            if let session, nghttp2_session_find_stream(session, stream) != nil,
+                nghttp2_session_want_write(session) != 0 || nghttp2_session_want_read(session) != 0
+            {
+                if nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, NGHTTP2_INTERNAL_ERROR.rawValue) == 0 {
+                    ownResets.insert(stream)
+                }
+            }
         default:
             break
         }

@@ -15,6 +15,8 @@ extension SplitMix {
 private let settingsAck = H2Wire.frame(.settings, flags: 0x1)
 private let endAll = H2Wire.endStream | H2Wire.endHeaders
 
+private func field(_ name: String, _ value: String) -> H2HeaderField { H2HeaderField(name: name, value: value) }
+
 @Suite("H2Session with hostile peers")
 struct H2SessionHostilePeerTests {
     /// Frames of every type (extension types too) with random flags, stream ids, lengths and
@@ -99,6 +101,22 @@ struct H2SessionHostilePeerTests {
         #expect(server.events.rejections.map(\.stream) == [1])
         #expect(server.events.events.last == .closed(1, code: 0x1))
         #expect(!server.events.events.contains(.ended(1)), "a body the stream was reset for never ends normally")
+    }
+
+    @Test func aResponseHeaderBlockTooLargeToSendIsReportedAndTheClientIsToldTheStreamFailed() {
+        let pair = H2Pair()
+        let stream = pair.request("/huge-head")
+        pair.pump()
+        // Over nghttp2's 64 KiB limit for a block it sends: varied values HPACK cannot shrink.
+        let fields = (0..<40).map { index in field("x-filler-\(index)", String(repeating: String(UnicodeScalar(UInt8(65 + index % 26))), count: 2000))
+        }
+        #expect(pair.server.submitResponse(stream: stream, status: 200, fields: fields, hasBody: false))
+        pair.pump()
+        #expect(pair.serverEvents.rejections.map(\.stream) == [stream])
+        #expect(pair.serverEvents.rejections.first?.reason.hasPrefix("HEADERS not sent") == true)
+        #expect(pair.clientEvents.events.last == .closed(stream, code: 0x2), "INTERNAL_ERROR, not a stream left waiting")
+        #expect(pair.serverEvents.events.last == .closed(stream, code: 0x2))
+        #expect(pair.server.streamCount == 0)
     }
 
     @Test func requestTrailersFromTheClientRoleEndTheStream() {
