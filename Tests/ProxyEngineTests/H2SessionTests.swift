@@ -132,6 +132,27 @@ struct H2SessionTests {
         #expect(!server.events.events.contains { if case .closed = $0 { true } else { false } })
     }
 
+    @Test func sendStopsAtTheWatermarkWhileThePeerDoesNotRead() {
+        let pair = H2Pair()
+        let stream = pair.request("/big")
+        pair.pump()
+        // The client's windows are opened wide by nghttp2 only as it consumes; here it reads nothing.
+        pair.serverEvents.outgoing[stream] = .init(bytes: pattern(1024 * 1024))
+        pair.server.submitResponse(stream: stream, status: 200, fields: [], hasBody: true)
+        let output = evbuffer_new()!
+        defer { evbuffer_free(output) }
+        let watermark = 16 * 1024
+        pair.server.send(to: output, highWatermark: watermark)
+        let first = evbuffer_get_length(output)
+        #expect(first >= watermark && first < watermark + 16_384 + 9, "at most one frame past the mark: \(first)")
+        pair.server.send(to: output, highWatermark: watermark)
+        #expect(evbuffer_get_length(output) == first, "nothing more while the output is over the mark")
+        #expect(pair.server.wantsWrite)
+        evbuffer_drain(output, first)
+        pair.server.send(to: output, highWatermark: watermark)
+        #expect(evbuffer_get_length(output) >= watermark)
+    }
+
     @Test func aResponseEndsWithTrailersWhenTheBodyReadSaysSo() {
         let pair = H2Pair()
         let stream = pair.request(
