@@ -85,7 +85,7 @@ final class H2Session {
         defer { processing = false }
         while let extent = EventBuffer.firstExtent(input) {
             guard nghttp2_session_want_read(session) != 0 else {
-                // After GOAWAY both ways: what follows is not read (RFC 9113 §6.8).
+                // The session is over (GOAWAY sent or received and no stream left): nothing more is read.
                 evbuffer_drain(input, EventBuffer.length(input))
                 return nil
             }
@@ -120,7 +120,7 @@ final class H2Session {
 
     /// Whether nghttp2 still reads. Both `wantsRead` and `wantsWrite` false: the session is over.
     var wantsRead: Bool { session.map { nghttp2_session_want_read($0) != 0 } ?? false }
-    /// Whether frames are waiting (or a deferred body could produce some once resumed).
+    /// Whether frames are waiting. A deferred body is not counted: `resumeData` brings it back.
     var wantsWrite: Bool { session.map { nghttp2_session_want_write($0) != 0 } ?? false }
 
     // MARK: Submitting
@@ -222,7 +222,8 @@ final class H2Session {
 
     // MARK: Queries
 
-    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until its SETTINGS arrive).
+    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (before its SETTINGS arrive: nghttp2's initial
+    /// assumption, unlimited in 1.52). A client-role owner opens no more streams than this.
     var remoteMaxConcurrentStreams: Int {
         session.map { Int(nghttp2_session_get_remote_settings($0, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)) } ?? 0
     }
