@@ -56,8 +56,9 @@ final class H2Session {
     var openStreams: Set<Int32> = []
     /// Set when `h2FrameStarted` said no: the callback failure that follows is the guard's.
     var stoppedByGuard = false
-    /// The last connection-level protocol error nghttp2 described (fixed library text, never a
-    /// field value), for the owner's log line when the connection ends.
+    /// The last protocol error nghttp2 reported, for a stream or the connection (fixed library text
+    /// and at most a field name, never a value). When the session ends without the owner asking
+    /// (`wantsRead` and `wantsWrite` false after a GOAWAY nghttp2 sent), this says why.
     private(set) var lastProtocolError: String?
     private var processing = false
 
@@ -85,11 +86,11 @@ final class H2Session {
         defer { processing = false }
         while let extent = EventBuffer.firstExtent(input) {
             guard nghttp2_session_want_read(session) != 0 else {
-                // After GOAWAY both ways: what follows is not read (RFC 9113 §6.8).
+                // The session is over (GOAWAY sent or received and no stream left): nothing more is read.
                 evbuffer_drain(input, EventBuffer.length(input))
                 return nil
             }
-            let taken = nghttp2_session_mem_recv(session, extent.bindMemory(to: UInt8.self).baseAddress, extent.count)
+            let taken = nghttp2_session_mem_recv(session, extent.baseAddress?.assumingMemoryBound(to: UInt8.self), extent.count)
             if taken < 0 {
                 evbuffer_drain(input, EventBuffer.length(input))
                 return H2SessionFailure(libraryCode: Int(taken), stoppedByGuard: stoppedByGuard)
@@ -120,7 +121,7 @@ final class H2Session {
 
     /// Whether nghttp2 still reads. Both `wantsRead` and `wantsWrite` false: the session is over.
     var wantsRead: Bool { session.map { nghttp2_session_want_read($0) != 0 } ?? false }
-    /// Whether frames are waiting (or a deferred body could produce some once resumed).
+    /// Whether frames are waiting. A deferred body is not counted: `resumeData` brings it back.
     var wantsWrite: Bool { session.map { nghttp2_session_want_write($0) != 0 } ?? false }
 
     // MARK: Submitting
@@ -222,7 +223,8 @@ final class H2Session {
 
     // MARK: Queries
 
-    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until its SETTINGS arrive).
+    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS (before its SETTINGS arrive: nghttp2's initial
+    /// assumption, unlimited in 1.52). A client-role owner opens no more streams than this.
     var remoteMaxConcurrentStreams: Int {
         session.map { Int(nghttp2_session_get_remote_settings($0, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)) } ?? 0
     }
@@ -235,8 +237,10 @@ final class H2Session {
     private func submitLocalSettings() {
         guard let session else { return }
         var entries = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: settings.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: settings.maxHeaderListSize)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: UInt32(clamping: settings.maxConcurrentStreams)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue), value: UInt32(clamping: settings.maxHeaderListSize)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(clamping: settings.streamWindow)),
             // RFC 9218: no RFC 7540 priority tree to build or keep for the peer's PRIORITY frames.
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES.rawValue), value: 1),
@@ -270,7 +274,6 @@ enum H2HeadersKind: Equatable, Sendable {
 /// A frame type as it came off the wire (extension types included: RFC 9113 §5.5).
 struct H2FrameType: RawRepresentable, Equatable, Hashable, Sendable {
     let rawValue: UInt8
-    init(rawValue: UInt8) { self.rawValue = rawValue }
 
     static let data = H2FrameType(rawValue: 0x0)
     static let headers = H2FrameType(rawValue: 0x1)

@@ -115,9 +115,9 @@ enum H2SessionCallbacks {
         return 0
     }
 
-    private static let onFrameNotSent: nghttp2_on_frame_not_send_callback = { _, frame, _, userData in
+    private static let onFrameNotSent: nghttp2_on_frame_not_send_callback = { _, frame, libraryCode, userData in
         guard let session = owner(userData), let frame else { return 0 }
-        session.frameNotSent(frame)
+        session.frameNotSent(frame, libraryCode: libraryCode)
         return 0
     }
 
@@ -130,7 +130,8 @@ enum H2SessionCallbacks {
 
     private static let readBody: nghttp2_data_source_read_callback = { _, stream, buffer, length, flags, _, userData in
         guard let session = owner(userData), let flags else { return Int(sp_nghttp2_err_temporal_callback_failure()) }
-        return session.readBody(stream: stream, into: UnsafeMutableRawBufferPointer(start: length > 0 ? buffer : nil, count: buffer == nil ? 0 : length), flags: flags)
+        return session.readBody(
+            stream: stream, into: UnsafeMutableRawBufferPointer(start: length > 0 ? buffer : nil, count: buffer == nil ? 0 : length), flags: flags)
     }
 }
 
@@ -217,11 +218,20 @@ extension H2Session {
 
     func invalidFrameReceived(_ frame: UnsafePointer<nghttp2_frame>, libraryCode: Int32) {
         let stream = sp_nghttp2_frame_stream(frame)
-        let reason = H2Rejection.reason(libraryCode: libraryCode, frameType: sp_nghttp2_frame_type(frame))
+        let type = sp_nghttp2_frame_type(frame)
+        var reason = H2Rejection.reason(libraryCode: libraryCode, frameType: type)
+        if H2FrameType(rawValue: type) == .headers, libraryCode == NGHTTP2_ERR_PROTO.rawValue, !openStreams.contains(stream),
+            openStreams.count >= settings.maxConcurrentStreams
+        {
+            // nghttp2 ends the connection (GOAWAY PROTOCOL_ERROR) for a stream over the limit once
+            // the peer acknowledged it; before that the stream alone is refused.
+            reason = "over the concurrent stream limit (\(settings.maxConcurrentStreams)) after acknowledging it"
+        }
         if block?.stream == stream { block = nil }
-        // Reported when (if) its RST_STREAM goes out: a connection error ends every stream instead.
+        // Reported when (if) its RST_STREAM goes out; if nghttp2 ends the connection instead, this
+        // is the last protocol error the owner can log.
         if stream != 0, rejectionReasons[stream] == nil { rejectionReasons[stream] = reason }
-        if stream == 0 { noteProtocolError(reason) }
+        noteProtocolError(reason)
     }
 
     func dataReceived(stream: Int32, bytes: UnsafeRawBufferPointer) {
@@ -250,11 +260,28 @@ extension H2Session {
         delegate?.h2StreamRejected(self, stream: stream, reason: reason ?? "reset by the HTTP/2 layer (\(H2Rejection.errorCodeName(code)))")
     }
 
-    func frameNotSent(_ frame: UnsafePointer<nghttp2_frame>) {
-        guard H2FrameType(rawValue: sp_nghttp2_frame_type(frame)) == .rstStream else { return }
+    func frameNotSent(_ frame: UnsafePointer<nghttp2_frame>, libraryCode: Int32) {
         let stream = sp_nghttp2_frame_stream(frame)
-        ownResets.remove(stream)
-        rejectionReasons.removeValue(forKey: stream)
+        switch H2FrameType(rawValue: sp_nghttp2_frame_type(frame)) {
+        case .rstStream:
+            ownResets.remove(stream)
+            rejectionReasons.removeValue(forKey: stream)
+        case .headers where stream != 0:
+            // Our own block never left (the session is going away, no stream ids are left, the block
+            // is over nghttp2's 64 KiB send limit).
+            delegate?.h2StreamRejected(self, stream: stream, reason: "HEADERS not sent: \(String(cString: nghttp2_strerror(libraryCode)))")
+            // nghttp2 closes a request stream itself, but leaves a peer's stream open with nothing
+            // coming: reset it, so the peer hears the response failed instead of waiting for it.
+            if let session, nghttp2_session_find_stream(session, stream) != nil,
+                nghttp2_session_want_write(session) != 0 || nghttp2_session_want_read(session) != 0
+            {
+                if nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, NGHTTP2_INTERNAL_ERROR.rawValue) == 0 {
+                    ownResets.insert(stream)
+                }
+            }
+        default:
+            break
+        }
     }
 
     func libraryError(_ libraryCode: Int32, message: String) {
