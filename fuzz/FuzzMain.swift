@@ -1,4 +1,4 @@
-// One libFuzzer binary, eleven targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
+// One libFuzzer binary, twelve targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
 // drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of six.
 #if canImport(Glibc)
     import Glibc
@@ -9,7 +9,7 @@ private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "Config": fuzzConfig, "Redactor": fuzzRedactor, "ExchangeMachine": fuzzExchangeMachine,
     "ClientCredentials": fuzzClientCredentials, "SecretScan": fuzzSecretScan, "TokenResponse": fuzzTokenResponse,
     "Noninterference": fuzzNoninterference,
-    "WholePath": fuzzWholePath,
+    "WholePath": fuzzWholePath, "WebSocketFrames": fuzzWebSocketFrames,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {
