@@ -68,19 +68,19 @@ func fuzzWebSocketFrames(_ data: UnsafePointer<UInt8>, _ size: Int) {
     var reader = WebSocketFrameDecoder(sender: sender)
     var message: [UInt8] = []
     var frame: WebSocketFrameHeader?
-    var control: [UInt8] = []
+    var controlPayload: [UInt8] = []
     for event in reader.feed(output) {
         switch event {
         case .protocolError(let error):
             fuzzCheck(false, "the filter wrote a frame that is not RFC 6455: \(error)")
         case .header(let header):
             frame = header
-            if header.opcode.isControl { control = [] } else if header.opcode != .continuation { message = [] }
+            if header.opcode.isControl { controlPayload = [] } else if header.opcode != .continuation { message = [] }
         case .payload(let piece):
-            if frame?.opcode.isControl == true { control += piece } else { message += piece }
+            if frame?.opcode.isControl == true { controlPayload += piece } else { message += piece }
         case .frameEnd:
             if frame?.opcode.isControl == true {
-                fuzzCheck(!contains(control, watchedValue), "a watched value left the filter in a control frame")
+                fuzzCheck(!contains(controlPayload, watchedValue), "a watched value left the filter in a control frame")
             } else if frame?.fin == true {
                 fuzzCheck(!contains(message, watchedValue), "a watched value left the filter in a message")
                 message = []
