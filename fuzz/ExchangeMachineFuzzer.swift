@@ -25,7 +25,7 @@
 // long numbers in the target and Host]),
 // 1 invalid head, 2 headStarted, 3 upstreamConnected, 4 upstreamConnectFailed, 5 requestBody,
 // 6 responseHead (< 96: plain menu, else a 3xx and a Location from the next byte), 7 invalid
-// response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes, 11 timerFired (< 192: the armed
+// response head, 8 responseBody, 9 upstreamClosed, 10 tunnelBytes (or webSocketStopped), 11 timerFired (< 192: the armed
 // timer), 12 clientInputClosed, 13 clientFailed, 14 drain, 15 connectionClosed, 16 collectedBody,
 // 17-24 what the engine would most likely report next, 25 clientTLSEstablished, 26 clientTLSFailed, 27 switchedToHTTP2
 // (on a fresh connection only, as the engine does). A hop operand < 192 is the current hop; otherwise a stale, future
@@ -353,7 +353,12 @@ private struct Harness {
         check(actions)
         // A 101 on a connection whose client already sent more would hand those pipelined requests
         // (for other origins, with their credentials) to this origin.
-        if case .responseHead(_, _, clientPipelined: true) = event, actions.contains(where: { if case .splice = $0 { true } else { false } }) {
+        if case .responseHead(_, _, clientPipelined: true) = event, actions.contains(where: {
+            switch $0 {
+            case .splice, .relayWebSocket: true
+            default: false
+            }
+        }) {
             fail("a 101 was spliced although the client had pipelined requests behind the upgrade")
         }
         if case .connectionClosed = event { closeChecks() }
@@ -363,7 +368,7 @@ private struct Harness {
         switch event {
         case .upstreamConnected(let hop, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
             .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
-            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _):
+            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed, .switchedToHTTP2:
@@ -406,7 +411,7 @@ private struct Harness {
             case .relayResponseBody(let hop, _, _, _, _):
                 _ = liveHop(hop, "relayResponseBody")
                 hops[hop.value]!.relaying = true
-            case .splice(let hop):
+            case .splice(let hop), .relayWebSocket(let hop, _):
                 _ = liveHop(hop, "splice")
                 hops[hop.value]!.splicing = true
             case .finishTunnel(let hop, _):
@@ -556,7 +561,20 @@ private struct Harness {
         case 7: deliver(.responseHeadInvalid(hop(&input), reason: "fuzz"))
         case 8: deliver(.responseBody(hop(&input), progress(&input)))
         case 9: deliver(.upstreamClosed(hop(&input), sawResponseBytes: input.bool()))
-        case 10: deliver(.tunnelBytes(hop(&input), fromClient: UInt64(input.byte() % 4), fromUpstream: UInt64(input.byte() % 4)))
+        case 10:
+            let target = hop(&input)
+            let choice = input.byte()
+            if choice < 224 {
+                deliver(.tunnelBytes(target, fromClient: UInt64(choice % 4), fromUpstream: UInt64(input.byte() % 4)))
+            } else {
+                // The WebSocket frame relay stopped (a value, a placeholder, or frames that are not RFC 6455).
+                let stops: [WebSocketFrameFilter.Stop] = [
+                    .secret(SecretFinding(secret: "api_token", encoding: .raw, isPlaceholder: false)),
+                    .secret(SecretFinding(secret: "api_token", encoding: .raw, isPlaceholder: true)),
+                    .protocolError(.maskMissing),
+                ]
+                deliver(.webSocketStopped(target, stops[Int(choice) % 3], sender: choice & 1 == 0 ? .client : .server))
+            }
         case 11:
             let choice = input.byte()
             let purposes: [TimerPurpose] = [.clientHead, .idle, .connect, .responseHead, .stall]

@@ -9,7 +9,7 @@ private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "Config": fuzzConfig, "Redactor": fuzzRedactor, "ExchangeMachine": fuzzExchangeMachine,
     "ClientCredentials": fuzzClientCredentials, "SecretScan": fuzzSecretScan, "TokenResponse": fuzzTokenResponse,
     "Noninterference": fuzzNoninterference,
-    "WholePath": fuzzWholePath, "H2Request": fuzzH2Request,
+    "WholePath": fuzzWholePath, "H2Request": fuzzH2Request, "WebSocketFrames": fuzzWebSocketFrames,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {

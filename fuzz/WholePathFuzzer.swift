@@ -224,7 +224,12 @@ func fuzzWholePath(_ data: UnsafePointer<UInt8>, _ size: Int) {
                 }
             } else if let hop = actions.lazy.compactMap({ if case .relayResponseBody(let hop, _, _, _, _) = $0 { hop } else { nil } }).first {
                 path.deliver(.responseBody(hop, .complete(payload: 0, consumed: 0, captured: nil, observed: nil)))
-            } else if let hop = actions.lazy.compactMap({ if case .splice(let hop) = $0 { hop } else { nil } }).first {
+            } else if let hop = actions.lazy.compactMap({
+                switch $0 {
+                case .splice(let hop), .relayWebSocket(let hop, _): hop
+                default: nil
+                }
+            }).first {
                 path.deliver(.upstreamClosed(hop, sawResponseBytes: true))
             } else {
                 break

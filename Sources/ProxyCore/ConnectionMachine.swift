@@ -73,6 +73,8 @@ public struct ConnectionMachine {
         var record: ExchangeRecord
         /// One side hung up and the engine is finishing it.
         var finishing = false
+        /// A WebSocket whose frames are read (nil: bytes are spliced).
+        var frames: WebSocketFramePlan? = nil
     }
 
     public let settings: Settings
@@ -207,6 +209,11 @@ public struct ConnectionMachine {
             tunnel.record.bytesOut += fromUpstream
             state = .tunnel(tunnel)
             if fromClient + fromUpstream > 0 { effects.arm(.stall) }
+        case .webSocketStopped(let hop, let stop, let sender):
+            guard case .tunnel(var tunnel) = state, tunnel.hopID == hop, let plan = tunnel.frames else {
+                return ignore(isLive ? .staleHop : .afterClose)
+            }
+            webSocketStopped(&tunnel, stop, plan, sender: sender)
         case .timerFired(let purpose):
             guard effects.timer == purpose else { return ignore(.timerOfAnotherPurpose) }
             effects.timerFired()
@@ -408,11 +415,32 @@ public struct ConnectionMachine {
         var switching = Forwarding.clientResponse(
             from: head, framing: .none, clientVersion: exchange.request.head.version,
             keepAlive: true, switchingProtocols: true)
-        guard let (hop, record) = exchange.upgraded(&switching) else { return }
-        state = .tunnel(Tunnel(hopID: hop, record: record))
+        guard let (hop, record, frames) = exchange.upgraded(&switching) else { return }
+        state = .tunnel(Tunnel(hopID: hop, record: record, frames: frames))
         effects.append(.writeToClient(switching.serialized()))
-        effects.append(.splice(hop))
+        effects.append(frames.map { .relayWebSocket(hop, $0) } ?? .splice(hop))
         effects.arm(.stall)
+    }
+
+    /// The frame relay ended the WebSocket (the engine already sent both sides a close frame): the
+    /// line says why, naming a secret found but never its value, and both connections close.
+    private mutating func webSocketStopped(_ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender) {
+        let origin = plan.origin
+        switch stop {
+        case .secret(let finding):
+            tunnel.record.failure = .proxy(
+                finding.isPlaceholder
+                    ? .placeholderOutOfScope(
+                        secret: finding.secret, where: "websocket", origin, plan.refusals[finding.secret] ?? .notListed)
+                    : .secretEgressBlocked(finding, where: "websocket", origin))
+        case .protocolError(let error):
+            tunnel.record.failure = .proxy(
+                sender == .client
+                    ? .malformedRequest("WebSocket: " + error.reason) : .badUpstreamResponse(origin, "WebSocket: " + error.reason))
+        }
+        effects.release(tunnel.hopID)
+        emit(tunnel.record)
+        closeAfterFlush()
     }
 
     private mutating func awaitNextRequest() {

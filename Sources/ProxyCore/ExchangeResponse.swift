@@ -13,6 +13,12 @@ extension ExchangeMachine {
                 guard current.hop.isUpgrade else {
                     return fail(.badUpstreamResponse(current.hop.origin, "101 without an upgrade request"), &effects)
                 }
+                // The proxy offered no extension where it reads frames; one the origin chose anyway
+                // would make frames it cannot read (RFC 6455 §9.1 lets the client fail such an answer).
+                if current.hop.webSocket != nil, head.fields.contains("sec-websocket-extensions") {
+                    return fail(
+                        .badUpstreamResponse(current.hop.origin, "101 with a WebSocket extension that was not offered"), &effects)
+                }
                 return .switchingProtocols(head)
             }
             guard interims < limits.maxInformationalResponses else {
@@ -105,16 +111,18 @@ extension ExchangeMachine {
         effects.arm(.stall)
     }
 
-    /// The client switched protocols (101) with `clientHead`, as rendered: the hop's bytes are
-    /// spliced from now on, under the line this returns. The 101's head is scrubbed; the tunnel
-    /// after it is not (bytes are spliced).
-    public func upgraded(_ clientHead: inout ResponseHead) -> (HopID, ExchangeRecord)? {
+    /// The client switched protocols (101) with `clientHead`, as rendered: from now on the hop's
+    /// bytes are WebSocket frames, read under `frames` (guarded, substituted, scrubbed) or, when nil,
+    /// spliced unread; under the line this returns (`proto: websocket`). The 101's head is scrubbed.
+    public func upgraded(_ clientHead: inout ResponseHead) -> (hop: HopID, record: ExchangeRecord, frames: WebSocketFramePlan?)? {
         guard let current = hopState else { return nil }
         scrub(&clientHead)
         var line = current.accounted(record)
         line.status = 101
         line.responseFields = clientHead.fields
+        // Every upgrade relayed is a WebSocket one (`Forwarding.isUpgradeRequest`).
+        line.proto = .websocket
         phase = .done
-        return (current.id, line)
+        return (current.id, line, current.hop.webSocket)
     }
 }

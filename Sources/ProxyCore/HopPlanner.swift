@@ -53,14 +53,17 @@ public struct Hop: Sendable, Equatable {
     public let scrubNames: Set<String>
     /// The facts a placeholder found later in the streamed body is refused on.
     public let placeholderRequest: PlaceholderRequest?
+    /// A WebSocket upgrade whose frames the proxy reads after the 101 (nil: spliced unread, or no upgrade).
+    public let webSocket: WebSocketFramePlan?
 
     public init(
         target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
         isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
         signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
-        placeholderRequest: PlaceholderRequest? = nil
+        placeholderRequest: PlaceholderRequest? = nil, webSocket: WebSocketFramePlan? = nil
     ) {
         self.placeholderRequest = placeholderRequest
+        self.webSocket = webSocket
         self.signed = signed
         self.scrubScopes = scrubScopes
         self.scrubNames = scrubNames
@@ -92,6 +95,7 @@ public enum HopPlanner {
             try planning.substitutePlaceholders()
             try planning.applyScopes(requestID: requestID)
             try planning.sign(wallClock: wallClock)
+            planning.keepWebSocketFramesReadable()
             let head = planning.serializedHead()
             let watch = try planning.guardEgress(head)
             return .success(planning.hop(head: head, scrub: planning.responseScrub(chain: chain), egressWatch: watch))
@@ -122,6 +126,8 @@ public enum HopPlanner {
         /// Fields whose values a substitution wrote (the scope rules trust them as the proxy's own).
         var vouched: Set<Int> = []
         var substituted: [String] = []
+        /// The secrets whose placeholders this hop replaces (also in WebSocket frames).
+        var substitutable: Set<String> = []
         var outgoing: RequestHead
         var decision = ScopeDecision()
         var signed: String?
@@ -178,6 +184,7 @@ public enum HopPlanner {
             let names = scope.policy.substitutable(
                 method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
                 client: client, chain: chainContext, methodOverride: override)
+            substitutable = names
             guard let substitution = PlaceholderSubstitution(index: scope.values, substitutable: names, secrets: secrets) else { return }
             // A client may not make the proxy build a head over the size it accepts from clients,
             // nor a body far over the one it reads (a long value times many placeholders).
@@ -296,6 +303,41 @@ public enum HopPlanner {
             if !decision.injected.contains(where: { $0.lowercased() == "authorization" }) { decision.injected.append("Authorization") }
         }
 
+        // MARK: Step 3b: WebSocket frames
+
+        /// A WebSocket upgrade's frames are read (guarded, substituted, scrubbed) for an origin a
+        /// scope covers, and for every origin while the guard is on (docs/security-model.md).
+        var readsWebSocketFrames: Bool {
+            guard request.isUpgrade else { return false }
+            return scope.protection.guardMode == .on || !scope.policy.covering(target.origin, client: client).isEmpty
+        }
+
+        /// Frames the proxy reads must be readable: a compressed or otherwise extended payload
+        /// (`permessage-deflate`, RFC 7692) could carry a value the guard cannot see, so no
+        /// extension is offered to the origin (RFC 6455 §9.1: the client then speaks plain frames).
+        mutating func keepWebSocketFramesReadable() {
+            guard readsWebSocketFrames else { return }
+            outgoing.fields.removeAll("sec-websocket-extensions")
+        }
+
+        /// What the frames are read with: the head's guard watch for client frames (values this
+        /// origin may not receive, every placeholder), the placeholders this hop replaces, the scrub.
+        func webSocketPlan(egress: SecretWatch?, scrub: SecretWatch?) -> WebSocketFramePlan? {
+            guard readsWebSocketFrames else { return nil }
+            var substitutions: [String: WebSocketFramePlan.Substitution] = [:]
+            for name in substitutable {
+                // A secret without a value now is not replaced: its placeholder is refused like any other.
+                guard let text = scope.values.placeholders.texts[name], let value = secrets.value(of: name) else { continue }
+                substitutions[name] = .init(placeholder: Array(text.utf8), value: value.exposedBytes)
+            }
+            var refusals: [String: PlaceholderRefusal] = [:]
+            for name in scope.values.placeholders.texts.keys where substitutions[name] == nil {
+                refusals[name] = refusal(name, inBody: true)
+            }
+            return WebSocketFramePlan(
+                egress: egress, substitutions: substitutions, scrub: scrub, origin: target.origin, refusals: refusals)
+        }
+
         /// The head exactly as it goes on the wire.
         func serializedHead() -> [UInt8] {
             let framing: BodyFraming =
@@ -368,7 +410,8 @@ public enum HopPlanner {
                 target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
                 isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
                 signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
-                placeholderRequest: streamedGuard == nil ? nil : placeholderFacts())
+                placeholderRequest: streamedGuard == nil && !readsWebSocketFrames ? nil : placeholderFacts(),
+                webSocket: webSocketPlan(egress: egressWatch, scrub: scrub.watch))
         }
     }
 

@@ -168,6 +168,9 @@ public enum ConnectionEvent: Sendable {
     /// The upstream hung up. `sawResponseBytes`: any byte of a response had arrived on it.
     case upstreamClosed(HopID, sawResponseBytes: Bool)
     case tunnelBytes(HopID, fromClient: UInt64, fromUpstream: UInt64)
+    /// The WebSocket frame relay stopped: a value (or placeholder) the origin may not receive, or
+    /// frames that are not RFC 6455. Close frames went to both sides.
+    case webSocketStopped(HopID, WebSocketFrameFilter.Stop, sender: WebSocketSender)
     case timerFired(TimerPurpose)
     /// The worker stops: idle connections close now, busy ones after their exchange.
     case drain
@@ -211,6 +214,9 @@ public enum ConnectionAction: Sendable, Equatable {
     case relayResponseBody(HopID, inbound: BodyFraming, outbound: BodyFraming, observe: Int?, scrub: SecretWatch? = nil)
     /// Move bytes both ways between the client and the hop (CONNECT, or an upgrade after 101).
     case splice(HopID)
+    /// After a WebSocket 101: read frames both ways under this plan (guard and placeholders on the
+    /// client's, scrub on the origin's), re-framed, instead of splicing.
+    case relayWebSocket(HopID, WebSocketFramePlan)
     /// One side of a tunnel hung up: hand the other side what was sent, then close everything.
     case finishTunnel(HopID, closedSide: TunnelSide)
     /// Let go of the hop: with `reuse`, back to the pool (the engine still checks it is clean);

@@ -51,6 +51,11 @@ extension ClientConnection {
             guard let leg, leg.hop == hop else { return }
             leg.splicing = true
             pumpTunnel()
+        case .relayWebSocket(let hop, let plan):
+            guard let leg, leg.hop == hop else { return }
+            leg.webSocket = WebSocketRelay(plan: plan)
+            leg.splicing = true
+            pumpTunnel()
         case .finishTunnel(let hop, let side):
             finishTunnel(hop, closedSide: side)
         case .releaseUpstream(let hop, let reuse):

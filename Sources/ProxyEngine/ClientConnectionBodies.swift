@@ -15,13 +15,32 @@ extension ClientConnection {
 
     func pumpTunnel() {
         guard let leg, leg.splicing else { return }
-        let moved = TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
+        let moved =
+            leg.webSocket?.pump(client: transport, upstream: leg, highWatermark: highWatermark)
+            ?? TunnelSplice.pump(client: transport, upstream: leg, highWatermark: highWatermark)
         unreportedTunnelBytes.fromClient += moved.fromClient
         unreportedTunnelBytes.fromUpstream += moved.fromUpstream
+        if let relay = leg.webSocket {
+            reportWebSocket(relay, leg)
+            if leg !== self.leg || isClosed { return }
+        }
         if unreportedTunnelBytes.fromClient + unreportedTunnelBytes.fromUpstream > 0, progressDue() {
             deliver(.tunnelBytes(leg.hop, fromClient: unreportedTunnelBytes.fromClient, fromUpstream: unreportedTunnelBytes.fromUpstream))
             unreportedTunnelBytes = (0, 0)
         }
+    }
+
+    /// What a WebSocket's frame relay found: scrubbed values for the metric, the hold-back's idle
+    /// timer, and a stop (the close frames are written: the machine ends the tunnel and its line).
+    private func reportWebSocket(_ relay: WebSocketRelay, _ leg: UpstreamLeg) {
+        for finding in relay.takeFindings() ?? [] {
+            configuration.metrics.countScrubbed(secret: finding.secret, matches: 1)
+        }
+        leg.scheduleHoldBackRelease()
+        guard let (stop, sender) = relay.takeStop() else { return }
+        leg.flush()  // the origin's close frame, before the machine lets the leg go
+        reportPendingProgress()
+        deliver(.webSocketStopped(leg.hop, stop, sender: sender))
     }
 
     /// One side of a tunnel hung up: hand over what it sent, then close once the other side has it.
@@ -34,7 +53,9 @@ extension ClientConnection {
         unreportedTunnelBytes = (0, 0)
         switch closedSide {
         case .client:
-            let moved = TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
+            let moved =
+                leg.webSocket?.handOver(from: transport.input, to: upstreamOutput, fromClient: true)
+                ?? TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
             deliver(.tunnelBytes(hop, fromClient: pending.fromClient + moved, fromUpstream: pending.fromUpstream))
             leg.flush()
             if EventBuffer.length(upstreamOutput) == 0 {
@@ -45,7 +66,9 @@ extension ClientConnection {
                 transport.waitForUpstream(milliseconds: 2_000)
             }
         case .upstream:
-            let moved = TunnelSplice.handOver(from: upstreamInput, to: transport.output)
+            let moved =
+                leg.webSocket?.handOver(from: upstreamInput, to: transport.output, fromClient: false)
+                ?? TunnelSplice.handOver(from: upstreamInput, to: transport.output)
             deliver(.tunnelBytes(hop, fromClient: pending.fromClient, fromUpstream: pending.fromUpstream + moved))
             release(hop, reuse: false)
             transport.closeAfterFlush()

@@ -54,6 +54,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     var closed = false
     /// Bytes are spliced both ways (CONNECT, upgrade).
     var splicing = false
+    /// A spliced WebSocket whose frames are read (guarded, substituted, scrubbed) on their way.
+    var webSocket: WebSocketRelay?
     /// The client hung up on a tunnel: close once this leg's output has drained.
     var closingAfterDrain = false
     /// Releases what a filtered body holds back after an idle time (created the first time a body
@@ -266,7 +268,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// counted from the last byte taken (a run that took nothing does not restart it); a body that
     /// holds nothing needs no timer.
     func scheduleHoldBackRelease() {
-        let holding = (requestPump?.holdsBack ?? false) || (responsePump?.holdsBack ?? false)
+        let holding =
+            (requestPump?.holdsBack ?? false) || (responsePump?.holdsBack ?? false) || (webSocket?.holdsBack ?? false)
         guard holding else {
             if let holdBackTimer, bytesAtHoldBackArm != .max {
                 event_del(holdBackTimer)
@@ -274,7 +277,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             }
             return
         }
-        let taken = (requestPump?.bodyBytes ?? 0) &+ (responsePump?.bodyBytes ?? 0)
+        let taken = (requestPump?.bodyBytes ?? 0) &+ (responsePump?.bodyBytes ?? 0) &+ (webSocket?.taken ?? 0)
         guard taken != bytesAtHoldBackArm else { return }
         bytesAtHoldBackArm = taken
         if holdBackTimer == nil {
@@ -288,6 +291,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         bytesAtHoldBackArm = .max
         if let output { requestPump?.releaseHeld(to: output) }
         if responsePump != nil { responsePump!.releaseHeld(to: clientOutput) }
+        webSocket?.releaseHeld(clientOutput: clientOutput, upstreamOutput: output)
     }
 
     fileprivate func holdBackExpired() { owner?.legHoldBackExpired(self) }

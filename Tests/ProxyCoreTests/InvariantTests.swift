@@ -89,7 +89,8 @@ struct InvariantTests {
     static func hopNamed(by event: ConnectionEvent) -> HopID? {
         switch event {
         case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
-            .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _):
+            .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _),
+            .webSocketStopped(let id, _, _):
             id
         default:
             nil
@@ -232,7 +233,7 @@ struct InvariantTests {
             case .relayResponseBody(let id, _, _, _, _):
                 relaying.insert(id)
                 checkCurrent(action, id)
-            case .splice(let id):
+            case .splice(let id), .relayWebSocket(let id, _):
                 checkCurrent(action, id)
             case .emit:
                 emits += 1

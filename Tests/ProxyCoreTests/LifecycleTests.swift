@@ -316,7 +316,7 @@ struct LifecycleTests {
         p.ignores(.responseHead(hop(1), response("HTTP/1.1 200 OK", "Content-Length: 0")))
     }
 
-    @Test("a 101 to an upgrade request turns the exchange into a tunnel; its line is written when it closes")
+    @Test("a 101 to an upgrade request turns the exchange into a tunnel (frames read: the guard is on); its line is written when it closes")
     func upgrade() {
         var p = Playbook()
         p.start([.arm(.clientHead)])
@@ -331,7 +331,7 @@ struct LifecycleTests {
                 hop(1), response("HTTP/1.1 101 Switching Protocols", "Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Accept: xyz")),
             [
                 .writeExactly("HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: xyz\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"),
-                .splice(hop(1)),
+                .relayFrames(hop(1), guards: nil, scrubs: nil),
                 .arm(.stall),
             ])
         #expect(p.machine.currentHop == hop(1))

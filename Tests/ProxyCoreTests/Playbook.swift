@@ -221,6 +221,8 @@ enum Expect: CustomStringConvertible {
     case pumpBody(HopID, BodyFraming, capture: Int?, observe: Int?, guards: [String]?)
     /// `relayResponseBody`; `scrubs`: the secrets its scrub watch masks (nil: not checked).
     case relayBody(HopID, BodyFraming, BodyFraming, observe: Int?, scrubs: [String]?)
+    /// `relayWebSocket`: frames read both ways; `guards`/`scrubs`: the secrets its watches name (nil: not checked).
+    case relayFrames(HopID, guards: [String]?, scrubs: [String]?)
 
     static func emit(_ fields: RecordField...) -> Expect { .emit(fields) }
     static var cancelTimer: Expect { .exactly(.cancelTimer) }
@@ -268,6 +270,11 @@ enum Expect: CustomStringConvertible {
             guard case .relayResponseBody(hop, inbound, outbound, observe, let watch) = action else { return "expected \(self)" }
             if let scrubs, Set(scrubs) != Set(watch?.secrets ?? []) { return "scrub masks \(watch?.secrets ?? []), expected \(scrubs)" }
             return nil
+        case .relayFrames(let hop, let guards, let scrubs):
+            guard case .relayWebSocket(hop, let plan) = action else { return "expected \(self)" }
+            if let guards, Set(guards) != Set(plan.egress?.secrets ?? []) { return "frame guard watches \(plan.egress?.secrets ?? []), expected \(guards)" }
+            if let scrubs, Set(scrubs) != Set(plan.scrub?.secrets ?? []) { return "frame scrub masks \(plan.scrub?.secrets ?? []), expected \(scrubs)" }
+            return nil
         }
     }
 
@@ -289,6 +296,8 @@ enum Expect: CustomStringConvertible {
             "sendToUpstream(\(hop), \(quoted(prefix))…" + shape(containing, excluding) + ")"
         case .pumpBody(let hop, let framing, let capture, let observe, let guards):
             "pumpRequestBody(\(hop), \(framing), capture: \(capture.map(String.init) ?? "nil"), observe: \(observe.map(String.init) ?? "nil"), guards: \(guards.map { "\($0)" } ?? "any"))"
+        case .relayFrames(let hop, let guards, let scrubs):
+            "relayWebSocket(\(hop), guards: \(guards.map { "\($0)" } ?? "any"), scrubs: \(scrubs.map { "\($0)" } ?? "any"))"
         case .relayBody(let hop, let inbound, let outbound, let observe, let scrubs):
             "relayResponseBody(\(hop), \(inbound) -> \(outbound), observe: \(observe.map(String.init) ?? "nil"), scrubs: \(scrubs.map { "\($0)" } ?? "any"))"
         case .emit(let fields): "emit(\(fields.map(\.description).joined(separator: ", ")))"

@@ -54,7 +54,7 @@ struct UpgradeEngineTests {
         #expect(origin.requests.count == 1)
     }
 
-    @Test("a WebSocket upgrade alone still becomes a tunnel (control)")
+    @Test("a WebSocket upgrade alone still becomes a tunnel (control; with the guard off and no scope, its bytes are spliced unread)")
     func websocketStillWorks() throws {
         let origin = try FixtureOrigin(host: "127.0.0.1") { connection in
             guard connection.readRequest() != nil else { return }
@@ -62,7 +62,7 @@ struct UpgradeEngineTests {
             while let chunk = try? connection.socket.receive(), !chunk.isEmpty { connection.send(chunk) }
         }
         defer { origin.stop() }
-        let proxy = try ProxyHarness()
+        let proxy = try ProxyHarness(yaml: "guard: off", secrets: [:])
         defer { proxy.stop() }
         let socket = try proxy.connect()
         try socket.send("GET \(origin.url)/chat HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
