@@ -227,8 +227,9 @@ public struct StreamMachine {
         case .headStarted, .requestHead, .requestHeadInvalid, .clientTLSEstablished, .clientTLSFailed, .switchedToHTTP2:
             // A stream's head comes whole with `start`; TLS belongs to its connection.
             impossible(.notOnAStream)
-        case .tunnelBytes:
-            // A stream never becomes a tunnel: bytes of one can only be of a hop long released.
+        case .tunnelBytes, .webSocketStopped:
+            // A stream never becomes a tunnel (nor a WebSocket: extended CONNECT is refused): bytes
+            // of one can only be of a hop long released.
             ignore(isLive ? .staleHop : .afterClose)
         case .drain:
             // The connection drains (GOAWAY): a stream under way is let finish.

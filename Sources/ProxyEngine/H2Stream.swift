@@ -265,7 +265,7 @@ final class H2Stream: ExchangeHost {
             acquireToken(secret, from: scope)
         case .markTokenStale(let secret, let token, let scope):
             markTokenStale(secret, token, from: scope)
-        case .writeToClient, .startClientTLS, .readNextRequest, .closeClient, .splice, .finishTunnel:
+        case .writeToClient, .startClientTLS, .readNextRequest, .closeClient, .splice, .finishTunnel, .relayWebSocket:
             // A stream's machine renders its answers as stream actions; these belong to HTTP/1.1.
             assertionFailure("HTTP/1.1 action \(action) from a stream machine")
         }

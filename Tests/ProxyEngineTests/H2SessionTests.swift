@@ -1,3 +1,4 @@
+import ProxyCore
 import CLibevent
 import Testing
 
