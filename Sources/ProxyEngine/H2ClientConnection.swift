@@ -71,8 +71,12 @@ final class H2ClientConnection: H2SessionDelegate {
     func readable() {
         guard !isClosed else { return }
         if let failure = session.receive(from: transport.input) {
-            // nghttp2 queued the GOAWAY (a flood the guard stopped already said why).
+            // The session cannot go on: GOAWAY (ENHANCE_YOUR_CALM for a flood, PROTOCOL_ERROR
+            // otherwise; nghttp2 keeps the one it may have queued first), then the close once it
+            // is written. A flood the guard stopped already said why.
             end(reason: failure.code)
+            let code: H2ErrorCode = failure == .flooded || failure == .stoppedByGuard ? .enhanceYourCalm : .protocolError
+            session.terminate(code: code.rawValue)
         }
     }
 
@@ -152,7 +156,9 @@ final class H2ClientConnection: H2SessionDelegate {
 
     func h2StreamClosed(_ session: H2Session, stream id: Int32, code: UInt32) {
         guard let stream = streams.removeValue(forKey: id) else { return }
-        if !stream.machine.isFinished, code != H2ErrorCode.noError.rawValue, !stream.resetByUs,
+        // Any code counts (NO_ERROR included: a reset is a reset): what matters is that the stream
+        // was opened, started work, and was cancelled before it was answered.
+        if !stream.machine.isFinished, !stream.resetByUs,
             case .goAway(let violation) = floodGuard.streamResetByClient(responseEnded: false)
         {
             // Rapid reset: streams opened and cancelled faster than they are answered.

@@ -30,9 +30,10 @@ final class H2Session {
         /// not capped at 64 KiB in flight; bounded so many streams cannot make us hold more than
         /// this many request bytes for one connection.
         var connectionWindow: Int = 1024 * 1024
-        /// CONTINUATION frames nghttp2 accepts after one HEADERS before it ends the connection
-        /// (its own default, 8; 8 full frames already exceed the 64 KiB header list).
-        var maxContinuations: Int = 8
+        /// CONTINUATION frames nghttp2 accepts after one HEADERS before it ends the connection: a
+        /// backstop only. The flood guard (`H2FloodGuard.maxContinuationFrames`, 16) decides first,
+        /// so the log says `continuation_flood`; nghttp2's own limit catches what it would miss.
+        var maxContinuations: Int = 2 * H2FloodGuard.maxContinuationFrames
     }
 
     let role: Role

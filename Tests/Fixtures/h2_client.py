@@ -70,6 +70,21 @@ def main():
 
     results = {}
     order = []
+    uploads = {}  # stream id -> bytes still to send, as flow control allows
+
+    def send_uploads():
+        for stream_id in list(uploads):
+            data = uploads[stream_id]
+            while data:
+                window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+                if window <= 0:
+                    break
+                conn.send_data(stream_id, data[:window])
+                data = data[window:]
+            uploads[stream_id] = data
+            if not data:
+                conn.end_stream(stream_id)
+                del uploads[stream_id]
     for spec in plan.get("streams", []):
         stream_id = conn.get_next_available_stream_id()
         headers = [(":method", spec.get("method", "GET")), (":scheme", spec.get("scheme", "https")),
@@ -78,11 +93,12 @@ def main():
         body = spec.get("body")
         conn.send_headers(stream_id, headers, end_stream=body is None)
         if body is not None:
-            conn.send_data(stream_id, body.encode(), end_stream=True)
+            uploads[stream_id] = body.encode()
         if spec.get("reset_after_headers"):
             conn.reset_stream(stream_id)
         results[stream_id] = {"id": stream_id, "status": None, "headers": {}, "body": "", "reset": None, "trailers": {}}
         order.append(stream_id)
+    send_uploads()
     sock.sendall(conn.data_to_send())
 
     flood = plan.get("flood")
@@ -169,6 +185,8 @@ def main():
                     entry["reset"] = int(event.error_code)
                 pending.discard(event.stream_id)
                 ended.append(event.stream_id)
+            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+                send_uploads()
             elif isinstance(event, h2.events.ConnectionTerminated):
                 goaway = {"code": int(event.error_code), "last_stream": event.last_stream_id}
         try:
