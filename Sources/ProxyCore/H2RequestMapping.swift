@@ -101,27 +101,24 @@ public enum H2RequestMapping {
         }
 
         // The authority the request names: `:authority`, or Host when a client sends only that
-        // (§8.3.1 lets it). Both: they must name the same thing, or which one decides would depend
-        // on who reads the request.
+        // (§8.3.1 lets it). Both: they must name the same host and port (§8.3.1: a Host that
+        // identifies another entity is malformed), or which one decides would depend on who reads.
         if hosts.count > 1 { throw .malformedRequest("more than one Host header") }
-        var authority = pseudo.authority
-        if let host = hosts.first {
-            if let named = authority {
-                guard named.lowercased() == host.lowercased() else {
+        var authority = pseudo.authority ?? hosts.first
+        if let named = authority {
+            let field = pseudo.authority != nil ? ":authority" : "Host header"
+            guard !named.utf8.contains(UInt8(ascii: "@")) else { throw .malformedRequest("userinfo in \(field)") }
+            guard let (host, port) = try? RequestTarget.parseAuthority(Substring(named)) else { throw .malformedRequest("invalid \(field)") }
+            let origin = Origin(scheme: scheme, host: host, port: port ?? scheme.defaultPort)
+            if pseudo.authority != nil, let sent = hosts.first {
+                guard let (otherHost, otherPort) = try? RequestTarget.parseAuthority(Substring(sent)) else {
+                    throw .malformedRequest("invalid Host header")
+                }
+                guard Origin(scheme: scheme, host: otherHost, port: otherPort ?? scheme.defaultPort) == origin else {
                     throw .malformedRequest(":authority and Host differ")
                 }
-            } else {
-                authority = host
             }
-        }
-        if let named = authority {
-            guard !named.utf8.contains(UInt8(ascii: "@")) else { throw .malformedRequest("userinfo in :authority") }
-            guard let parsed = try? RequestTarget.parseAuthority(Substring(named)) else { throw .malformedRequest("invalid :authority") }
-            if case .intercepted(let tunnel) = connection,
-                Origin(scheme: scheme, host: parsed.0, port: parsed.1 ?? scheme.defaultPort) != tunnel
-            {
-                throw .misdirectedRequest(tunnel: tunnel)
-            }
+            if case .intercepted(let tunnel) = connection, origin != tunnel { throw .misdirectedRequest(tunnel: tunnel) }
         }
 
         let target: String

@@ -88,6 +88,11 @@ struct H2RequestMappingTests {
             .init("te other than trailers", pseudo(get, "te: gzip"), .malformedRequest("te other than trailers in an HTTP/2 request")),
             // One value or refuse: :authority and Host.
             .init(":authority and host differ", pseudo(get, "host: b.example"), .malformedRequest(":authority and Host differ")),
+            .init(":authority and host on another port", pseudo(get, "host: a.example:8443"), .malformedRequest(":authority and Host differ")),
+            .init("host that is no authority", pseudo(get, "host: a.example:x"), .malformedRequest("invalid Host header")),
+            .init(
+                "host alone with userinfo", pseudo(without(":authority"), "host: u:\(canary)@a.example"), .malformedRequest("userinfo in Host header")
+            ),
             .init("two host fields", pseudo(get, "host: a.example", "host: a.example"), .malformedRequest("more than one Host header")),
             // Content-length read with bounds; it must match the DATA (none when HEADERS end the stream, §8.1.1).
             .init("content-length not a number", pseudo(get, "content-length: 1x"), .malformedRequest("invalid Content-Length")),
@@ -191,6 +196,9 @@ struct H2RequestMappingTests {
         #expect(throws: Never.self) { try Self.map(Self.pseudo(Self.get, "te: trailers")).get() }
         let both = try Self.map(Self.pseudo(Self.get, "host: A.EXAMPLE")).get().head
         #expect(both.fields.values("host") == ["a.example"])
+        // The same entity (RFC 9113 §8.3.1), spelled with the scheme's default port.
+        let defaultPort = try Self.map(Self.pseudo(Self.get, "host: a.example:443")).get().head
+        #expect(defaultPort.fields.values("host") == ["a.example"])
         let options = try Self.map(Self.pseudo([(":method", "OPTIONS"), (":scheme", "https"), (":authority", "a.example"), (":path", "*")])).get()
         #expect(options.head.target == "https://a.example")
     }

@@ -104,6 +104,18 @@ struct StreamMachineTests {
         own.start(block("GET", "https://a.example/v1"), [.arm(.connect), .connect(hop(1), a, .tls, reusePooled: true)])
     }
 
+    @Test("on a route's listener, a stream is an origin-form request for the route's upstream; a Host on another port is refused as for HTTP/1.1")
+    func routed() {
+        let mode = ConnectionMode.route(upstream: plain, publicOrigin: origin("http://127.0.0.1:9000"))
+        var s = StreamBook(mode: mode)
+        s.start(block("GET", "http://localhost:9000/x"), [.arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
+        s.on(
+            .upstreamConnected(hop(1), reused: true),
+            [.send(hop(1), startingWith: "GET /x HTTP/1.1\r\nHost: plain.example\r\n"), .arm(.responseHead)])
+        var other = StreamBook(mode: mode)
+        other.start(block("GET", "http://localhost:9001/x"), [.respond(400, .error("host_mismatch")), .emit(.status(400))])
+    }
+
     @Test("the client resets a stream mid-body: the hop is released once and the line says client_closed; later events change nothing")
     func clientResetMidBody() {
         var s = StreamBook()
