@@ -152,6 +152,30 @@ struct H2SessionHostilePeerTests {
         #expect(events.events.last == .closed(stream, code: 0x1))
     }
 
+    /// nghttp2's own rapid-reset limit (Debian's 1.52 carries the upstream fix: 1 000 resets in a
+    /// burst) is a floor under the engine's flood guard: the connection ends, and the owner can say why.
+    @Test func nghttp2sOwnRapidResetLimitEndsTheConnectionAndSaysSo() {
+        let server = H2RawServer(settings: .init(maxConcurrentStreams: 2000))
+        var bytes = H2Wire.clientStart + settingsAck
+        for index in 0..<1200 {
+            let stream = Int32(1 + 2 * index)
+            bytes += H2Wire.frame(.headers, flags: H2Wire.endHeaders, stream: stream, H2Wire.requestBlock())
+            bytes += H2Wire.frame(.rstStream, stream: stream, [0, 0, 0, 8])
+        }
+        #expect(server.feed(bytes) == nil)
+        #expect(server.written().contains { $0.type == .goAway })
+        #expect(!server.session.wantsRead && !server.session.wantsWrite)
+        #expect(server.session.lastProtocolError?.contains("nghttp2 sent GOAWAY") == true, "\(server.session.lastProtocolError ?? "-")")
+    }
+
+    @Test func theOwnersGoAwayIsNotCalledAProtocolError() {
+        let pair = H2Pair()
+        pair.server.terminate(code: 0)
+        pair.pump()
+        #expect(pair.server.lastProtocolError == nil)
+        #expect(pair.clientEvents.events.contains(.goAway(lastStream: 0, code: 0)))
+    }
+
     @Test func requestTrailersFromTheClientRoleEndTheStream() {
         let pair = H2Pair()
         let stream = pair.request("/svc", method: "POST", body: Array("payload".utf8), trailers: [H2HeaderField(name: "X-Checksum", value: "42")])
