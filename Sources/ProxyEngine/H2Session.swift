@@ -57,6 +57,8 @@ final class H2Session {
     var openStreams: Set<Int32> = []
     /// Set when `h2FrameStarted` said no: the callback failure that follows is the guard's.
     var stoppedByGuard = false
+    /// Set when the owner (or the guard) asked for GOAWAY: any other GOAWAY is nghttp2's own.
+    var goAwayByOwner = false
     /// The last protocol error nghttp2 reported, for a stream or the connection (fixed library text
     /// and at most a field name, never a value). When the session ends without the owner asking
     /// (`wantsRead` and `wantsWrite` false after a GOAWAY nghttp2 sent), this says why.
@@ -200,6 +202,7 @@ final class H2Session {
     /// `debug` goes to the peer: never put a secret or a field value in it.
     func goAway(code: UInt32, debug: String = "") {
         guard let session else { return }
+        goAwayByOwner = true
         let last = nghttp2_session_get_last_proc_stream_id(session)
         var bytes = Array(debug.utf8.prefix(256))
         _ = bytes.withUnsafeMutableBufferPointer { debugBytes in
@@ -210,6 +213,7 @@ final class H2Session {
     /// GOAWAY and the end of the session once it is sent: no stream finishes.
     func terminate(code: UInt32) {
         guard let session else { return }
+        goAwayByOwner = true
         _ = nghttp2_session_terminate_session(session, code)
     }
 

@@ -144,6 +144,7 @@ extension H2Session {
             return 0
         }
         stoppedByGuard = true
+        goAwayByOwner = true
         if let session { _ = nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM.rawValue) }
         return sp_nghttp2_err_callback_failure()
     }
@@ -252,7 +253,14 @@ extension H2Session {
     }
 
     func frameSent(_ frame: UnsafePointer<nghttp2_frame>) {
-        guard H2FrameType(rawValue: sp_nghttp2_frame_type(frame)) == .rstStream else { return }
+        let type = H2FrameType(rawValue: sp_nghttp2_frame_type(frame))
+        if type == .goAway, !goAwayByOwner {
+            // nghttp2 ended the connection on its own (a connection error, its rapid-reset or
+            // flood limits): say so even when no callback said why.
+            let code = H2Rejection.errorCodeName(sp_nghttp2_frame_goaway_code(frame))
+            noteProtocolError(lastProtocolError.map { "\($0); nghttp2 sent GOAWAY \(code)" } ?? "nghttp2 sent GOAWAY \(code) (its own limits)")
+        }
+        guard type == .rstStream else { return }
         let stream = sp_nghttp2_frame_stream(frame)
         let reason = rejectionReasons.removeValue(forKey: stream)
         if ownResets.remove(stream) != nil { return }

@@ -120,6 +120,63 @@ struct H2SessionHostilePeerTests {
         #expect(pair.server.streamCount == 0)
     }
 
+    /// The client role (origins) runs the same checks on responses: a malformed one resets its
+    /// stream, and the delegate hears which rule it broke.
+    @Test(arguments: [
+        (H2Wire.literal("X-Upper", "1"), "uppercase header field name 'X-Upper'"),
+        (H2Wire.literal("connection", "close"), "connection-specific header field 'connection'"),
+        ([UInt8](), "HTTP messaging rule broken"),  // no :status
+    ])
+    func aMalformedResponseFromAnOriginIsResetAndReported(extra: [UInt8], expected: String) {
+        let events = H2Recorder()
+        let client = H2Session(role: .client)
+        client.delegate = events
+        let output = evbuffer_new()!
+        let input = evbuffer_new()!
+        defer {
+            evbuffer_free(output)
+            evbuffer_free(input)
+        }
+        let stream = client.submitRequest(
+            fields: [field(":method", "GET"), field(":scheme", "https"), field(":authority", "origin.test"), field(":path", "/")], hasBody: false)
+        client.send(to: output, highWatermark: 1 << 20)
+        evbuffer_drain(output, evbuffer_get_length(output))
+        // The origin's SETTINGS, then a response whose block breaks a rule (0x88: :status 200).
+        let block = (extra.isEmpty ? [] : [0x88]) + extra + H2Wire.literal("content-type", "text/plain")
+        let reply = H2Wire.frame(.settings) + H2Wire.frame(.headers, flags: H2Wire.endStream | H2Wire.endHeaders, stream: stream, block)
+        reply.withUnsafeBytes { _ = evbuffer_add(input, $0.baseAddress, $0.count) }
+        #expect(client.receive(from: input) == nil)
+        client.send(to: output, highWatermark: 1 << 20)
+        #expect(events.headerBlocks.isEmpty)
+        #expect(events.rejections.map(\.stream) == [stream])
+        #expect(events.rejections.first?.reason.contains(expected) == true, "\(events.rejections)")
+        #expect(events.events.last == .closed(stream, code: 0x1))
+    }
+
+    /// nghttp2's own rapid-reset limit (Debian's 1.52 carries the upstream fix: 1 000 resets in a
+    /// burst) is a floor under the engine's flood guard: the connection ends, and the owner can say why.
+    @Test func nghttp2sOwnRapidResetLimitEndsTheConnectionAndSaysSo() {
+        let server = H2RawServer(settings: .init(maxConcurrentStreams: 2000))
+        var bytes = H2Wire.clientStart + settingsAck
+        for index in 0..<1200 {
+            let stream = Int32(1 + 2 * index)
+            bytes += H2Wire.frame(.headers, flags: H2Wire.endHeaders, stream: stream, H2Wire.requestBlock())
+            bytes += H2Wire.frame(.rstStream, stream: stream, [0, 0, 0, 8])
+        }
+        #expect(server.feed(bytes) == nil)
+        #expect(server.written().contains { $0.type == .goAway })
+        #expect(!server.session.wantsRead && !server.session.wantsWrite)
+        #expect(server.session.lastProtocolError?.contains("nghttp2 sent GOAWAY") == true, "\(server.session.lastProtocolError ?? "-")")
+    }
+
+    @Test func theOwnersGoAwayIsNotCalledAProtocolError() {
+        let pair = H2Pair()
+        pair.server.terminate(code: 0)
+        pair.pump()
+        #expect(pair.server.lastProtocolError == nil)
+        #expect(pair.clientEvents.events.contains(.goAway(lastStream: 0, code: 0)))
+    }
+
     @Test func requestTrailersFromTheClientRoleEndTheStream() {
         let pair = H2Pair()
         let stream = pair.request("/svc", method: "POST", body: Array("payload".utf8), trailers: [H2HeaderField(name: "X-Checksum", value: "42")])

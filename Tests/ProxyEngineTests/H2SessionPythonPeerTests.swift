@@ -28,7 +28,7 @@ struct H2SessionPythonPeerTests {
         let events = H2Recorder()
         let session = H2Session(role: .server)
         session.delegate = events
-        events.onStreamEnded = { session, stream in
+        events.onStreamEnded = { [unowned events] session, stream in
             let path = events.headerBlocks.first { $0.stream == stream && $0.kind == .request }?.fields.first { $0.name == ":path" }?.value
             let received = events.received[stream]?.count ?? 0
             switch path {
