@@ -398,6 +398,8 @@ struct H2SessionTests {
         (H2Wire.requestBlock([("te", "gzip")]), "te other than trailers"),
         (H2Wire.requestBlock([("x-bad name", "canary-value-3")]), "invalid header field 'x-bad name'"),
         (H2Wire.requestBlock([("x-ctl", "canary\u{1}value")]), "invalid header field 'x-ctl'"),
+        (H2Wire.requestBlock([("x-ws", " canary-padded")]), "invalid header field 'x-ws'"),
+        (H2Wire.requestBlock([("x-ws", "canary-padded\t")]), "invalid header field 'x-ws'"),
         ([0x82, 0x87] + H2Wire.literalIndexedName(1, "origin.test"), "HTTP messaging rule broken"),  // no :path
         (H2Wire.requestBlock([(":path", "/again")]), "invalid pseudo-header field ':path'"),
         (H2Wire.requestBlock([("host", "other.test"), ("content-length", "x")]), "invalid 'content-length' field"),
