@@ -420,6 +420,7 @@ public struct ConnectionMachine {
         let origin = plan.origin
         switch stop {
         case .secret(let finding):
+            tunnel.record.guardFinding = finding
             tunnel.record.failure = .proxy(
                 finding.isPlaceholder
                     ? .placeholderOutOfScope(

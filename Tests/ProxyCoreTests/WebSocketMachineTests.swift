@@ -100,6 +100,7 @@ struct WebSocketMachineTests {
             ])
         p.ignores(.webSocketStopped(hop(1), .secret(finding), sender: .client))
         #expect(p.emitted.count == 1)
+        #expect(p.emitted.last?.guardFinding == finding, "the line's guard field names the secret")
     }
 
     @Test("frames that are not RFC 6455: from the client a malformed request, from the origin a bad upstream response")
