@@ -367,7 +367,8 @@ private struct Harness {
         switch event {
         case .upstreamConnected(let hop, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
             .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
-            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _):
+            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _),
+            .webSocketScrubbed(let hop, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed:

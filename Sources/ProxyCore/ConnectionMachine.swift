@@ -202,6 +202,12 @@ public struct ConnectionMachine {
             tunnel.record.bytesOut += fromUpstream
             state = .tunnel(tunnel)
             if fromClient + fromUpstream > 0 { effects.arm(.stall) }
+        case .webSocketScrubbed(let hop, let findings):
+            guard case .tunnel(var tunnel) = state, tunnel.hopID == hop, tunnel.frames != nil else {
+                return ignore(isLive ? .staleHop : .afterClose)
+            }
+            tunnel.record.scrubbed += findings
+            state = .tunnel(tunnel)
         case .webSocketStopped(let hop, let stop, let sender):
             guard case .tunnel(var tunnel) = state, tunnel.hopID == hop, let plan = tunnel.frames else {
                 return ignore(isLive ? .staleHop : .afterClose)

@@ -63,6 +63,18 @@ struct WebSocketMachineTests {
             afterSwitch: .relayFrames(hop(1), guards: nil, scrubs: ["a_token"]))
     }
 
+    @Test("origin frames the scrub masked: the upgrade's line names each form (names only)")
+    func scrubbedNamed() {
+        var p = Self.upgraded(
+            Self.guardOff, "https://a.example/ws", host: "a.example", a, .tls, offerSent: false,
+            afterSwitch: .relayFrames(hop(1), guards: nil, scrubs: ["a_token"]))
+        let finding = SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)
+        p.on(.webSocketScrubbed(hop(1), [finding]), [])
+        p.ignores(.webSocketScrubbed(hop(2), [finding]), as: .staleHop)
+        p.on(.connectionClosed, [.cancelTimer, .release(hop(1), reuse: false), .emit(.status(101))])
+        #expect(p.emitted.last?.scrubbed == [finding])
+    }
+
     @Test("where frames are read, a 101 that chose an extension anyway is a 502: frames the proxy cannot read never flow")
     func extensionNotOfferedRefused() {
         var p = Playbook(Configs.pass)
