@@ -352,12 +352,14 @@ private struct Harness {
         check(actions)
         // A 101 on a connection whose client already sent more would hand those pipelined requests
         // (for other origins, with their credentials) to this origin.
-        if case .responseHead(_, _, clientPipelined: true) = event, actions.contains(where: {
-            switch $0 {
-            case .splice, .relayWebSocket: true
-            default: false
-            }
-        }) {
+        if case .responseHead(_, _, clientPipelined: true) = event,
+            actions.contains(where: {
+                switch $0 {
+                case .splice, .relayWebSocket: true
+                default: false
+                }
+            })
+        {
             fail("a 101 was spliced although the client had pipelined requests behind the upgrade")
         }
         if case .connectionClosed = event { closeChecks() }

@@ -422,7 +422,9 @@ public struct ConnectionMachine {
 
     /// The frame relay ended the WebSocket (the engine already sent both sides a close frame): the
     /// line says why, naming a secret found but never its value, and both connections close.
-    private mutating func webSocketStopped(_ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender) {
+    private mutating func webSocketStopped(
+        _ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender
+    ) {
         let origin = plan.origin
         switch stop {
         case .secret(let finding):

@@ -30,7 +30,8 @@ struct WebSocketMachineTests {
             [
                 offerSent
                     ? .send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: [offer, "Upgrade: websocket"])
-                    : .send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["Upgrade: websocket"], excluding: ["Sec-WebSocket-Extensions"]),
+                    : .send(
+                        hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["Upgrade: websocket"], excluding: ["Sec-WebSocket-Extensions"]),
                 .arm(.responseHead),
             ])
         p.on(

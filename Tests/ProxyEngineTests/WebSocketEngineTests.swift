@@ -182,7 +182,9 @@ struct WebSocketEngineTests {
         #expect(outcome.client_received.first?.sha256 == outcome.sent_sha256)
     }
 
-    @Test("wss inside an intercepted TLS tunnel (the binary, CONNECT by the client library): a value in a client frame is stopped with close 1008 and the line says so, names only")
+    @Test(
+        "wss inside an intercepted TLS tunnel (the binary, CONNECT by the client library): a value in a client frame is stopped with close 1008 and the line says so, names only"
+    )
     func interceptedTunnelGuarded() throws {
         let pki = try TestPKI()
         let certificate = pki.certificate("valid")
