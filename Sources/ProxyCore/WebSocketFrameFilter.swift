@@ -104,8 +104,9 @@ public struct WebSocketFrameFilter {
     /// Scrub findings not yet taken; each pattern is reported once per connection direction.
     private var unreported: [SecretFinding] = []
     private var reportedPatterns: Set<Int> = []
-    /// Matches masked, all of them (the metric counts each).
+    /// Matches masked, all of them, and those of forms already reported, per secret.
     public private(set) var maskedMatches: UInt64 = 0
+    private var repeats: [String: UInt64] = [:]
 
     /// `plan`: what to inspect with (nil: frames are checked and re-framed, nothing is inspected).
     /// `maskingKey`: a fresh unpredictable key per frame sent to an origin (§5.3).
@@ -319,7 +320,19 @@ public struct WebSocketFrameFilter {
 
     private mutating func masked(_ match: SecretMatch, _ watch: SecretWatch) {
         maskedMatches += 1
-        if reportedPatterns.insert(match.pattern.id).inserted { unreported.append(watch.finding(match)) }
+        if reportedPatterns.insert(match.pattern.id).inserted {
+            unreported.append(watch.finding(match))
+        } else {
+            repeats[watch.secrets[match.pattern.secret], default: 0] += 1
+        }
+    }
+
+    /// Matches of forms already reported, per secret name, since the last call: the metric counts
+    /// every match masked, the line names each form once.
+    public mutating func takeRepeats(_ body: (_ secret: String, _ count: UInt64) -> Void) {
+        guard !repeats.isEmpty else { return }
+        for (secret, count) in repeats.sorted(by: { $0.key < $1.key }) { body(secret, count) }
+        repeats.removeAll()
     }
 
     // MARK: Writing frames

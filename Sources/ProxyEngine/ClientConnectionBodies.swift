@@ -72,6 +72,8 @@ extension ClientConnection {
     private func reportWebSocket(_ relay: WebSocketRelay, _ leg: UpstreamLeg) {
         // In the record, counted in scopeproxy_scrubbed_total when the line is written.
         if let findings = relay.takeFindings() { deliver(.webSocketScrubbed(leg.hop, findings)) }
+        // Repeats are counted here, as a body's are: the line names each form once.
+        relay.takeRepeats { secret, count in configuration.metrics.countScrubbed(secret: secret, matches: count) }
         leg.scheduleHoldBackRelease()
         guard let (stop, sender) = relay.takeStop() else { return }
         leg.flush()  // the origin's close frame, before the machine lets the leg go

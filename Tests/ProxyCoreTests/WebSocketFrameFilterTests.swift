@@ -170,7 +170,11 @@ struct WebSocketFrameFilterTests {
             #expect(forwarded.first?.1 == masked)
             #expect(forwarded.dropFirst().first?.1 == [UInt8](repeating: 0x2A, count: Self.value.count))
             #expect(forwarded.last?.1 == [0x03, 0xE8])
-            #expect(filter.takeFindings()?.map(\.secret) == ["api"])
+            #expect(filter.takeFindings()?.map(\.secret) == ["api"], "each form named once")
+            var repeated: [String: UInt64] = [:]
+            filter.takeRepeats { repeated[$0] = $1 }
+            #expect(repeated == ["api": 1], "the ping's match of the same form is counted, not named again")
+            #expect(filter.maskedMatches == 2)
         }
     }
 
