@@ -53,7 +53,6 @@ final class ClientConnection: ExchangeHost {
     var lastProgressReport: UInt64 = 0
     var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
 
-
     /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
     init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
         self.worker = worker
