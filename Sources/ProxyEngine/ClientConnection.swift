@@ -197,10 +197,10 @@ final class ClientConnection: ExchangeHost {
         // Decrypted bytes mean the handshake is done, whichever callback libevent ran first.
         if machine.isHandshaking { tlsEstablished() }
         if isClosed { return }
-        if let http2 {
-            http2.readable()
-        } else if transport.closing != .open {
+        if transport.closing != .open {
             transport.discardInput()
+        } else if let http2 {
+            http2.readable()
         } else if machine.isAwaitingHead {
             if startsWithH2CPreface() == .incomplete { return }  // wait for the rest of it
             if http2 == nil { readRequestHead() }

@@ -97,9 +97,11 @@ final class H2ClientConnection: H2SessionDelegate {
         }
         guard !isClosed else { return }
         for stream in streams.values { stream.leg?.flush() }
-        if !session.wantsRead, !session.wantsWrite, EventBuffer.length(transport.output) == 0 {
-            client.close()
+        if !session.wantsRead, !session.wantsWrite, transport.closing == .open {
+            // The session is over (GOAWAY sent, nothing left): close once the output is out.
+            transport.closeAfterFlush()
         }
+        transport.didFlush()
     }
 
     func needsPump(_ stream: H2Stream) {
