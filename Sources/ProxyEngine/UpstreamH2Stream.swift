@@ -109,6 +109,9 @@ final class UpstreamH2Stream {
         }
     }
 
+    /// The fields of a gRPC status (PROTOCOL-HTTP2, "Responses").
+    static let grpcStatusNames: Set<String> = ["grpc-status", "grpc-message", "grpc-status-details-bin"]
+
     /// The HTTP/2 form of a serialized HTTP/1.1 request head (RFC 9113 §8.3.1, §8.2.2).
     static func requestFields(_ head: RequestHead, origin: Origin) -> [H2HeaderField] {
         let authority = head.fields.values("host").first ?? origin.authority
@@ -199,11 +202,27 @@ final class UpstreamH2Stream {
             responseEnded = true
         case .interim, .response:
             guard let status = fields.first(where: { $0.name == ":status" }).flatMap({ Int($0.value) }) else { return }
+            // A gRPC Trailers-Only response (its status in the one HEADERS block) is relayed in the
+            // general form: the head, no message, the status as trailers (PROTOCOL-HTTP2 allows
+            // both), because the HTTP/1.1 view has no way to say "these fields end the stream".
+            let trailersOnly = kind == .response && endStream && fields.contains { $0.name == "grpc-status" }
             var head = Array("HTTP/1.1 \(status) \(status < 200 ? "Interim" : "H2")\r\n".utf8)
+            var trailerSection = Array("0\r\n".utf8)
             var hasLength = false
             for field in fields where !field.name.hasPrefix(":") {
+                if trailersOnly, Self.grpcStatusNames.contains(field.name) {
+                    trailerSection += Array("\(field.name): \(field.value)\r\n".utf8)
+                    continue
+                }
                 if field.name == "content-length" { hasLength = true }
                 head += Array("\(field.name): \(field.value)\r\n".utf8)
+            }
+            if trailersOnly {
+                sawFinalHead = true
+                responseEnded = true
+                EventBuffer.append(input, head + Array("transfer-encoding: chunked\r\n\r\n".utf8) + trailerSection + Array("\r\n".utf8))
+                markReadable()
+                return
             }
             if kind == .response {
                 sawFinalHead = true
