@@ -57,7 +57,8 @@ extension ExchangeHost {
 
     func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool) {
         if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
-        let http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
+        var http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
+        if http2 == .priorKnowledge, worker.pool.speaksOnlyHTTP1(origin) { http2 = .never }
         let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, http2: http2, worker: worker, owner: self)
         self.leg = leg
         if reusePooled, leg.joinSharedHTTP2() {

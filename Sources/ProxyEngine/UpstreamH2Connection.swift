@@ -51,13 +51,22 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// Hops served so far: a second hop on this connection is a reused one (a stale-connection retry is allowed).
     private(set) var hopsServed = 0
 
+    /// The origin is known to speak HTTP/2 here: ALPN chose `h2`, or (prior knowledge) its first
+    /// frame was SETTINGS. Until then no stream is submitted and no other hop joins.
+    private(set) var confirmed: Bool
+    /// Prior knowledge: the leg that opened the connection, told whether the origin answered as
+    /// HTTP/2 or not (an HTTP/1.1-only origin: the leg falls back to HTTP/1.1 on a new connection).
+    private weak var probingLeg: UpstreamLeg?
+
     /// The most streams we open on one connection whatever the origin allows.
     static let streamCap = 100
 
-    init(origin: Origin, bev: OpaquePointer, worker: Worker) {
+    init(origin: Origin, bev: OpaquePointer, worker: Worker, probing: UpstreamLeg? = nil) {
         self.origin = origin
         self.bev = bev
         self.worker = worker
+        confirmed = probing == nil
+        probingLeg = probing
         session = H2Session(role: .client, delegate: self)
         let context = Unmanaged.passUnretained(self).toOpaque()
         wake = event_new(worker.base, -1, 0, upstreamH2Wake, context)
@@ -76,7 +85,7 @@ final class UpstreamH2Connection: H2SessionDelegate {
 
     /// A new stream fits: the connection is up, not going away, and under the origin's limit.
     var acceptsStream: Bool {
-        !goingAway && !isClosed && session.session != nil
+        confirmed && !goingAway && !isClosed && session.session != nil
             && attached.count < min(Self.streamCap, max(1, session.remoteMaxConcurrentStreams))
     }
 
@@ -149,6 +158,19 @@ final class UpstreamH2Connection: H2SessionDelegate {
 
     fileprivate func readable() {
         guard let bev, !isClosed else { return }
+        if !confirmed {
+            // RFC 9113 §3.4: a server's preface is a SETTINGS frame (type 4 on stream 0). Anything
+            // else (an HTTP/1.1 "400 Bad Request" to our preface) says the origin does not speak h2c.
+            let input = inputBuffer(bev)
+            guard EventBuffer.length(input) >= 9 else { return }
+            let header = Array(UnsafeRawBufferPointer(EventBuffer.contiguousPrefix(input, 9)))
+            guard header[3] == 0x04, header[5] & 0x7F == 0, header[6] == 0, header[7] == 0, header[8] == 0 else {
+                refusePriorKnowledge()
+                return
+            }
+            confirmed = true
+            probingLeg?.h2Confirmed()
+        }
         if let failure = session.receive(from: inputBuffer(bev)) {
             session.terminate(code: H2ErrorCode.protocolError.rawValue)
             flush()
@@ -160,7 +182,25 @@ final class UpstreamH2Connection: H2SessionDelegate {
 
     fileprivate func writable() { flush() }
 
-    fileprivate func ended() { fail(reason: "upstream_closed") }
+    fileprivate func ended() {
+        if !confirmed {
+            refusePriorKnowledge()
+            return
+        }
+        fail(reason: "upstream_closed")
+    }
+
+    /// The origin did not answer our preface as HTTP/2: it is remembered as HTTP/1.1-only and the
+    /// leg that opened this connection starts over with HTTP/1.1 (nothing of the request was sent:
+    /// no stream is submitted before the origin's SETTINGS).
+    private func refusePriorKnowledge() {
+        worker.pool.rememberHTTP1Only(origin)
+        let leg = probingLeg
+        probingLeg = nil
+        for stream in attached.values { attached[ObjectIdentifier(stream)] = nil }
+        shutdown()
+        leg?.h2FallBackToHTTP1()
+    }
 
     fileprivate func wakeFired() {
         wakeArmed = false

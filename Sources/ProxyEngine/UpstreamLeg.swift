@@ -37,7 +37,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     let origin: Origin
     let transport: UpstreamTransport
     /// What the leg may speak to its origin (`UpstreamHTTP2.choose`).
-    let http2: UpstreamHTTP2
+    private(set) var http2: UpstreamHTTP2
     /// The hop rides a stream of a shared HTTP/2 connection: `input` and `output` are the stream's
     /// HTTP/1.1 views (UpstreamH2Stream), and `bev` stays nil.
     private(set) var h2: UpstreamH2Stream?
@@ -117,13 +117,27 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
         self.connector = nil
         if h2 {
-            let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker)
+            // Prior knowledge is confirmed by the origin's first frame (`h2Confirmed`), or the leg
+            // falls back to HTTP/1.1 (`h2FallBackToHTTP1`); ALPN already said h2.
+            let probing = http2 == .priorKnowledge
+            let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker, probing: probing ? self : nil)
             worker.pool.addHTTP2(connection)
             self.h2 = connection.attach(self)
+            if probing { return }
         } else {
             install(bev)
         }
         owner?.legConnected(self)
+    }
+
+    /// The origin answered our h2c preface with SETTINGS: the hop goes on over HTTP/2.
+    func h2Confirmed() { owner?.legConnected(self) }
+
+    /// The origin did not speak h2c: a new connection, HTTP/1.1 (no byte of the request was sent).
+    func h2FallBackToHTTP1() {
+        h2 = nil
+        http2 = .never
+        connect()
     }
 
     /// Takes a stream on a live HTTP/2 connection to this origin, if one has room; the owner hears

@@ -29,6 +29,9 @@ final class UpstreamPool {
     private(set) var count = 0
     /// Live HTTP/2 connections per origin (busy or idle), shared by the streams of many hops.
     private var http2: [Origin: [UpstreamH2Connection]] = [:]
+    /// Plain origins that answered an h2c preface as HTTP/1.1: later hops speak HTTP/1.1 at once.
+    private var http1Only: Set<Origin> = []
+    static let maxRememberedHTTP1Only = 1024
 
     init(limits: Limits, metrics: Metrics, ownSockets: OwnSockets) {
         self.limits = limits
@@ -107,6 +110,13 @@ final class UpstreamPool {
         list.remove(at: index)
         http2[connection.origin] = list.isEmpty ? nil : list
     }
+
+    func rememberHTTP1Only(_ origin: Origin) {
+        if http1Only.count >= Self.maxRememberedHTTP1Only { http1Only.removeAll() }  // bounded; relearnt at one connect each
+        http1Only.insert(origin)
+    }
+
+    func speaksOnlyHTTP1(_ origin: Origin) -> Bool { http1Only.contains(origin) }
 
     /// A live HTTP/2 connection to `origin` with room for one more stream.
     func sharedHTTP2(_ origin: Origin) -> UpstreamH2Connection? {

@@ -3,7 +3,8 @@
 usage: grpc_client.py PLAN.json
 PLAN: {"target": "127.0.0.1:PORT", "authority": "127.0.0.1:ORIGIN" (h2c: the origin, as a forward
 proxy reads it), or "ca": PATH and "proxy": "http://127.0.0.1:PORT" (TLS through the proxy's
-interception), "metadata": [[k, v]], "stream_count": N, "collect_count": N, "timeout": S}
+interception), "metadata": [[k, v]], "stream_count": N, "collect_count": N, "timeout": S,
+"cancel_then_unary": true (also cancel a long stream midway, then call again)}
 """
 import json
 import sys
@@ -60,6 +61,21 @@ def fail():
     return {"code": "OK"}
 
 
-for name, function in (("unary", unary), ("stream", stream), ("collect", collect), ("fail", fail)):
+def cancel_then_unary():
+    """Cancels a long server stream after a few messages, then calls again on the same channel."""
+    responses = channel.unary_stream("/svc/Stream", request_serializer=identity, response_deserializer=identity)(
+        b"100000", metadata=metadata, timeout=timeout)
+    for index, _ in enumerate(responses):
+        if index == 4:
+            break
+    responses.cancel()
+    after = unary()
+    return {"cancelled": responses.code().name, "after": after["code"], "body": after["body"]}
+
+
+steps = [("unary", unary), ("stream", stream), ("collect", collect), ("fail", fail)]
+if plan.get("cancel_then_unary"):
+    steps.append(("cancel_then_unary", cancel_then_unary))
+for name, function in steps:
     call(name, function)
 print(json.dumps(answer))
