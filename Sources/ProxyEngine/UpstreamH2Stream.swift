@@ -273,9 +273,10 @@ final class UpstreamH2Stream {
         connection.flush()
     }
 
+    /// The stream closed: before its response ended, that is a cut (a reset, a GOAWAY that did not
+    /// process it); after, nothing (a reset once the response is whole only stops our request body,
+    /// RFC 9113 §8.1).
     func streamClosed(code: UInt32) {
-        id = id > 0 ? id : 0
-        guard !responseEnded || code != 0 else { return }
         if !responseEnded { cutShort() }
     }
 
