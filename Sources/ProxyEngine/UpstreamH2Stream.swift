@@ -206,7 +206,8 @@ final class UpstreamH2Stream {
             // general form: the head, no message, the status as trailers (PROTOCOL-HTTP2 allows
             // both), because the HTTP/1.1 view has no way to say "these fields end the stream".
             let trailersOnly = kind == .response && endStream && fields.contains { $0.name == "grpc-status" }
-            var head = Array("HTTP/1.1 \(status) \(status < 200 ? "Interim" : "H2")\r\n".utf8)
+            // HTTP/2 has no reason phrase (RFC 9113 §8.3.2): the status line's is empty (RFC 9112 §4).
+            var head = Array("HTTP/1.1 \(status) \r\n".utf8)
             var trailerSection = Array("0\r\n".utf8)
             var hasLength = false
             for field in fields where !field.name.hasPrefix(":") {
