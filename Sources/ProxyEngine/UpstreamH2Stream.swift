@@ -82,7 +82,9 @@ final class UpstreamH2Stream {
     private func submitHead() {
         let head: RequestHead
         do {
-            guard let parsed = try headReader.next(from: output, { bytes, limits throws(HTTPParseError) in try HeadParser.parseRequest(bytes, limits: limits) })
+            guard
+                let parsed = try headReader.next(
+                    from: output, { bytes, limits throws(HTTPParseError) in try HeadParser.parseRequest(bytes, limits: limits) })
             else { return }
             head = parsed.head
         } catch {

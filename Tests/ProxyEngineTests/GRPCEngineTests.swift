@@ -102,7 +102,9 @@ struct GRPCEngineTests {
         #expect(!origin.calls.description.contains(clientOwn), "the client's own credential never reached the origin")
     }
 
-    @Test("h2c with prior knowledge (grpc insecure channel): unary, server and client streaming, a status, the token injected and its echo masked in body and trailer")
+    @Test(
+        "h2c with prior knowledge (grpc insecure channel): unary, server and client streaming, a status, the token injected and its echo masked in body and trailer"
+    )
     func grpcOverH2c() throws {
         let origin = try GRPCOrigin()
         defer { origin.stop() }
@@ -122,7 +124,9 @@ struct GRPCEngineTests {
         ])
         expectCallsRelayed(answer, origin: origin, token: token, clientOwn: clientOwn)
         #expect(answer["cancel_then_unary"]?["cancelled"] as? String == "CANCELLED")
-        #expect(answer["cancel_then_unary"]?["after"] as? String == "OK", "a stream the client cancelled ends alone; the shared connection serves the next call")
+        #expect(
+            answer["cancel_then_unary"]?["after"] as? String == "OK",
+            "a stream the client cancelled ends alone; the shared connection serves the next call")
         let lines = logLines(proxy, waitingFor: 6)
         #expect(lines.count == 6 && lines.allSatisfy { $0["proto"] as? String == "h2c" })
         #expect(lines.first?["scrubbed"] as? [String] == ["token"])
@@ -191,7 +195,9 @@ struct GRPCEngineTests {
         return frame
     }
 
-    @Test("curl through the proxy to an HTTP/2-only TLS origin: with --http2 (h2 both sides) and with --http1.1 (an HTTP/1.1 client, h2 to the origin); the token injected, its echo masked", arguments: ["--http2", "--http1.1"])
+    @Test(
+        "curl through the proxy to an HTTP/2-only TLS origin: with --http2 (h2 both sides) and with --http1.1 (an HTTP/1.1 client, h2 to the origin); the token injected, its echo masked",
+        arguments: ["--http2", "--http1.1"])
     func curlToHTTP2OnlyOrigin(_ version: String) throws {
         let pki = try TestPKI()
         let origin = try GRPCOrigin(certificate: pki.certificate("valid"))

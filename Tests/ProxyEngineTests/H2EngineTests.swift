@@ -104,7 +104,8 @@ struct H2EngineTests {
         #expect(origin.requests.allSatisfy { $0.header("authorization") == "Bearer \(token)" })
         #expect(!other.requests.contains { String(decoding: $0.rawHead + $0.body, as: UTF8.self).contains(token) }, "the token never reached the other origin")
         // Sibling streams reach the origin in no fixed order: the POST is found by its method.
-        #expect(origin.requests.first { $0.method == "POST" }?.body == Array("hello".utf8), "a body without a length arrives whole (re-framed as chunks)")
+        let post = origin.requests.first { $0.method == "POST" }
+        #expect(post?.body == Array("hello".utf8), "a body without a length arrives whole (re-framed as chunks)")
         let lines = logLines(proxy, waitingFor: 4)
         #expect(lines.count == 4, "one line per stream")
         #expect(Set(lines.compactMap { $0["proto"] as? String }) == ["h2c"])

@@ -21,7 +21,9 @@ struct UpstreamH2Tests {
             (.raw, true, false, .never), (.raw, false, false, .never),
         ]
         for (transport, h2c, upgrade, expected) in rows {
-            #expect(UpstreamHTTP2.choose(transport: transport, clientSpokeH2c: h2c, isUpgrade: upgrade) == expected, "\(transport) h2c=\(h2c) upgrade=\(upgrade)")
+            #expect(
+                UpstreamHTTP2.choose(transport: transport, clientSpokeH2c: h2c, isUpgrade: upgrade) == expected,
+                "\(transport) h2c=\(h2c) upgrade=\(upgrade)")
         }
     }
 
@@ -29,7 +31,9 @@ struct UpstreamH2Tests {
         try Array(text.utf8).withUnsafeBytes { try HeadParser.parseRequest($0) }
     }
 
-    @Test("request mapping: pseudo-fields from the request line and Host, connection-specific fields and framing removed, te: trailers added, the rest in order")
+    @Test(
+        "request mapping: pseudo-fields from the request line and Host, connection-specific fields and framing removed, te: trailers added, the rest in order"
+    )
     func requestFieldsFromHTTP1Head() throws {
         let origin = try Origin.parse("https://api.example:8443")
         let parsed = try head(
@@ -75,7 +79,10 @@ struct UpstreamH2Tests {
                 + "Proxy-Authorization: Basic x\r\nx-echo: Bearer trailer-secret-Zq7wXv\r\n",
             value: value)
         let trailers = try #require(pump.trailers)
-        #expect(trailers.map { "\($0.name)=\($0.value)" } == ["grpc-status=0", "grpc-message=ok", "x-echo=Bearer " + String(repeating: "*", count: value.count)])
+        #expect(
+            trailers.map { "\($0.name)=\($0.value)" } == [
+                "grpc-status=0", "grpc-message=ok", "x-echo=Bearer " + String(repeating: "*", count: value.count),
+            ])
         #expect(pump.takeFindings()?.map(\.secret) == ["token"], "the masked trailer is reported with the body's findings")
     }
 
