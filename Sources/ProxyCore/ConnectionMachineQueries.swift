@@ -23,6 +23,12 @@ extension ConnectionMachine {
         return exchange.expectsResponseHead(from: hop)
     }
 
+    /// The current hop asks its origin for an HTTP/1.1 upgrade (the engine then speaks HTTP/1.1 to it).
+    public var currentHopIsUpgrade: Bool {
+        guard case .exchange(let exchange) = state else { return false }
+        return exchange.currentHopIsUpgrade
+    }
+
     /// The hop whose bytes may currently move (body relay or splice), if any.
     public var currentHop: HopID? {
         switch state {

@@ -99,6 +99,9 @@ public final class ExchangeMachine {
         return hopState?.id
     }
 
+    /// The current hop asks its origin to switch protocols (an HTTP/1.1 upgrade, which HTTP/2 cannot carry).
+    public var currentHopIsUpgrade: Bool { hopState?.hop.isUpgrade ?? false }
+
     /// Whether the engine should parse a response head from this hop now.
     public func expectsResponseHead(from hop: HopID) -> Bool {
         guard currentHop == hop, let current = hopState, current.connected, current.isAwaitingHead else { return false }

@@ -64,6 +64,11 @@ final class BodyFilter {
         }
     }
 
+    /// Values masked outside the body (its trailers): reported with the body's findings.
+    func noteFindings(_ findings: [SecretFinding]) {
+        unreported.append(contentsOf: findings)
+    }
+
     /// The findings since the last call, if any.
     func takeFindings() -> [SecretFinding]? {
         guard !unreported.isEmpty else { return nil }

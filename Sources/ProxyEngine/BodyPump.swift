@@ -48,6 +48,10 @@ struct BodyPump {
     private var captureLimit = 0
     /// The guard's finding was handed to the machine (`takeBlock`).
     private var blockReported = false
+    /// A chunked body's trailer section once it ended (gRPC's `grpc-status`), cleaned and scrubbed
+    /// like a head (`relayableTrailers`); nil before the end and for other framings. Only an
+    /// HTTP/2 client is given them (H2Stream); an HTTP/1.1 client's last chunk carries none.
+    private(set) var trailers: HTTPFields?
 
     /// The first bytes of the body for a log summary (`log.bodies`), never more than the limit.
     /// With a filter these are the bytes as written to the destination (scrubbed, or only what
@@ -197,10 +201,12 @@ struct BodyPump {
                     if isBlocked || moved == 0 { return false }
                     decoder.didConsumeData(moved)
                 case .done:
-                    // Trailers were parsed and are dropped: a trailer is a place a credential could
-                    // ride past the scope rules, and RFC 9110 §6.5.1 lets a proxy discard them.
-                    // What a filter held back is the body's last bytes: they go before the last chunk.
+                    // Trailers are kept aside, cleaned and scrubbed, for a host that can relay them
+                    // (an HTTP/2 client); the HTTP/1.1 re-framing drops them, as RFC 9110 §6.5.1
+                    // lets a proxy do. What a filter held back is the body's last bytes: they go
+                    // before the last chunk.
                     finishFilter(to: destination)
+                    trailers = relayableTrailers(decoder.trailers)
                     if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.lastChunk) }
                     mode = .complete
                 }
@@ -341,6 +347,25 @@ struct BodyPump {
         if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkHeader(size: bytes.count)) }
         _ = evbuffer_add(destination, bytes.baseAddress, bytes.count)
         if reframeChunked { EventBuffer.append(destination, ChunkedEncoder.chunkTrailer) }
+    }
+
+    /// Fields a trailer section may not carry onward: connection-specific ones (RFC 9113 §8.2.2)
+    /// and those that frame, route or authenticate a message (RFC 9110 §6.5.1).
+    static let unrelayedTrailerNames: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer",
+        "content-length", "host", "proxy-authenticate", "proxy-authorization",
+    ]
+
+    /// The trailers as they may leave: unrelayed names removed, values masked by the response
+    /// scrub like the head's (its findings reported with the body's).
+    private func relayableTrailers(_ parsed: HTTPFields) -> HTTPFields? {
+        guard parsed.count > 0 else { return nil }
+        var fields = parsed
+        fields.removeAll { Self.unrelayedTrailerNames.contains($0.name.lowercased()) }
+        if let filter, filter.kind == .scrub {
+            filter.noteFindings(ResponseScrub.scrubFields(&fields, with: filter.watch))
+        }
+        return fields.count > 0 ? fields : nil
     }
 
     // MARK: Reports

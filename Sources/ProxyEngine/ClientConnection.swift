@@ -92,6 +92,8 @@ final class ClientConnection: ExchangeHost {
     var requestSourceEnded: Bool { transport.inputClosed }
     var responseSink: OpaquePointer { transport.output }
     var clientPipelined: Bool { EventBuffer.length(transport.input) > 0 }
+    var clientSpokeH2c: Bool { false }
+    var currentHopIsUpgrade: Bool { machine.currentHopIsUpgrade }
     func expectsResponseHead(from hop: HopID) -> Bool { machine.expectsResponseHead(from: hop) }
     /// A socket's flow control is the kernel's: nothing to credit.
     func requestSourceDrained() {}

@@ -33,6 +33,10 @@ protocol ExchangeHost: UpstreamLegOwner {
     var responseSink: OpaquePointer { get }
     /// Bytes the client sent after this request that wait unread (a pipelined request; HTTP/1.1 only).
     var clientPipelined: Bool { get }
+    /// The client speaks h2c with prior knowledge to the proxy (its plain-http origins get h2c too).
+    var clientSpokeH2c: Bool { get }
+    /// The current hop asks the origin for an HTTP/1.1 upgrade (which cannot ride HTTP/2).
+    var currentHopIsUpgrade: Bool { get }
 
     func deliver(_ event: ConnectionEvent)
     /// Writes pending output on every side (and resumes pumps a drained output was holding back).
@@ -53,9 +57,13 @@ extension ExchangeHost {
 
     func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool) {
         if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
-        let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, worker: worker, owner: self)
+        var http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
+        if http2 == .priorKnowledge, worker.pool.speaksOnlyHTTP1(origin) { http2 = .never }
+        let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, http2: http2, worker: worker, owner: self)
         self.leg = leg
-        if reusePooled, let pooled = worker.pool.checkout(origin) {
+        if reusePooled, leg.joinSharedHTTP2() {
+            return  // connected (a stream on a live HTTP/2 connection)
+        } else if reusePooled, let pooled = worker.pool.checkout(origin) {
             leg.attach(pooled: pooled)
             deliver(.upstreamConnected(hop, reused: true))
         } else {
@@ -71,7 +79,7 @@ extension ExchangeHost {
 
     func legConnected(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
-        deliver(.upstreamConnected(leg.hop, reused: false))
+        deliver(.upstreamConnected(leg.hop, reused: leg.joinedSharedConnection))
         flushOutputs()
     }
 

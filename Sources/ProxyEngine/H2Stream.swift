@@ -38,6 +38,8 @@ final class H2Stream: ExchangeHost {
     private var uncredited = 0
     /// Nothing more will be added to the response buffer (the data provider then ends the stream).
     private var responseEnded = false
+    /// The relayed response's trailers (cleaned and scrubbed by its pump): sent after the last DATA.
+    private var responseTrailers: [H2HeaderField]?
     /// The data provider found the response buffer empty and waits to be resumed.
     private var providerDeferred = false
     /// The response's head was submitted (a reset after it is all that is left to say).
@@ -49,6 +51,9 @@ final class H2Stream: ExchangeHost {
 
     var worker: Worker { connection.worker }
     var clientPipelined: Bool { false }
+    var clientSpokeH2c: Bool { connection.proto == .h2c }
+    /// Extended CONNECT (RFC 8441) is refused before a hop: a stream never upgrades.
+    var currentHopIsUpgrade: Bool { false }
 
     init(connection: H2ClientConnection, id: Int32, machine: StreamMachine) {
         self.connection = connection
@@ -153,6 +158,9 @@ final class H2Stream: ExchangeHost {
     // MARK: Stream → client (the data provider)
 
     func responseSinkFilled() {
+        if responseTrailers == nil, let trailers = leg?.responsePump?.trailers {
+            responseTrailers = trailers.map { H2HeaderField(name: lowercasedFieldName($0.name), value: $0.value) }
+        }
         guard providerDeferred, EventBuffer.length(responseSink) > 0 || responseEnded else { return }
         providerDeferred = false
         connection.session.resumeData(stream: id)
@@ -163,9 +171,9 @@ final class H2Stream: ExchangeHost {
         let count = Int(evbuffer_remove(responseSink, buffer.baseAddress, buffer.count))
         if count > 0 {
             if leg?.responsePump != nil, EventBuffer.length(responseSink) < highWatermark / 2 { connection.needsPump(self) }
-            return responseEnded && EventBuffer.length(responseSink) == 0 ? .end(count, trailers: nil) : .bytes(count)
+            return responseEnded && EventBuffer.length(responseSink) == 0 ? .end(count, trailers: responseTrailers) : .bytes(count)
         }
-        if responseEnded { return .end(0, trailers: nil) }
+        if responseEnded { return .end(0, trailers: responseTrailers) }
         providerDeferred = true
         return .deferred
     }

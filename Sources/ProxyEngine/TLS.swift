@@ -268,9 +268,17 @@ public final class TLSContexts: @unchecked Sendable {
         return ssl
     }
 
-    /// An SSL for an upstream connection: SNI and hostname (or IP) verification.
-    func clientSession(for host: String) -> OpaquePointer? {
+    /// ALPN `h2, http/1.1` (RFC 7301 wire form): what a leg that can speak HTTP/2 offers an origin.
+    private static let alpnH2OrHTTP11: [UInt8] = [2] + Array("h2".utf8) + [8] + Array("http/1.1".utf8)
+
+    /// An SSL for an upstream connection: SNI and hostname (or IP) verification. `offerH2`: ALPN
+    /// offers `h2` before `http/1.1` (the origin chooses; docs/architecture.md, "Upstream
+    /// protocol"); otherwise only `http/1.1` (the context's default: an upgrade cannot ride HTTP/2).
+    func clientSession(for host: String, offerH2: Bool = false) -> OpaquePointer? {
         guard let ssl = SSL_new(client) else { return nil }
+        if offerH2 {
+            _ = Self.alpnH2OrHTTP11.withUnsafeBufferPointer { SSL_set_alpn_protos(ssl, $0.baseAddress, UInt32($0.count)) }
+        }
         let isIP = isIPLiteral(host)
         if isIP {
             X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host)

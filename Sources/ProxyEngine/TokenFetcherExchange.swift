@@ -63,7 +63,7 @@ final class TokenExchange: UpstreamConnectorDelegate {
 
     // MARK: UpstreamConnectorDelegate
 
-    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool) {
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool, h2: Bool) {
         guard case .connecting = phase else {
             bufferevent_free(bev)
             return

@@ -10,7 +10,8 @@ import ProxyCore
 protocol UpstreamConnectorDelegate: AnyObject {
     /// The connection is established (for https origins: the TLS handshake verified); the
     /// delegate now owns `bev`.
-    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool)
+    /// `h2`: the origin speaks HTTP/2 on it (ALPN `h2`, or prior knowledge for h2c).
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool, h2: Bool)
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError)
 }
 
@@ -20,6 +21,8 @@ final class UpstreamConnector {
     let origin: Origin
     /// TLS towards the origin: https forwarding (not CONNECT tunnels, which splice raw bytes).
     let useTLS: Bool
+    /// What the leg may speak: ALPN offers `h2` (TLS), or h2c with prior knowledge (plain).
+    let http2: UpstreamHTTP2
     private unowned let worker: Worker
     weak var delegate: UpstreamConnectorDelegate?
     private var lookup: OpaquePointer?
@@ -29,8 +32,9 @@ final class UpstreamConnector {
     private var connecting: OpaquePointer?
     private var finished = false
 
-    init(origin: Origin, worker: Worker, tls: Bool) {
+    init(origin: Origin, worker: Worker, tls: Bool, http2: UpstreamHTTP2 = .never) {
         self.origin = origin
+        self.http2 = http2
         self.worker = worker
         useTLS = tls
     }
@@ -148,7 +152,7 @@ final class UpstreamConnector {
     private func makeBufferevent() -> OpaquePointer? {
         let options = Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)
         guard useTLS else { return bufferevent_socket_new(worker.base, -1, options) }
-        guard let tls = worker.configuration.tls, let ssl = tls.clientSession(for: origin.hostForLookup) else { return nil }
+        guard let tls = worker.configuration.tls, let ssl = tls.clientSession(for: origin.hostForLookup, offerH2: http2 == .offerInALPN) else { return nil }
         let bev = bufferevent_openssl_socket_new(worker.base, -1, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_connecting())), options)
         // Many servers close without close_notify; the body framing tells us where a response ends.
         if let bev { bufferevent_openssl_set_allow_dirty_shutdown(bev, 1) }
@@ -166,7 +170,13 @@ final class UpstreamConnector {
                 bufferevent_free(bev)
                 return
             }
-            delegate.connectorDidConnect(self, bev: bev, tls: useTLS)
+            let h2: Bool
+            switch http2 {
+            case .never: h2 = false
+            case .priorKnowledge: h2 = !useTLS
+            case .offerInALPN: h2 = useTLS && bufferevent_openssl_get_ssl(bev).map { sp_ssl_alpn_is_h2($0) == 1 } == true
+            }
+            delegate.connectorDidConnect(self, bev: bev, tls: useTLS, h2: h2)
         } else {
             // Read before anything else can make a system call: libevent leaves the failed
             // operation's error in errno for the event callback.

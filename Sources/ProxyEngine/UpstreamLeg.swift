@@ -36,6 +36,13 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     let hop: HopID
     let origin: Origin
     let transport: UpstreamTransport
+    /// What the leg may speak to its origin (`UpstreamHTTP2.choose`).
+    private(set) var http2: UpstreamHTTP2
+    /// The hop rides a stream of a shared HTTP/2 connection: `input` and `output` are the stream's
+    /// HTTP/1.1 views (UpstreamH2Stream), and `bev` stays nil.
+    private(set) var h2: UpstreamH2Stream?
+    /// The stream is on a connection an earlier hop opened (a stale-connection retry is allowed).
+    private(set) var joinedSharedConnection = false
     private unowned let worker: Worker
     private weak var owner: UpstreamLegOwner?
     private var connector: UpstreamConnector?
@@ -70,10 +77,14 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// never while a pump runs).
     private var appendedToOutput: Int = 0
 
-    init(hop: HopID, origin: Origin, transport: UpstreamTransport, worker: Worker, owner: UpstreamLegOwner) {
+    init(
+        hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, worker: Worker,
+        owner: UpstreamLegOwner
+    ) {
         self.hop = hop
         self.origin = origin
         self.transport = transport
+        self.http2 = http2
         self.worker = worker
         self.owner = owner
     }
@@ -92,21 +103,51 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// Resolves and connects; the owner hears `legConnected` or `legConnectFailed` (possibly before
     /// this returns: IP literals and /etc/hosts names resolve inline).
     func connect() {
-        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls)
+        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2)
         connector.delegate = self
         self.connector = connector
         connector.start()
     }
 
-    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool) {
+    func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool, h2: Bool) {
         worker.configuration.metrics.upstreamConnections.add(1, ordering: .relaxed)
         guard self.connector === connector else {
             worker.pool.release(bev)
             return
         }
         self.connector = nil
-        install(bev)
+        if h2 {
+            // Prior knowledge is confirmed by the origin's first frame (`h2Confirmed`), or the leg
+            // falls back to HTTP/1.1 (`h2FallBackToHTTP1`); ALPN already said h2.
+            let probing = http2 == .priorKnowledge
+            let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker, probing: probing ? self : nil)
+            worker.pool.addHTTP2(connection)
+            self.h2 = connection.attach(self)
+            if probing { return }
+        } else {
+            install(bev)
+        }
         owner?.legConnected(self)
+    }
+
+    /// The origin answered our h2c preface with SETTINGS: the hop goes on over HTTP/2.
+    func h2Confirmed() { owner?.legConnected(self) }
+
+    /// The origin did not speak h2c: a new connection, HTTP/1.1 (no byte of the request was sent).
+    func h2FallBackToHTTP1() {
+        h2 = nil
+        http2 = .never
+        connect()
+    }
+
+    /// Takes a stream on a live HTTP/2 connection to this origin, if one has room; the owner hears
+    /// `legConnected` before this returns true.
+    func joinSharedHTTP2() -> Bool {
+        guard http2 != .never, let connection = worker.pool.sharedHTTP2(origin) else { return false }
+        h2 = connection.attach(self)
+        joinedSharedConnection = true
+        owner?.legConnected(self)
+        return true
     }
 
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
@@ -140,16 +181,21 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
     }
 
-    var input: OpaquePointer? { bev.map(inputBuffer) }
-    var output: OpaquePointer? { bev.map(outputBuffer) }
+    var input: OpaquePointer? { h2?.input ?? bev.map(inputBuffer) }
+    var output: OpaquePointer? { h2?.output ?? bev.map(outputBuffer) }
 
     func write(_ bytes: [UInt8]) {
         guard let output else { return }
         appendedToOutput += bytes.count
         EventBuffer.append(output, bytes)
+        h2?.outputAdded()
     }
 
     func flush() {
+        if let h2 {
+            h2.connection.flush()
+            return
+        }
         guard let bev else { return }
         flushOutput(bev, tls: isTLS)
     }
@@ -164,6 +210,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         if let holdBackTimer {
             event_free(holdBackTimer)  // removes it first: its callback cannot run after this
             self.holdBackTimer = nil
+        }
+        if let h2 {
+            self.h2 = nil
+            h2.detach()  // an unfinished stream is cancelled; the connection stays for others
         }
         let reader = self.reader
         self.reader = nil
@@ -193,7 +243,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         // The pump is mutated where it is stored: a copy would copy the body it captures, every time.
         guard requestPump?.expectsMore == true, let output else { return PumpReports() }
         let before = EventBuffer.length(output)
-        defer { appendedToOutput += max(0, EventBuffer.length(output) - before) }
+        defer {
+            appendedToOutput += max(0, EventBuffer.length(output) - before)
+            h2?.outputAdded()
+        }
         do {
             _ = try requestPump!.pump(from: clientInput, to: output, highWatermark: highWatermark)
         } catch {
@@ -233,7 +286,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     func pumpResponseBody(to clientOutput: OpaquePointer, highWatermark: Int, reportProgress: Bool = true) -> PumpReports {
         guard responsePump != nil, let input else { return PumpReports() }
         var reports = PumpReports()
-        defer { countRepeatedMatches() }
+        defer {
+            countRepeatedMatches()
+            h2?.inputDrained()
+        }
         do {
             _ = try responsePump!.pump(from: input, to: clientOutput, highWatermark: highWatermark)
         } catch {
@@ -289,12 +345,24 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// The idle time ran out: both bodies' held bytes go to their destinations.
     func releaseHeldBytes(clientOutput: OpaquePointer) {
         bytesAtHoldBackArm = .max
-        if let output { requestPump?.releaseHeld(to: output) }
+        if let output {
+            requestPump?.releaseHeld(to: output)
+            h2?.outputAdded()
+        }
         if responsePump != nil { responsePump!.releaseHeld(to: clientOutput) }
         webSocket?.releaseHeld(clientOutput: clientOutput, upstreamOutput: output)
     }
 
     fileprivate func holdBackExpired() { owner?.legHoldBackExpired(self) }
+
+    // The HTTP/2 stream's events, from its connection's deferred callback (never from inside the session).
+    func h2Readable() { owner?.legReadable(self) }
+    func h2Writable() { owner?.legWritable(self) }
+    func h2Closed() {
+        guard !closed else { return }
+        closed = true
+        owner?.legClosed(self)
+    }
 
     fileprivate func readable() { owner?.legReadable(self) }
     fileprivate func writable() {

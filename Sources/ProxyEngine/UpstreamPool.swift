@@ -27,6 +27,11 @@ final class UpstreamPool {
     private let ownSockets: OwnSockets
     private var idle: [Origin: [UpstreamConnection]] = [:]
     private(set) var count = 0
+    /// Live HTTP/2 connections per origin (busy or idle), shared by the streams of many hops.
+    private var http2: [Origin: [UpstreamH2Connection]] = [:]
+    /// Plain origins that answered an h2c preface as HTTP/1.1: later hops speak HTTP/1.1 at once.
+    private var http1Only: Set<Origin> = []
+    static let maxRememberedHTTP1Only = 1024
 
     init(limits: Limits, metrics: Metrics, ownSockets: OwnSockets) {
         self.limits = limits
@@ -93,14 +98,43 @@ final class UpstreamPool {
         release(connection.bev, reader: connection.reader)
     }
 
+    // MARK: HTTP/2 connections (UpstreamH2Connection)
+
+    func addHTTP2(_ connection: UpstreamH2Connection) {
+        http2[connection.origin, default: []].append(connection)
+    }
+
+    /// A connection a GOAWAY or an end took out of service: no new stream goes to it.
+    func removeHTTP2(_ connection: UpstreamH2Connection) {
+        guard var list = http2[connection.origin], let index = list.firstIndex(where: { $0 === connection }) else { return }
+        list.remove(at: index)
+        http2[connection.origin] = list.isEmpty ? nil : list
+    }
+
+    func rememberHTTP1Only(_ origin: Origin) {
+        if http1Only.count >= Self.maxRememberedHTTP1Only { http1Only.removeAll() }  // bounded; relearnt at one connect each
+        http1Only.insert(origin)
+    }
+
+    func speaksOnlyHTTP1(_ origin: Origin) -> Bool { http1Only.contains(origin) }
+
+    /// A live HTTP/2 connection to `origin` with room for one more stream.
+    func sharedHTTP2(_ origin: Origin) -> UpstreamH2Connection? {
+        http2[origin]?.first { $0.acceptsStream }
+    }
+
     func closeExpired(idleMilliseconds: Int) {
         let now = monotonicMilliseconds()
+        for connection in http2.values.flatMap({ $0 }) where connection.isIdle && now - connection.idleSince >= UInt64(idleMilliseconds) {
+            connection.closeIdle()
+        }
         for connection in idle.values.flatMap({ $0 }) where now - connection.idleSince >= UInt64(idleMilliseconds) {
             remove(connection)
         }
     }
 
     func closeAll() {
+        for connection in http2.values.flatMap({ $0 }) { connection.closeNow() }
         for connection in idle.values.flatMap({ $0 }) { remove(connection) }
     }
 }

@@ -104,6 +104,9 @@ public final class HTTPReader: @unchecked Sendable {
         guard let raw = try readHeadBytes() else { return nil }
         let (startLine, headers) = Self.parseHead(raw)
         let parts = startLine.split(separator: " ")
+        // An HTTP/2 preface (h2c with prior knowledge) or any line that is not a request: an
+        // HTTP/1.1 server answers nothing it can use and the connection ends, as a real one's would.
+        guard parts.count >= 3, !(parts[0] == "PRI" && parts[1] == "*") else { return nil }
         var request = TestRequest(method: String(parts[0]), target: String(parts[1]), headers: headers, body: [], rawHead: raw)
         if request.header("transfer-encoding")?.lowercased() == "chunked" {
             request.body = try readChunked()
