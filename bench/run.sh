@@ -4,13 +4,16 @@
 # default; unguarded: the same with `scrub: off` and `guard: off`; engine: no scope, no access log), tinyproxy
 # and squid. wrk rows (interleaved repeats, median), streamed uploads to bench/upload_sink.py
 # (Content-Length and chunked), a download through a CONNECT tunnel; each cell is the ratio to direct
-# with the proxy's CPU (from /proc/PID/stat). Then the TLS table of bench/tls_bench.py (scopeproxy
-# next to mitmdump). The report goes to stdout and, newest on top, to bench/RESULTS.md.
+# with the proxy's CPU (from /proc/PID/stat). Then HTTP/2 from the client (bench/h2.sh: h2load, h2c to
+# nginx and to scopeproxy, h2 over TLS to mitmdump as a reverse proxy). Then the TLS table of
+# bench/tls_bench.py (scopeproxy next to mitmdump). The report goes to stdout and, newest on top, to
+# bench/RESULTS.md.
 #
 # Pinning: the proxy under test runs on core 0, wrk, nginx, the upload sink and curl on core 1
 # (2-core machines); every proxy has one thread/worker. Loopback only, every run bounded in time.
 #   BENCH_DURATION=5 BENCH_REPEATS=3 BENCH_UPLOAD_MIB=1024 BENCH_TUNNEL_MIB=1024 bench/run.sh
-#   BENCH_DURATION=1 BENCH_REPEATS=1 BENCH_UPLOAD_MIB=128 BENCH_TUNNEL_MIB=128 BENCH_WRITE_RESULTS=0 bench/run.sh
+#   BENCH_DURATION=1 BENCH_REPEATS=1 BENCH_UPLOAD_MIB=128 BENCH_TUNNEL_MIB=128 BENCH_H2_REQUESTS=20000 \
+#     BENCH_H2_MITM_REQUESTS=1000 BENCH_WRITE_RESULTS=0 bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${BENCH_DURATION:-5}
@@ -22,10 +25,11 @@ TRANSFER_TIMEOUT=${BENCH_TRANSFER_TIMEOUT:-120}
 WRITE_RESULTS=${BENCH_WRITE_RESULTS:-1}
 RESULTS_FILE=${BENCH_RESULTS_FILE:-bench/RESULTS.md}
 RUN_TLS=${BENCH_TLS:-1}
+RUN_H2=${BENCH_H2:-1}
 BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
 # The command line as typed, for the report: the BENCH_* settings in the environment, then the command.
 COMMAND=$(for v in BENCH_DURATION BENCH_REPEATS BENCH_CONNECTIONS BENCH_UPLOAD_MIB BENCH_TUNNEL_MIB BENCH_TRANSFER_TIMEOUT \
-  BENCH_TLS BENCH_TLS_CLIENTS BENCH_TLS_DURATION BENCH_TLS_REPEATS SCOPEPROXY_BINARY; do
+  BENCH_H2 BENCH_H2_REQUESTS BENCH_H2_MITM_REQUESTS BENCH_H2_CONNECTIONS BENCH_H2_STREAMS BENCH_TLS BENCH_TLS_CLIENTS BENCH_TLS_DURATION BENCH_TLS_REPEATS SCOPEPROXY_BINARY; do
   [ -n "${!v:-}" ] && printf '%s=%s ' "$v" "${!v}"; done; echo "${BENCH_COMMAND:-bench/run.sh}")
 source bench/lib.sh
 start_workspace bench
@@ -38,12 +42,14 @@ size_label() { if [ $(($1 % 1024)) = 0 ]; then echo "$(($1 / 1024)) GiB"; else e
 median() { sort -g | awk '{a[NR]=$1} END { print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2) }'; }
 [ -x "$BINARY" ] || { echo "no scopeproxy binary at $BINARY (swift build -c release)" >&2; exit 1; }
 
-# --- origin: nginx, one worker, on core 1; the tunnel's download is a sparse file in its www ---
+# --- origin: nginx, one worker, on core 1; the tunnel's download is a sparse file in its www; a second
+# listener speaks h2c with prior knowledge only (nginx 1.22: `http2` without `ssl`) for the HTTP/2 rows ---
 NGINX_PORT=$(free_port)
-write_nginx_origin "$WORK" "$NGINX_PORT"
+NGINX_H2_PORT=$(free_port)
+write_nginx_origin "$WORK" "$NGINX_PORT" "listen 127.0.0.1:$NGINX_H2_PORT http2;"
 truncate -s "${TUNNEL_MIB}M" "$WORK/www/tunnel.bin"
 taskset -c 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
-wait_port "$NGINX_PORT"
+wait_port "$NGINX_PORT"; wait_port "$NGINX_H2_PORT"
 
 # --- proxies, each on core 0, one thread / worker ---
 # full: one scope for the origin injecting a secret from the environment, the JSON access log to a file.
@@ -238,6 +244,9 @@ INJECTED=$(grep -c '"injected":\["Authorization"\]' "$WORK/access.log" || true)
 log "scopeproxy full: $(wc -l < "$WORK/access.log") access log lines so far, $INJECTED with Authorization injected"
 [ "${INJECTED:-0}" -gt 0 ] || log "warning: scopeproxy full logged no injection: check $WORK/full.yaml"
 
+# --- HTTP/2 from the client (h2load; its own table) ---
+if [ "$RUN_H2" = 1 ]; then source bench/h2.sh; fi
+
 # --- the table ---
 # median of column N over the repeats of WORK/TARGET ("fail" if any repeat failed, "-" when absent)
 col() {
@@ -289,11 +298,12 @@ rss_line() {
 }
 
 versions() {
-  local nginx tiny squid wrk curl mitm
+  local nginx tiny squid wrk curl h2load mitm
   nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||' || true); tiny=$(tinyproxy -v 2>&1 | awk '{print $2}' || true)
   squid=$(squid -v 2>&1 | awk '/Version/ {print $NF}' || true); wrk=$(wrk -v 2>&1 | awk '/^wrk/ {print $2}' || true)
-  curl=$(curl --version 2>&1 | awk 'NR == 1 {print $2}' || true); mitm=$(mitmdump --version 2>/dev/null | awk '/^Mitmproxy/ {print $2}' || true)
-  echo "nginx $nginx, tinyproxy $tiny, squid $squid, wrk $wrk, curl $curl${mitm:+, mitmdump $mitm}"
+  curl=$(curl --version 2>&1 | awk 'NR == 1 {print $2}' || true); h2load=$(h2load --version 2>&1 | awk '{print $2}' | sed 's|.*/||' || true)
+  mitm=$(mitmdump --version 2>/dev/null | awk '/^Mitmproxy/ {print $2}' || true)
+  echo "nginx $nginx, tinyproxy $tiny, squid $squid, wrk $wrk, curl $curl, h2load $h2load${mitm:+, mitmdump $mitm}"
 }
 commit() {
   local head dirty=""
@@ -322,6 +332,7 @@ REPORT="$WORK/report.md"
   table
   echo
   rss_line
+  if [ "$RUN_H2" = 1 ]; then echo; h2_report; fi
 } > "$REPORT"
 
 if [ "$RUN_TLS" = 1 ]; then
