@@ -76,12 +76,12 @@ h2_report() {
   local target line full direct mitm
   echo "### HTTP/2 from the client: h2load"
   echo
-  echo "\`h2load -t1 -c$H2_CONNECTIONS -m$H2_STREAMS -n$H2_REQUESTS\` (mitmdump: \`-n$H2_MITM_REQUESTS\`) on core 1, 1 KiB responses from the"
-  echo "same nginx; every cell the median of $REPEATS interleaved runs, as above: req/s ÷ direct (the direct cell gives req/s), the"
-  echo "proxy's CPU µs per request in parentheses. direct: h2c with prior knowledge to nginx (\`listen ... http2;\`); scopeproxy:"
-  echo "h2c with prior knowledge on its plain listener, \`-H ':authority: 127.0.0.1:ORIGIN'\`, HTTP/1.1 to the origin; mitmdump"
-  echo "refuses h2c with prior knowledge, so it runs \`--mode reverse:http://ORIGIN\` and h2load speaks h2 over TLS to it (ALPN"
-  echo "h2; TLS on a few long-lived connections adds a little to mitmdump's work that the scopeproxy rows do not do)."
+  echo "\`h2load -t1 -c$H2_CONNECTIONS -m$H2_STREAMS -n$H2_REQUESTS\` (mitmdump: \`-n$H2_MITM_REQUESTS\`) on core 1, 1 KiB responses from the same"
+  echo "nginx; every cell the median of $REPEATS interleaved runs: req/s ÷ direct (the direct cell gives req/s), the proxy's CPU µs"
+  echo "per request in parentheses. direct: h2c with prior knowledge to nginx (\`listen ... http2;\`). scopeproxy: h2c with prior"
+  echo "knowledge on its plain listener (\`-H ':authority: 127.0.0.1:ORIGIN'\`), HTTP/1.1 to the origin. mitmdump refuses h2c with"
+  echo "prior knowledge, so it runs \`--mode reverse:http://ORIGIN\` and h2load speaks h2 over TLS to it (ALPN h2): TLS on $H2_CONNECTIONS"
+  echo "long-lived connections, work the scopeproxy rows do not do, small next to mitmdump's per-request cost."
   echo
   echo "| work | direct (nginx h2c) | scopeproxy full | full, scrub + guard off | scopeproxy engine | mitmdump (h2 over TLS, reverse) |"
   echo "|---|---|---|---|---|---|"
@@ -90,12 +90,13 @@ h2_report() {
   echo "$line"
   echo
   full=$(col h2 full 1); direct=$(col h2 direct 1); mitm=$(col h2 mitmdump 1)
-  awk -v f="$full" -v d="$direct" -v m="$mitm" -v fc="$(col h2 full 2)" -v mc="$(col h2 mitmdump 2)" 'BEGIN {
+  awk -v f="$full" -v d="$direct" -v m="$mitm" -v s="$H2_STREAMS" -v fc="$(col h2 full 2)" -v mc="$(col h2 mitmdump 2)" 'BEGIN {
     if (f == "fail" || d == "fail" || m == "fail") { print "Targets: not computed (a row failed)."; exit }
     printf "Targets (1 KiB, %s streams): scopeproxy full ÷ direct h2c %.2f (target ≥ 0.5); scopeproxy full ÷ mitmdump %.1f in req/s, %.1f in CPU per request (target ≥ 20).\n",
-      "'"$H2_STREAMS"'", f / d, f / m, mc / fc }'
+      s, f / d, f / m, mc / fc }'
   echo
+  local -A names=([full]="scopeproxy full" [unguarded]="full, scrub + guard off" [engine]="scopeproxy engine" [mitmdump]=mitmdump)
   line=""
-  for proxy in $H2_PROXIES; do line+="${line:+; }$proxy $(mib "${HWM_H2[$proxy]}")"; done
+  for proxy in $H2_PROXIES; do line+="${line:+; }${names[$proxy]} $(mib "${HWM_H2[$proxy]}")"; done
   echo "Peak RSS after the HTTP/2 rows, MiB (VmHWM): $line."
 }
