@@ -353,12 +353,14 @@ private struct Harness {
         check(actions)
         // A 101 on a connection whose client already sent more would hand those pipelined requests
         // (for other origins, with their credentials) to this origin.
-        if case .responseHead(_, _, clientPipelined: true) = event, actions.contains(where: {
-            switch $0 {
-            case .splice, .relayWebSocket: true
-            default: false
-            }
-        }) {
+        if case .responseHead(_, _, clientPipelined: true) = event,
+            actions.contains(where: {
+                switch $0 {
+                case .splice, .relayWebSocket: true
+                default: false
+                }
+            })
+        {
             fail("a 101 was spliced although the client had pipelined requests behind the upgrade")
         }
         if case .connectionClosed = event { closeChecks() }
@@ -368,7 +370,8 @@ private struct Harness {
         switch event {
         case .upstreamConnected(let hop, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
             .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
-            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _):
+            .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _),
+            .webSocketScrubbed(let hop, _):
             hop
         case .headStarted, .requestHead, .requestHeadInvalid, .clientInputClosed, .clientFailed, .timerFired, .drain,
             .connectionClosed, .collectedBody, .clientTLSEstablished, .clientTLSFailed, .tokenReady, .tokenFailed, .switchedToHTTP2:

@@ -209,6 +209,12 @@ public struct ConnectionMachine {
             tunnel.record.bytesOut += fromUpstream
             state = .tunnel(tunnel)
             if fromClient + fromUpstream > 0 { effects.arm(.stall) }
+        case .webSocketScrubbed(let hop, let findings):
+            guard case .tunnel(var tunnel) = state, tunnel.hopID == hop, tunnel.frames != nil else {
+                return ignore(isLive ? .staleHop : .afterClose)
+            }
+            tunnel.record.scrubbed += findings
+            state = .tunnel(tunnel)
         case .webSocketStopped(let hop, let stop, let sender):
             guard case .tunnel(var tunnel) = state, tunnel.hopID == hop, let plan = tunnel.frames else {
                 return ignore(isLive ? .staleHop : .afterClose)
@@ -424,10 +430,13 @@ public struct ConnectionMachine {
 
     /// The frame relay ended the WebSocket (the engine already sent both sides a close frame): the
     /// line says why, naming a secret found but never its value, and both connections close.
-    private mutating func webSocketStopped(_ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender) {
+    private mutating func webSocketStopped(
+        _ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender
+    ) {
         let origin = plan.origin
         switch stop {
         case .secret(let finding):
+            tunnel.record.guardFinding = finding
             tunnel.record.failure = .proxy(
                 finding.isPlaceholder
                     ? .placeholderOutOfScope(

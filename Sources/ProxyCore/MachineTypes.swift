@@ -171,6 +171,8 @@ public enum ConnectionEvent: Sendable {
     /// The WebSocket frame relay stopped: a value (or placeholder) the origin may not receive, or
     /// frames that are not RFC 6455. Close frames went to both sides.
     case webSocketStopped(HopID, WebSocketFrameFilter.Stop, sender: WebSocketSender)
+    /// The scrub masked values in origin frames (each form once per WebSocket): the line names them.
+    case webSocketScrubbed(HopID, [SecretFinding])
     case timerFired(TimerPurpose)
     /// The worker stops: idle connections close now, busy ones after their exchange.
     case drain

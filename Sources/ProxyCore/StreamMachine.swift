@@ -227,7 +227,7 @@ public struct StreamMachine {
         case .headStarted, .requestHead, .requestHeadInvalid, .clientTLSEstablished, .clientTLSFailed, .switchedToHTTP2:
             // A stream's head comes whole with `start`; TLS belongs to its connection.
             impossible(.notOnAStream)
-        case .tunnelBytes, .webSocketStopped:
+        case .tunnelBytes, .webSocketStopped, .webSocketScrubbed:
             // A stream never becomes a tunnel (nor a WebSocket: extended CONNECT is refused): bytes
             // of one can only be of a hop long released.
             ignore(isLive ? .staleHop : .afterClose)

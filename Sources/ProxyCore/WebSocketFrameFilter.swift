@@ -69,6 +69,12 @@ public struct WebSocketFrameFilter {
         case none
     }
 
+    /// The guard holds a data frame up to this long whole until it is complete, so that nothing of
+    /// a frame that carries a value reaches the origin; a longer frame is streamed (memory stays
+    /// bounded) and only its last hold-back bytes wait. Frame lengths are the client's, not the
+    /// secrets': what leaves still depends on no value.
+    public static let wholeFrameLimit = 64 * 1024
+
     public let sender: WebSocketSender
     private var decoder: WebSocketFrameDecoder
     private let inspection: Inspection
@@ -80,6 +86,10 @@ public struct WebSocketFrameFilter {
     private var emittedInMessage = false
     /// The frame being read, and a control frame's payload so far (≤ 125 bytes).
     private var frame: WebSocketFrameHeader?
+    /// Guard: the stream offset where the current data frame's payload starts, and whether it is
+    /// held until it is complete (a frame no longer than `wholeFrameLimit`).
+    private var frameStart = 0
+    private var frameHeldWhole = false
     private var control: [UInt8] = []
 
     // The current message's filter state.
@@ -94,8 +104,9 @@ public struct WebSocketFrameFilter {
     /// Scrub findings not yet taken; each pattern is reported once per connection direction.
     private var unreported: [SecretFinding] = []
     private var reportedPatterns: Set<Int> = []
-    /// Matches masked, all of them (the metric counts each).
+    /// Matches masked, all of them, and those of forms already reported, per secret.
     public private(set) var maskedMatches: UInt64 = 0
+    private var repeats: [String: UInt64] = [:]
 
     /// `plan`: what to inspect with (nil: frames are checked and re-framed, nothing is inspected).
     /// `maskingKey`: a fresh unpredictable key per frame sent to an origin (§5.3).
@@ -134,8 +145,11 @@ public struct WebSocketFrameFilter {
                 frame = header
                 if header.opcode.isControl {
                     control.removeAll(keepingCapacity: true)
-                } else if header.opcode != .continuation {
-                    startMessage(header.opcode)
+                } else {
+                    if header.opcode != .continuation { startMessage(header.opcode) }
+                    // The guard keeps a frame up to `wholeFrameLimit` until it is complete.
+                    frameStart = stream?.offset ?? 0
+                    frameHeldWhole = header.payloadLength <= UInt64(Self.wholeFrameLimit)
                 }
             case .payload(let bytes):
                 guard let frame else { continue }
@@ -154,6 +168,10 @@ public struct WebSocketFrameFilter {
                     let rest = finishMessage()
                     emitFragment(rest, fin: true, into: &output)
                     messageOpcode = nil
+                } else {
+                    // A whole frame held by the guard may go now, all but the hold-back.
+                    frameHeldWhole = false
+                    emitFragment(releaseGuarded(), fin: false, into: &output)
                 }
             }
             if stopped != nil { return }
@@ -241,12 +259,26 @@ public struct WebSocketFrameFilter {
             return []
         }
         replacements = found
-        // All but the last `holdBack` bytes; a placeholder the cut would split goes whole.
-        var safeEnd = max(start, stream!.offset - holdBack)
-        for replacement in replacements where replacement.range.lowerBound < safeEnd {
-            safeEnd = max(safeEnd, replacement.range.upperBound)
+        return releaseGuarded()
+    }
+
+    /// Guard: what may leave now: all but the last `holdBack` bytes, and nothing of a frame held
+    /// whole until it ends; a placeholder the cut would split goes whole.
+    private mutating func releaseGuarded() -> [UInt8] {
+        guard case .egress = inspection, let stream else { return [] }
+        let start = stream.offset - held.count
+        var safeEnd = max(start, stream.offset - holdBack)
+        if frameHeldWhole { safeEnd = min(safeEnd, max(start, frameStart)) }
+        return release(upTo: keepingPlaceholdersWhole(safeEnd), from: start)
+    }
+
+    /// `end`, moved past a placeholder to be replaced that it would cut.
+    private func keepingPlaceholdersWhole(_ end: Int) -> Int {
+        var end = end
+        for replacement in replacements where replacement.range.lowerBound < end {
+            end = max(end, replacement.range.upperBound)
         }
-        return release(upTo: safeEnd, from: start)
+        return end
     }
 
     /// Held bytes up to stream offset `end`, with their placeholders replaced; the rest stays held.
@@ -278,13 +310,29 @@ public struct WebSocketFrameFilter {
             return output
         case .egress:
             guard let stream else { return [] }
-            return release(upTo: stream.offset, from: stream.offset - held.count)
+            let start = stream.offset - held.count
+            // An idle release lets the hold-back go, never part of a frame held whole: the origin
+            // could not read a partial frame anyway.
+            let end = keepScanning && frameHeldWhole ? max(start, frameStart) : stream.offset
+            return release(upTo: keepingPlaceholdersWhole(end), from: start)
         }
     }
 
     private mutating func masked(_ match: SecretMatch, _ watch: SecretWatch) {
         maskedMatches += 1
-        if reportedPatterns.insert(match.pattern.id).inserted { unreported.append(watch.finding(match)) }
+        if reportedPatterns.insert(match.pattern.id).inserted {
+            unreported.append(watch.finding(match))
+        } else {
+            repeats[watch.secrets[match.pattern.secret], default: 0] += 1
+        }
+    }
+
+    /// Matches of forms already reported, per secret name, since the last call: the metric counts
+    /// every match masked, the line names each form once.
+    public mutating func takeRepeats(_ body: (_ secret: String, _ count: UInt64) -> Void) {
+        guard !repeats.isEmpty else { return }
+        for (secret, count) in repeats.sorted(by: { $0.key < $1.key }) { body(secret, count) }
+        repeats.removeAll()
     }
 
     // MARK: Writing frames

@@ -33,9 +33,10 @@ extension ClientConnection {
     /// What a WebSocket's frame relay found: scrubbed values for the metric, the hold-back's idle
     /// timer, and a stop (the close frames are written: the machine ends the tunnel and its line).
     private func reportWebSocket(_ relay: WebSocketRelay, _ leg: UpstreamLeg) {
-        for finding in relay.takeFindings() ?? [] {
-            configuration.metrics.countScrubbed(secret: finding.secret, matches: 1)
-        }
+        // In the record, counted in scopeproxy_scrubbed_total when the line is written.
+        if let findings = relay.takeFindings() { deliver(.webSocketScrubbed(leg.hop, findings)) }
+        // Repeats are counted here, as a body's are: the line names each form once.
+        relay.takeRepeats { secret, count in configuration.metrics.countScrubbed(secret: secret, matches: count) }
         leg.scheduleHoldBackRelease()
         guard let (stop, sender) = relay.takeStop() else { return }
         leg.flush()  // the origin's close frame, before the machine lets the leg go
@@ -57,6 +58,8 @@ extension ClientConnection {
                 leg.webSocket?.handOver(from: transport.input, to: upstreamOutput, fromClient: true)
                 ?? TunnelSplice.handOver(from: transport.input, to: upstreamOutput)
             deliver(.tunnelBytes(hop, fromClient: pending.fromClient + moved, fromUpstream: pending.fromUpstream))
+            // The client's last frames carried a value: the line says so (the machine lets the leg go).
+            if let (stop, sender) = leg.webSocket?.takeStop() { return deliver(.webSocketStopped(hop, stop, sender: sender)) }
             leg.flush()
             if EventBuffer.length(upstreamOutput) == 0 {
                 close()
@@ -70,6 +73,8 @@ extension ClientConnection {
                 leg.webSocket?.handOver(from: upstreamInput, to: transport.output, fromClient: false)
                 ?? TunnelSplice.handOver(from: upstreamInput, to: transport.output)
             deliver(.tunnelBytes(hop, fromClient: pending.fromClient, fromUpstream: pending.fromUpstream + moved))
+            if let findings = leg.webSocket?.takeFindings() { deliver(.webSocketScrubbed(hop, findings)) }
+            if let (stop, sender) = leg.webSocket?.takeStop() { return deliver(.webSocketStopped(hop, stop, sender: sender)) }
             release(hop, reuse: false)
             transport.closeAfterFlush()
         }

@@ -197,6 +197,7 @@ final class H2ClientConnection: H2SessionDelegate {
         goingAway = true
         guard endReason == nil else { return }
         endReason = code
+        worker.configuration.metrics.increment(.h2ConnectionEnded(reason: code))
         Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", code)])
     }
 

@@ -18,31 +18,31 @@ struct H2OutgoingFields {
     /// in HTTP/2.
     static let connectionSpecificNames: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"]
     /// Fields whose values are credentials or session state: never HPACK-indexed.
-    static let neverIndexedNames: Set<String> = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
+    static let credentialNames: Set<String> = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
 
-    init(status: Int?, fields: [(name: String, value: String)]) {
-        if let status { append(name: ":status", value: String(status)) }
+    init(status: Int?, fields: [(name: String, value: String)], neverIndexed: Set<String> = credentialNames) {
+        if let status { append(name: ":status", value: String(status), neverIndexed: neverIndexed) }
         var regular: [(String, String)] = []
         for (name, value) in fields {
             let lowercase = lowercasedFieldName(name)
             if lowercase.hasPrefix(":") {
                 // A response's :status is ours; a request's pseudo-header fields go first.
-                if status == nil { append(name: lowercase, value: value) }
+                if status == nil { append(name: lowercase, value: value, neverIndexed: neverIndexed) }
                 continue
             }
             if Self.connectionSpecificNames.contains(lowercase) { continue }
             if lowercase == "te", value.lowercased() != "trailers" { continue }
             regular.append((lowercase, value))
         }
-        for (name, value) in regular { append(name: name, value: value) }
+        for (name, value) in regular { append(name: name, value: value, neverIndexed: neverIndexed) }
     }
 
     var count: Int { names.count }
 
-    private mutating func append(name: String, value: String) {
+    private mutating func append(name: String, value: String, neverIndexed: Set<String>) {
         names.append(Array(name.utf8))
         values.append(HTTPField.wireBytes(of: value))
-        sensitive.append(Self.neverIndexedNames.contains(name))
+        sensitive.append(neverIndexed.contains(name))
     }
 
     func withNameValues<R>(_ body: (UnsafePointer<nghttp2_nv>?, Int) -> R) -> R {

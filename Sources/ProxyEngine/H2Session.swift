@@ -34,6 +34,10 @@ final class H2Session {
         /// backstop only. The flood guard (`H2FloodGuard.maxContinuationFrames`, 16) decides first,
         /// so the log says `continuation_flood`; nghttp2's own limit catches what it would miss.
         var maxContinuations: Int = 2 * H2FloodGuard.maxContinuationFrames
+        /// Lowercase names of fields we send that are never added to the HPACK table (RFC 7541
+        /// §7.1.3): credentials whatever the peer could learn by probing compressed sizes. The
+        /// owner adds the names of the fields it injects credentials into.
+        var neverIndexedNames: Set<String> = H2OutgoingFields.credentialNames
     }
 
     let role: Role
@@ -134,7 +138,7 @@ final class H2Session {
     @discardableResult
     func submitResponse(stream: Int32, status: Int, fields: [H2HeaderField], hasBody: Bool) -> Bool {
         guard let session, (200...999).contains(status) else { return false }
-        let block = H2OutgoingFields(status: status, fields: fields.map { ($0.name, $0.value) })
+        let block = H2OutgoingFields(status: status, fields: fields.map { ($0.name, $0.value) }, neverIndexed: settings.neverIndexedNames)
         return block.withNameValues { nva, count in
             var provider = H2SessionCallbacks.bodyProvider
             return hasBody
@@ -152,7 +156,7 @@ final class H2Session {
     @discardableResult
     func submitInterim(stream: Int32, status: Int, fields: [H2HeaderField] = []) -> Bool {
         guard let session, (100...199).contains(status), status != 101 else { return false }
-        let block = H2OutgoingFields(status: status, fields: fields.map { ($0.name, $0.value) })
+        let block = H2OutgoingFields(status: status, fields: fields.map { ($0.name, $0.value) }, neverIndexed: settings.neverIndexedNames)
         return block.withNameValues { nva, count in
             nghttp2_submit_headers(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, nil, nva, count, nil) >= 0
         }
@@ -163,7 +167,7 @@ final class H2Session {
     @discardableResult
     func submitTrailers(stream: Int32, fields: [H2HeaderField]) -> Bool {
         guard let session else { return false }
-        let block = H2OutgoingFields(status: nil, fields: fields.map { ($0.name, $0.value) })
+        let block = H2OutgoingFields(status: nil, fields: fields.map { ($0.name, $0.value) }, neverIndexed: settings.neverIndexedNames)
         return block.withNameValues { nva, count in nghttp2_submit_trailer(session, stream, nva, count) == 0 }
     }
 
@@ -172,7 +176,7 @@ final class H2Session {
     /// nghttp2 error (no stream ids left, the session is going away).
     func submitRequest(fields: [H2HeaderField], hasBody: Bool) -> Int32 {
         guard let session, role == .client else { return Int32(NGHTTP2_ERR_INVALID_STATE.rawValue) }
-        let block = H2OutgoingFields(status: nil, fields: fields.map { ($0.name, $0.value) })
+        let block = H2OutgoingFields(status: nil, fields: fields.map { ($0.name, $0.value) }, neverIndexed: settings.neverIndexedNames)
         let stream = block.withNameValues { nva, count in
             var provider = H2SessionCallbacks.bodyProvider
             return hasBody

@@ -313,7 +313,7 @@ extension H2Session {
         case .end(let count, let trailers):
             flags.pointee |= sp_nghttp2_data_flag_eof()
             if let trailers, !trailers.isEmpty, let session {
-                let block = H2OutgoingFields(status: nil, fields: trailers.map { ($0.name, $0.value) })
+                let block = H2OutgoingFields(status: nil, fields: trailers.map { ($0.name, $0.value) }, neverIndexed: settings.neverIndexedNames)
                 let submitted = block.withNameValues { nva, length in nghttp2_submit_trailer(session, stream, nva, length) == 0 }
                 if submitted { flags.pointee |= sp_nghttp2_data_flag_no_end_stream() }
             }

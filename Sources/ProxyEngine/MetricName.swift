@@ -6,6 +6,8 @@ import ProxyCore
 /// spelt twice. Adding a metric is adding a case here (the switches below make the rest follow).
 public enum MetricName: String, CaseIterable, Sendable {
     case requests = "scopeproxy_requests_total"
+    case requestsByProtocol = "scopeproxy_requests_by_protocol_total"
+    case h2ConnectionsEnded = "scopeproxy_h2_connections_ended_total"
     case rateLimited = "scopeproxy_rate_limited_total"
     case clientsRefused = "scopeproxy_clients_refused_total"
     case loopRefused = "scopeproxy_loop_refused_total"
@@ -46,6 +48,8 @@ public enum MetricName: String, CaseIterable, Sendable {
     public var labels: [String] {
         switch self {
         case .requests: ["status_class", "scope", "client"]
+        case .requestsByProtocol: ["proto"]
+        case .h2ConnectionsEnded: ["reason"]
         case .rateLimited: ["client"]
         case .clientsRefused, .clientTLSFailures: ["reason"]
         case .loopRefused, .upstreamErrors, .signed: ["kind"]
@@ -65,6 +69,10 @@ public enum MetricName: String, CaseIterable, Sendable {
     public var help: String {
         switch self {
         case .requests: "Exchanges by response status class, scope and client (configured names, or none)."
+        case .requestsByProtocol:
+            "Exchanges by what the client spoke (http/1.0, http/1.1, h2, h2c, websocket; none when no head was read)."
+        case .h2ConnectionsEnded:
+            "HTTP/2 client connections the proxy ended early (GOAWAY), by reason: a flood (rapid_reset, continuation_flood, ...) or a protocol error."
         case .rateLimited: "Requests refused with 429 because their client was over its rate, by client."
         case .clientsRefused: "Requests refused with 407, by reason."
         case .loopRefused:
@@ -111,6 +119,9 @@ public enum CounterEvent: Sendable {
     case connectionLimitWait
     /// Events a connection's machine counted as impossible (`ImpossibleEvent`), added when it closes.
     case impossibleEvents
+    /// An HTTP/2 client connection ended early: a flood's code (`H2Violation.code`) or the session
+    /// failure's (`h2_flood`, `h2_bad_preface`, ...), a fixed set.
+    case h2ConnectionEnded(reason: String)
 
     public enum RefreshTokenRotationResult: String, Sendable, CaseIterable {
         case persisted
@@ -129,6 +140,7 @@ public enum CounterEvent: Sendable {
         case .logWriteError: .logWriteErrors
         case .connectionLimitWait: .connectionLimitWaits
         case .impossibleEvents: .impossibleEvents
+        case .h2ConnectionEnded: .h2ConnectionsEnded
         }
     }
 
@@ -139,6 +151,7 @@ public enum CounterEvent: Sendable {
         case .refreshTokenRotation(let secret, let result): [secret, result.rawValue]
         case .reload(let ok): [ok ? "ok" : "failed"]
         case .clientTLSFailure(let failure): [failure.rawValue]
+        case .h2ConnectionEnded(let reason): [reason]
         case .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait, .impossibleEvents: []
         }
     }

@@ -48,6 +48,7 @@ public final class Metrics: Sendable {
         var injected: [String: UInt64] = [:]
         var stripped: [String: UInt64] = [:]
         var redirects: [RedirectDecision: UInt64] = [:]
+        var protocols: [String: UInt64] = [:]
         var upstreamErrors: [String: UInt64] = [:]
         var rateLimited: [String: UInt64] = [:]
         var clientRefusals: [String: UInt64] = [:]
@@ -87,6 +88,7 @@ public final class Metrics: Sendable {
             for name in record.injected { counters.injected[policy.metricLabel(forHeader: name), default: 0] += 1 }
             for name in record.stripped { counters.stripped[policy.metricLabel(forHeader: name), default: 0] += 1 }
             if let redirect = record.redirect { counters.redirects[redirect.decision, default: 0] += 1 }
+            counters.protocols[record.proto?.rawValue ?? "none", default: 0] += 1
             if let upstreamError { counters.upstreamErrors[upstreamError, default: 0] += 1 }
             // Findings by name only: the core's (head values) and the engine's (bodies) alike.
             for finding in record.scrubbed { counters.scrubbed[finding.secret, default: 0] += 1 }
@@ -112,6 +114,7 @@ public final class Metrics: Sendable {
         return generic
             + exchanges.withLock { counters in
                 counters.requests.count + counters.injected.count + counters.stripped.count + counters.redirects.count
+                    + counters.protocols.count
                     + counters.upstreamErrors.count + counters.rateLimited.count + counters.clientRefusals.count
                     + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count
             }
@@ -133,6 +136,7 @@ public final class Metrics: Sendable {
         for (label, count) in exchange.injected { add(.injected, [label], count) }
         for (label, count) in exchange.stripped { add(.stripped, [label], count) }
         for (decision, count) in exchange.redirects { add(.redirects, [decision.rawValue], count) }
+        for (proto, count) in exchange.protocols { add(.requestsByProtocol, [proto], count) }
         for (kind, count) in exchange.upstreamErrors { add(.upstreamErrors, [kind], count) }
         for (client, count) in exchange.rateLimited { add(.rateLimited, [client], count) }
         for (reason, count) in exchange.clientRefusals { add(.clientsRefused, [reason], count) }

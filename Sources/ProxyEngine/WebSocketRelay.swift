@@ -76,6 +76,9 @@ final class WebSocketRelay {
     /// Scrub findings of origin frames since the last call.
     func takeFindings() -> [SecretFinding]? { fromOrigin.takeFindings() }
 
+    /// Scrub matches of forms already reported, per secret, since the last call.
+    func takeRepeats(_ body: (_ secret: String, _ count: UInt64) -> Void) { fromOrigin.takeRepeats(body) }
+
     private func move(
         _ filter: inout WebSocketFrameFilter, from source: OpaquePointer, to destination: OpaquePointer, highWatermark: Int
     ) -> UInt64 {

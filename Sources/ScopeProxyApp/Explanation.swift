@@ -98,7 +98,10 @@ public enum Explanation {
             // Clients send https:// requests as CONNECT plus TLS: the rules apply only inside a
             // tunnel the proxy terminates.
             if scope.interceptHosts.contains(origin.host) {
-                out.line("https", "CONNECT \(origin.host):\(origin.port) is intercepted (tls.intercept): the rules below apply inside the tunnel")
+                out.line(
+                    "https",
+                    "CONNECT \(origin.host):\(origin.port) is intercepted (tls.intercept): the rules below apply inside the tunnel, "
+                        + "to each HTTP/1.1 request and each HTTP/2 stream alike")
                 mode = .intercepted(origin, client: identity)
             } else if config.tls.tunnel == .allow {
                 out.line(

@@ -1,7 +1,9 @@
 """A WebSocket origin and client (python `websockets`) on either side of the proxy under test.
 
 Prints the origin's port on its first line, then reads the proxy's port from stdin, connects a
-client through the proxy (absolute-form upgrade, as an HTTP_PROXY client sends it), runs the
+client through the proxy (absolute-form upgrade, as an HTTP_PROXY client sends it; or, with
+`origin_tls`, `wss://localhost` through a CONNECT tunnel the proxy intercepts, trusting the CA file
+given after the port on stdin), runs the
 scenario given as JSON on argv[1] and prints one JSON line: what the origin received, what the
 client received, how the WebSocket closed. Message texts are reported as SHA-256 digests plus a few
 booleans the test asks for (`contains`), so a failing test prints no value.
@@ -12,6 +14,7 @@ Scenario fields:
   contains:     list of str whose presence in either side's messages is reported
   expect_replies: how many messages the client waits for (the origin echoes each it gets)
   lockstep:     the client waits for each echo before it sends the next message
+  origin_tls:   {"cert": PATH, "key": PATH}: the origin speaks TLS (wss)
 """
 
 import asyncio
@@ -19,6 +22,7 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 import sys
 
 from websockets.asyncio.client import connect
@@ -70,18 +74,29 @@ def absolute_form(original):
 
 
 async def main():
-    async with serve(origin_handler, "127.0.0.1", 0, max_size=None, compression="deflate") as server:
+    tls = scenario.get("origin_tls")
+    server_ssl = None
+    if tls:
+        server_ssl = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ssl.load_cert_chain(tls["cert"], tls["key"])
+    async with serve(origin_handler, "127.0.0.1", 0, max_size=None, compression="deflate", ssl=server_ssl) as server:
         port = server.sockets[0].getsockname()[1]
         origin_port_holder["port"] = port
         print(port, flush=True)
-        proxy_port = int(sys.stdin.readline())
-        ClientProtocol.connect = absolute_form(ClientProtocol.connect)
-        sock = socket.create_connection(("127.0.0.1", proxy_port))
+        answer = sys.stdin.readline().split()
+        proxy_port = int(answer[0])
+        if tls:
+            client_ssl = ssl.create_default_context(cafile=answer[1])
+            target = dict(
+                uri="wss://localhost:%d/chat" % port, proxy="http://127.0.0.1:%d" % proxy_port, ssl=client_ssl)
+        else:
+            ClientProtocol.connect = absolute_form(ClientProtocol.connect)
+            sock = socket.create_connection(("127.0.0.1", proxy_port))
+            target = dict(uri="ws://127.0.0.1:%d/chat" % port, sock=sock, proxy=None)
         result = {"client_received": [], "close_code": None, "handshake": "ok"}
         try:
             async with connect(
-                "ws://127.0.0.1:%d/chat" % port, sock=sock, proxy=None, max_size=None, compression="deflate",
-                open_timeout=20, close_timeout=5,
+                **target, max_size=None, compression="deflate", open_timeout=20, close_timeout=5,
             ) as ws:
                 result["client_extensions"] = ws.response.headers.get("Sec-WebSocket-Extensions")
                 replies = scenario.get("expect_replies", 0)

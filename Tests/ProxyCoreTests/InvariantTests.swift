@@ -90,7 +90,7 @@ struct InvariantTests {
         switch event {
         case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
             .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _),
-            .webSocketStopped(let id, _, _):
+            .webSocketStopped(let id, _, _), .webSocketScrubbed(let id, _):
             id
         default:
             nil

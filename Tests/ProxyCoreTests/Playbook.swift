@@ -272,8 +272,12 @@ enum Expect: CustomStringConvertible {
             return nil
         case .relayFrames(let hop, let guards, let scrubs):
             guard case .relayWebSocket(hop, let plan) = action else { return "expected \(self)" }
-            if let guards, Set(guards) != Set(plan.egress?.secrets ?? []) { return "frame guard watches \(plan.egress?.secrets ?? []), expected \(guards)" }
-            if let scrubs, Set(scrubs) != Set(plan.scrub?.secrets ?? []) { return "frame scrub masks \(plan.scrub?.secrets ?? []), expected \(scrubs)" }
+            if let guards, Set(guards) != Set(plan.egress?.secrets ?? []) {
+                return "frame guard watches \(plan.egress?.secrets ?? []), expected \(guards)"
+            }
+            if let scrubs, Set(scrubs) != Set(plan.scrub?.secrets ?? []) {
+                return "frame scrub masks \(plan.scrub?.secrets ?? []), expected \(scrubs)"
+            }
             return nil
         }
     }

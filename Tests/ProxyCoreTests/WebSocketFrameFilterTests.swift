@@ -170,7 +170,11 @@ struct WebSocketFrameFilterTests {
             #expect(forwarded.first?.1 == masked)
             #expect(forwarded.dropFirst().first?.1 == [UInt8](repeating: 0x2A, count: Self.value.count))
             #expect(forwarded.last?.1 == [0x03, 0xE8])
-            #expect(filter.takeFindings()?.map(\.secret) == ["api"])
+            #expect(filter.takeFindings()?.map(\.secret) == ["api"], "each form named once")
+            var repeated: [String: UInt64] = [:]
+            filter.takeRepeats { repeated[$0] = $1 }
+            #expect(repeated == ["api": 1], "the ping's match of the same form is counted, not named again")
+            #expect(filter.maskedMatches == 2)
         }
     }
 
@@ -193,6 +197,33 @@ struct WebSocketFrameFilterTests {
         #expect(masked.filter.stopped == .protocolError(.maskUnexpected))
     }
 
+    @Test("a value at the end of a frame fed in small pieces: nothing of that frame reaches the origin, the idle release included")
+    func frameCarryingValueHeldWhole() {
+        var filter = WebSocketFrameFilter(sender: .client, plan: Self.plan(), maskingKey: Self.keys())
+        var output: [UInt8] = []
+        let frame = Self.clientFrame(.text, [UInt8](repeating: 0x61, count: 1000) + Self.value)
+        for start in stride(from: 0, to: frame.count, by: 50) {
+            filter.feed(Array(frame[start..<min(frame.count, start + 50)]), into: &output)
+            filter.releaseHeld(into: &output)  // the idle time may run out between any two pieces
+        }
+        #expect(filter.stopped == .secret(SecretFinding(secret: "api", encoding: .raw, isPlaceholder: false)))
+        #expect(output.isEmpty, "\(output.count) bytes of the frame went out")
+    }
+
+    @Test("a frame over the whole-frame limit streams: all but the hold-back leaves before the frame ends")
+    func longFrameStreams() {
+        var filter = WebSocketFrameFilter(sender: .client, plan: Self.plan(), maskingKey: Self.keys())
+        var output: [UInt8] = []
+        let length = WebSocketFrameFilter.wholeFrameLimit + 1000
+        let frame = Self.clientFrame(.binary, [UInt8](repeating: 0x62, count: length))
+        filter.feed(Array(frame.dropLast(10)), into: &output)
+        let holdBack = Self.plan().egress!.holdBack
+        #expect(filter.heldBytes == holdBack)
+        #expect(output.count > length - 10 - holdBack)
+        filter.feed(Array(frame.suffix(10)), into: &output)
+        #expect(Self.messages(output, from: .client).first?.1.count == length)
+    }
+
     @Test("hold-back: the last bytes of an unfinished message wait, and the idle release lets them out as a fragment")
     func idleRelease() {
         var filter = WebSocketFrameFilter(sender: .client, plan: Self.plan(), maskingKey: Self.keys())
@@ -200,7 +231,7 @@ struct WebSocketFrameFilterTests {
         let payload = [UInt8](repeating: 0x61, count: 100)
         filter.feed(Self.clientFrame(.text, payload, fin: false), into: &output)
         let holdBack = Self.plan().egress!.holdBack
-        #expect(filter.heldBytes == holdBack)
+        #expect(filter.heldBytes == holdBack, "a whole frame went, all but the hold-back")
         filter.releaseHeld(into: &output)
         #expect(filter.heldBytes == 0)
         filter.feed(Self.clientFrame(.continuation, []), into: &output)

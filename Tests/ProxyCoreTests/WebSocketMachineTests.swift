@@ -30,7 +30,8 @@ struct WebSocketMachineTests {
             [
                 offerSent
                     ? .send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: [offer, "Upgrade: websocket"])
-                    : .send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["Upgrade: websocket"], excluding: ["Sec-WebSocket-Extensions"]),
+                    : .send(
+                        hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["Upgrade: websocket"], excluding: ["Sec-WebSocket-Extensions"]),
                 .arm(.responseHead),
             ])
         p.on(
@@ -61,6 +62,18 @@ struct WebSocketMachineTests {
         _ = Self.upgraded(
             Self.guardOff, "https://a.example/ws", host: "a.example", a, .tls, offerSent: false,
             afterSwitch: .relayFrames(hop(1), guards: nil, scrubs: ["a_token"]))
+    }
+
+    @Test("origin frames the scrub masked: the upgrade's line names each form (names only)")
+    func scrubbedNamed() {
+        var p = Self.upgraded(
+            Self.guardOff, "https://a.example/ws", host: "a.example", a, .tls, offerSent: false,
+            afterSwitch: .relayFrames(hop(1), guards: nil, scrubs: ["a_token"]))
+        let finding = SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)
+        p.on(.webSocketScrubbed(hop(1), [finding]), [])
+        p.ignores(.webSocketScrubbed(hop(2), [finding]), as: .staleHop)
+        p.on(.connectionClosed, [.cancelTimer, .release(hop(1), reuse: false), .emit(.status(101))])
+        #expect(p.emitted.last?.scrubbed == [finding])
     }
 
     @Test("where frames are read, a 101 that chose an extension anyway is a 502: frames the proxy cannot read never flow")
@@ -100,6 +113,7 @@ struct WebSocketMachineTests {
             ])
         p.ignores(.webSocketStopped(hop(1), .secret(finding), sender: .client))
         #expect(p.emitted.count == 1)
+        #expect(p.emitted.last?.guardFinding == finding, "the line's guard field names the secret")
     }
 
     @Test("frames that are not RFC 6455: from the client a malformed request, from the origin a bad upstream response")

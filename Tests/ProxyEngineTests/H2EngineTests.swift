@@ -72,6 +72,7 @@ struct H2EngineTests {
         let line = try #require(logLines(proxy, waitingFor: 1).first)
         #expect(line["proto"] as? String == "h2c")
         #expect(line["injected"] as? [String] == ["Authorization"])
+        #expect(try proxy.metrics().contains("scopeproxy_requests_by_protocol_total{proto=\"h2c\"} 1"))
     }
 
     @Test("two streams on one connection, different decisions: one injected and answered, one refused 403 (the proxy's own port), one to another origin with the client's Authorization stripped; the token reaches only the scoped origin")
@@ -219,6 +220,7 @@ struct H2EngineTests {
         ])
         #expect(streams(after).first?["status"] as? Int == 200)
         #expect(proxy.process.standardError.contains("h2_connection_ended"), "the end is said, with its reason")
+        #expect(try proxy.metrics().contains("scopeproxy_h2_connections_ended_total{reason=\""), "and counted")
     }
 
     @Test("more concurrent streams than limits.h2_max_concurrent_streams: the excess is refused (REFUSED_STREAM), the rest answered")

@@ -70,6 +70,41 @@ struct H2SessionTests {
         #expect(pair.clientEvents.headerBlocks.first?.fields.last == field("x-latin", "c\u{E9}\u{FF}"))
     }
 
+    /// The HEADERS payload sizes of two identical requests carrying `name`, as a client session writes them.
+    private func repeatedBlockSizes(carrying name: String, settings: H2Session.Settings = .init()) -> [Int] {
+        let client = H2Session(role: .client, settings: settings)
+        let output = evbuffer_new()!
+        defer { evbuffer_free(output) }
+        let fields = [
+            field(":method", "GET"), field(":scheme", "https"), field(":authority", "origin.test"), field(":path", "/"),
+            field(name, "Bearer h2canary-0123456789abcdef0123456789abcdef"),
+        ]
+        _ = client.submitRequest(fields: fields, hasBody: false)
+        _ = client.submitRequest(fields: fields, hasBody: false)
+        client.send(to: output, highWatermark: 1 << 20)
+        let count = evbuffer_get_length(output)
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { _ = evbuffer_remove(output, $0.baseAddress, count) }
+        return H2Wire.parse(Array(bytes.dropFirst(H2Wire.preface.count))).filter { $0.type == .headers }.map(\.payload.count)
+    }
+
+    @Test func credentialFieldsAreNeverAddedToTheHPACKTable() {
+        // An ordinary field is indexed: the second request refers to it in a byte or two.
+        let ordinary = repeatedBlockSizes(carrying: "x-trace")
+        #expect(ordinary.count == 2 && ordinary[1] < ordinary[0] - 20)
+        // A credential goes out literally every time (RFC 7541 §7.1.3: no compression oracle).
+        for name in ["authorization", "Proxy-Authorization", "cookie"] {
+            let sizes = repeatedBlockSizes(carrying: name)
+            // The second block carries the value again (about 35 bytes Huffman-coded), the ordinary one does not.
+            #expect(sizes.count == 2 && sizes[1] >= ordinary[1] + 30, "\(name): \(sizes) against \(ordinary)")
+        }
+        // And so does a field the owner names (one it injects a credential into).
+        var settings = H2Session.Settings()
+        settings.neverIndexedNames.insert("x-api-key")
+        let injected = repeatedBlockSizes(carrying: "X-Api-Key", settings: settings)
+        #expect(injected.count == 2 && injected[1] >= ordinary[1] + 30, "\(injected) against \(ordinary)")
+    }
+
     @Test func aRequestBodyStaysWithinTheStreamWindowUntilTheServerConsumes() {
         let window = 256 * 1024
         let pair = H2Pair()
@@ -365,6 +400,8 @@ struct H2SessionTests {
         (H2Wire.requestBlock([("te", "gzip")]), "te other than trailers"),
         (H2Wire.requestBlock([("x-bad name", "canary-value-3")]), "invalid header field 'x-bad name'"),
         (H2Wire.requestBlock([("x-ctl", "canary\u{1}value")]), "invalid header field 'x-ctl'"),
+        (H2Wire.requestBlock([("x-ws", " canary-padded")]), "invalid header field 'x-ws'"),
+        (H2Wire.requestBlock([("x-ws", "canary-padded\t")]), "invalid header field 'x-ws'"),
         ([0x82, 0x87] + H2Wire.literalIndexedName(1, "origin.test"), "HTTP messaging rule broken"),  // no :path
         (H2Wire.requestBlock([(":path", "/again")]), "invalid pseudo-header field ':path'"),
         (H2Wire.requestBlock([("host", "other.test"), ("content-length", "x")]), "invalid 'content-length' field"),

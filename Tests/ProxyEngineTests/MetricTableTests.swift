@@ -34,11 +34,12 @@ private let everyCounterEvent: [CounterEvent] = {
         .tokenFetch(secret: "partner", failure: nil), .tokenFetch(secret: "partner", failure: .refused),
         .refreshTokenRotation(secret: "partner", .memoryOnly), .reload(ok: false), .clientTLSFailure(.notTLS),
         .logTripwireHits, .logLineDropped, .logWriteError, .connectionLimitWait, .impossibleEvents,
+        .h2ConnectionEnded(reason: "rapid_reset"),
     ]
     for event in events {
         switch event {
         case .tokenFetch, .refreshTokenRotation, .reload, .clientTLSFailure, .logTripwireHits, .logLineDropped, .logWriteError,
-            .connectionLimitWait, .impossibleEvents:
+            .connectionLimitWait, .impossibleEvents, .h2ConnectionEnded:
             break
         }
     }

@@ -40,7 +40,7 @@ struct TunnelEngineTests {
         #expect(try proxy.exchange("CONNECT 127.0.0.1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?.status == 400)
     }
 
-    @Test("WebSocket: Upgrade is forwarded, and after 101 the connection is a two-way tunnel")
+    @Test("WebSocket: Upgrade is forwarded, and after 101 the connection is a two-way tunnel (guard off, no scope: spliced unread)")
     func websocketUpgrade() throws {
         let origin = try FixtureOrigin { connection in
             guard let request = connection.readRequest() else { return }
@@ -52,7 +52,7 @@ struct TunnelEngineTests {
                 connection.send(Array("echo:".utf8) + chunk)
             }
         }
-        let proxy = try ProxyHarness()
+        let proxy = try ProxyHarness(yaml: "guard: off", secrets: [:])
         defer { proxy.stop(); origin.stop() }
         let socket = try proxy.connect()
         try socket.send(

@@ -53,6 +53,17 @@ struct WebSocketEngineTests {
     static func run(
         _ scenario: [String: Any], proxy makeProxy: (UInt16) throws -> ProxyHarness
     ) throws -> Outcome {
+        try run(scenario) { originPort in
+            let proxy = try makeProxy(originPort)
+            return (proxy.port, nil, { proxy.stop() })
+        }
+    }
+
+    /// `proxy`: starts a proxy for the origin's port; returns its port, the CA file a client of an
+    /// intercepted tunnel trusts (nil: absolute-form requests), and how to stop it.
+    static func run(
+        _ scenario: [String: Any], proxy makeProxy: (UInt16) throws -> (port: UInt16, caPath: String?, stop: () -> Void)
+    ) throws -> Outcome {
         let python = try #require(websocketsPython, "no python3 here imports websockets (pip install websockets)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
@@ -70,7 +81,7 @@ struct WebSocketEngineTests {
         let originPort = try #require(lines.next(seconds: 30).flatMap { UInt16($0) }, "the fixture's origin did not start")
         let proxy = try makeProxy(originPort)
         defer { proxy.stop() }
-        input.fileHandleForWriting.write(Data("\(proxy.port)\n".utf8))
+        input.fileHandleForWriting.write(Data("\(proxy.port) \(proxy.caPath ?? "-")\n".utf8))
         let line = try #require(lines.next(seconds: 120), "the fixture did not finish")
         return try JSONDecoder().decode(Outcome.self, from: Data(line.utf8))
     }
@@ -169,6 +180,42 @@ struct WebSocketEngineTests {
         #expect(outcome.origin_received.first?.length == 1 << 20)
         #expect(outcome.origin_received.first?.sha256 == outcome.sent_sha256)
         #expect(outcome.client_received.first?.sha256 == outcome.sent_sha256)
+    }
+
+    @Test(
+        "wss inside an intercepted TLS tunnel (the binary, CONNECT by the client library): a value in a client frame is stopped with close 1008 and the line says so, names only"
+    )
+    func interceptedTunnelGuarded() throws {
+        let pki = try TestPKI()
+        let certificate = pki.certificate("valid")
+        var configured: ConfiguredProxy?
+        let outcome = try Self.run(
+            [
+                "client_sends": [["text": "hello"], ["text": "token=\(Self.injected);"]], "contains": [Self.injected],
+                "expect_replies": 2, "lockstep": true, "origin_tls": ["cert": certificate.cert, "key": certificate.key],
+            ],
+            proxy: { originPort in
+                let proxy = try ConfiguredProxy(environment: ["API": Self.injected]) { logPath in
+                    let directory = (logPath as NSString).deletingLastPathComponent
+                    return """
+                        secrets: { api_token: { env: API } }
+                        scopes: [{ name: other, origins: ["https://other.example"], inject: { X-Token: "${api_token}" } }]
+                        tls: { intercept: ["localhost"], tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
+                        log: { output: \(logPath), format: json }
+                        """
+                }
+                configured = proxy
+                return (proxy.port, proxy.scratch.path + "/ca/scopeproxy-ca.pem", { proxy.process.terminate() })
+            })
+        #expect(outcome.handshake == "ok")
+        #expect(outcome.close_code == 1008)
+        #expect(outcome.origin_received.count == 1 && outcome.origin_received.allSatisfy { !$0.contains[0] })
+        let log = (try? String(contentsOfFile: configured?.logPath ?? "", encoding: .utf8)) ?? ""
+        let line = log.split(separator: "\n").first { $0.contains("\"websocket\"") }.map(String.init) ?? ""
+        #expect(line.contains("secret_egress_blocked"), "the upgrade's line names the refusal")
+        #expect(line.contains("api_token"), "and the secret by name")
+        let leakedToLog = log.contains(Self.injected)
+        #expect(!leakedToLog, "never its value")
     }
 
     @Test("an unscoped origin with the guard off is spliced: the extension offer and the frames pass as they are")

@@ -34,6 +34,7 @@ struct ExplainTests {
         #expect(text.contains("origin        https://api.library.example\n"), "the default port left out, as the banner prints it")
         #expect(text.contains("scopes        library"))
         #expect(text.contains("is intercepted (tls.intercept)"))
+        #expect(text.contains("each HTTP/2 stream alike"), "explain says the rules hold per stream")
         #expect(text.contains("injected      Authorization: Bearer ${library_token}   (scope library)"))
         #expect(text.contains("secret 'library_token': environment variable EXPLAIN_LIBRARY_TOKEN_UNSET is not set"))
         #expect(text.contains("Cookie: passed"))
