@@ -33,6 +33,9 @@ COMMAND=$(for v in BENCH_DURATION BENCH_REPEATS BENCH_CONNECTIONS BENCH_UPLOAD_M
   [ -n "${!v:-}" ] && printf '%s=%s ' "$v" "${!v}"; done; echo "${BENCH_COMMAND:-bench/run.sh}")
 source bench/lib.sh
 start_workspace bench
+# The machine's load when the run starts and ends: on a shared machine the absolute figures, and the
+# ratios with them, move with what else runs (the report says so).
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
@@ -316,7 +319,8 @@ REPORT="$WORK/report.md"
 {
   echo "## Latest run ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
-  echo "Machine: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores (nproc), Linux $(uname -r)."
+  echo "Machine: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores (nproc), Linux $(uname -r);"
+  echo "load average (1, 5, 15 min) $LOAD_START at the start, $(cut -d" " -f1-3 /proc/loadavg) at the end of the HTTP/1.1 and HTTP/2 rows."
   echo "Binary: $(commit). Versions: $(versions)."
   echo
   echo "Command: \`$COMMAND\`"
