@@ -53,7 +53,6 @@ final class ClientConnection: ExchangeHost {
     var lastProgressReport: UInt64 = 0
     var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
 
-
     /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
     init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
         self.worker = worker
@@ -198,10 +197,10 @@ final class ClientConnection: ExchangeHost {
         // Decrypted bytes mean the handshake is done, whichever callback libevent ran first.
         if machine.isHandshaking { tlsEstablished() }
         if isClosed { return }
-        if let http2 {
-            http2.readable()
-        } else if transport.closing != .open {
+        if transport.closing != .open {
             transport.discardInput()
+        } else if let http2 {
+            http2.readable()
         } else if machine.isAwaitingHead {
             if startsWithH2CPreface() == .incomplete { return }  // wait for the rest of it
             if http2 == nil { readRequestHead() }

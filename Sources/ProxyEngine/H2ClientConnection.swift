@@ -83,6 +83,9 @@ final class H2ClientConnection: H2SessionDelegate {
     /// Runs at the end of every callback: the session writes what it has (up to the watermark),
     /// then relays whose buffers drained take more from their origins, and the session writes again.
     func flushOutputs() {
+        // Inside a session callback (a leg that connected at once, a token already cached): the
+        // callback's caller flushes when nghttp2 is off the stack.
+        guard !isClosed, !session.isProcessing else { return }
         for _ in 0..<4 {
             guard !isClosed else { return }
             session.send(to: transport.output, highWatermark: highWatermark)
@@ -94,9 +97,11 @@ final class H2ClientConnection: H2SessionDelegate {
         }
         guard !isClosed else { return }
         for stream in streams.values { stream.leg?.flush() }
-        if !session.wantsRead, !session.wantsWrite, EventBuffer.length(transport.output) == 0 {
-            client.close()
+        if !session.wantsRead, !session.wantsWrite, transport.closing == .open {
+            // The session is over (GOAWAY sent, nothing left): close once the output is out.
+            transport.closeAfterFlush()
         }
+        transport.didFlush()
     }
 
     func needsPump(_ stream: H2Stream) {
@@ -167,7 +172,8 @@ final class H2ClientConnection: H2SessionDelegate {
         }
         stream.close()
         if streams.isEmpty, !isClosed {
-            if goingAway { return }
+            // Draining, or ending after a flood: the last stream is done, so is the connection.
+            if goingAway { return session.terminate(code: H2ErrorCode.noError.rawValue) }
             sp_event_add_ms(idleTimer, worker.configuration.timeouts.idle)
         }
     }
@@ -187,8 +193,13 @@ final class H2ClientConnection: H2SessionDelegate {
     func drain() {
         guard !goingAway else { return }
         goingAway = true
-        session.goAway(code: H2ErrorCode.noError.rawValue, debug: "")
-        if streams.isEmpty { flushOutputs() }
+        if streams.isEmpty {
+            session.terminate(code: H2ErrorCode.noError.rawValue)
+            flushOutputs()
+        } else {
+            // Streams under way finish; new ones are refused (RFC 9113 §6.8).
+            session.goAway(code: H2ErrorCode.noError.rawValue, debug: "")
+        }
     }
 
     /// A protocol error or a flood: GOAWAY (the session queued it), then the connection closes

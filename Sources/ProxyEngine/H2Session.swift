@@ -68,6 +68,9 @@ final class H2Session {
     /// (`wantsRead` and `wantsWrite` false after a GOAWAY nghttp2 sent), this says why.
     private(set) var lastProtocolError: String?
     private var processing = false
+    /// nghttp2 is on the stack (inside `receive` or `send`): the owner must not free the session
+    /// or close its connection now; it flushes once the call returns.
+    var isProcessing: Bool { processing }
 
     init(role: Role, settings: Settings = Settings(), delegate: H2SessionDelegate? = nil) {
         self.role = role

@@ -1,5 +1,5 @@
-import ProxyCore
 import CLibevent
+import ProxyCore
 
 @testable import ProxyEngine
 

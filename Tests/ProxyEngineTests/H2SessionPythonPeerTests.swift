@@ -1,6 +1,6 @@
-import ProxyCore
 import CLibevent
 import Foundation
+import ProxyCore
 import TestSupport
 import Testing
 
