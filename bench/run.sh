@@ -263,7 +263,8 @@ cell() {  # WORK TARGET UNIT(req/s|MB/s) -> "ratio (cpu)" or, for direct, "1.00 
   if [ "$target" = direct ]; then awk -v v="$value" -v u="$unit" 'BEGIN { printf "1.00 (%.0f %s)", v, u }'; return; fi
   cpu=$(col "$work" "$target" 2)
   awk -v v="$value" -v d="$direct" -v c="$cpu" -v u="$unit" 'BEGIN {
-    ratio = (d == "fail" || d == 0) ? "-" : sprintf("%.2f", v / d)
+    # below 0.01 two decimals would print 0.00 (mitmdump on the HTTP/2 row): three then
+    ratio = (d == "fail" || d == 0) ? "-" : sprintf(v / d < 0.01 ? "%.3f" : "%.2f", v / d)
     if (u == "req/s") cpu = (c >= 100 ? sprintf("%.0f", c) : sprintf("%.1f", c)); else cpu = sprintf("%.2f", c)
     printf "%s (%s)", ratio, cpu }'
 }
