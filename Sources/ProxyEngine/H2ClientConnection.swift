@@ -24,6 +24,9 @@ final class H2ClientConnection: H2SessionDelegate {
     /// Streams whose response buffer drained while the session was writing: their relay resumes
     /// once the write is done (never from inside the session's callback).
     private var streamsToPump: [H2Stream] = []
+    /// Streams that wrote to their upstream leg since the last flush (a head, body bytes): only
+    /// their legs are flushed, not every open stream's after every callback.
+    private var legsToFlush: [H2Stream] = []
     let connectionKind: H2Connection
     let proto: ExchangeRecord.ClientProtocol
     /// Ids for streams that bring no well-formed X-Request-ID of their own.
@@ -96,7 +99,8 @@ final class H2ClientConnection: H2SessionDelegate {
             for stream in waiting { stream.resumeResponsePump() }
         }
         guard !isClosed else { return }
-        for stream in streams.values { stream.leg?.flush() }
+        for stream in legsToFlush { stream.leg?.flush() }
+        legsToFlush.removeAll(keepingCapacity: true)
         if !session.wantsRead, !session.wantsWrite, transport.closing == .open {
             // The session is over (GOAWAY sent, nothing left): close once the output is out.
             transport.closeAfterFlush()
@@ -106,6 +110,10 @@ final class H2ClientConnection: H2SessionDelegate {
 
     func needsPump(_ stream: H2Stream) {
         streamsToPump.append(stream)
+    }
+
+    func wroteUpstream(_ stream: H2Stream) {
+        legsToFlush.append(stream)
     }
 
     /// The socket accepted more output: the session may write what flow control held back.

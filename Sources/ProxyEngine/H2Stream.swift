@@ -143,6 +143,7 @@ final class H2Stream: ExchangeHost {
     }
 
     func requestSourceDrained() {
+        if leg != nil { connection.wroteUpstream(self) }
         let credit = uncredited - min(uncredited, EventBuffer.length(requestSource))
         guard credit > 0 else { return }
         uncredited -= credit
@@ -239,7 +240,10 @@ final class H2Stream: ExchangeHost {
         case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
             connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
         case .sendToUpstream(let hop, let bytes):
-            if let leg, leg.hop == hop { leg.write(bytes) }
+            if let leg, leg.hop == hop {
+                leg.write(bytes)
+                connection.wroteUpstream(self)
+            }
         case .collectRequestBody(let framing, let limit):
             collector = BodyCollector(framing: framing, limit: limit)
             collectRequestBody()
