@@ -5,7 +5,7 @@ SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf
 TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-botocore valgrind nginx-light
-BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy
+BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy nghttp2-client
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
 define ensure_packages

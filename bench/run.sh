@@ -4,13 +4,16 @@
 # default; unguarded: the same with `scrub: off` and `guard: off`; engine: no scope, no access log), tinyproxy
 # and squid. wrk rows (interleaved repeats, median), streamed uploads to bench/upload_sink.py
 # (Content-Length and chunked), a download through a CONNECT tunnel; each cell is the ratio to direct
-# with the proxy's CPU (from /proc/PID/stat). Then the TLS table of bench/tls_bench.py (scopeproxy
-# next to mitmdump). The report goes to stdout and, newest on top, to bench/RESULTS.md.
+# with the proxy's CPU (from /proc/PID/stat). Then HTTP/2 from the client (bench/h2.sh: h2load, h2c to
+# nginx and to scopeproxy, h2 over TLS to mitmdump as a reverse proxy). Then the TLS table of
+# bench/tls_bench.py (scopeproxy next to mitmdump). The report goes to stdout and, newest on top, to
+# bench/RESULTS.md.
 #
 # Pinning: the proxy under test runs on core 0, wrk, nginx, the upload sink and curl on core 1
 # (2-core machines); every proxy has one thread/worker. Loopback only, every run bounded in time.
 #   BENCH_DURATION=5 BENCH_REPEATS=3 BENCH_UPLOAD_MIB=1024 BENCH_TUNNEL_MIB=1024 bench/run.sh
-#   BENCH_DURATION=1 BENCH_REPEATS=1 BENCH_UPLOAD_MIB=128 BENCH_TUNNEL_MIB=128 BENCH_WRITE_RESULTS=0 bench/run.sh
+#   BENCH_DURATION=1 BENCH_REPEATS=1 BENCH_UPLOAD_MIB=128 BENCH_TUNNEL_MIB=128 BENCH_H2_REQUESTS=20000 \
+#     BENCH_H2_MITM_REQUESTS=1000 BENCH_WRITE_RESULTS=0 bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${BENCH_DURATION:-5}
@@ -22,13 +25,17 @@ TRANSFER_TIMEOUT=${BENCH_TRANSFER_TIMEOUT:-120}
 WRITE_RESULTS=${BENCH_WRITE_RESULTS:-1}
 RESULTS_FILE=${BENCH_RESULTS_FILE:-bench/RESULTS.md}
 RUN_TLS=${BENCH_TLS:-1}
+RUN_H2=${BENCH_H2:-1}
 BINARY=${SCOPEPROXY_BINARY:-.build/release/scopeproxy}
 # The command line as typed, for the report: the BENCH_* settings in the environment, then the command.
 COMMAND=$(for v in BENCH_DURATION BENCH_REPEATS BENCH_CONNECTIONS BENCH_UPLOAD_MIB BENCH_TUNNEL_MIB BENCH_TRANSFER_TIMEOUT \
-  BENCH_TLS BENCH_TLS_CLIENTS BENCH_TLS_DURATION BENCH_TLS_REPEATS SCOPEPROXY_BINARY; do
+  BENCH_H2 BENCH_H2_REQUESTS BENCH_H2_MITM_REQUESTS BENCH_H2_CONNECTIONS BENCH_H2_STREAMS BENCH_TLS BENCH_TLS_CLIENTS BENCH_TLS_DURATION BENCH_TLS_REPEATS SCOPEPROXY_BINARY; do
   [ -n "${!v:-}" ] && printf '%s=%s ' "$v" "${!v}"; done; echo "${BENCH_COMMAND:-bench/run.sh}")
 source bench/lib.sh
 start_workspace bench
+# The machine's load when the run starts and ends: on a shared machine the absolute figures, and the
+# ratios with them, move with what else runs (the report says so).
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 status_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
@@ -38,12 +45,14 @@ size_label() { if [ $(($1 % 1024)) = 0 ]; then echo "$(($1 / 1024)) GiB"; else e
 median() { sort -g | awk '{a[NR]=$1} END { print (NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2) }'; }
 [ -x "$BINARY" ] || { echo "no scopeproxy binary at $BINARY (swift build -c release)" >&2; exit 1; }
 
-# --- origin: nginx, one worker, on core 1; the tunnel's download is a sparse file in its www ---
+# --- origin: nginx, one worker, on core 1; the tunnel's download is a sparse file in its www; a second
+# listener speaks h2c with prior knowledge only (nginx 1.22: `http2` without `ssl`) for the HTTP/2 rows ---
 NGINX_PORT=$(free_port)
-write_nginx_origin "$WORK" "$NGINX_PORT"
+NGINX_H2_PORT=$(free_port)
+write_nginx_origin "$WORK" "$NGINX_PORT" "listen 127.0.0.1:$NGINX_H2_PORT http2;"
 truncate -s "${TUNNEL_MIB}M" "$WORK/www/tunnel.bin"
 taskset -c 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
-wait_port "$NGINX_PORT"
+wait_port "$NGINX_PORT"; wait_port "$NGINX_H2_PORT"
 
 # --- proxies, each on core 0, one thread / worker ---
 # full: one scope for the origin injecting a secret from the environment, the JSON access log to a file.
@@ -238,6 +247,9 @@ INJECTED=$(grep -c '"injected":\["Authorization"\]' "$WORK/access.log" || true)
 log "scopeproxy full: $(wc -l < "$WORK/access.log") access log lines so far, $INJECTED with Authorization injected"
 [ "${INJECTED:-0}" -gt 0 ] || log "warning: scopeproxy full logged no injection: check $WORK/full.yaml"
 
+# --- HTTP/2 from the client (h2load; its own table) ---
+if [ "$RUN_H2" = 1 ]; then source bench/h2.sh; fi
+
 # --- the table ---
 # median of column N over the repeats of WORK/TARGET ("fail" if any repeat failed, "-" when absent)
 col() {
@@ -251,7 +263,8 @@ cell() {  # WORK TARGET UNIT(req/s|MB/s) -> "ratio (cpu)" or, for direct, "1.00 
   if [ "$target" = direct ]; then awk -v v="$value" -v u="$unit" 'BEGIN { printf "1.00 (%.0f %s)", v, u }'; return; fi
   cpu=$(col "$work" "$target" 2)
   awk -v v="$value" -v d="$direct" -v c="$cpu" -v u="$unit" 'BEGIN {
-    ratio = (d == "fail" || d == 0) ? "-" : sprintf("%.2f", v / d)
+    # below 0.01 two decimals would print 0.00 (mitmdump on the HTTP/2 row): three then
+    ratio = (d == "fail" || d == 0) ? "-" : sprintf(v / d < 0.01 ? "%.3f" : "%.2f", v / d)
     if (u == "req/s") cpu = (c >= 100 ? sprintf("%.0f", c) : sprintf("%.1f", c)); else cpu = sprintf("%.2f", c)
     printf "%s (%s)", ratio, cpu }'
 }
@@ -289,11 +302,12 @@ rss_line() {
 }
 
 versions() {
-  local nginx tiny squid wrk curl mitm
+  local nginx tiny squid wrk curl h2load mitm
   nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||' || true); tiny=$(tinyproxy -v 2>&1 | awk '{print $2}' || true)
   squid=$(squid -v 2>&1 | awk '/Version/ {print $NF}' || true); wrk=$(wrk -v 2>&1 | awk '/^wrk/ {print $2}' || true)
-  curl=$(curl --version 2>&1 | awk 'NR == 1 {print $2}' || true); mitm=$(mitmdump --version 2>/dev/null | awk '/^Mitmproxy/ {print $2}' || true)
-  echo "nginx $nginx, tinyproxy $tiny, squid $squid, wrk $wrk, curl $curl${mitm:+, mitmdump $mitm}"
+  curl=$(curl --version 2>&1 | awk 'NR == 1 {print $2}' || true); h2load=$(h2load --version 2>&1 | awk '{print $2}' | sed 's|.*/||' || true)
+  mitm=$(mitmdump --version 2>/dev/null | awk '/^Mitmproxy/ {print $2}' || true)
+  echo "nginx $nginx, tinyproxy $tiny, squid $squid, wrk $wrk, curl $curl, h2load $h2load${mitm:+, mitmdump $mitm}"
 }
 commit() {
   local head dirty=""
@@ -306,7 +320,8 @@ REPORT="$WORK/report.md"
 {
   echo "## Latest run ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
-  echo "Machine: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores (nproc), Linux $(uname -r)."
+  echo "Machine: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores (nproc), Linux $(uname -r);"
+  echo "load average (1, 5, 15 min) $LOAD_START at the start, $(cut -d" " -f1-3 /proc/loadavg) at the end of the HTTP/1.1 and HTTP/2 rows."
   echo "Binary: $(commit). Versions: $(versions)."
   echo
   echo "Command: \`$COMMAND\`"
@@ -322,6 +337,7 @@ REPORT="$WORK/report.md"
   table
   echo
   rss_line
+  if [ "$RUN_H2" = 1 ]; then echo; h2_report; fi
 } > "$REPORT"
 
 if [ "$RUN_TLS" = 1 ]; then
