@@ -32,7 +32,11 @@ final class H2ClientConnection: H2SessionDelegate {
     private(set) var isClosed = false
     /// Why the connection ended early, once (a flood's code, a protocol error's): said once.
     private var endReason: String?
+    /// Runs while no stream has an exchange in progress: first `client_header` (the preface and the
+    /// first request), then `idle`. A stream already answered whose client never ends its side
+    /// (RFC 9113 §5.1: half-closed) is no exchange: it does not hold the connection open.
     private var idleTimer: OpaquePointer!
+    private var idleTimerArmed = false
 
     var worker: Worker { client.worker }
     private var transport: ClientTransport { client.transport }
@@ -59,6 +63,7 @@ final class H2ClientConnection: H2SessionDelegate {
         idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
         // The preface and the first request must come as fast as an HTTP/1.1 head would.
         sp_event_add_ms(idleTimer, worker.configuration.timeouts.clientHeader)
+        idleTimerArmed = true
         readable()
     }
 
@@ -95,8 +100,25 @@ final class H2ClientConnection: H2SessionDelegate {
         guard !isClosed else { return }
         for stream in streams.values { stream.leg?.flush() }
         if !session.wantsRead, !session.wantsWrite, EventBuffer.length(transport.output) == 0 {
+            // nghttp2 ended the session on its own (a connection error, its own limits): said once,
+            // like the ends this connection decides (fixed words, never a field value).
+            if let why = session.endedByLibrary { end(reason: "h2_protocol_error", detail: why) }
             client.close()
+            return
         }
+        armIdleTimerWhenQuiet()
+    }
+
+    /// Whether no stream has an exchange in progress: every open stream (if any) was answered,
+    /// relayed whole, cut or reset, and waits only for the client.
+    private var isQuiet: Bool { streams.values.allSatisfy { $0.machine.isFinished } }
+
+    /// The idle timer runs from the moment the last exchange of the connection ended, as between
+    /// two HTTP/1.1 requests; a new request stops it (`h2Headers`).
+    private func armIdleTimerWhenQuiet() {
+        guard !idleTimerArmed, isQuiet else { return }
+        idleTimerArmed = true
+        sp_event_add_ms(idleTimer, worker.configuration.timeouts.idle)
     }
 
     func needsPump(_ stream: H2Stream) {
@@ -123,6 +145,7 @@ final class H2ClientConnection: H2SessionDelegate {
         case .request:
             guard !goingAway else { return session.reset(stream: id, code: H2ErrorCode.refusedStream.rawValue) }
             event_del(idleTimer)
+            idleTimerArmed = false
             if case .goAway(let violation) = floodGuard.streamOpened() {
                 end(reason: violation.code)
                 return session.terminate(code: violation.errorCode.rawValue)
@@ -193,16 +216,20 @@ final class H2ClientConnection: H2SessionDelegate {
 
     /// A protocol error or a flood: GOAWAY (the session queued it), then the connection closes
     /// once it is written. Said once per connection, with the fixed code of why.
-    private func end(reason code: String) {
+    private func end(reason code: String, detail: String? = nil) {
         goingAway = true
         guard endReason == nil else { return }
         endReason = code
-        Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", code)])
+        var fields = [("client", client.peer), ("reason", code)]
+        if let detail { fields.append(("detail", detail)) }
+        Diagnostics.error("h2_connection_ended", fields)
     }
 
     fileprivate func idleTimerFired() {
+        idleTimerArmed = false
         guard !isClosed else { return }
-        if streams.isEmpty {
+        // Streams still open here were answered and wait only for the client: they close with it.
+        if isQuiet {
             goingAway = true
             session.goAway(code: H2ErrorCode.noError.rawValue, debug: "idle")
             session.send(to: transport.output, highWatermark: highWatermark)
