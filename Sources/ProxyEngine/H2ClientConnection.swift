@@ -37,6 +37,9 @@ final class H2ClientConnection: H2SessionDelegate {
     /// (RFC 9113 §5.1: half-closed) is no exchange: it does not hold the connection open.
     private var idleTimer: OpaquePointer!
     private var idleTimerArmed = false
+    /// Runs `flushOutputs` on the loop's next turn when a flush ended with relays still waiting to
+    /// be resumed: the socket may have taken everything written, so no write callback would come.
+    private var continueEvent: OpaquePointer!
 
     var worker: Worker { client.worker }
     private var transport: ClientTransport { client.transport }
@@ -61,6 +64,7 @@ final class H2ClientConnection: H2SessionDelegate {
             settings: H2Session.Settings(maxConcurrentStreams: limits.h2MaxConcurrentStreams),
             delegate: self)
         idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
+        continueEvent = event_new(worker.base, -1, 0, h2ContinueCallback, Unmanaged.passUnretained(self).toOpaque())
         // The preface and the first request must come as fast as an HTTP/1.1 head would.
         sp_event_add_ms(idleTimer, worker.configuration.timeouts.clientHeader)
         idleTimerArmed = true
@@ -88,16 +92,28 @@ final class H2ClientConnection: H2SessionDelegate {
     /// Runs at the end of every callback: the session writes what it has (up to the watermark),
     /// then relays whose buffers drained take more from their origins, and the session writes again.
     func flushOutputs() {
+        var settled = false
         for _ in 0..<4 {
             guard !isClosed else { return }
             session.send(to: transport.output, highWatermark: highWatermark)
             transport.flush()
-            guard !streamsToPump.isEmpty else { break }
+            // The session stopped at the watermark and the socket then took every byte: no write
+            // callback will come for what the session still holds, so it writes again here.
+            let sessionHasMore = session.wantsWrite && EventBuffer.length(transport.output) < highWatermark
+            guard !streamsToPump.isEmpty || sessionHasMore else {
+                settled = true
+                break
+            }
             let waiting = streamsToPump
             streamsToPump.removeAll(keepingCapacity: true)
             for stream in waiting { stream.resumeResponsePump() }
         }
         guard !isClosed else { return }
+        // Rounds are bounded so one connection cannot hold the loop. When they ran out with work
+        // left (the session holds frames, or relays refilled their buffers after it last wrote),
+        // that goes on at the loop's next turn: nothing else may wake it (the socket took every
+        // byte, so no write callback comes, and a client with an open window has nothing to send).
+        if !settled { sp_event_add_ms(continueEvent, 0) }
         for stream in streams.values { stream.leg?.flush() }
         if !session.wantsRead, !session.wantsWrite, EventBuffer.length(transport.output) == 0 {
             // nghttp2 ended the session on its own (a connection error, its own limits): said once,
@@ -242,10 +258,16 @@ final class H2ClientConnection: H2SessionDelegate {
         guard !isClosed else { return }
         isClosed = true
         event_free(idleTimer)
+        event_free(continueEvent)
         let open = streams
         streams.removeAll()
         for stream in open.values { stream.close() }
     }
+}
+
+private func h2ContinueCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = Unmanaged<H2ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.flushOutputs() }
 }
 
 private func h2IdleTimerCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
