@@ -165,9 +165,11 @@ public struct H2FloodGuard: Sendable {
         usefulWork()
     }
 
-    /// The proxy sent a DATA frame: the WINDOW_UPDATEs it prompts are useful.
+    /// The proxy sent a DATA frame: the WINDOW_UPDATEs it prompts are useful, and so are the PINGs
+    /// a client measures the connection with while it downloads (gRPC's BDP probe answers DATA).
     public mutating func responseDataSent() {
         windowUpdates.refill()
+        pings.refill()
     }
 
     private mutating func usefulWork() {

@@ -35,7 +35,14 @@ final class H2ClientConnection: H2SessionDelegate {
     private(set) var isClosed = false
     /// Why the connection ended early, once (a flood's code, a protocol error's): said once.
     private var endReason: String?
+    /// Runs while no stream has an exchange in progress: first `client_header` (the preface and the
+    /// first request), then `idle`. A stream already answered whose client never ends its side
+    /// (RFC 9113 §5.1: half-closed) is no exchange: it does not hold the connection open.
     private var idleTimer: OpaquePointer!
+    private var idleTimerArmed = false
+    /// Runs `flushOutputs` on the loop's next turn when a flush ended with relays still waiting to
+    /// be resumed: the socket may have taken everything written, so no write callback would come.
+    private var continueEvent: OpaquePointer!
 
     var worker: Worker { client.worker }
     private var transport: ClientTransport { client.transport }
@@ -60,8 +67,10 @@ final class H2ClientConnection: H2SessionDelegate {
             settings: H2Session.Settings(maxConcurrentStreams: limits.h2MaxConcurrentStreams),
             delegate: self)
         idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
+        continueEvent = event_new(worker.base, -1, 0, h2ContinueCallback, Unmanaged.passUnretained(self).toOpaque())
         // The preface and the first request must come as fast as an HTTP/1.1 head would.
         sp_event_add_ms(idleTimer, worker.configuration.timeouts.clientHeader)
+        idleTimerArmed = true
         readable()
     }
 
@@ -89,22 +98,40 @@ final class H2ClientConnection: H2SessionDelegate {
         // Inside a session callback (a leg that connected at once, a token already cached): the
         // callback's caller flushes when nghttp2 is off the stack.
         guard !isClosed, !session.isProcessing else { return }
+        var settled = false
         for _ in 0..<4 {
             guard !isClosed else { return }
             session.send(to: transport.output, highWatermark: highWatermark)
             transport.flush()
-            guard !streamsToPump.isEmpty else { break }
+            // The session stopped at the watermark and the socket then took every byte: no write
+            // callback will come for what the session still holds, so it writes again here.
+            let sessionHasMore = session.wantsWrite && EventBuffer.length(transport.output) < highWatermark
+            guard !streamsToPump.isEmpty || sessionHasMore else {
+                settled = true
+                break
+            }
             let waiting = streamsToPump
             streamsToPump.removeAll(keepingCapacity: true)
             for stream in waiting { stream.resumeResponsePump() }
         }
         guard !isClosed else { return }
+        // Rounds are bounded so one connection cannot hold the loop. When they ran out with work
+        // left (the session holds frames, or relays refilled their buffers after it last wrote),
+        // that goes on at the loop's next turn: nothing else may wake it (the socket took every
+        // byte, so no write callback comes, and a client with an open window has nothing to send).
+        if !settled { sp_event_add_ms(continueEvent, 0) }
         for stream in legsToFlush { stream.leg?.flush() }
         legsToFlush.removeAll(keepingCapacity: true)
-        if !session.wantsRead, !session.wantsWrite, transport.closing == .open {
-            // The session is over (GOAWAY sent, nothing left): close once the output is out.
-            transport.closeAfterFlush()
+        if !session.wantsRead, !session.wantsWrite {
+            // The session is over (GOAWAY sent, nothing left). nghttp2 may have ended it on its own
+            // (a connection error, its own limits): said once, like the ends this connection
+            // decides (fixed words, never a field value). The close waits for the output.
+            if let why = session.endedByLibrary { end(reason: "h2_protocol_error", detail: why) }
+            if transport.closing == .open { transport.closeAfterFlush() }
+            transport.didFlush()
+            return
         }
+        armIdleTimerWhenQuiet()
         transport.didFlush()
     }
 
@@ -136,6 +163,7 @@ final class H2ClientConnection: H2SessionDelegate {
         case .request:
             guard !goingAway else { return session.reset(stream: id, code: H2ErrorCode.refusedStream.rawValue) }
             event_del(idleTimer)
+            idleTimerArmed = false
             if case .goAway(let violation) = floodGuard.streamOpened() {
                 end(reason: violation.code)
                 return session.terminate(code: violation.errorCode.rawValue)
@@ -178,12 +206,12 @@ final class H2ClientConnection: H2SessionDelegate {
             end(reason: violation.code)
             session.terminate(code: violation.errorCode.rawValue)
         }
+        // A stream answered whole is useful work: the control-frame budgets refill.
+        if stream.machine.isFinished { floodGuard.streamAnswered() }
         stream.close()
-        if streams.isEmpty, !isClosed {
-            // Draining, or ending after a flood: the last stream is done, so is the connection.
-            if goingAway { return session.terminate(code: H2ErrorCode.noError.rawValue) }
-            sp_event_add_ms(idleTimer, worker.configuration.timeouts.idle)
-        }
+        // Draining, or ending after a flood: the last stream is done, so is the connection (the
+        // idle timer is armed by `flushOutputs` once no exchange is under way).
+        if streams.isEmpty, !isClosed, goingAway { session.terminate(code: H2ErrorCode.noError.rawValue) }
     }
 
     func h2StreamRejected(_ session: H2Session, stream id: Int32, reason: String) {
@@ -192,7 +220,10 @@ final class H2ClientConnection: H2SessionDelegate {
 
     func h2ReadBody(_ session: H2Session, stream id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
         guard let stream = streams[id] else { return .end(0, trailers: Optional<[H2HeaderField]>.none) }
-        return stream.readResponse(into: buffer)
+        let read = stream.readResponse(into: buffer)
+        // A DATA frame goes out: the WINDOW_UPDATEs (and BDP PINGs) it prompts are the client's due.
+        if read != .deferred { floodGuard.responseDataSent() }
+        return read
     }
 
     // MARK: The end
@@ -212,17 +243,21 @@ final class H2ClientConnection: H2SessionDelegate {
 
     /// A protocol error or a flood: GOAWAY (the session queued it), then the connection closes
     /// once it is written. Said once per connection, with the fixed code of why.
-    private func end(reason code: String) {
+    private func end(reason code: String, detail: String? = nil) {
         goingAway = true
         guard endReason == nil else { return }
         endReason = code
         worker.configuration.metrics.increment(.h2ConnectionEnded(reason: code))
-        Diagnostics.error("h2_connection_ended", [("client", client.peer), ("reason", code)])
+        var fields = [("client", client.peer), ("reason", code)]
+        if let detail { fields.append(("detail", detail)) }
+        Diagnostics.error("h2_connection_ended", fields)
     }
 
     fileprivate func idleTimerFired() {
+        idleTimerArmed = false
         guard !isClosed else { return }
-        if streams.isEmpty {
+        // Streams still open here were answered and wait only for the client: they close with it.
+        if isQuiet {
             goingAway = true
             session.goAway(code: H2ErrorCode.noError.rawValue, debug: "idle")
             session.send(to: transport.output, highWatermark: highWatermark)
@@ -235,10 +270,16 @@ final class H2ClientConnection: H2SessionDelegate {
         guard !isClosed else { return }
         isClosed = true
         event_free(idleTimer)
+        event_free(continueEvent)
         let open = streams
         streams.removeAll()
         for stream in open.values { stream.close() }
     }
+}
+
+private func h2ContinueCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = Unmanaged<H2ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.flushOutputs() }
 }
 
 private func h2IdleTimerCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {

@@ -67,6 +67,10 @@ final class H2Session {
     /// and at most a field name, never a value). When the session ends without the owner asking
     /// (`wantsRead` and `wantsWrite` false after a GOAWAY nghttp2 sent), this says why.
     private(set) var lastProtocolError: String?
+    /// Set once nghttp2 sent a GOAWAY of its own (a connection error, its own flood or reset
+    /// limits): why, in the same fixed words as `lastProtocolError`. The owner says it once when
+    /// the connection closes, since nothing else reports such an end.
+    private(set) var endedByLibrary: String?
     private var processing = false
     /// nghttp2 is on the stack (inside `receive` or `send`): the owner must not free the session
     /// or close its connection now; it flushes once the call returns.
@@ -265,6 +269,11 @@ final class H2Session {
     }
 
     func noteProtocolError(_ text: String) { lastProtocolError = text }
+
+    func noteEndedByLibrary(_ text: String) {
+        noteProtocolError(text)
+        if endedByLibrary == nil { endedByLibrary = text }
+    }
 }
 
 /// What `h2ReadBody` gives nghttp2 for one DATA frame.

@@ -258,7 +258,7 @@ extension H2Session {
             // nghttp2 ended the connection on its own (a connection error, its rapid-reset or
             // flood limits): say so even when no callback said why.
             let code = H2Rejection.errorCodeName(sp_nghttp2_frame_goaway_code(frame))
-            noteProtocolError(lastProtocolError.map { "\($0); nghttp2 sent GOAWAY \(code)" } ?? "nghttp2 sent GOAWAY \(code) (its own limits)")
+            noteEndedByLibrary(lastProtocolError.map { "\($0); nghttp2 sent GOAWAY \(code)" } ?? "nghttp2 sent GOAWAY \(code) (its own limits)")
         }
         guard type == .rstStream else { return }
         let stream = sp_nghttp2_frame_stream(frame)
