@@ -135,6 +135,18 @@ final class H2ClientConnection: H2SessionDelegate {
         transport.didFlush()
     }
 
+    /// Whether no stream has an exchange in progress: every open stream (if any) was answered,
+    /// relayed whole, cut or reset, and waits only for the client.
+    private var isQuiet: Bool { streams.values.allSatisfy { $0.machine.isFinished } }
+
+    /// The idle timer runs from the moment the last exchange of the connection ended, as between
+    /// two HTTP/1.1 requests; a new request stops it (`h2Headers`).
+    private func armIdleTimerWhenQuiet() {
+        guard !idleTimerArmed, isQuiet else { return }
+        idleTimerArmed = true
+        sp_event_add_ms(idleTimer, worker.configuration.timeouts.idle)
+    }
+
     func needsPump(_ stream: H2Stream) {
         streamsToPump.append(stream)
     }
