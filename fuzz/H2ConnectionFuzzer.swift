@@ -107,7 +107,8 @@ private final class FuzzStream {
     init(id: Int32, machine: StreamMachine, fields: [H2HeaderField]) {
         self.id = id
         self.machine = machine
-        let authority = fields.first { $0.name == ":authority" }?.value ?? ""
+        // RFC 9113 §8.3.1: Host stands in for a missing :authority.
+        let authority = (fields.first { $0.name == ":authority" } ?? fields.first { $0.name == "host" })?.value ?? ""
         let scheme = fields.first { $0.name == ":scheme" }?.value ?? "https"
         addressed = try? Origin.parse(scheme + "://" + authority)
         var credentials: Set<[UInt8]> = []
@@ -381,9 +382,8 @@ private final class H2ConnectionHarness: H2SessionDelegate {
             case .writeToClient, .closeClient, .readNextRequest, .startClientTLS, .splice, .finishTunnel, .relayWebSocket:
                 fail("\(name): an HTTP/1.1 action \(action)")
             case .connect(let hop, let origin, _, _):
-                if stream.origins[hop] != nil || everyStream.contains(where: { $0 !== stream && $0.origins[hop] != nil }) {
-                    fail("\(name): \(hop) connected twice")
-                }
+                // Hop ids are the stream machine's own (each stream counts from 1).
+                if stream.origins[hop] != nil { fail("\(name): \(hop) connected twice") }
                 stream.origins[hop] = origin
                 stream.connectedOrder.append(hop)
             case .releaseUpstream(let hop, _):
@@ -504,7 +504,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     /// An event of a hop that is not the stream's current one: it must change nothing.
     func staleStep(_ stream: FuzzStream) {
         let current = stream.machine.currentHop
-        let known = stream.connectedOrder.filter { $0 != current }
+        let known = stream.connectedOrder.filter { $0 != current && stream.released.contains($0) }
         let hop = known.isEmpty ? HopID(UInt32(9000 + control.pick(10))) : known[control.pick(known.count)]
         let event: ConnectionEvent =
             switch control.pick(5) {
