@@ -44,6 +44,7 @@ enum EventBuffer {
     }
 }
 
+private let h2Tracing = getenv("SCOPEPROXY_FUZZ_TRACE") != nil
 private let credentialMarker = Array("CLIENTCRED".utf8)
 private let clientPreface = Array("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".utf8)
 /// The engine's `limits.buffer_high_watermark` default: the session writes while the output holds less.
@@ -158,7 +159,16 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     let input: OpaquePointer = evbuffer_new()
     let output: OpaquePointer = evbuffer_new()
     var control: FuzzInput
+    /// The last steps, kept only with SCOPEPROXY_FUZZ_TRACE=1 (describing every action costs most of
+    /// the run): replay a finding with it to see what led there.
     var trace: [String] = []
+    /// Delegate calls so far (what "nothing was read" counts).
+    var callbacks = 0
+
+    func note(_ text: @autoclosure () -> String) {
+        callbacks += 1
+        if h2Tracing { trace.append(text()) }
+    }
 
     init(fixture: MachineFixture, control: FuzzInput) {
         self.fixture = fixture
@@ -172,14 +182,15 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     }
 
     func fail(_ message: String) -> Never {
-        fatalError("H2Connection: \(message)\n" + trace.suffix(40).joined(separator: "\n"))
+        let steps = h2Tracing ? trace.suffix(40).joined(separator: "\n") : "(SCOPEPROXY_FUZZ_TRACE=1 prints the steps)"
+        fatalError("H2Connection: \(message)\n" + steps)
     }
 
     // MARK: Socket → session (H2ClientConnection.readable)
 
     func read() {
         guard let failure = session.receive(from: input) else { return }
-        trace.append("receive failed: \(failure.code)")
+        note("receive failed: \(failure.code)")
         goingAway = true
         let code: H2ErrorCode = failure == .flooded || failure == .stoppedByGuard ? .enhanceYourCalm : .protocolError
         terminate(code)
@@ -204,12 +215,12 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     // MARK: H2SessionDelegate (as H2ClientConnection)
 
     func h2FrameStarted(_ session: H2Session, type: H2FrameType, flags: UInt8, stream: Int32, length: Int) -> Bool {
-        trace.append("frame \(type.rawValue) flags \(flags) stream \(stream) length \(length)")
+        note("frame \(type.rawValue) flags \(flags) stream \(stream) length \(length)")
         switch floodGuard.frameStarted(H2FrameKind(type: type.rawValue), flags: flags, stream: stream, length: length) {
         case .proceed:
             return true
         case .goAway(let violation):
-            trace.append("guard: \(violation.code)")
+            note("guard: \(violation.code)")
             guardVerdict = true
             goingAway = true
             return false
@@ -217,7 +228,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     }
 
     func h2Headers(_ session: H2Session, stream id: Int32, fields: [H2HeaderField], endStream: Bool, kind: H2HeadersKind) {
-        trace.append("headers \(kind) stream \(id) endStream \(endStream) fields \(fields.count)")
+        note("headers \(kind) stream \(id) endStream \(endStream) fields \(fields.count)")
         if guardVerdict { fail("a header block reached the connection after the flood guard's GOAWAY") }
         switch kind {
         case .request:
@@ -248,7 +259,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     }
 
     func h2Data(_ session: H2Session, stream id: Int32, bytes: UnsafeRawBufferPointer) {
-        trace.append("data stream \(id) \(bytes.count)")
+        note("data stream \(id) \(bytes.count)")
         if guardVerdict { fail("DATA reached a stream after the flood guard's GOAWAY") }
         guard let stream = streams[id], !stream.isClosed, !stream.requestEnded, !stream.machine.isFinished else {
             return session.consume(stream: id, bytes: bytes.count)
@@ -263,12 +274,12 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     }
 
     func h2StreamEnded(_ session: H2Session, stream id: Int32) {
-        trace.append("end stream \(id)")
+        note("end stream \(id)")
         streams[id]?.requestEnded = true
     }
 
     func h2StreamClosed(_ session: H2Session, stream id: Int32, code: UInt32) {
-        trace.append("closed stream \(id) code \(code)")
+        note("closed stream \(id) code \(code)")
         guard let stream = streams.removeValue(forKey: id) else { return }
         if !stream.machine.isFinished, !stream.resetByUs, case .goAway = floodGuard.streamResetByClient(responseEnded: false) {
             guardVerdict = true
@@ -280,7 +291,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     }
 
     func h2StreamRejected(_ session: H2Session, stream id: Int32, reason: String) {
-        trace.append("rejected stream \(id): \(reason)")
+        note("rejected stream \(id): \(reason)")
     }
 
     func h2ReadBody(_ session: H2Session, stream id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
@@ -299,7 +310,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     // MARK: Streams (as H2Stream)
 
     func deliver(_ event: ConnectionEvent, to stream: FuzzStream) {
-        trace.append("  event \(String("\(event)".prefix(120))) to stream \(stream.id)")
+        note("  event \(String("\(event)".prefix(120))) to stream \(stream.id)")
         var actions: [StreamAction] = []
         stream.machine.handle(event, into: &actions)
         execute(actions, on: stream)
@@ -322,7 +333,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
 
     func execute(_ actions: [StreamAction], on stream: FuzzStream) {
         for action in actions {
-            trace.append("    -> \(String("\(action)".prefix(120)))")
+            note("    -> \(String("\(action)".prefix(120)))")
             observe(action, on: stream)
             if stream.isClosed { continue }
             switch action {
@@ -572,11 +583,11 @@ private final class H2ConnectionHarness: H2SessionDelegate {
     /// Once the session's GOAWAY is out (it reads no more), bytes that arrive are not read.
     func checkAfterGoAway() {
         guard terminated, !session.wantsRead else { return }
-        let before = trace.count
+        let before = callbacks
         let frame: [UInt8] = [0, 0, 0, 0x6, 0, 0, 0, 0, 0]  // a PING header: one more frame
         frame.withUnsafeBytes { _ = evbuffer_add(input, $0.baseAddress, $0.count) }
         read()
-        if trace.count != before { fail("a frame was read after the session's GOAWAY went out") }
+        if callbacks != before { fail("a frame was read after the session's GOAWAY went out") }
     }
 }
 

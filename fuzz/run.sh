@@ -25,7 +25,7 @@ for entry in RequestHead:request:30000 Chunked:chunked:50000 ResponseHead:respon
              Redactor:redactor:10000 ExchangeMachine:machine:7500 ClientCredentials:credentials:30000 \
              SecretScan:secretscan:1000 TokenResponse:tokenresponse:15000 WholePath:wholepath:15000 \
              Noninterference:noninterference:750 H2Request:h2request:20000 WebSocketFrames:websocket:20000 \
-             H2Connection:h2connection:600; do
+             H2Connection:h2connection:3000; do
   IFS=: read -r target corpus inputs <<<"$entry"
   work=$(mktemp -d)
   cp fuzz/corpus/"$corpus"/* "$work"/
