@@ -95,7 +95,7 @@ format:
 
 ## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
-## the thirteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
+## the fourteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
 ## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
 ## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
 ## priority use what it leaves of the two cores (it mostly waits on sockets and child processes): the
@@ -163,7 +163,8 @@ demo: release
 	config/demo/run.sh $(if $(KEEP),--keep)
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
-## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference
+## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference,
+## HTTP/2 request mapping, WebSocket frames, the HTTP/2 connection (raw frames into H2Session)
 ## (FUZZ_SECONDS each, default 60, random seeds: a campaign, not part of `make test`).
 fuzz: packages-build
 	fuzz/run.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds .build/fuzz/scopeproxy-fuzz: the sources of the pure modules (codec, scope policy, exchange
-# core, config, secret scanning, redaction; PosixSupport and JSONText under them) plus the entry points
+# core, config, secret scanning, redaction; PosixSupport and JSONText under them), the engine's three
+# HTTP/2 session files (nghttp2 and libevent buffers, no sockets: the H2Connection target), plus the entry points
 # and the test references they compare with, compiled as
 # one module with -sanitize=fuzzer,address (so internal API is reachable, as in the unit tests).
 # Copies under .build/fuzz/src drop the cross-module imports. Rebuilt only when a source is newer
@@ -12,7 +13,8 @@ binary="$out/scopeproxy-fuzz"
 inputs=(Sources/PosixSupport/*.swift Sources/ProxySettings/*.swift Sources/JSONText/*.swift Sources/Digests/*.swift Sources/AWSSigV4/*.swift Sources/HTTP1Codec/*.swift Sources/ScopePolicy/*.swift
         Sources/ProxyCore/*.swift Sources/ScopeConfig/*.swift Sources/SecretScan/*.swift Sources/Redaction/*.swift
         Tests/HTTP1CodecTests/SplitPointVerifier.swift Tests/SecretScanTests/NaiveSecretScan.swift
-        Tests/ProxyCoreTests/NamesOnlyTokenSource.swift fuzz/*.swift)
+        Tests/ProxyCoreTests/NamesOnlyTokenSource.swift fuzz/*.swift
+        Sources/ProxyEngine/H2Session.swift Sources/ProxyEngine/H2SessionCallbacks.swift Sources/ProxyEngine/H2Fields.swift)
 if [ -x "$binary" ] && [ -z "$(find "${inputs[@]}" -newer "$binary" 2>/dev/null | head -1)" ]; then
   exit 0
 fi
@@ -23,6 +25,7 @@ for file in "${inputs[@]}"; do
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
 swiftc -O -wmo -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \
+  -I Sources/CLibevent -I Sources/CNGHTTP2 -levent -lnghttp2 \
   "$out"/src/*.swift -o "$binary.new" 2>&1 | grep -E "error" || true
 [ -x "$binary.new" ] || { echo "building the fuzz targets failed"; exit 1; }
 mv "$binary.new" "$binary"
