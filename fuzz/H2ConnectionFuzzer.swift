@@ -286,6 +286,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
             goingAway = true
             terminate(.enhanceYourCalm)
         }
+        if stream.machine.isFinished { floodGuard.streamAnswered() }
         close(stream)
         if streams.isEmpty, goingAway, !terminated { terminate(.noError) }
     }
@@ -300,6 +301,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
         if count > 0 {
             if let base = buffer.baseAddress { memset(base, 0x72, count) }
             stream.responseSink -= count
+            floodGuard.responseDataSent()  // as H2ClientConnection.h2ReadBody: the budgets refill
             return stream.responseEnded && stream.responseSink == 0 ? .end(count, trailers: nil) : .bytes(count)
         }
         if stream.responseEnded { return .end(0, trailers: nil) }
