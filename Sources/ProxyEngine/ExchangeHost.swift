@@ -165,9 +165,7 @@ extension ExchangeHost {
 
     /// One finished exchange (or hop, or tunnel): its metrics and its access-log line.
     func emit(_ record: ExchangeRecord) {
-        ExchangeLine.hintOnStderrOnce(record.failure, client: record.client)
-        configuration.metrics.count(record, policy: configuration.scope.context.policy)
-        configuration.accessLog?.record(record)
+        ExchangeLine.emit(record, configuration)
     }
 
     // MARK: Access tokens (through the context's `AccessTokenSource`, whatever kind it is)
@@ -214,6 +212,13 @@ extension ExchangeHost {
 
 /// What every exchange's log line shares, whichever host wrote it.
 enum ExchangeLine {
+    /// The line of `record` and its metrics.
+    static func emit(_ record: ExchangeRecord, _ configuration: EngineConfiguration) {
+        hintOnStderrOnce(record.failure, client: record.client)
+        configuration.metrics.count(record, policy: configuration.scope.context.policy)
+        configuration.accessLog?.record(record)
+    }
+
     /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the
     /// first time only, so a client retrying in a loop does not flood it.
     private static let hintedOnStderr = Locked<Set<String>>([])

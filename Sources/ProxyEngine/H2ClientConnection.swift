@@ -228,6 +228,19 @@ final class H2ClientConnection: H2SessionDelegate {
 
     func h2StreamRejected(_ session: H2Session, stream id: Int32, reason: String) {
         Diagnostics.error("h2_stream_rejected", [("client", client.peer), ("stream", String(id)), ("reason", reason)])
+        // A stream nghttp2 refused before its head reached us (a malformed header block, RFC 9113
+        // §8.1.1) gets its line too, as a malformed HTTP/1.1 head does; the reason names a rule and
+        // at most a field's name, never a value. A stream we started writes its own line.
+        if streams[id] == nil, !isClosed {
+            var record = ExchangeRecord(id: ids.next(), client: client.peer, method: nil, startedAt: monotonicMicroseconds())
+            record.proto = proto
+            if case .intercepted(let origin, let identity) = client.machine.mode {
+                record.origin = origin
+                record.clientID = identity.name
+            }
+            record.failure = .proxy(.malformedRequest(reason))
+            ExchangeLine.emit(record, worker.configuration)
+        }
     }
 
     func h2ReadBody(_ session: H2Session, stream id: Int32, into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {

@@ -152,7 +152,9 @@ final class UpstreamConnector {
     private func makeBufferevent() -> OpaquePointer? {
         let options = Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)
         guard useTLS else { return bufferevent_socket_new(worker.base, -1, options) }
-        guard let tls = worker.configuration.tls, let ssl = tls.clientSession(for: origin.hostForLookup, offerH2: http2 == .offerInALPN) else { return nil }
+        guard let tls = worker.configuration.tls, let ssl = tls.clientSession(for: origin.hostForLookup, offerH2: http2 == .offerInALPN) else {
+            return nil
+        }
         let bev = bufferevent_openssl_socket_new(worker.base, -1, ssl, bufferevent_ssl_state(UInt32(sp_bufferevent_ssl_connecting())), options)
         // Many servers close without close_notify; the body framing tells us where a response ends.
         if let bev { bufferevent_openssl_set_allow_dirty_shutdown(bev, 1) }

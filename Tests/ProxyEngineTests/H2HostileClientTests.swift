@@ -50,7 +50,9 @@ struct H2HostileClientTests {
         return false
     }
 
-    @Test("a stream answered before its client ends it (half-closed, RFC 9113 §5.1) does not hold the connection open: it closes after timeouts.idle, as an HTTP/1.1 connection between requests does")
+    @Test(
+        "a stream answered before its client ends it (half-closed, RFC 9113 §5.1) does not hold the connection open: it closes after timeouts.idle, as an HTTP/1.1 connection between requests does"
+    )
     func answeredStreamDoesNotHoldConnection() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
@@ -69,7 +71,42 @@ struct H2HostileClientTests {
         #expect(origin.requests.isEmpty)
     }
 
-    @Test("a connection nghttp2 ends on its own (a connection error: a zero WINDOW_UPDATE) gets a GOAWAY and one stderr line that says why, without a field value")
+    @Test(
+        "a stream nghttp2 refuses as malformed (an upper-case name, a CR in a value) is reset and still gets an access-log line, naming the rule, never the value; its sibling is served"
+    )
+    func malformedStreamHasItsLine() throws {
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let proxy = try proxy(origin)
+        defer { _ = proxy.process.terminate() }
+        let canary = Wire.canary("malformed-value")
+        let answer = try rawClient([
+            "proxy_port": Int(proxy.port), "timeout": 10,
+            "actions": [
+                ["headers": request(origin.authority, "/bad") + [["X-Upper", canary]], "stream": 1, "end_stream": true],
+                ["headers": request(origin.authority, "/bad2") + [["x-cr", "a\r" + canary]], "stream": 3, "end_stream": true],
+                ["headers": request(origin.authority, "/good"), "stream": 5, "end_stream": true],
+            ],
+        ])
+        let streams = answer["streams"] as? [String: [String: Any]] ?? [:]
+        #expect(streams["1"]?["reset"] != nil && streams["3"]?["reset"] != nil, "\(answer)")
+        #expect(streams["5"]?["status"] as? Int == 200)
+        var lines: [String] = []
+        for _ in 0..<100 {
+            lines = ((try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+            if lines.count >= 3 { break }
+            usleep(50_000)
+        }
+        let refused = lines.filter { $0.contains("\"error\":\"malformed_request\"") }
+        #expect(refused.count == 2, "one line per refused stream: \(lines)")
+        #expect(refused.allSatisfy { $0.contains("\"proto\":\"h2c\"") })
+        #expect(!lines.joined().contains(canary), "the value is never written")
+        #expect(!origin.requests.contains { $0.target.hasPrefix("/bad") }, "nothing of a refused stream reached the origin")
+    }
+
+    @Test(
+        "a connection nghttp2 ends on its own (a connection error: a zero WINDOW_UPDATE) gets a GOAWAY and one stderr line that says why, without a field value"
+    )
     func connectionErrorIsSaid() throws {
         let origin = try FixtureOrigin()
         defer { origin.stop() }
