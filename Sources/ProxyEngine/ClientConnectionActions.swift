@@ -3,8 +3,9 @@ import HTTP1Codec
 import PosixSupport
 import ProxyCore
 
-// The action executor: each `ConnectionAction` the machine returns, carried out on the sockets, the
-// pool, the timer and the log. Changes when the machine gains an action.
+// The action executor: each `ConnectionAction` the machine returns. The exchange's own (the hop,
+// bodies, timer, tokens, the line) are ExchangeHost's; what is about HTTP/1.1 (writing to the
+// client, tunnels, the close) is carried out here. Changes when the machine gains an action.
 extension ClientConnection {
     func execute(_ action: ConnectionAction) {
         if isClosed {
@@ -16,6 +17,7 @@ extension ClientConnection {
             }
             return
         }
+        if executeExchangeAction(action) { return }
         switch action {
         case .writeToClient(let bytes):
             transport.write(bytes)
@@ -30,23 +32,6 @@ extension ClientConnection {
             transport.closeAfterFlush()
         case .closeClient(.now):
             close()
-        case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
-            connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
-        case .sendToUpstream(let hop, let bytes):
-            if let leg, leg.hop == hop { leg.write(bytes) }
-        case .collectRequestBody(let framing, let limit):
-            collector = BodyCollector(framing: framing, limit: limit)
-            collectRequestBody()
-        case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
-            guard let leg, leg.hop == hop else { return }
-            leg.requestPump = BodyPump(
-                inbound: framing, outbound: framing, capture: capture, observe: observe,
-                guard: egressGuard)
-            pumpRequestBody()
-        case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
-            guard let leg, leg.hop == hop else { return }
-            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe, scrub: scrub)
-            pumpResponseBody()
         case .splice(let hop):
             guard let leg, leg.hop == hop else { return }
             leg.splicing = true
@@ -58,20 +43,8 @@ extension ClientConnection {
             pumpTunnel()
         case .finishTunnel(let hop, let side):
             finishTunnel(hop, closedSide: side)
-        case .releaseUpstream(let hop, let reuse):
-            release(hop, reuse: reuse)
-        case .armTimer(let purpose, let milliseconds):
-            armedTimer = purpose
-            sp_event_add_ms(timer, milliseconds)
-        case .cancelTimer:
-            armedTimer = nil
-            event_del(timer)
-        case .emit(let record):
-            emit(record)
-        case .acquireToken(let secret, let scope):
-            acquireToken(secret, from: scope)
-        case .markTokenStale(let secret, let token, let scope):
-            markTokenStale(secret, token, from: scope)
+        default:
+            break  // the exchange's own, carried out above (ExchangeHost.executeExchangeAction)
         }
     }
 }

@@ -25,6 +25,9 @@ protocol ExchangeHost: UpstreamLegOwner {
     /// Bulk progress goes to the machine at most this often (microseconds).
     var progressInterval: UInt64 { get }
     var lastProgressReport: UInt64 { get set }
+    /// The exchange's one timer (its purpose while armed).
+    var timer: OpaquePointer! { get }
+    var armedTimer: TimerPurpose? { get set }
     /// Where the request body comes from: the client socket's input, or the stream's request buffer.
     var requestSource: OpaquePointer { get }
     /// The client sent all it will: no byte will be added to `requestSource`.
@@ -52,6 +55,48 @@ protocol ExchangeHost: UpstreamLegOwner {
 extension ExchangeHost {
     var configuration: EngineConfiguration { worker.configuration }
     var highWatermark: Int { configuration.limits.bufferHighWatermark }
+
+    // MARK: The exchange's own actions
+
+    /// Carries out one of the exchange's own actions, the same for every host (the hop, the bodies,
+    /// the timer, tokens, the line). False for an action about the client's protocol (what to write
+    /// to the client, a tunnel, the close), which the host carries out itself.
+    func executeExchangeAction(_ action: ConnectionAction) -> Bool {
+        switch action {
+        case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
+            connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
+        case .sendToUpstream(let hop, let bytes):
+            if let leg, leg.hop == hop { leg.write(bytes) }
+        case .collectRequestBody(let framing, let limit):
+            collector = BodyCollector(framing: framing, limit: limit)
+            collectRequestBody()
+        case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
+            guard let leg, leg.hop == hop else { return true }
+            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe, guard: egressGuard)
+            pumpRequestBody()
+        case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
+            guard let leg, leg.hop == hop else { return true }
+            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe, scrub: scrub)
+            pumpResponseBody()
+        case .releaseUpstream(let hop, let reuse):
+            release(hop, reuse: reuse)
+        case .armTimer(let purpose, let milliseconds):
+            armedTimer = purpose
+            sp_event_add_ms(timer, milliseconds)
+        case .cancelTimer:
+            armedTimer = nil
+            event_del(timer)
+        case .emit(let record):
+            emit(record)
+        case .acquireToken(let secret, let scope):
+            acquireToken(secret, from: scope)
+        case .markTokenStale(let secret, let token, let scope):
+            markTokenStale(secret, token, from: scope)
+        case .writeToClient, .startClientTLS, .readNextRequest, .closeClient, .splice, .relayWebSocket, .finishTunnel:
+            return false
+        }
+        return true
+    }
 
     // MARK: The hop's leg
 

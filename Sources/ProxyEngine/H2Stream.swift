@@ -46,8 +46,8 @@ final class H2Stream: ExchangeHost {
     private(set) var responseStarted = false
     /// The proxy reset the stream (a cut response): not the client's doing, not a rapid reset.
     private(set) var resetByUs = false
-    private var timer: OpaquePointer!
-    private var armedTimer: TimerPurpose?
+    private(set) var timer: OpaquePointer!
+    var armedTimer: TimerPurpose?
 
     var worker: Worker { connection.worker }
     var clientPipelined: Bool { false }
@@ -244,43 +244,10 @@ final class H2Stream: ExchangeHost {
     }
 
     private func execute(_ action: ConnectionAction) {
-        switch action {
-        case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
-            connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
-        case .sendToUpstream(let hop, let bytes):
-            if let leg, leg.hop == hop {
-                leg.write(bytes)
-                connection.wroteUpstream(self)
-            }
-        case .collectRequestBody(let framing, let limit):
-            collector = BodyCollector(framing: framing, limit: limit)
-            collectRequestBody()
-        case .pumpRequestBody(let hop, let framing, let capture, let observe, let egressGuard):
-            guard let leg, leg.hop == hop else { return }
-            leg.requestPump = BodyPump(inbound: framing, outbound: framing, capture: capture, observe: observe, guard: egressGuard)
-            pumpRequestBody()
-        case .relayResponseBody(let hop, let inbound, let outbound, let observe, let scrub):
-            guard let leg, leg.hop == hop else { return }
-            leg.responsePump = BodyPump(inbound: inbound, outbound: outbound, observe: observe, scrub: scrub)
-            pumpResponseBody()
-        case .releaseUpstream(let hop, let reuse):
-            release(hop, reuse: reuse)
-        case .armTimer(let purpose, let milliseconds):
-            armedTimer = purpose
-            sp_event_add_ms(timer, milliseconds)
-        case .cancelTimer:
-            armedTimer = nil
-            event_del(timer)
-        case .emit(let record):
-            emit(record)
-        case .acquireToken(let secret, let scope):
-            acquireToken(secret, from: scope)
-        case .markTokenStale(let secret, let token, let scope):
-            markTokenStale(secret, token, from: scope)
-        case .writeToClient, .startClientTLS, .readNextRequest, .closeClient, .splice, .finishTunnel, .relayWebSocket:
-            // A stream's machine renders its answers as stream actions; these belong to HTTP/1.1.
-            assertionFailure("HTTP/1.1 action \(action) from a stream machine")
-        }
+        if case .sendToUpstream = action { connection.wroteUpstream(self) }
+        // A stream's machine renders its answers as stream actions: what is left is the exchange's.
+        let carried = executeExchangeAction(action)
+        assert(carried, "HTTP/1.1 action \(action) from a stream machine")
     }
 
     fileprivate func timerFired() {

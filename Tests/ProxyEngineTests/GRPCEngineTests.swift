@@ -139,15 +139,7 @@ struct GRPCEngineTests {
         let origin = try GRPCOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = Wire.canary("grpc-tls-token")
-        let proxy = try ConfiguredProxy(environment: ["TOKEN": token]) { logPath in
-            let directory = (logPath as NSString).deletingLastPathComponent
-            return """
-                log: { output: \(logPath) }
-                secrets: { token: { env: TOKEN } }
-                scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-                tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
-                """
-        }
+        let proxy = try Wire.interceptingProxy(originPort: origin.port, upstreamCA: pki.caPath, token: token)
         defer { _ = proxy.process.terminate() }
         let clientOwn = Wire.canary("grpc-client-own")
         let answer = try grpcClient([
@@ -203,15 +195,7 @@ struct GRPCEngineTests {
         let origin = try GRPCOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = Wire.canary("curl-h2-token")
-        let proxy = try ConfiguredProxy(environment: ["TOKEN": token]) { logPath in
-            let directory = (logPath as NSString).deletingLastPathComponent
-            return """
-                log: { output: \(logPath) }
-                secrets: { token: { env: TOKEN } }
-                scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-                tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
-                """
-        }
+        let proxy = try Wire.interceptingProxy(originPort: origin.port, upstreamCA: pki.caPath, token: token)
         defer { _ = proxy.process.terminate() }
         let scratch = ScratchDirectory()
         let body = scratch.path + "/message"

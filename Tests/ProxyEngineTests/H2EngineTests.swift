@@ -144,15 +144,7 @@ struct H2EngineTests {
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = Wire.canary("tunnel-token")
-        let proxy = try ConfiguredProxy(environment: ["TOKEN": token]) { logPath in
-            let directory = (logPath as NSString).deletingLastPathComponent
-            return """
-                log: { output: \(logPath) }
-                secrets: { token: { env: TOKEN } }
-                scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-                tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
-                """
-        }
+        let proxy = try Wire.interceptingProxy(originPort: origin.port, upstreamCA: pki.caPath, token: token)
         defer { _ = proxy.process.terminate() }
         let answer = try h2Client([
             "proxy_port": Int(proxy.port), "timeout": 10,
@@ -179,15 +171,7 @@ struct H2EngineTests {
         let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
         defer { origin.stop() }
         let token = Wire.canary("httpx-token")
-        let proxy = try ConfiguredProxy(environment: ["TOKEN": token]) { logPath in
-            let directory = (logPath as NSString).deletingLastPathComponent
-            return """
-                log: { output: \(logPath) }
-                secrets: { token: { env: TOKEN } }
-                scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], inject: { Authorization: "Bearer ${token}" } }]
-                tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
-                """
-        }
+        let proxy = try Wire.interceptingProxy(originPort: origin.port, upstreamCA: pki.caPath, token: token)
         defer { _ = proxy.process.terminate() }
         let script = """
             import httpx, sys

@@ -5,6 +5,21 @@ import Testing
 /// Helpers for tests that judge the proxy by the bytes on the wire (the redirect, scope-rule, upgrade
 /// and Host tests, among others). They rely only on TestSupport's public helpers and on bytes on the wire, never on engine internals.
 enum Wire {
+    /// The binary intercepting `https://localhost:ORIGINPORT` (its CA under the scratch directory,
+    /// `ca/scopeproxy-ca.pem`), injecting `token` there as a Bearer Authorization, logging JSON to
+    /// its log path, verifying the origin with `upstreamCA`.
+    static func interceptingProxy(originPort: UInt16, upstreamCA: String, token: String) throws -> ConfiguredProxy {
+        try ConfiguredProxy(environment: ["TOKEN": token]) { logPath in
+            let directory = (logPath as NSString).deletingLastPathComponent
+            return """
+                log: { output: \(logPath) }
+                secrets: { token: { env: TOKEN } }
+                scopes: [{ name: api, origins: ["https://localhost:\(originPort)"], inject: { Authorization: "Bearer ${token}" } }]
+                tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(upstreamCA) }
+                """
+        }
+    }
+
     /// A unique credential stand-in. Letters only after the label: a digit run could make the log
     /// redactor classify it as `:number` and hide a leak the test is looking for.
     static func canary(_ label: String) -> String {
