@@ -155,9 +155,6 @@ final class H2ClientConnection: H2SessionDelegate {
         legsToFlush.append(stream)
     }
 
-    /// The socket accepted more output: the session may write what flow control held back.
-    func writable() {}
-
     // MARK: Session → streams (H2SessionDelegate)
 
     func h2FrameStarted(_ session: H2Session, type: H2FrameType, flags: UInt8, stream: Int32, length: Int) -> Bool {

@@ -42,8 +42,6 @@ final class H2Stream: ExchangeHost {
     private var responseTrailers: [H2HeaderField]?
     /// The data provider found the response buffer empty and waits to be resumed.
     private var providerDeferred = false
-    /// The response's head was submitted (a reset after it is all that is left to say).
-    private(set) var responseStarted = false
     /// The proxy reset the stream (a cut response): not the client's doing, not a rapid reset.
     private(set) var resetByUs = false
     private(set) var timer: OpaquePointer!
@@ -220,7 +218,6 @@ final class H2Stream: ExchangeHost {
         case .exchange(let exchangeAction):
             execute(exchangeAction)
         case .respond(let status, let fields, let body):
-            responseStarted = true
             switch body {
             case .none:
                 responseEnded = true
