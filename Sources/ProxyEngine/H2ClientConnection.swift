@@ -43,6 +43,10 @@ final class H2ClientConnection: H2SessionDelegate {
     /// Runs `flushOutputs` on the loop's next turn when a flush ended with relays still waiting to
     /// be resumed: the socket may have taken everything written, so no write callback would come.
     private var continueEvent: OpaquePointer!
+    /// Writes the session at the end of the current loop pass (`flushOutputs` arms it): every
+    /// response an origin delivered in this pass leaves in one write to the socket, not one each.
+    private var writeEvent: OpaquePointer!
+    private var writeArmed = false
 
     var worker: Worker { client.worker }
     private var transport: ClientTransport { client.transport }
@@ -68,6 +72,7 @@ final class H2ClientConnection: H2SessionDelegate {
             delegate: self)
         idleTimer = event_new(worker.base, -1, 0, h2IdleTimerCallback, Unmanaged.passUnretained(self).toOpaque())
         continueEvent = event_new(worker.base, -1, 0, h2ContinueCallback, Unmanaged.passUnretained(self).toOpaque())
+        writeEvent = event_new(worker.base, -1, 0, h2WriteCallback, Unmanaged.passUnretained(self).toOpaque())
         // The preface and the first request must come as fast as an HTTP/1.1 head would.
         sp_event_add_ms(idleTimer, worker.configuration.timeouts.clientHeader)
         idleTimerArmed = true
@@ -92,11 +97,21 @@ final class H2ClientConnection: H2SessionDelegate {
         }
     }
 
-    /// Runs at the end of every callback: the session writes what it has (up to the watermark),
-    /// then relays whose buffers drained take more from their origins, and the session writes again.
+    /// Runs at the end of every callback. The writing itself waits for the end of the loop pass
+    /// (`writeOutputs`): an activated event runs after the callbacks libevent already queued for
+    /// this pass, so the responses of every origin that answered in it share one socket write.
     func flushOutputs() {
         // Inside a session callback (a leg that connected at once, a token already cached): the
         // callback's caller flushes when nghttp2 is off the stack.
+        guard !isClosed, !session.isProcessing, !writeArmed else { return }
+        writeArmed = true
+        event_active(writeEvent, 0, 0)
+    }
+
+    /// The end of the pass: the session writes what it has (up to the watermark), then relays
+    /// whose buffers drained take more from their origins, and the session writes again.
+    fileprivate func writeOutputs() {
+        writeArmed = false
         guard !isClosed, !session.isProcessing else { return }
         var settled = false
         for _ in 0..<4 {
@@ -293,6 +308,7 @@ final class H2ClientConnection: H2SessionDelegate {
         isClosed = true
         event_free(idleTimer)
         event_free(continueEvent)
+        event_free(writeEvent)
         let open = streams
         streams.removeAll()
         for stream in open.values { stream.close() }
@@ -302,6 +318,11 @@ final class H2ClientConnection: H2SessionDelegate {
 private func h2ContinueCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
     let connection = Unmanaged<H2ClientConnection>.fromOpaque(context!).takeUnretainedValue()
     withExtendedLifetime(connection) { connection.flushOutputs() }
+}
+
+private func h2WriteCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
+    let connection = Unmanaged<H2ClientConnection>.fromOpaque(context!).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.writeOutputs() }
 }
 
 private func h2IdleTimerCallback(_: Int32, _: Int16, _ context: UnsafeMutableRawPointer?) {
