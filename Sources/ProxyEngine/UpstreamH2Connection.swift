@@ -54,9 +54,10 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// The origin is known to speak HTTP/2 here: ALPN chose `h2`, or (prior knowledge) its first
     /// frame was SETTINGS. Until then no stream is submitted and no other hop joins.
     private(set) var confirmed: Bool
-    /// Prior knowledge: the leg that opened the connection, told whether the origin answered as
-    /// HTTP/2 or not (an HTTP/1.1-only origin: the leg falls back to HTTP/1.1 on a new connection).
-    private weak var probingLeg: UpstreamLeg?
+    /// Prior knowledge: the leg that opened the connection and those that joined it before the
+    /// origin answered, told whether it answered as HTTP/2 or not (an HTTP/1.1-only origin: each
+    /// falls back to HTTP/1.1 on a new connection). Weak: a leg whose hop ended is not told.
+    private var probingLegs: [WeakLeg] = []
 
     /// The most streams we open on one connection whatever the origin allows.
     static let streamCap = 100
@@ -66,7 +67,7 @@ final class UpstreamH2Connection: H2SessionDelegate {
         self.bev = bev
         self.worker = worker
         confirmed = probing == nil
-        probingLeg = probing
+        if let probing { probingLegs = [WeakLeg(probing)] }
         session = H2Session(role: .client, delegate: self)
         let context = Unmanaged.passUnretained(self).toOpaque()
         wake = event_new(worker.base, -1, 0, upstreamH2Wake, context)
@@ -87,6 +88,17 @@ final class UpstreamH2Connection: H2SessionDelegate {
     var acceptsStream: Bool {
         confirmed && !goingAway && !isClosed && session.session != nil
             && attached.count < min(Self.streamCap, max(1, session.remoteMaxConcurrentStreams))
+    }
+
+    /// Prior knowledge not answered yet: one more leg may wait for the answer on this connection.
+    var acceptsProbingStream: Bool {
+        !confirmed && !goingAway && !isClosed && attached.count < Self.streamCap
+    }
+
+    /// A leg waits with the opener for the origin's answer to our preface; its stream goes with theirs.
+    func attachProbing(_ leg: UpstreamLeg) -> UpstreamH2Stream {
+        probingLegs.append(WeakLeg(leg))
+        return attach(leg)
     }
 
     /// A stream for `leg`, whose HEADERS go out once the leg wrote its request head.
@@ -169,7 +181,9 @@ final class UpstreamH2Connection: H2SessionDelegate {
                 return
             }
             confirmed = true
-            probingLeg?.h2Confirmed()
+            let legs = probingLegs.compactMap(\.leg)
+            probingLegs = []
+            for leg in legs { leg.h2Confirmed() }
         }
         if let failure = session.receive(from: inputBuffer(bev)) {
             session.terminate(code: H2ErrorCode.protocolError.rawValue)
@@ -195,11 +209,11 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// no stream is submitted before the origin's SETTINGS).
     private func refusePriorKnowledge() {
         worker.pool.rememberHTTP1Only(origin)
-        let leg = probingLeg
-        probingLeg = nil
+        let legs = probingLegs.compactMap(\.leg)
+        probingLegs = []
         for stream in attached.values { attached[ObjectIdentifier(stream)] = nil }
         shutdown()
-        leg?.h2FallBackToHTTP1()
+        for leg in legs { leg.h2FallBackToHTTP1() }
     }
 
     fileprivate func wakeFired() {
@@ -271,6 +285,12 @@ final class UpstreamH2Connection: H2SessionDelegate {
         goingAway = true
         worker.pool.removeHTTP2(self)
     }
+}
+
+/// A leg held without keeping it alive (its host owns it).
+private struct WeakLeg {
+    weak var leg: UpstreamLeg?
+    init(_ leg: UpstreamLeg) { self.leg = leg }
 }
 
 private func withConnection(_ context: UnsafeMutableRawPointer?, _ body: (UpstreamH2Connection) -> Void) {

@@ -46,6 +46,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     private unowned let worker: Worker
     private weak var owner: UpstreamLegOwner?
     private var connector: UpstreamConnector?
+    /// The connect this leg opened that hops to the same origin wait for (`PendingHTTP2`).
+    private var opening: PendingHTTP2?
+    /// Another leg's connect to the same origin that this leg waits for.
+    private var waitingOn: PendingHTTP2?
     private(set) var bev: OpaquePointer?
     /// The context pointer libevent holds while callbacks are installed (a +1 on the leg).
     private var callbackContext: Unmanaged<UpstreamLeg>?
@@ -101,12 +105,48 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     }
 
     /// Resolves and connects; the owner hears `legConnected` or `legConnectFailed` (possibly before
-    /// this returns: IP literals and /etc/hosts names resolve inline).
+    /// this returns: IP literals and /etc/hosts names resolve inline). A leg that may speak HTTP/2
+    /// to an origin another leg is already connecting to waits for that connect instead
+    /// (`PendingHTTP2`, RFC 9113 §9.1).
     func connect() {
+        if http2 != .never, !worker.pool.speaksOnlyHTTP1(origin) {
+            if let probing = worker.pool.probingHTTP2(origin) {
+                h2 = probing.attachProbing(self)  // the owner hears `h2Confirmed` or a fall-back
+                return
+            }
+            if let pending = worker.pool.pendingHTTP2WithRoom(origin) {
+                pending.add(self)
+                waitingOn = pending
+                return
+            }
+            opening = worker.pool.openPendingHTTP2(origin, opener: self)
+        }
+        startConnector()
+    }
+
+    private func startConnector() {
         let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2)
         connector.delegate = self
         self.connector = connector
         connector.start()
+    }
+
+    /// The opener's hop ended with its connect in progress: this leg carries it on.
+    private func takeOver(_ connector: UpstreamConnector, _ pending: PendingHTTP2) {
+        waitingOn = nil
+        opening = pending
+        connector.delegate = self
+        self.connector = connector
+    }
+
+    /// The connect this leg opened is over: the legs that waited for it, no longer waiting.
+    private func settleOpening() -> [UpstreamLeg] {
+        guard let opening else { return [] }
+        self.opening = nil
+        worker.pool.removePendingHTTP2(opening)
+        let waiters = opening.takeWaiters()
+        for waiter in waiters { waiter.waitingOn = nil }
+        return waiters
     }
 
     func connectorDidConnect(_ connector: UpstreamConnector, bev: OpaquePointer, tls: Bool, h2: Bool) {
@@ -116,6 +156,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             return
         }
         self.connector = nil
+        let waiters = settleOpening()
         if h2 {
             // Prior knowledge is confirmed by the origin's first frame (`h2Confirmed`), or the leg
             // falls back to HTTP/1.1 (`h2FallBackToHTTP1`); ALPN already said h2.
@@ -123,10 +164,26 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker, probing: probing ? self : nil)
             worker.pool.addHTTP2(connection)
             self.h2 = connection.attach(self)
-            if probing { return }
-        } else {
-            install(bev)
+            if !probing { owner?.legConnected(self) }
+            for waiter in waiters { waiter.joinOpened(connection, probing: probing) }
+            return
         }
+        install(bev)
+        // ALPN chose HTTP/1.1: later hops connect at once, and the waiters each open their own.
+        if http2 == .offerInALPN { worker.pool.rememberHTTP1Only(origin) }
+        owner?.legConnected(self)
+        for waiter in waiters { waiter.startConnector() }
+    }
+
+    /// The connect this leg waited for brought HTTP/2: a stream on it (with prior knowledge, once
+    /// the origin's SETTINGS confirm it).
+    private func joinOpened(_ connection: UpstreamH2Connection, probing: Bool) {
+        guard !connection.goingAway else { return startConnector() }  // it ended already: a connect of its own
+        if probing {
+            h2 = connection.attachProbing(self)
+            return
+        }
+        h2 = connection.attach(self)
         owner?.legConnected(self)
     }
 
@@ -153,7 +210,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     func connectorDidFail(_ connector: UpstreamConnector, error: ProxyError) {
         guard self.connector === connector else { return }
         self.connector = nil
+        let waiters = settleOpening()
         owner?.legConnectFailed(self, error)
+        // Same origin, same addresses: the hops that waited fail the same way, at once.
+        for waiter in waiters { waiter.owner?.legConnectFailed(waiter, error) }
     }
 
     private func install(_ upstream: OpaquePointer, reader pooledReader: SocketReader? = nil) {
@@ -203,6 +263,20 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// Stops every callback, then hands the connection to the pool (`reuse`, when it is clean: nothing
     /// unread after the response) or closes it. Idempotent.
     func release(reuse: Bool) {
+        if let waitingOn {
+            self.waitingOn = nil
+            waitingOn.remove(self)
+        }
+        if let opening {
+            self.opening = nil
+            // Others wait for this connect: the first of them carries it on (nobody starts over).
+            if let connector, let next = opening.promoteFirstWaiter() {
+                self.connector = nil
+                next.takeOver(connector, opening)
+            } else {
+                worker.pool.removePendingHTTP2(opening)
+            }
+        }
         connector?.cancel()
         connector = nil
         requestPump = nil

@@ -29,6 +29,8 @@ final class UpstreamPool {
     private(set) var count = 0
     /// Live HTTP/2 connections per origin (busy or idle), shared by the streams of many hops.
     private var http2: [Origin: [UpstreamH2Connection]] = [:]
+    /// Connects under way that later hops to the same origin wait for (RFC 9113 §9.1).
+    private var pendingHTTP2: [Origin: [PendingHTTP2]] = [:]
     /// Plain origins that answered an h2c preface as HTTP/1.1: later hops speak HTTP/1.1 at once.
     private var http1Only: Set<Origin> = []
     static let maxRememberedHTTP1Only = 1024
@@ -121,6 +123,29 @@ final class UpstreamPool {
     /// A live HTTP/2 connection to `origin` with room for one more stream.
     func sharedHTTP2(_ origin: Origin) -> UpstreamH2Connection? {
         http2[origin]?.first { $0.acceptsStream }
+    }
+
+    /// An h2c connection whose origin has not answered our preface yet, with room for one more
+    /// stream that waits for the answer with it.
+    func probingHTTP2(_ origin: Origin) -> UpstreamH2Connection? {
+        http2[origin]?.first { $0.acceptsProbingStream }
+    }
+
+    /// A connect under way to `origin` with room for one more waiting hop.
+    func pendingHTTP2WithRoom(_ origin: Origin) -> PendingHTTP2? {
+        pendingHTTP2[origin]?.first { $0.hasRoom }
+    }
+
+    func openPendingHTTP2(_ origin: Origin, opener: UpstreamLeg) -> PendingHTTP2 {
+        let pending = PendingHTTP2(origin: origin, opener: opener)
+        pendingHTTP2[origin, default: []].append(pending)
+        return pending
+    }
+
+    func removePendingHTTP2(_ pending: PendingHTTP2) {
+        guard var list = pendingHTTP2[pending.origin], let index = list.firstIndex(where: { $0 === pending }) else { return }
+        list.remove(at: index)
+        pendingHTTP2[pending.origin] = list.isEmpty ? nil : list
     }
 
     func closeExpired(idleMilliseconds: Int) {

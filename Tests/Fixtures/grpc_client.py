@@ -4,7 +4,9 @@ usage: grpc_client.py PLAN.json
 PLAN: {"target": "127.0.0.1:PORT", "authority": "127.0.0.1:ORIGIN" (h2c: the origin, as a forward
 proxy reads it), or "ca": PATH and "proxy": "http://127.0.0.1:PORT" (TLS through the proxy's
 interception), "metadata": [[k, v]], "stream_count": N, "collect_count": N, "timeout": S,
-"cancel_then_unary": true (also cancel a long stream midway, then call again)}
+"cancel_then_unary": true (also cancel a long stream midway, then call again),
+"concurrent_unary": N (only this: N unary calls started at once on the channel, then awaited;
+answers {"concurrent": {"ok": count of OK, "codes": [...]}})}
 """
 import json
 import sys
@@ -73,7 +75,23 @@ def cancel_then_unary():
     return {"cancelled": responses.code().name, "after": after["code"], "body": after["body"]}
 
 
+def concurrent():
+    """N unary calls in flight at once: N streams on the channel's one connection to the proxy."""
+    method = channel.unary_unary("/svc/Unary", request_serializer=identity, response_deserializer=identity)
+    futures = [method.future(b"hello", metadata=metadata, timeout=timeout) for _ in range(plan["concurrent_unary"])]
+    codes = []
+    for future in futures:
+        try:
+            future.result()
+            codes.append("OK")
+        except grpc.RpcError as error:
+            codes.append(error.code().name)
+    return {"ok": codes.count("OK"), "codes": sorted(set(codes))}
+
+
 steps = [("unary", unary), ("stream", stream), ("collect", collect), ("fail", fail)]
+if plan.get("concurrent_unary"):
+    steps = [("concurrent", concurrent)]
 if plan.get("cancel_then_unary"):
     steps.append(("cancel_then_unary", cancel_then_unary))
 for name, function in steps:

@@ -6,7 +6,8 @@
 PLAN: {"proxy_port": N,
        "tunnel": null | {"host": "localhost", "port": N, "ca": "/path/ca.pem", "connect_headers": {...}},
        "streams": [{"method": "GET", "scheme": "http", "authority": "127.0.0.1:N", "path": "/x",
-                    "headers": [["name", "value"]], "body": "text" | null, "reset_after_headers": false}],
+                    "headers": [["name", "value"]], "body": "text" | null, "reset_after_headers": false,
+                    "reset_after_all_heads": false (reset once every stream's HEADERS is queued, same write)}],
        "flood": null | {"kind": "rapid_reset" | "continuation" | "ping" | "settings" | "empty_data", "count": N},
        "timeout": 10}
 
@@ -92,12 +93,16 @@ def main():
         headers += [tuple(pair) for pair in spec.get("headers", [])]
         body = spec.get("body")
         conn.send_headers(stream_id, headers, end_stream=body is None)
-        if body is not None:
-            uploads[stream_id] = body.encode()
         if spec.get("reset_after_headers"):
-            conn.reset_stream(stream_id)
+            conn.reset_stream(stream_id)  # its body, if any, is never sent
+        elif body is not None:
+            uploads[stream_id] = body.encode()
         results[stream_id] = {"id": stream_id, "status": None, "headers": {}, "body": "", "reset": None, "trailers": {}}
         order.append(stream_id)
+    for stream_id, spec in zip(order, plan.get("streams", [])):
+        if spec.get("reset_after_all_heads"):
+            conn.reset_stream(stream_id)
+            uploads.pop(stream_id, None)
     send_uploads()
     sock.sendall(conn.data_to_send())
 
@@ -141,7 +146,9 @@ def main():
     closed = False
     ended = []
     deadline = time.time() + plan.get("timeout", 10)
-    pending = set(order)
+    # A stream the client reset itself gets no answer to wait for.
+    pending = set(i for i, spec in zip(order, plan.get("streams", []))
+                  if not spec.get("reset_after_headers") and not spec.get("reset_after_all_heads"))
     while time.time() < deadline and (pending or (flood and goaway is None and not closed)):
         try:
             data = sock.recv(65536)

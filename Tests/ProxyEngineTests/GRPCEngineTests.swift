@@ -151,6 +151,31 @@ struct GRPCEngineTests {
         #expect(lines.count == 4 && lines.allSatisfy { $0["proto"] as? String == "h2" })
     }
 
+    @Test(
+        "forty calls started at once share one upstream connection (RFC 9113 §9.1): h2c, where each waits for the origin's SETTINGS, and TLS, where each waits for ALPN"
+    )
+    func concurrentCallsOpenOneUpstreamConnection() throws {
+        let pki = try TestPKI()
+        let plainOrigin = try GRPCOrigin()
+        defer { plainOrigin.stop() }
+        let proxy = try ConfiguredProxy { logPath in "log: { output: \(logPath) }" }
+        defer { _ = proxy.process.terminate() }
+        let plain = try grpcClient(["target": "127.0.0.1:\(proxy.port)", "authority": "127.0.0.1:\(plainOrigin.port)", "concurrent_unary": 40])
+        #expect(plain["concurrent"]?["ok"] as? Int == 40, "\(plain)")
+        #expect(try proxy.metrics().contains("scopeproxy_upstream_connections 1"), "h2c: forty streams, one connection to the origin")
+
+        let tlsOrigin = try GRPCOrigin(certificate: pki.certificate("valid"))
+        defer { tlsOrigin.stop() }
+        let intercepting = try Wire.interceptingProxy(originPort: tlsOrigin.port, upstreamCA: pki.caPath, token: Wire.canary("grpc-herd-token"))
+        defer { _ = intercepting.process.terminate() }
+        let tls = try grpcClient([
+            "target": "localhost:\(tlsOrigin.port)", "proxy": "http://127.0.0.1:\(intercepting.port)",
+            "ca": intercepting.scratch.path + "/ca/scopeproxy-ca.pem", "concurrent_unary": 40,
+        ])
+        #expect(tls["concurrent"]?["ok"] as? Int == 40, "\(tls)")
+        #expect(try intercepting.metrics().contains("scopeproxy_upstream_connections 1"), "TLS: forty streams, one handshake with the origin")
+    }
+
     @Test("an origin no scope covers gets no credential over h2c, not even the client's own (stripped, as over HTTP/1.1)")
     func unscopedGRPCOriginGetsNoCredential() throws {
         let origin = try GRPCOrigin()

@@ -27,19 +27,9 @@ struct H2EngineTests {
     }
 
     /// Runs h2_client.py with `plan` (see the script) and returns its JSON answer.
-    private func h2Client(_ plan: [String: Any]) throws -> [String: Any] {
-        let scratch = ScratchDirectory()
-        let data = try JSONSerialization.data(withJSONObject: plan)
-        let planPath = scratch.write("plan.json", String(decoding: data, as: UTF8.self))
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/h2_client.py").path
-        let (status, output) = try runProgram(["/usr/bin/env", "python3", script, planPath])
-        #expect(status == 0, "h2_client.py: \(output.suffix(400))")
-        let line = output.split(separator: "\n").last.map(String.init) ?? ""
-        return (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
-    }
+    private func h2Client(_ plan: [String: Any]) throws -> [String: Any] { try Wire.h2Client(plan) }
 
-    private func streams(_ answer: [String: Any]) -> [[String: Any]] { answer["streams"] as? [[String: Any]] ?? [] }
+    private func streams(_ answer: [String: Any]) -> [[String: Any]] { Wire.streams(answer) }
 
     private func logLines(_ proxy: ConfiguredProxy, waitingFor count: Int) -> [[String: Any]] {
         for _ in 0..<100 {

@@ -20,6 +20,22 @@ enum Wire {
         }
     }
 
+    /// Runs Tests/Fixtures/h2_client.py with `plan` (see the script) and returns its JSON answer.
+    static func h2Client(_ plan: [String: Any]) throws -> [String: Any] {
+        let scratch = ScratchDirectory()
+        let data = try JSONSerialization.data(withJSONObject: plan)
+        let planPath = scratch.write("plan.json", String(decoding: data, as: UTF8.self))
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/h2_client.py").path
+        let (status, output) = try runProgram(["/usr/bin/env", "python3", script, planPath])
+        #expect(status == 0, "h2_client.py: \(output.suffix(400))")
+        let line = output.split(separator: "\n").last.map(String.init) ?? ""
+        return (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
+    }
+
+    /// The per-stream answers of an h2_client.py run, in the order the plan listed them.
+    static func streams(_ answer: [String: Any]) -> [[String: Any]] { answer["streams"] as? [[String: Any]] ?? [] }
+
     /// A unique credential stand-in. Letters only after the label: a digit run could make the log
     /// redactor classify it as `:number` and hide a leak the test is looking for.
     static func canary(_ label: String) -> String {
