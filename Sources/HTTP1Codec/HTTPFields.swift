@@ -194,6 +194,11 @@ extension HTTPField {
         ASCII.appendLatin1(value, to: &bytes)
         return bytes
     }
+
+    /// `wireBytes(of:)` appended to `buffer`, without an array of its own.
+    public static func appendWireBytes(of value: String, to buffer: inout [UInt8]) {
+        ASCII.appendLatin1(value, to: &buffer)
+    }
 }
 
 extension HTTPField {

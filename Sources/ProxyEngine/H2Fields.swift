@@ -10,9 +10,16 @@ import ProxyCore
 /// intermediary removes them; `te` only as `trailers`), and credential-bearing fields are never
 /// added to the HPACK dynamic table (RFC 7541 §7.1.3: a compression oracle cannot probe them).
 struct H2OutgoingFields {
-    private(set) var names: [[UInt8]] = []
-    private(set) var values: [[UInt8]] = []
-    private var sensitive: [Bool] = []
+    /// Every name and value, back to back: the nghttp2_nv array points into this one buffer.
+    private var storage: [UInt8] = []
+    private var entries: [Entry] = []
+
+    private struct Entry {
+        var nameStart: Int
+        var nameLength: Int
+        var valueLength: Int
+        var sensitive: Bool
+    }
 
     /// Fields that end a message's connection-level framing in HTTP/1.1 and mean nothing (or harm)
     /// in HTTP/2.
@@ -21,52 +28,51 @@ struct H2OutgoingFields {
     static let credentialNames: Set<String> = ["authorization", "proxy-authorization", "cookie", "set-cookie"]
 
     init(status: Int?, fields: [(name: String, value: String)], neverIndexed: Set<String> = credentialNames) {
+        entries.reserveCapacity(fields.count + 1)
+        storage.reserveCapacity(fields.reduce(16) { $0 + $1.name.utf8.count + $1.value.utf8.count })
         if let status { append(name: ":status", value: String(status), neverIndexed: neverIndexed) }
-        var regular: [(String, String)] = []
-        for (name, value) in fields {
-            let lowercase = lowercasedFieldName(name)
-            if lowercase.hasPrefix(":") {
-                // A response's :status is ours; a request's pseudo-header fields go first.
-                if status == nil { append(name: lowercase, value: value, neverIndexed: neverIndexed) }
-                continue
+        // Two passes rather than a sorted copy: pseudo-header fields first (a response's :status
+        // is ours, so a response's own are dropped), then the regular ones in their order.
+        if status == nil {
+            for (name, value) in fields where name.utf8.first == UInt8(ascii: ":") {
+                append(name: lowercasedFieldName(name), value: value, neverIndexed: neverIndexed)
             }
+        }
+        for (name, value) in fields where name.utf8.first != UInt8(ascii: ":") {
+            let lowercase = lowercasedFieldName(name)
             if Self.connectionSpecificNames.contains(lowercase) { continue }
             if lowercase == "te", value.lowercased() != "trailers" { continue }
-            regular.append((lowercase, value))
+            append(name: lowercase, value: value, neverIndexed: neverIndexed)
         }
-        for (name, value) in regular { append(name: name, value: value, neverIndexed: neverIndexed) }
     }
 
-    var count: Int { names.count }
+    var count: Int { entries.count }
 
     private mutating func append(name: String, value: String, neverIndexed: Set<String>) {
-        names.append(Array(name.utf8))
-        values.append(HTTPField.wireBytes(of: value))
-        sensitive.append(neverIndexed.contains(name))
+        let nameStart = storage.count
+        storage.append(contentsOf: name.utf8)
+        let valueStart = storage.count
+        HTTPField.appendWireBytes(of: value, to: &storage)
+        entries.append(
+            Entry(
+                nameStart: nameStart, nameLength: valueStart - nameStart, valueLength: storage.count - valueStart,
+                sensitive: neverIndexed.contains(name)))
     }
 
     func withNameValues<R>(_ body: (UnsafePointer<nghttp2_nv>?, Int) -> R) -> R {
-        var storage: [UInt8] = []
-        storage.reserveCapacity(names.reduce(0) { $0 + $1.count } + values.reduce(0) { $0 + $1.count })
-        var offsets: [(name: Int, value: Int)] = []
-        for index in names.indices {
-            offsets.append((storage.count, storage.count + names[index].count))
-            storage.append(contentsOf: names[index])
-            storage.append(contentsOf: values[index])
-        }
-        storage.append(0)  // never empty: every nv points into one live buffer, even for empty strings
-        return storage.withUnsafeMutableBufferPointer { bytes in
-            var nva: [nghttp2_nv] = []
-            nva.reserveCapacity(names.count)
-            for index in names.indices {
-                guard let base = bytes.baseAddress else { break }
-                nva.append(
-                    nghttp2_nv(
-                        name: base + offsets[index].name, value: base + offsets[index].value,
-                        namelen: names[index].count, valuelen: values[index].count,
-                        flags: sensitive[index] ? sp_nghttp2_nv_flag_no_index() : sp_nghttp2_nv_flag_none()))
+        var bytes = storage
+        bytes.append(0)  // never empty: every nv points into one live buffer, even for empty strings
+        return bytes.withUnsafeMutableBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return body(nil, 0) }
+            return withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: max(1, entries.count)) { nva in
+                for (index, entry) in entries.enumerated() {
+                    nva[index] = nghttp2_nv(
+                        name: base + entry.nameStart, value: base + entry.nameStart + entry.nameLength,
+                        namelen: entry.nameLength, valuelen: entry.valueLength,
+                        flags: entry.sensitive ? sp_nghttp2_nv_flag_no_index() : sp_nghttp2_nv_flag_none())
+                }
+                return body(UnsafePointer(nva.baseAddress), entries.count)
             }
-            return nva.withUnsafeBufferPointer { body($0.baseAddress, $0.count) }
         }
     }
 }
