@@ -7,6 +7,9 @@
 #     which in nginx 1.22 is h2c prior knowledge only), same nginx, same files as the HTTP/1.1 rows;
 #   - scopeproxy full / scrub + guard off / engine: h2c with prior knowledge on the proxy's plain
 #     listener, `:authority` naming the HTTP/1.1 origin (the upstream leg is HTTP/1.1);
+#   - scopeproxy full, h2 both sides: the same process as "full", `:authority` naming nginx's h2c
+#     listener (the scope covers it too), so the upstream leg is h2c and the streams share one
+#     connection to the origin: the same origin and protocol as the direct row;
 #   - mitmdump 8.1 takes no h2c with prior knowledge (it picks HTTP/2 only from ALPN: in regular
 #     mode it answers the preface `400 ... no host header`, in reverse mode it closes the connection
 #     unanswered), so it is measured as a reverse proxy taking h2 inside TLS from h2load
@@ -19,7 +22,8 @@ H2_MITM_REQUESTS=${BENCH_H2_MITM_REQUESTS:-2000}
 H2_CONNECTIONS=${BENCH_H2_CONNECTIONS:-4}
 H2_STREAMS=${BENCH_H2_STREAMS:-100}
 H2_PROXIES="full unguarded engine mitmdump"
-H2_TARGETS="direct $H2_PROXIES"
+H2_TARGETS="direct full-h2 $H2_PROXIES"
+PORT_OF[full-h2]=${PORT_OF[full]}; PID_OF[full-h2]=${PID_OF[full]}
 
 # mitmdump: reverse proxy to the plain origin, one process on core 0 like every proxy here.
 MITM_H2_PORT=$(free_port)
@@ -42,7 +46,11 @@ h2_url() {
 run_h2() {
   local target=$1 requests=$2 pid=${PID_OF[$1]} before after out rps succeeded failed cpu=- args
   args=(-t1 -c"$H2_CONNECTIONS" -m"$H2_STREAMS" -n"$requests")
-  case $target in direct|mitmdump) ;; *) args+=(-H ":authority: 127.0.0.1:$NGINX_PORT") ;; esac
+  case $target in
+    direct|mitmdump) ;;
+    full-h2) args+=(-H ":authority: 127.0.0.1:$NGINX_H2_PORT") ;;
+    *) args+=(-H ":authority: 127.0.0.1:$NGINX_PORT") ;;
+  esac
   [ -n "$pid" ] && before=$(cpu_ticks "$pid")
   out=$(taskset -c 1 timeout --foreground 300 h2load "${args[@]}" "$(h2_url "$target")" 2>&1) || true
   [ -n "$pid" ] && after=$(cpu_ticks "$pid")
@@ -80,21 +88,23 @@ h2_report() {
   echo "\`h2load -t1 -c$H2_CONNECTIONS -m$H2_STREAMS -n$H2_REQUESTS\` (mitmdump: \`-n$H2_MITM_REQUESTS\`) on core 1, 1 KiB responses from the same"
   echo "nginx; every cell the median of $REPEATS interleaved runs: req/s ÷ direct (the direct cell gives req/s), the proxy's CPU µs"
   echo "per request in parentheses. direct: h2c with prior knowledge to nginx (\`listen ... http2;\`). scopeproxy: h2c with prior"
-  echo "knowledge on its plain listener (\`-H ':authority: 127.0.0.1:ORIGIN'\`), HTTP/1.1 to the origin. mitmdump refuses h2c with"
+  echo "knowledge on its plain listener (\`-H ':authority: 127.0.0.1:ORIGIN'\`); \"h2 both sides\" names nginx's h2c listener, so the"
+  echo "streams go on over h2c (one shared connection to the origin, the direct row's origin and protocol); the other scopeproxy"
+  echo "columns name the HTTP/1.1 listener (HTTP/1.1 to the origin, a connection per stream in flight). mitmdump refuses h2c with"
   echo "prior knowledge, so it runs \`--mode reverse:http://ORIGIN\` and h2load speaks h2 over TLS to it (ALPN h2): TLS on $H2_CONNECTIONS"
   echo "long-lived connections, work the scopeproxy rows do not do, small next to mitmdump's per-request cost."
   echo
-  echo "| work | direct (nginx h2c) | scopeproxy full | full, scrub + guard off | scopeproxy engine | mitmdump (h2 over TLS, reverse) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| work | direct (nginx h2c) | scopeproxy full, h2 both sides | scopeproxy full, HTTP/1.1 to the origin | full, scrub + guard off | scopeproxy engine | mitmdump (h2 over TLS, reverse) |"
+  echo "|---|---|---|---|---|---|---|"
   line="| 1 KiB, $H2_CONNECTIONS connections × $H2_STREAMS streams, × direct (proxy CPU µs/req) |"
   for target in $H2_TARGETS; do line+=" $(cell h2 "$target" req/s) |"; done
   echo "$line"
   echo
-  full=$(col h2 full 1); direct=$(col h2 direct 1); mitm=$(col h2 mitmdump 1)
-  awk -v f="$full" -v d="$direct" -v m="$mitm" -v s="$H2_STREAMS" -v fc="$(col h2 full 2)" -v mc="$(col h2 mitmdump 2)" 'BEGIN {
-    if (f == "fail" || d == "fail" || m == "fail") { print "Targets: not computed (a row failed)."; exit }
-    printf "Targets (1 KiB, %s streams): scopeproxy full ÷ direct h2c %.2f (target ≥ 0.5); scopeproxy full ÷ mitmdump %.1f in req/s, %.1f in CPU per request (target ≥ 20).\n",
-      s, f / d, f / m, mc / fc }'
+  full=$(col h2 full 1); direct=$(col h2 direct 1); mitm=$(col h2 mitmdump 1); both=$(col h2 full-h2 1)
+  awk -v f="$full" -v b="$both" -v d="$direct" -v m="$mitm" -v s="$H2_STREAMS" -v fc="$(col h2 full 2)" -v mc="$(col h2 mitmdump 2)" 'BEGIN {
+    if (f == "fail" || b == "fail" || d == "fail" || m == "fail") { print "Targets: not computed (a row failed)."; exit }
+    printf "Targets (1 KiB, %s streams): scopeproxy full ÷ direct h2c %.2f with h2 both sides, %.2f with HTTP/1.1 to the origin (target ≥ 0.5); scopeproxy full ÷ mitmdump %.1f in req/s, %.1f in CPU per request (target ≥ 20).\n",
+      s, b / d, f / d, f / m, mc / fc }'
   echo
   local -A names=([full]="scopeproxy full" [unguarded]="full, scrub + guard off" [engine]="scopeproxy engine" [mitmdump]=mitmdump)
   line=""

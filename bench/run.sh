@@ -60,7 +60,7 @@ cat > "$WORK/full.yaml" <<YAML
 secrets: { bench_token: { env: BENCH_TOKEN } }
 scopes:
   - name: bench
-    origins: ["http://127.0.0.1:$NGINX_PORT"]
+    origins: ["http://127.0.0.1:$NGINX_PORT", "http://127.0.0.1:$NGINX_H2_PORT"]
     inject: { Authorization: "Bearer \${bench_token}" }
 log: { output: $WORK/access.log }
 tls: { tunnel: allow }
