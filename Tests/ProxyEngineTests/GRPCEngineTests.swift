@@ -66,13 +66,7 @@ struct GRPCEngineTests {
 
     /// Runs grpc_client.py with `plan` and returns its JSON answer (one entry per call).
     private func grpcClient(_ plan: [String: Any]) throws -> [String: [String: Any]] {
-        let scratch = ScratchDirectory()
-        let data = try JSONSerialization.data(withJSONObject: plan)
-        let planPath = scratch.write("plan.json", String(decoding: data, as: UTF8.self))
-        let (status, output) = try runProgram(["/usr/bin/env", "python3", Self.fixture("grpc_client.py"), planPath])
-        #expect(status == 0, "grpc_client.py: \(output.suffix(400))")
-        let line = output.split(separator: "\n").last.map(String.init) ?? ""
-        return (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: [String: Any]]) ?? [:]
+        try Wire.runFixture("grpc_client.py", plan: plan) as? [String: [String: Any]] ?? [:]
     }
 
     private func logLines(_ proxy: ConfiguredProxy, waitingFor count: Int) -> [[String: Any]] {

@@ -25,17 +25,7 @@ struct H2HostileClientTests {
     }
 
     /// Runs h2_raw_client.py with `plan` (see the script) and returns its JSON answer.
-    private func rawClient(_ plan: [String: Any]) throws -> [String: Any] {
-        let scratch = ScratchDirectory()
-        let data = try JSONSerialization.data(withJSONObject: plan)
-        let planPath = scratch.write("plan.json", String(decoding: data, as: UTF8.self))
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/h2_raw_client.py").path
-        let (status, output) = try runProgram(["/usr/bin/env", "python3", script, planPath])
-        #expect(status == 0, "h2_raw_client.py: \(output.suffix(400))")
-        let line = output.split(separator: "\n").last.map(String.init) ?? ""
-        return (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
-    }
+    private func rawClient(_ plan: [String: Any]) throws -> [String: Any] { try Wire.runFixture("h2_raw_client.py", plan: plan) }
 
     private func request(_ authority: String, _ path: String, method: String = "GET") -> [[String]] {
         [[":method", method], [":scheme", "http"], [":authority", authority], [":path", path]]

@@ -20,18 +20,22 @@ enum Wire {
         }
     }
 
-    /// Runs Tests/Fixtures/h2_client.py with `plan` (see the script) and returns its JSON answer.
-    static func h2Client(_ plan: [String: Any]) throws -> [String: Any] {
+    /// Runs the Python fixture `script` (Tests/Fixtures) with `plan` written as JSON to a file, and
+    /// returns the JSON object of the last line it printed (a failed run is an issue of its own).
+    static func runFixture(_ script: String, plan: [String: Any]) throws -> [String: Any] {
         let scratch = ScratchDirectory()
         let data = try JSONSerialization.data(withJSONObject: plan)
         let planPath = scratch.write("plan.json", String(decoding: data, as: UTF8.self))
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/h2_client.py").path
-        let (status, output) = try runProgram(["/usr/bin/env", "python3", script, planPath])
-        #expect(status == 0, "h2_client.py: \(output.suffix(400))")
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/\(script)").path
+        let (status, output) = try runProgram(["/usr/bin/env", "python3", path, planPath])
+        #expect(status == 0, "\(script): \(output.suffix(400))")
         let line = output.split(separator: "\n").last.map(String.init) ?? ""
         return (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]) ?? [:]
     }
+
+    /// Runs Tests/Fixtures/h2_client.py with `plan` (see the script) and returns its JSON answer.
+    static func h2Client(_ plan: [String: Any]) throws -> [String: Any] { try runFixture("h2_client.py", plan: plan) }
 
     /// The per-stream answers of an h2_client.py run, in the order the plan listed them.
     static func streams(_ answer: [String: Any]) -> [[String: Any]] { answer["streams"] as? [[String: Any]] ?? [] }
