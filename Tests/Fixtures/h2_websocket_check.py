@@ -10,9 +10,13 @@ frames, then a close frame (1000), and prints one JSON line. Message texts are r
 digests plus booleans (`contains`) and star counts, so a failing test prints no value.
 
 Scenario fields:
-  client_sends:   list of str (text messages; the client waits for each echo before the next)
+  client_sends:   list of str (text messages) or {"binary_size": n} (random bytes, sent as the
+                  stream's flow-control window allows); the client waits for each echo before the next
   contains:       list of str whose presence in either side's messages is reported
   origin_echoes_header: a request header the origin sends back as its first message
+  origin_echoes_fragments: the origin sends back each fragment as it arrives, as a message of its own
+  client_fragment: str sent as a first fragment (FIN clear); the client waits until every byte of it
+                  came back (the origin echoes fragments) before it ends the message
   protocol:       the :protocol sent (default "websocket")
   authority:      the :authority sent (default 127.0.0.1:ORIGIN_PORT, or localhost:ORIGIN_PORT in a tunnel)
   sibling_after_first: a plain GET on the same connection after the first echo; the client waits
@@ -65,6 +69,12 @@ async def origin_handler(ws):
     if echoed:
         await ws.send("header=" + (headers.get(echoed) or "-"))
     try:
+        while scenario.get("origin_echoes_fragments"):
+            async for fragment in ws.recv_streaming():
+                data = fragment.encode() if isinstance(fragment, str) else fragment
+                origin_messages.append(data)
+                if data:
+                    await ws.send(data.decode())
         async for message in ws:
             origin_messages.append(message.encode() if isinstance(message, str) else message)
             await ws.send(message)
@@ -74,16 +84,16 @@ async def origin_handler(ws):
         origin_done.set()
 
 
-def client_frame(opcode, payload):
-    """A masked, final frame (RFC 6455 §5.2: every client frame is masked)."""
+def client_frame(opcode, payload, fin=True):
+    """A masked frame (RFC 6455 §5.2: every client frame is masked)."""
     key = os.urandom(4)
     length = len(payload)
     if length < 126:
-        head = bytes([0x80 | opcode, 0x80 | length])
+        head = bytes([(0x80 if fin else 0) | opcode, 0x80 | length])
     elif length < 65536:
-        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", length)
+        head = bytes([(0x80 if fin else 0) | opcode, 0x80 | 126]) + struct.pack("!H", length)
     else:
-        head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack("!Q", length)
+        head = bytes([(0x80 if fin else 0) | opcode, 0x80 | 127]) + struct.pack("!Q", length)
     return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
 
@@ -143,7 +153,7 @@ def open_socket(proxy_port, ca_file, origin_port):
 
 
 def run_client(proxy_port, ca_file, origin_port):
-    result = {"settings_enable_connect_protocol": None, "status": None, "headers": {}, "client_received": [],
+    result = {"sent_sha256": None, "settings_enable_connect_protocol": None, "status": None, "headers": {}, "client_received": [],
               "close_code": None, "ended": None, "sibling_status": None, "sibling_ended_before_next": None}
     sock = open_socket(proxy_port, ca_file, origin_port)
     conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
@@ -192,6 +202,18 @@ def run_client(proxy_port, ca_file, origin_port):
         while not condition():
             pump()
 
+    def send_windowed(data):
+        # The proxy credits the stream's window only as it forwards to the origin: a client that
+        # sends more than the window waits for its WINDOW_UPDATEs (RFC 9113 §5.2).
+        while data:
+            window = min(conn.local_flow_control_window(state["stream"]), conn.max_outbound_frame_size)
+            if window <= 0:
+                pump()
+                continue
+            conn.send_data(state["stream"], data[:window])
+            data = data[window:]
+            sock.sendall(conn.data_to_send())
+
     # RFC 8441 §3: extended CONNECT only once the server said it understands it.
     wait_for(lambda: result["settings_enable_connect_protocol"] is not None)
     authority = scenario.get("authority") or ("%s:%d" % ("localhost" if scenario.get("tunnel") else "127.0.0.1", origin_port))
@@ -212,8 +234,13 @@ def run_client(proxy_port, ca_file, origin_port):
         if reader.close_code is not None or state["ws_ended"]:
             break
         seen = len(reader.messages)
-        conn.send_data(state["stream"], client_frame(0x1, text.encode()))
-        sock.sendall(conn.data_to_send())
+        if isinstance(text, dict):
+            payload = os.urandom(text["binary_size"])
+            result["sent_sha256"] = hashlib.sha256(payload).hexdigest()
+            send_windowed(client_frame(0x2, payload))
+        else:
+            conn.send_data(state["stream"], client_frame(0x1, text.encode()))
+            sock.sendall(conn.data_to_send())
         wait_for(lambda: len(reader.messages) > seen or reader.close_code is not None or state["ws_ended"])
         if index == 0 and scenario.get("sibling_after_first") and reader.close_code is None:
             state["sibling"] = conn.get_next_available_stream_id()
@@ -222,6 +249,13 @@ def run_client(proxy_port, ca_file, origin_port):
             sock.sendall(conn.data_to_send())
             wait_for(lambda: state["sibling_done"] or state["ws_ended"])
             result["sibling_ended_before_next"] = state["sibling_done"] and not state["ws_ended"]
+    fragment = scenario.get("client_fragment")
+    if fragment and reader.close_code is None:
+        conn.send_data(state["stream"], client_frame(0x1, fragment.encode(), fin=False))
+        sock.sendall(conn.data_to_send())
+        wait_for(lambda: sum(map(len, reader.messages)) >= len(fragment) or reader.close_code is not None or state["ws_ended"])
+        conn.send_data(state["stream"], client_frame(0x0, b"", fin=True))
+        sock.sendall(conn.data_to_send())
     if reader.close_code is None and not state["ws_ended"]:
         conn.send_data(state["stream"], client_frame(0x8, struct.pack("!H", 1000)))
         sock.sendall(conn.data_to_send())

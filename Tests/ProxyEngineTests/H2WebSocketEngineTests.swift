@@ -19,6 +19,7 @@ struct H2WebSocketEngineTests {
 
     struct Outcome: Decodable {
         let error: String?
+        let sent_sha256: String?
         let settings_enable_connect_protocol: Int?
         let status: Int?
         let headers: [String: String]?
@@ -123,6 +124,26 @@ struct H2WebSocketEngineTests {
         #expect(outcome.sibling_status != nil, "the plain stream got its answer")
         #expect(outcome.sibling_ended_before_next == true, "while the WebSocket stream stayed open")
         #expect(outcome.client_received?.count == 2, "both echoes, the second after the sibling ended")
+        #expect(outcome.close_code == 1000)
+    }
+
+    @Test("a 4 MiB binary message streams through both ways intact: the stream's window is credited as the proxy forwards (16 windows' worth)")
+    func largeMessageUnderFlowControl() throws {
+        let outcome = try Self.run(["client_sends": [["binary_size": 4 << 20]]], proxy: Self.harness(scoped: true))
+        #expect(outcome.error == nil)
+        #expect(outcome.origin_received.first?.length == 4 << 20)
+        #expect(outcome.origin_received.first?.sha256 == outcome.sent_sha256)
+        #expect(outcome.client_received?.first?.sha256 == outcome.sent_sha256)
+        #expect(outcome.close_code == 1000)
+    }
+
+    @Test("the tail of a fragment the guard holds back leaves on the idle timer: the client waits for its echo before it ends the message")
+    func heldBackTailReleasedWhenIdle() throws {
+        let half = String(WebSocketEngineTests.injected.prefix(WebSocketEngineTests.injected.count / 2))
+        let outcome = try Self.run(
+            ["client_fragment": "ends with " + half, "origin_echoes_fragments": true, "contains": [half]], proxy: Self.harness(scoped: false))
+        #expect(outcome.error == nil)
+        #expect(outcome.origin_received.contains { $0.contains == [true] }, "the held tail reached the origin before the message ended")
         #expect(outcome.close_code == 1000)
     }
 
