@@ -30,6 +30,9 @@ public enum ExtendedConnect {
         return accepts.count == 1 && accepts[0] == accept(forKey: key)
     }
 
+    /// The fields the mapping adds to the client's (the log's `req_headers` shows the client's only).
+    static let addedToRequest: [String] = ["sec-websocket-key", "upgrade", "connection"]
+
     /// The fields of the 101 the client must not see on HTTP/2: the accept belongs to the proxy's
     /// handshake with the origin (RFC 8441 §5: none on HTTP/2), Upgrade and Connection to HTTP/1.1.
     static let removedFromSuccess: [String] = ["sec-websocket-accept", "upgrade", "connection"]

@@ -179,10 +179,12 @@ public enum H2RequestMapping {
             guard contentLength == nil else { throw .malformedRequest("content-length on an extended CONNECT") }
             let key = webSocketKey()
             if !head.contains("sec-websocket-version") { head.append(name: "sec-websocket-version", value: "13") }
+            // `ExtendedConnect.addedToRequest`, in this order.
             head.append(name: "sec-websocket-key", value: key)
-            head.append(name: "upgrade", value: "websocket")
+            head.append(name: "upgrade", value: ExtendedConnect.webSocketProtocol)
             head.append(name: "connection", value: "upgrade")
-            return H2Request(head: RequestHead(method: "GET", target: target, version: .http2, fields: head), reframedAsChunked: false, webSocketKey: key)
+            return H2Request(
+                head: RequestHead(method: "GET", target: target, version: .http2, fields: head), reframedAsChunked: false, webSocketKey: key)
         }
         if endStream, let contentLength, contentLength != 0 {
             throw .malformedRequest("content-length on a request without DATA")

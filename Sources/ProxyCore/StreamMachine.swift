@@ -185,6 +185,8 @@ public struct StreamMachine {
         // The log shows the fields the client sent: the chunked framing is the proxy's own.
         var sent = head.fields
         if mapped.reframedAsChunked { sent.removeAll("transfer-encoding") }
+        // An RFC 8441 stream's upgrade fields and key are the proxy's own, not the client's.
+        if mapped.isWebSocket { for name in ExtendedConnect.addedToRequest { sent.removeAll(name) } }
         record.requestFields = sent
         let admission = RequestAdmission.admit(
             head, mode: mode, scope: arrival.scope, policy: settings.admission, facts: facts, now: arrival.now)

@@ -61,13 +61,19 @@ struct ExtendedConnectTests {
     @Test("h2c, guard on, an origin no scope covers: GET with Upgrade and the proxy's key upstream, 200 on the stream, frames read under the guard")
     func openedUnderTheGuard() {
         var s = Self.open(
-            Configs.pass, "http://plain.example/ws", plain, .plain, frames: .relayFrames(hop(1), guards: ["a_token", "b_token", "m_token", "proxy_password"], scrubs: nil))
+            Configs.pass, "http://plain.example/ws", plain, .plain,
+            frames: .relayFrames(hop(1), guards: ["a_token", "b_token", "m_token", "proxy_password"], scrubs: nil))
         s.on(.tunnelBytes(hop(1), fromClient: 40, fromUpstream: 10), [.arm(.stall)])
         s.ignores(.tunnelBytes(hop(2), fromClient: 1, fromUpstream: 1), as: .staleHop)
         s.on(
             .upstreamClosed(hop(1), sawResponseBytes: true),
             [.cancelTimer, .release(hop(1), reuse: false), .emit(.status(200), .failure(nil), .field(.proto, .text("websocket"))), .endStream])
         #expect(s.emitted.last?.bytesIn ?? 0 >= 40)
+        let logged = s.emitted.last?.requestFields ?? HTTPFields()
+        #expect(
+            !logged.contains("sec-websocket-key") && !logged.contains("upgrade") && !logged.contains("connection")
+                && logged.contains("sec-websocket-protocol"),
+            "the line shows the fields the client sent, not the proxy's")
         s.ignores(.upstreamClosed(hop(1), sawResponseBytes: true), as: .afterClose)
         #expect(s.emitted.count == 1 && s.released == [hop(1)])
     }
@@ -121,7 +127,9 @@ struct ExtendedConnectTests {
     @Test("guard off, an origin no scope covers: the offer passes, frames move unread")
     func unreadWhereNoRuleReads() {
         var s = StreamBook(WebSocketMachineTests.guardOff)
-        s.start(Self.connect("http://plain.example/ws", Self.offer), endStream: false, [.arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
+        s.start(
+            Self.connect("http://plain.example/ws", Self.offer), endStream: false,
+            [.arm(.connect), .connect(hop(1), plain, .plain, reusePooled: true)])
         s.on(
             .upstreamConnected(hop(1), reused: false),
             [.send(hop(1), startingWith: "GET /ws HTTP/1.1\r\n", containing: ["sec-websocket-extensions: permessage-deflate"]), .arm(.responseHead)])
@@ -130,10 +138,16 @@ struct ExtendedConnectTests {
 
     /// What the origin answers the upgrade with, and what the stream gets instead of a WebSocket.
     static let refusals: [(String, ResponseHead, Int, String)] = [
-        ("a 101 whose accept answers another key", response("HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Sec-WebSocket-Accept: AAAA"), 502, "bad_upstream_response"),
+        (
+            "a 101 whose accept answers another key",
+            response("HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Sec-WebSocket-Accept: AAAA"), 502, "bad_upstream_response"
+        ),
         ("a 101 without an accept", response("HTTP/1.1 101 Switching Protocols", "Upgrade: websocket"), 502, "bad_upstream_response"),
         ("a 101 with two accepts", switched("Sec-WebSocket-Accept: \(StreamBook.webSocketAccept)"), 502, "bad_upstream_response"),
-        ("a 200 instead of a 101 (the client would read its body as frames)", response("HTTP/1.1 200 OK", "Content-Length: 2"), 502, "bad_upstream_response"),
+        (
+            "a 200 instead of a 101 (the client would read its body as frames)", response("HTTP/1.1 200 OK", "Content-Length: 2"), 502,
+            "bad_upstream_response"
+        ),
         ("a 204 instead of a 101", response("HTTP/1.1 204 No Content"), 502, "bad_upstream_response"),
     ]
 
@@ -171,7 +185,10 @@ struct ExtendedConnectTests {
 
     @Test("a :protocol other than websocket, and a plain CONNECT: 501 with a hint, nothing connected")
     func otherProtocols() {
-        for fields in [Self.connect("https://a.example/x", protocol: "foo"), [H2HeaderField(name: ":method", value: "CONNECT"), H2HeaderField(name: ":authority", value: "a.example:443")]] {
+        for fields in [
+            Self.connect("https://a.example/x", protocol: "foo"),
+            [H2HeaderField(name: ":method", value: "CONNECT"), H2HeaderField(name: ":authority", value: "a.example:443")],
+        ] {
             var s = StreamBook(Configs.pass)
             s.start(fields, endStream: false, [.respond(501, .error("connect_over_http2_unsupported")), .emit(.status(501))])
             #expect(s.connected.isEmpty)

@@ -22,7 +22,9 @@ struct H2RequestMappingTests {
 
     static let get = [(":method", "GET"), (":scheme", "https"), (":authority", "a.example"), (":path", "/x")]
     /// RFC 8441 §5's extended CONNECT for a WebSocket.
-    static let websocket = [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat")]
+    static let websocket = [
+        (":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat"),
+    ]
 
     /// A malformed block, and what it is refused with. Values that must never be echoed carry a canary.
     struct Malformed: CustomTestStringConvertible, Sendable {
@@ -113,14 +115,17 @@ struct H2RequestMappingTests {
             .init(":path over 8 KiB", pseudo(with(":path", "/" + String(repeating: "a", count: 8 * 1024))), .targetTooLong),
             // A plain CONNECT (a TCP tunnel) and extended CONNECT for another protocol are not served: said so, not a bare 400.
             .init("CONNECT", pseudo([(":method", "CONNECT"), (":authority", "a.example:443")]), .connectOverHTTP2(extended: false)),
-            .init("extended CONNECT for another protocol", pseudo(with(":method", "CONNECT") + [(":protocol", canary)]), .connectOverHTTP2(extended: true)),
+            .init(
+                "extended CONNECT for another protocol", pseudo(with(":method", "CONNECT") + [(":protocol", canary)]),
+                .connectOverHTTP2(extended: true)),
             // RFC 8441 §4-5: a WebSocket's extended CONNECT names its target and leaves the stream open for frames.
             .init(
                 "extended CONNECT ending the stream", pseudo(websocket), endStream: true, .malformedRequest("extended CONNECT that ends the stream")),
             .init(
                 "extended CONNECT without :authority", pseudo(websocket.filter { $0.0 != ":authority" }), endStream: false,
                 .malformedRequest("missing :authority in an extended CONNECT")),
-            .init("extended CONNECT without :path", pseudo(websocket.filter { $0.0 != ":path" }), endStream: false, .malformedRequest("missing :path")),
+            .init(
+                "extended CONNECT without :path", pseudo(websocket.filter { $0.0 != ":path" }), endStream: false, .malformedRequest("missing :path")),
             .init(
                 "extended CONNECT with content-length", pseudo(websocket, "content-length: 5"), endStream: false,
                 .malformedRequest("content-length on an extended CONNECT")),
@@ -238,7 +243,9 @@ struct H2RequestMappingTests {
         #expect(versioned.head.fields.values("sec-websocket-version") == ["8"])
         let intercepted = try Self.map(Self.pseudo(Self.websocket), endStream: false, on: .intercepted(Self.tunnel), webSocketKey: { "KEY" }).get()
         #expect(intercepted.head.target == "/chat" && intercepted.isWebSocket)
-        #expect(try Self.map(Self.pseudo([(":method", "CONNECT"), (":protocol", "WebSocket")] + Self.websocket.dropFirst(2)), endStream: false).get().isWebSocket)
+        #expect(
+            try Self.map(Self.pseudo([(":method", "CONNECT"), (":protocol", "WebSocket")] + Self.websocket.dropFirst(2)), endStream: false).get()
+                .isWebSocket)
     }
 
     @Test("only an extended CONNECT makes an HTTP/2 head an upgrade request, and only its mapping asks for a key")
@@ -246,7 +253,12 @@ struct H2RequestMappingTests {
         let bodies = [(":method", "POST"), (":scheme", "http"), (":authority", "plain.example"), (":path", "/up")]
         for (fields, endStream) in [(Self.pseudo(Self.get), true), (Self.pseudo(bodies), false), (Self.pseudo(bodies, "content-length: 3"), false)] {
             var asked = false
-            let mapped = try Self.map(fields, endStream: endStream, webSocketKey: { asked = true; return "KEY" }).get()
+            let mapped = try Self.map(
+                fields, endStream: endStream,
+                webSocketKey: {
+                    asked = true; return "KEY"
+                }
+            ).get()
             #expect(!Forwarding.isUpgradeRequest(mapped.head) && !mapped.isWebSocket && !asked)
         }
     }

@@ -66,7 +66,9 @@ struct H2WebSocketEngineTests {
         }
     }
 
-    @Test("h2c: the proxy announces ENABLE_CONNECT_PROTOCOL; a secret value in a client frame never reaches the origin, the client gets close 1008 and END_STREAM")
+    @Test(
+        "h2c: the proxy announces ENABLE_CONNECT_PROTOCOL; a secret value in a client frame never reaches the origin, the client gets close 1008 and END_STREAM"
+    )
     func canaryInClientFrameBlocked() throws {
         let injected = WebSocketEngineTests.injected
         let outcome = try Self.run(
@@ -180,7 +182,9 @@ struct H2WebSocketEngineTests {
         }
     }
 
-    @Test("h2 inside an intercepted TLS tunnel (the binary): a value in a client frame is stopped with close 1008; one line, proto websocket, names only")
+    @Test(
+        "h2 inside an intercepted TLS tunnel (the binary): a value in a client frame is stopped with close 1008; one line, proto websocket, names only"
+    )
     func interceptedTunnelGuarded() throws {
         let pki = try TestPKI()
         let certificate = pki.certificate("valid")
