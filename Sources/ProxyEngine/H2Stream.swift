@@ -268,6 +268,8 @@ final class H2Stream: ExchangeHost {
             if let plan { leg.webSocket = WebSocketRelay(plan: plan) }
             leg.splicing = true
             pumpWebSocket()
+            // The client ended its side before the 200 came (END_STREAM on a DATA frame): its FIN.
+            if requestSourceEnded, !isClosed, machine.isWebSocket { endWebSocketFromClient() }
         }
     }
 

@@ -22,6 +22,8 @@ Scenario fields:
   sibling_after_first: a plain GET on the same connection after the first echo; the client waits
                   for its END_STREAM before it sends the next message
   tunnel:         true: intercepted TLS (wss origin with "origin_tls": {"cert", "key"})
+  reset_first:    open this many WebSockets first, each reset (RST_STREAM CANCEL) once its 200 came
+                  ("reset_statuses" counts their statuses; "goaway" says whether the proxy ended the connection)
 """
 
 import asyncio
@@ -171,6 +173,8 @@ def run_client(proxy_port, ca_file, origin_port):
                 changed = event.changed_settings.get(h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL)
                 if changed is not None:
                     result["settings_enable_connect_protocol"] = changed.new_value
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                result["goaway"] = int(event.error_code)
             elif isinstance(event, h2.events.ResponseReceived):
                 headers = dict(event.headers)
                 if event.stream_id == state["stream"]:
@@ -218,6 +222,23 @@ def run_client(proxy_port, ca_file, origin_port):
     wait_for(lambda: result["settings_enable_connect_protocol"] is not None)
     authority = scenario.get("authority") or ("%s:%d" % ("localhost" if scenario.get("tunnel") else "127.0.0.1", origin_port))
     scheme = "https" if scenario.get("tunnel") else "http"
+    result["reset_statuses"] = {}
+    for _ in range(scenario.get("reset_first", 0)):
+        state["stream"] = conn.get_next_available_stream_id()
+        result["status"] = None
+        conn.send_headers(state["stream"], [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", scheme),
+                                            (":authority", authority), (":path", "/chat"), ("sec-websocket-version", "13")])
+        sock.sendall(conn.data_to_send())
+        wait_for(lambda: result["status"] is not None or state["ws_ended"] or "goaway" in result)
+        if "goaway" in result:
+            return result
+        key = str(result["status"])
+        result["reset_statuses"][key] = result["reset_statuses"].get(key, 0) + 1
+        if not state["ws_ended"]:
+            conn.reset_stream(state["stream"], error_code=8)  # CANCEL: how a client aborts a WebSocket (RFC 8441 §5)
+            sock.sendall(conn.data_to_send())
+        state["ws_ended"] = False
+        result["status"] = None
     state["stream"] = conn.get_next_available_stream_id()
     conn.send_headers(state["stream"], [
         (":method", "CONNECT"), (":protocol", scenario.get("protocol", "websocket")), (":scheme", scheme),

@@ -28,6 +28,8 @@ struct H2WebSocketEngineTests {
         let ended: String?
         let sibling_status: Int?
         let sibling_ended_before_next: Bool?
+        let reset_statuses: [String: Int]?
+        let goaway: Int?
         let origin_received: [Described]
         let origin_requests: [OriginRequest]
     }
@@ -147,6 +149,15 @@ struct H2WebSocketEngineTests {
         #expect(outcome.error == nil)
         #expect(outcome.origin_received.contains { $0.contains == [true] }, "the held tail reached the origin before the message ended")
         #expect(outcome.close_code == 1000)
+    }
+
+    @Test("WebSockets the client opens and then resets (RST_STREAM CANCEL, 110 of them: past the rapid-reset minimum) are not a rapid reset: the connection goes on")
+    func resetWebSocketsAreNoRapidReset() throws {
+        let outcome = try Self.run(["reset_first": 110, "client_sends": ["after"]], proxy: Self.harness(scoped: false))
+        #expect(outcome.error == nil)
+        #expect(outcome.goaway == nil, "no GOAWAY")
+        #expect(outcome.reset_statuses == ["200": 110])
+        #expect(outcome.status == 200 && outcome.client_received?.count == 1 && outcome.close_code == 1000)
     }
 
     @Test("extended CONNECT with a :protocol other than websocket: 501 connect_over_http2_unsupported, nothing reaches the origin")
