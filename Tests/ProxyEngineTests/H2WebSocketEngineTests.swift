@@ -151,7 +151,7 @@ struct H2WebSocketEngineTests {
         #expect(outcome.close_code == 1000)
     }
 
-    @Test("WebSockets the client opens and then resets (RST_STREAM CANCEL, 110 of them: past the rapid-reset minimum) are not a rapid reset: the connection goes on")
+    @Test("WebSockets the client opens and then resets (RST_STREAM CANCEL, 110: past the rapid-reset minimum) are no rapid reset")
     func resetWebSocketsAreNoRapidReset() throws {
         let outcome = try Self.run(["reset_first": 110, "client_sends": ["after"]], proxy: Self.harness(scoped: false))
         #expect(outcome.error == nil)
