@@ -154,6 +154,8 @@ struct StreamInvariantTests {
             .responseHead(id, Self.responses.randomElement(using: &rng)!),
             .responseHeadInvalid(id, reason: "bad"), .upstreamClosed(id, sawResponseBytes: false), .timerFired(.responseHead),
         ]
+        // An RFC 8441 stream's origin mostly completes the handshake, so walks reach its frames.
+        if machine.request?.isWebSocket == true { events += Array(repeating: .responseHead(id, ExtendedConnectTests.switched()), count: 4) }
         if seen.pumping.contains(id) {
             events += [
                 .requestBody(id, .moved(payload: 2, consumed: 2)), .requestBody(id, .complete(payload: 3, consumed: 3, captured: nil, observed: nil)),
@@ -170,6 +172,8 @@ struct StreamInvariantTests {
     /// addressed, and never an action that is the connection's.
     @Test("1600 seeded walks of 40 events keep the stream's invariants", arguments: Array(0..<8))
     func randomWalks(_ batch: Int) {
+        var webSockets = 0
+        defer { #expect(webSockets > 0, "no walk of the batch opened an RFC 8441 WebSocket: its state goes unwalked") }
         for walk in 0..<200 {
             let seed = UInt64(batch * 1000 + walk)
             var rng = SeededRandom(state: seed)
@@ -200,6 +204,7 @@ struct StreamInvariantTests {
             }
             // The stream goes away (closed, or its connection): whatever was left is let go of.
             for action in s.feed(.connectionClosed) { seen.observe(action) }
+            if seen.webSocket != nil { webSockets += 1 }
             let unreleased = seen.connected.filter { !seen.released.contains($0) }
             if !unreleased.isEmpty { seen.issues.append("\(unreleased) never released") }
             // One line per hop (a followed redirect writes the hop it left; a follow refused before
