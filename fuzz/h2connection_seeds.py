@@ -60,5 +60,7 @@ block = hpack.Encoder().encode([(":method", "CONNECT"), (":protocol", "websocket
                                 (":path", "/v1/ws"), ("sec-websocket-version", "13"), ("authorization", "Bearer CLIENTCRED7")])
 key = [1, 2, 3, 4]
 frame = bytes([0x81, 0x85] + key) + bytes(b ^ key[i % 4] for i, b in enumerate(b"hello"))
-save("extended-connect", pre + HeadersFrame(1, data=block, flags=["END_HEADERS"]).serialize() + DataFrame(1, data=frame).serialize(), 0,
+# nghttp2 takes :protocol once its SETTINGS (with ENABLE_CONNECT_PROTOCOL) are acknowledged: the ACK first.
+settings_ack = bytes([0, 0, 0, 0x4, 0x1, 0, 0, 0, 0])
+save("extended-connect", pre + settings_ack + HeadersFrame(1, data=block, flags=["END_HEADERS"]).serialize() + DataFrame(1, data=frame).serialize(), 0,
      bytes([0, 255, 4, 0, 0, 4, 0, 0, 12, 4, 0, 0, 7, 9, 4, 0, 3, 4, 0, 1, 2, 3, 4, 0, 4]))
