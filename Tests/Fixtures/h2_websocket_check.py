@@ -22,6 +22,8 @@ Scenario fields:
   sibling_after_first: a plain GET on the same connection after the first echo; the client waits
                   for its END_STREAM before it sends the next message
   tunnel:         true: intercepted TLS (wss origin with "origin_tls": {"cert", "key"})
+  early_fin:      str sent as one frame with END_STREAM right after the CONNECT, before its 200 came
+                  (the client's FIN); the client then waits for the stream to end
   reset_first:    open this many WebSockets first, each reset (RST_STREAM CANCEL) once its 200 came
                   ("reset_statuses" counts their statuses; "goaway" says whether the proxy ended the connection)
 """
@@ -245,8 +247,13 @@ def run_client(proxy_port, ca_file, origin_port):
         (":authority", authority), (":path", "/chat"), ("sec-websocket-version", "13"),
         ("sec-websocket-extensions", "permessage-deflate; client_max_window_bits"),
     ] + [tuple(pair) for pair in scenario.get("headers", [])])
+    if scenario.get("early_fin"):
+        conn.send_data(state["stream"], client_frame(0x1, scenario["early_fin"].encode()), end_stream=True)
     sock.sendall(conn.data_to_send())
     wait_for(lambda: result["status"] is not None or state["ws_ended"])
+    if scenario.get("early_fin"):
+        wait_for(lambda: state["ws_ended"])
+        return result
     if result["status"] != 200:
         return result
     if scenario.get("origin_echoes_header"):

@@ -160,6 +160,14 @@ struct H2WebSocketEngineTests {
         #expect(outcome.status == 200 && outcome.client_received?.count == 1 && outcome.close_code == 1000)
     }
 
+    @Test("the client's END_STREAM sent before the 200 (with its one frame): the frame reaches the origin, then the stream ends")
+    func clientFinBeforeTheSwitch() throws {
+        let outcome = try Self.run(["early_fin": "only", "contains": ["only"]], proxy: Self.harness(scoped: false))
+        #expect(outcome.error == nil, "the stream ended")
+        #expect(outcome.status == 200 && outcome.ended == "end_stream")
+        #expect(outcome.origin_received.count == 1 && outcome.origin_received.first?.contains == [true])
+    }
+
     @Test("extended CONNECT with a :protocol other than websocket: 501 connect_over_http2_unsupported, nothing reaches the origin")
     func otherProtocolRefused() throws {
         let outcome = try Self.run(["protocol": "foo"], proxy: Self.harness(scoped: false))
