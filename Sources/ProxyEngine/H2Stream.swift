@@ -54,6 +54,9 @@ final class H2Stream: ExchangeHost {
     var currentHopIsUpgrade: Bool { machine.currentHopIsUpgrade }
     /// WebSocket bytes moved since the last (throttled) report to the machine.
     var unreportedFrameBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
+    /// The client ended its WebSocket and its last frames wait in the leg's output (a TLS leg
+    /// writes on its own path): the machine hears the end once they are written.
+    var endingWhenDrained = false
 
     init(connection: H2ClientConnection, id: Int32, machine: StreamMachine) {
         self.connection = connection
@@ -203,7 +206,7 @@ final class H2Stream: ExchangeHost {
 
     func legWritable(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
-        if leg.splicing { pumpWebSocket() } else { pumpRequestBody() }
+        if leg.splicing { endingWhenDrained ? endWebSocketWhenDrained(leg) : pumpWebSocket() } else { pumpRequestBody() }
         flushOutputs()
     }
 

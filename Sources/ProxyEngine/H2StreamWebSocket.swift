@@ -33,8 +33,18 @@ extension H2Stream {
         requestSourceDrained()
         if let relay = leg.webSocket, reportRelay(relay, leg) { return }
         leg.flush()  // the client's last frames (its close frame), before the leg is let go
-        reportFrameBytes()
-        deliver(.clientInputClosed(bufferedBytes: 0))
+        endingWhenDrained = true
+        endWebSocketWhenDrained(leg)
+    }
+
+    /// The client's last frames are written (a TLS leg takes them on its write callback, as the
+    /// HTTP/1.1 relay waits for them): only then is the leg let go. Bounded by the stall timer.
+    func endWebSocketWhenDrained(_ leg: UpstreamLeg) {
+        guard let output = leg.output, EventBuffer.length(output) > 0 else {
+            endingWhenDrained = false
+            reportFrameBytes()
+            return deliver(.clientInputClosed(bufferedBytes: 0))
+        }
     }
 
     /// The origin closed its connection: what it sent before goes through the scrub to the stream,

@@ -229,6 +229,18 @@ struct H2WebSocketEngineTests {
         #expect(!leakedToLog, "never its value")
     }
 
+    @Test("wss inside a tunnel: the client's END_STREAM right behind its frame; the frame reaches the TLS origin before its connection is let go")
+    func clientFinWaitsForTheTLSLeg() throws {
+        let pki = try TestPKI()
+        let certificate = pki.certificate("valid")
+        let outcome = try Self.run(
+            ["tunnel": true, "origin_tls": ["cert": certificate.cert, "key": certificate.key], "early_fin": "only", "contains": ["only"]],
+            proxy: Self.interceptingBinary(pki))
+        #expect(outcome.error == nil)
+        #expect(outcome.status == 200 && outcome.ended == "end_stream")
+        #expect(outcome.origin_received.count == 1 && outcome.origin_received.first?.contains == [true], "nothing lost in the leg's output")
+    }
+
     @Test("inside an intercepted tunnel, an extended CONNECT whose :authority names another origin is 421 and reaches no origin")
     func misdirectedInTunnel() throws {
         let pki = try TestPKI()
