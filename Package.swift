@@ -48,7 +48,8 @@ let package = Package(
         // The exchange core: request admission, hop planning, response direction and the connection
         // state machine (events in, actions out), plus the records they share.
         .target(
-            name: "ProxyCore", dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4"]),
+            name: "ProxyCore",
+            dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4", "Digests"]),
 
         // The libevent engine: carries out what the core decides.
         .target(

@@ -69,7 +69,11 @@ private let upstreamResponses: [ResponseHead] = [
     "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://other.test/y\r\nContent-Length: 0\r\n\r\n",
     "HTTP/1.1 301 Moved\r\nLocation: /same\r\nContent-Length: 0\r\n\r\n",
     "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+    // Completes an RFC 8441 stream's handshake (the streams' key is fixed: `fuzzWebSocketKey`).
+    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: \(ExtendedConnect.accept(forKey: fuzzWebSocketKey))\r\n\r\n",
 ].map(parsedResponse)
+
+private let fuzzWebSocketKey = "dGhlIHNhbXBsZSBub25jZQ=="
 
 private let refusingOrigin = try! Origin.parse("http://other.test")
 private let fuzzAccessToken = AccessToken(value: SecretValue("SECRETAPI7f3k"), generation: 1, validUntil: 0)
@@ -90,6 +94,8 @@ private final class FuzzStream {
     var upstreamConnected: Set<HopID> = []
     var pumping: Set<HopID> = []
     var relaying: Set<HopID> = []
+    /// The hop whose WebSocket frames the stream relays (RFC 8441, after its 200).
+    var webSocket: HopID?
     var requestComplete: Set<HopID> = []
     var finals = 0
     var ended = false
@@ -242,6 +248,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
             }
             var machine = StreamMachine(settings: fixture.settings, mode: .forwardProxy, facts: ConnectionFacts(peer: "127.0.0.1:4000"), proto: .h2c)
             machine.toleratesImpossibleEvents = true
+            machine.makeWebSocketKey = { fuzzWebSocketKey }
             let stream = FuzzStream(id: id, machine: machine, fields: fields)
             streams[id] = stream
             everyStream.append(stream)
@@ -390,6 +397,11 @@ private final class H2ConnectionHarness: H2SessionDelegate {
         case .reset:
             if stream.ended { fail("\(name): RST_STREAM after the stream ended") }
             stream.ended = true
+        case .relayWebSocket(let hop, _):
+            checkLive(stream, hop, "relayWebSocket")
+            if stream.webSocket != nil { fail("\(name): frames relayed twice") }
+            if stream.ended || !stream.relayed { fail("\(name): frames relayed without an open 200 before them") }
+            stream.webSocket = hop
         case .exchange(let action):
             switch action {
             case .writeToClient, .closeClient, .readNextRequest, .startClientTLS, .splice, .finishTunnel, .relayWebSocket:
@@ -468,6 +480,19 @@ private final class H2ConnectionHarness: H2SessionDelegate {
             } else {
                 return false
             }
+        } else if machine.isWebSocket, let hop = machine.currentHop {
+            // Frames both ways (H2StreamWebSocket.swift): moved, scrubbed, stopped, or a side ends.
+            let finding = SecretFinding(secret: "api", encoding: .raw, isPlaceholder: false)
+            let event: ConnectionEvent =
+                switch choice % 8 {
+                case 0, 1, 2: .tunnelBytes(hop, fromClient: UInt64(control.byte()), fromUpstream: UInt64(control.byte()))
+                case 3: .webSocketScrubbed(hop, [finding])
+                case 4: .webSocketStopped(hop, choice & 8 == 0 ? .secret(finding) : .protocolError(.maskMissing), sender: .client)
+                case 5: .upstreamClosed(hop, sawResponseBytes: true)
+                case 6: .clientInputClosed(bufferedBytes: 0)
+                default: .timerFired(stream.armed ?? .stall)
+                }
+            deliver(event, to: stream)
         } else if let hop = machine.currentHop {
             if !stream.upstreamConnected.contains(hop) {
                 stream.upstreamConnected.insert(hop)

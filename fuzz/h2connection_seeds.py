@@ -50,3 +50,17 @@ for i in range(1, 400, 2):
     c.send_headers(i, hdrs("GET", "http", "other.test", "/"))
     c.reset_stream(i)
 save("rapid-reset", c.data_to_send()[:4000])
+# RFC 8441: an extended CONNECT for a WebSocket with a client credential, then a masked frame in DATA;
+# the control part connects, answers with the 101 that completes the fixed key's handshake (index
+# 12), then moves, scrubs and stops frames. Encoded by hand: h2 sends :protocol only to a server
+# that announced SETTINGS_ENABLE_CONNECT_PROTOCOL.
+from hyperframe.frame import DataFrame
+c = client(); pre = c.data_to_send()
+block = hpack.Encoder().encode([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "api.scoped.test"),
+                                (":path", "/v1/ws"), ("sec-websocket-version", "13"), ("authorization", "Bearer CLIENTCRED7")])
+key = [1, 2, 3, 4]
+frame = bytes([0x81, 0x85] + key) + bytes(b ^ key[i % 4] for i, b in enumerate(b"hello"))
+# nghttp2 takes :protocol once its SETTINGS (with ENABLE_CONNECT_PROTOCOL) are acknowledged: the ACK first.
+settings_ack = bytes([0, 0, 0, 0x4, 0x1, 0, 0, 0, 0])
+save("extended-connect", pre + settings_ack + HeadersFrame(1, data=block, flags=["END_HEADERS"]).serialize() + DataFrame(1, data=frame).serialize(), 0,
+     bytes([0, 255, 4, 0, 0, 4, 0, 0, 12, 4, 0, 0, 7, 9, 4, 0, 3, 4, 0, 1, 2, 3, 4, 0, 4]))

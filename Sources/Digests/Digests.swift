@@ -20,6 +20,24 @@ public enum SHA256 {
     public static func hash(_ text: String) -> [UInt8] { hash(Array(text.utf8)) }
 }
 
+/// SHA-1, for one use only: the WebSocket handshake's Sec-WebSocket-Accept (RFC 6455 §4.2.2),
+/// which is fixed by the protocol and protects nothing (never use it for a secret).
+public enum SHA1 {
+    public static let digestLength = 20
+
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: digestLength)
+        var length: UInt32 = 0
+        let ok = bytes.withUnsafeBufferPointer { input in
+            digest.withUnsafeMutableBufferPointer { output in
+                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha1(), nil)
+            }
+        }
+        precondition(ok == 1 && length == UInt32(digestLength), "EVP_Digest(sha1) failed")
+        return digest
+    }
+}
+
 public enum HMAC {
     public static func sha256(key: [UInt8], message: [UInt8]) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: SHA256.digestLength)

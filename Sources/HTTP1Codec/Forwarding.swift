@@ -40,7 +40,11 @@ public enum Forwarding {
     /// would take an origin's 101 as the *proxy* switching to HTTP/2 and send its next requests,
     /// for other origins and with their credentials, down that pipe.
     public static func isUpgradeRequest(_ head: RequestHead) -> Bool {
-        guard head.version == .http1_1, head.fields.containsListToken("connection", "upgrade") else { return false }
+        // An HTTP/2 head carries Upgrade only when the proxy mapped it from an RFC 8441 extended
+        // CONNECT (a client's own Upgrade field is malformed on HTTP/2, RFC 9113 §8.2.2).
+        guard head.version == .http1_1 || head.version == .http2, head.fields.containsListToken("connection", "upgrade") else {
+            return false
+        }
         let protocols = head.fields.listMembers("upgrade")
         return protocols.count == 1 && protocols[0] == "websocket"
     }

@@ -433,20 +433,7 @@ public struct ConnectionMachine {
     private mutating func webSocketStopped(
         _ tunnel: inout Tunnel, _ stop: WebSocketFrameFilter.Stop, _ plan: WebSocketFramePlan, sender: WebSocketSender
     ) {
-        let origin = plan.origin
-        switch stop {
-        case .secret(let finding):
-            tunnel.record.guardFinding = finding
-            tunnel.record.failure = .proxy(
-                finding.isPlaceholder
-                    ? .placeholderOutOfScope(
-                        secret: finding.secret, where: "websocket", origin, plan.refusals[finding.secret] ?? .notListed)
-                    : .secretEgressBlocked(finding, where: "websocket", origin))
-        case .protocolError(let error):
-            tunnel.record.failure = .proxy(
-                sender == .client
-                    ? .malformedRequest("WebSocket: " + error.reason) : .badUpstreamResponse(origin, "WebSocket: " + error.reason))
-        }
+        tunnel.record.noteWebSocketStop(stop, plan, sender: sender)
         effects.release(tunnel.hopID)
         emit(tunnel.record)
         closeAfterFlush()

@@ -8,6 +8,9 @@ import HTTP1Codec
 /// - pseudo-header fields (§8.3.1): exactly one `:method`, `:scheme` and `:path` (not empty; `*`
 ///   only for OPTIONS), at most one `:authority`; none unknown, none of a response (`:status`),
 ///   none repeated, all before the regular fields; `:protocol` only with CONNECT (RFC 8441 §4);
+/// - CONNECT only as an RFC 8441 WebSocket (`:protocol websocket`, with `:scheme`, `:path` and
+///   `:authority`, not ending the stream, no content-length): mapped to the HTTP/1.1 upgrade
+///   request (`ExtendedConnect`); a plain CONNECT or another protocol is 501;
 /// - field names in lower case and tokens, values without NUL, CR, LF or surrounding spaces
 ///   (§8.2.1); no connection-specific field (§8.2.2: Connection, Keep-Alive, Proxy-Connection,
 ///   Transfer-Encoding, Upgrade), and `te` only as `trailers`;
@@ -26,11 +29,18 @@ public enum H2RequestMapping {
     /// RFC 9113 §8.2.2: fields that only mean something for one HTTP/1.1 connection.
     static let connectionSpecific: Set<String> = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"]
 
+    /// `webSocketKey`: asked for only when the stream is an RFC 8441 WebSocket (a fresh random key
+    /// in the engine, a fixed one in tests).
     public static func requestHead(
-        _ fields: [H2HeaderField], endStream: Bool, on connection: H2Connection
+        _ fields: [H2HeaderField], endStream: Bool, on connection: H2Connection,
+        webSocketKey: () -> String = ExtendedConnect.freshKey
     ) -> Result<H2Request, ProxyError> {
-        Result { () throws(ProxyError) in try map(fields, endStream: endStream, on: connection) }
+        Result { () throws(ProxyError) in try map(fields, endStream: endStream, on: connection, webSocketKey: webSocketKey) }
     }
+
+    /// RFC 8441 §5 / RFC 6455 §4.1: the fields of the HTTP/1.1 handshake that HTTP/2 does not
+    /// carry; the proxy makes its own, so one the client sent is refused rather than dropped.
+    static let handshakeOnlyFields: Set<String> = ["sec-websocket-key", "sec-websocket-accept"]
 
     private struct Pseudo {
         var method: String?
@@ -40,7 +50,9 @@ public enum H2RequestMapping {
         var `protocol`: String?
     }
 
-    private static func map(_ fields: [H2HeaderField], endStream: Bool, on connection: H2Connection) throws(ProxyError) -> H2Request {
+    private static func map(
+        _ fields: [H2HeaderField], endStream: Bool, on connection: H2Connection, webSocketKey: () -> String
+    ) throws(ProxyError) -> H2Request {
         var pseudo = Pseudo()
         var regular: [HTTPField] = []
         regular.reserveCapacity(fields.count)
@@ -63,6 +75,9 @@ public enum H2RequestMapping {
             if connectionSpecific.contains(field.name) {
                 throw .malformedRequest("connection-specific header field '\(field.name)' in an HTTP/2 request")
             }
+            if handshakeOnlyFields.contains(field.name) {
+                throw .malformedRequest("'\(field.name)' in an HTTP/2 request (RFC 8441: HTTP/2 carries no WebSocket key)")
+            }
             switch field.name {
             case "te":
                 guard field.value.lowercased() == "trailers" else { throw .malformedRequest("te other than trailers in an HTTP/2 request") }
@@ -82,8 +97,20 @@ public enum H2RequestMapping {
         guard fields.count <= limits.maxFields else { throw .tooManyFields }
         guard let method = pseudo.method else { throw .malformedRequest("missing :method") }
         guard HTTPField.isValidName(method) else { throw .malformedRequest("invalid :method") }
-        if method == "CONNECT" { throw .connectOverHTTP2(extended: pseudo.protocol != nil) }
-        guard pseudo.protocol == nil else { throw .malformedRequest(":protocol without CONNECT") }
+        // CONNECT: only the extended form for a WebSocket (RFC 8441 §4) is served; it becomes the
+        // HTTP/1.1 upgrade request below. A plain CONNECT (a TCP tunnel, RFC 9113 §8.5) or another
+        // `:protocol` is refused with 501 and a hint, never half-served.
+        let isWebSocket: Bool
+        if method == "CONNECT" {
+            guard let requested = pseudo.protocol else { throw .connectOverHTTP2(extended: false) }
+            guard requested.lowercased() == ExtendedConnect.webSocketProtocol else { throw .connectOverHTTP2(extended: true) }
+            guard !endStream else { throw .malformedRequest("extended CONNECT that ends the stream") }
+            guard pseudo.authority != nil else { throw .malformedRequest("missing :authority in an extended CONNECT") }
+            isWebSocket = true
+        } else {
+            guard pseudo.protocol == nil else { throw .malformedRequest(":protocol without CONNECT") }
+            isWebSocket = false
+        }
         guard let schemeText = pseudo.scheme else { throw .malformedRequest("missing :scheme") }
         guard let path = pseudo.path else { throw .malformedRequest("missing :path") }
         guard !path.isEmpty else { throw .malformedRequest("empty :path") }
@@ -146,6 +173,18 @@ public enum H2RequestMapping {
             contentLength = try BodyFraming.contentLength(of: head)
         } catch {
             throw ProxyError(error)
+        }
+        if isWebSocket {
+            // After the 200 the stream's DATA are WebSocket frames (RFC 8441 §5), never a body.
+            guard contentLength == nil else { throw .malformedRequest("content-length on an extended CONNECT") }
+            let key = webSocketKey()
+            if !head.contains("sec-websocket-version") { head.append(name: "sec-websocket-version", value: "13") }
+            // `ExtendedConnect.addedToRequest`, in this order.
+            head.append(name: "sec-websocket-key", value: key)
+            head.append(name: "upgrade", value: ExtendedConnect.webSocketProtocol)
+            head.append(name: "connection", value: "upgrade")
+            return H2Request(
+                head: RequestHead(method: "GET", target: target, version: .http2, fields: head), reframedAsChunked: false, webSocketKey: key)
         }
         if endStream, let contentLength, contentLength != 0 {
             throw .malformedRequest("content-length on a request without DATA")

@@ -50,11 +50,19 @@ public struct H2Request: Sendable, Equatable {
     /// payload into the request buffer as a chunk (and the last chunk at END_STREAM), so the
     /// body is read like an HTTP/1.1 chunked one.
     public var reframedAsChunked: Bool
+    /// An RFC 8441 extended CONNECT for a WebSocket: the head is the HTTP/1.1 upgrade request
+    /// (GET, `Upgrade: websocket`) carrying this key, which the proxy made; the origin's 101 must
+    /// answer it (`ExtendedConnect.originAccepted`). Nil for every other request.
+    public var webSocketKey: String?
 
-    public init(head: RequestHead, reframedAsChunked: Bool) {
+    public init(head: RequestHead, reframedAsChunked: Bool, webSocketKey: String? = nil) {
         self.head = head
         self.reframedAsChunked = reframedAsChunked
+        self.webSocketKey = webSocketKey
     }
+
+    /// The stream is a WebSocket (RFC 8441): after the 200 its DATA are frames, not a body.
+    public var isWebSocket: Bool { webSocketKey != nil }
 }
 
 /// RFC 9113 §7: the codes of RST_STREAM and GOAWAY.
@@ -93,6 +101,11 @@ public enum StreamAction: Sendable, Equatable {
     /// `writeToClient`, `closeClient`, `readNextRequest`, `startClientTLS`, `splice` or
     /// `finishTunnel`: what concerns the client is rendered as the cases below.
     case exchange(ConnectionAction)
+    /// An RFC 8441 WebSocket was accepted (its `:status 200` is the `respond` before this): from
+    /// now on the stream's DATA payloads and the hop's bytes are WebSocket frames, moved both ways
+    /// under this plan (client frames: guard and placeholders; origin frames: scrub) by the same
+    /// `WebSocketFrameFilter` as an HTTP/1.1 upgrade, or unread when nil (no rule reads them).
+    case relayWebSocket(HopID, WebSocketFramePlan?)
     /// The final response's HEADERS (`:status` from `status`; `fields` lower-case, without
     /// connection-specific fields, scrubbed, with `x-request-id`) and how its body follows.
     case respond(status: Int, fields: HTTPFields, body: StreamBody)

@@ -196,7 +196,8 @@ extension LogField {
             LogFieldRow(
                 .exchange, .whenSet, .none, text: .keyed("proto"),
                 "what the client spoke: `http/1.0`, `http/1.1`, `h2` (HTTP/2 in an intercepted TLS tunnel), `h2c` (HTTP/2 with "
-                    + "prior knowledge on the plain listener) or `websocket` (the line of an upgrade the origin accepted); absent "
+                    + "prior knowledge on the plain listener) or `websocket` (the line of a WebSocket the origin accepted, whether "
+                    + "the client asked with an HTTP/1.1 upgrade or an HTTP/2 extended CONNECT, RFC 8441); absent "
                     + "when no head could be parsed"
             ) { $0.proto.map { LogFact.text($0.rawValue) } }
         case .url:

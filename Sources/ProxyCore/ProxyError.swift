@@ -71,8 +71,8 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// An HTTP/2 stream inside an intercepted tunnel whose `:authority` names another origin than
     /// the tunnel's (RFC 9113 §9.1.2): this connection cannot serve it; nothing was sent.
     case misdirectedRequest(tunnel: Origin)
-    /// CONNECT on an HTTP/2 stream: a tunnel (RFC 9113 §8.5) or, `extended`, a protocol such as
-    /// WebSocket (RFC 8441 `:protocol`). Not served over HTTP/2 yet; nothing was sent.
+    /// CONNECT on an HTTP/2 stream that is not served: a tunnel (RFC 9113 §8.5) or, `extended`, an
+    /// RFC 8441 `:protocol` other than `websocket` (which is served). Nothing was sent.
     case connectOverHTTP2(extended: Bool)
 
     public init(_ error: HTTPParseError) {
@@ -219,7 +219,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .connectOverHTTP2(extended: false):
             "CONNECT on an HTTP/2 stream is not supported yet: open the tunnel with an HTTP/1.1 CONNECT to the proxy"
         case .connectOverHTTP2(extended: true):
-            "extended CONNECT (RFC 8441 :protocol, WebSocket over HTTP/2) is not supported yet: use an HTTP/1.1 Upgrade"
+            "extended CONNECT (RFC 8441) is served for :protocol websocket only; for another protocol use an HTTP/1.1 Upgrade or CONNECT"
         }
     }
 

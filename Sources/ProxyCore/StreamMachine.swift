@@ -9,6 +9,12 @@ import ScopePolicy
 /// HTTP/2: HEADERS and a body or END_STREAM, interim HEADERS, RST_STREAM.
 ///
 ///   awaitingHead ─ start ─▶ exchange(ExchangeMachine) ─ finished, answered, cut, reset ─▶ finished
+///                                     └─ 101 to an RFC 8441 WebSocket ─▶ webSocket ─ closed, stopped ─▶ finished
+///
+/// An extended CONNECT for a WebSocket (RFC 8441) is mapped to the HTTP/1.1 upgrade request
+/// (`ExtendedConnect`), so it meets every rule an HTTP/1.1 upgrade meets; the origin's 101, its
+/// accept checked against the proxy's key, becomes `:status 200`, and the stream then carries
+/// frames both ways under the same frame rules (`relayWebSocket`).
 ///
 /// Everything here is about this one stream: its timer, its token wait, its hop. Nothing it does
 /// can hold up another stream of the same connection (the connection's own limits, the flood
@@ -23,8 +29,18 @@ public struct StreamMachine {
         case awaitingHead
         /// The stream's exchange is under way.
         case exchange(ExchangeMachine)
+        /// An RFC 8441 WebSocket after its 200: frames move both ways until a side ends.
+        case webSocket(WebSocketStream)
         /// Answered, relayed whole, cut or reset: the stream's line is written and its hop released.
         case finished
+    }
+
+    /// A WebSocket on a stream (the HTTP/1.1 path's `ConnectionMachine.Tunnel` with frames).
+    public struct WebSocketStream {
+        let hopID: HopID
+        var record: ExchangeRecord
+        /// The frames' plan (nil: no rule reads them, they move unread).
+        let frames: WebSocketFramePlan?
     }
 
     public let settings: ConnectionMachine.Settings
@@ -49,6 +65,8 @@ public struct StreamMachine {
     public private(set) var lastIgnored: StaleEvent?
     /// Set by harnesses that feed arbitrary events: impossible events are then only counted.
     public var toleratesImpossibleEvents = false
+    /// The Sec-WebSocket-Key of an RFC 8441 stream's upgrade request (random; tests fix it).
+    public var makeWebSocketKey: () -> String = ExtendedConnect.freshKey
 
     public init(settings: ConnectionMachine.Settings, mode: ConnectionMode, facts: ConnectionFacts, proto: ExchangeRecord.ClientProtocol) {
         self.settings = settings
@@ -66,10 +84,26 @@ public struct StreamMachine {
         return exchange.expectsResponseHead(from: hop)
     }
 
-    /// The hop whose bytes may currently move (request pump, response relay), if any.
+    /// The hop whose bytes may currently move (request pump, response relay, WebSocket frames), if any.
     public var currentHop: HopID? {
-        guard case .exchange(let exchange) = state else { return nil }
-        return exchange.currentHop
+        switch state {
+        case .exchange(let exchange): exchange.currentHop
+        case .webSocket(let socket): socket.hopID
+        case .awaitingHead, .finished: nil
+        }
+    }
+
+    /// The current hop asks its origin for an HTTP/1.1 upgrade (an RFC 8441 WebSocket): its leg
+    /// must speak HTTP/1.1, whatever the client speaks (an upgrade cannot ride HTTP/2).
+    public var currentHopIsUpgrade: Bool {
+        guard case .exchange(let exchange) = state else { return false }
+        return exchange.currentHopIsUpgrade
+    }
+
+    /// The stream carries WebSocket frames (after its 200): the engine relays them.
+    public var isWebSocket: Bool {
+        if case .webSocket = state { return true }
+        return false
     }
 
     /// The secret whose access token this stream waits for, if it waits.
@@ -117,7 +151,7 @@ public struct StreamMachine {
         record.bytesIn = UInt64(max(0, headBytes))
         record.proto = proto
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
-        switch H2RequestMapping.requestHead(fields, endStream: endStream, on: H2Connection(mode)) {
+        switch H2RequestMapping.requestHead(fields, endStream: endStream, on: H2Connection(mode), webSocketKey: makeWebSocketKey) {
         case .failure(let error):
             // A header block HTTP/2 makes malformed: answered (RFC 9113 §8.1.1 lets a server
             // answer one), nothing forwarded; the line names the tunnel's origin where there is one.
@@ -151,6 +185,8 @@ public struct StreamMachine {
         // The log shows the fields the client sent: the chunked framing is the proxy's own.
         var sent = head.fields
         if mapped.reframedAsChunked { sent.removeAll("transfer-encoding") }
+        // An RFC 8441 stream's upgrade fields and key are the proxy's own, not the client's.
+        if mapped.isWebSocket { for name in ExtendedConnect.addedToRequest { sent.removeAll(name) } }
         record.requestFields = sent
         let admission = RequestAdmission.admit(
             head, mode: mode, scope: arrival.scope, policy: settings.admission, facts: facts, now: arrival.now)
@@ -227,14 +263,32 @@ public struct StreamMachine {
         case .headStarted, .requestHead, .requestHeadInvalid, .clientTLSEstablished, .clientTLSFailed, .switchedToHTTP2:
             // A stream's head comes whole with `start`; TLS belongs to its connection.
             impossible(.notOnAStream)
-        case .tunnelBytes, .webSocketStopped, .webSocketScrubbed:
-            // A stream never becomes a tunnel (nor a WebSocket: extended CONNECT is refused): bytes
-            // of one can only be of a hop long released.
-            ignore(isLive ? .staleHop : .afterClose)
+        case .tunnelBytes(let hop, let fromClient, let fromUpstream):
+            guard case .webSocket(var socket) = state, socket.hopID == hop else { return ignore(isLive ? .staleHop : .afterClose) }
+            socket.record.bytesIn += fromClient
+            socket.record.bytesOut += fromUpstream
+            state = .webSocket(socket)
+            if fromClient + fromUpstream > 0 { effects.arm(.stall) }
+        case .webSocketScrubbed(let hop, let findings):
+            guard case .webSocket(var socket) = state, socket.hopID == hop, socket.frames != nil else {
+                return ignore(isLive ? .staleHop : .afterClose)
+            }
+            socket.record.scrubbed += findings
+            state = .webSocket(socket)
+        case .webSocketStopped(let hop, let stop, let sender):
+            // The relay already wrote a close frame to each side (1008 or 1002), as for HTTP/1.1.
+            guard case .webSocket(var socket) = state, socket.hopID == hop, let plan = socket.frames else {
+                return ignore(isLive ? .staleHop : .afterClose)
+            }
+            socket.record.noteWebSocketStop(stop, plan, sender: sender)
+            endWebSocket(socket)
         case .drain:
             // The connection drains (GOAWAY): a stream under way is let finish.
             break
         case .clientInputClosed(let buffered):
+            // END_STREAM on a WebSocket stream is the client's FIN (RFC 8441 §5): its last frames
+            // were relayed; the upstream connection ends and so does our side of the stream.
+            if case .webSocket(let socket) = state { return endWebSocket(socket) }
             guard case .exchange(let exchange) = state else { return ignore(isLive ? .outOfTurn : .afterClose) }
             // The client ended the stream before the request it announced was whole: it can never
             // complete. The stream is reset; the exchange closes as for a client that hung up.
@@ -243,6 +297,13 @@ public struct StreamMachine {
         case .clientFailed, .connectionClosed:
             switch state {
             case .exchange(let exchange): closeExchange(exchange, reset: nil)
+            case .webSocket(let socket):
+                // The client reset the stream (or the connection went): the origin's connection ends.
+                effects.cancelTimer()
+                effects.release(socket.hopID)
+                effects.emit(socket.record)
+                state = .finished
+                responseEnded = true
             case .awaitingHead: state = .finished
             case .finished: ignore(.afterClose)
             }
@@ -261,10 +322,17 @@ public struct StreamMachine {
         case .responseBody(let hop, let progress):
             toExchange(.responseBody(hop, progress))
         case .upstreamClosed(let hop, let sawResponseBytes):
+            if case .webSocket(let socket) = state {
+                // The origin closed its TCP (the engine relayed what it sent before): the stream ends.
+                guard socket.hopID == hop else { return ignore(.staleHop) }
+                return endWebSocket(socket)
+            }
             toExchange(.upstreamClosed(hop, sawResponseBytes: sawResponseBytes))
         case .timerFired(let purpose):
             guard effects.timer == purpose else { return ignore(.timerOfAnotherPurpose) }
             effects.timerFired()
+            // A WebSocket with nothing moving either way for the stall time ends, as an HTTP/1.1 one.
+            if purpose == .stall, case .webSocket(let socket) = state { return endWebSocket(socket) }
             guard case .exchange(let exchange) = state else { return ignore(isLive ? .timerOfEarlierPhase : .afterClose) }
             carryOut(exchange.handle(.timerFired(purpose), &effects), of: exchange)
         case .tokenReady(let secret, let token):
@@ -316,10 +384,8 @@ public struct StreamMachine {
             client(.interim(status: head.status, fields: Self.h2Fields(interim.fields)))
         case .response(let head, let framing):
             respond(head, framing: framing, exchange)
-        case .switchingProtocols:
-            // HTTP/2 has no 101 (RFC 9113 §8.6): a stream cannot switch protocols.
-            let origin = exchange.hopState?.hop.origin ?? exchange.request.origin
-            carryOut(exchange.fail(.badUpstreamResponse(origin, "101 Switching Protocols to an HTTP/2 stream"), &effects), of: exchange)
+        case .switchingProtocols(let head):
+            switchToWebSocket(head, exchange)
         case .tunnelEstablished(let hop, var record):
             // The mapping refuses CONNECT: an exchange of a stream never tunnels.
             impossible(.notOnAStream)
@@ -345,6 +411,54 @@ public struct StreamMachine {
         }
     }
 
+    // MARK: WebSocket (RFC 8441)
+
+    /// The origin's 101. HTTP/2 has no 101 (RFC 9113 §8.6): only an RFC 8441 stream may switch,
+    /// and only when the origin's accept answers the key the proxy sent (the proxy is the
+    /// handshake's client towards the origin, RFC 6455 §4.1); it then gets `:status 200` (RFC 8441
+    /// §5) with the 101's fields that mean something on HTTP/2 (subprotocol), scrubbed.
+    private mutating func switchToWebSocket(_ head: ResponseHead, _ exchange: ExchangeMachine) {
+        let origin = exchange.hopState?.hop.origin ?? exchange.request.origin
+        guard let key = request?.webSocketKey else {
+            return carryOut(exchange.fail(.badUpstreamResponse(origin, "101 Switching Protocols to an HTTP/2 stream"), &effects), of: exchange)
+        }
+        guard ExtendedConnect.originAccepted(head, key: key) else {
+            return carryOut(
+                exchange.fail(.badUpstreamResponse(origin, "101 whose Sec-WebSocket-Accept does not answer the proxy's key"), &effects),
+                of: exchange)
+        }
+        var switching = Forwarding.clientResponse(from: head, framing: .none, clientVersion: .http1_1, keepAlive: true, switchingProtocols: true)
+        for name in ExtendedConnect.removedFromSuccess { switching.fields.removeAll(name) }
+        switching.fields.set(name: "X-Request-ID", value: exchange.record.id)
+        guard let (hop, upgraded, frames) = exchange.upgraded(&switching) else { return }
+        let fields = Self.h2Fields(switching.fields)
+        var record = upgraded
+        record.status = 200  // what the client got: RFC 8441's success (`proto` says websocket)
+        record.bytesOut += UInt64(Self.headerListSize(fields))
+        state = .webSocket(WebSocketStream(hopID: hop, record: record, frames: frames))
+        responseStarted = true
+        client(.respond(status: 200, fields: fields, body: .relayed))
+        client(.relayWebSocket(hop, frames))
+        effects.arm(.stall)
+    }
+
+    /// The WebSocket is over (a side ended, the guard stopped it, nothing moved for the stall
+    /// time): the origin's connection is let go, the line written, and the stream ended with
+    /// END_STREAM after the frames already relayed. Not RST_STREAM(CANCEL): RFC 8441 §5 maps
+    /// END_STREAM to TCP FIN and RST_STREAM to TCP RST, and a reset lets the client's stack drop
+    /// DATA it has not read yet (RFC 9113 §8.5: the CONNECT tunnel's RST), which would lose the
+    /// close frame (1008, 1002) that tells the client why (RFC 6455 §7.1.1: a close, then a FIN).
+    private mutating func endWebSocket(_ socket: WebSocketStream) {
+        effects.cancelTimer()
+        effects.release(socket.hopID)
+        effects.emit(socket.record)
+        state = .finished
+        if !responseEnded {
+            responseEnded = true
+            client(.endStream)
+        }
+    }
+
     private mutating func endWithReset(_ code: H2ErrorCode) {
         guard !responseEnded else { return }
         responseEnded = true
@@ -355,6 +469,15 @@ public struct StreamMachine {
     /// the origin declared it, X-Request-ID set, scrubbed like HTTP/1.1; its body relayed as raw
     /// payload (the engine frames it as DATA), or END_STREAM with the HEADERS when it has none.
     private mutating func respond(_ head: ResponseHead, framing: BodyFraming, _ exchange: ExchangeMachine) {
+        if request?.isWebSocket == true, (200..<300).contains(head.status) {
+            // RFC 8441 §5: a 2xx to an extended CONNECT means the WebSocket is open. An origin that
+            // answered the upgrade with a plain 2xx opened none: relayed, the client would take
+            // its body for frames. Any other status is relayed as the CONNECT's answer.
+            let origin = exchange.hopState?.hop.origin ?? exchange.request.origin
+            return carryOut(
+                exchange.fail(.badUpstreamResponse(origin, "a \(head.status) to a WebSocket upgrade instead of 101"), &effects),
+                of: exchange)
+        }
         // A chunked body is decoded and sent as DATA: its length is not known, and HTTP/2 has no
         // transfer coding. A declared length stays (RFC 9113 §8.1.1: it must match the DATA).
         let declared: BodyFraming = framing == .chunked ? .untilClose : framing

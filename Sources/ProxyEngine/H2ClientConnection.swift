@@ -223,8 +223,10 @@ final class H2ClientConnection: H2SessionDelegate {
         guard let stream = streams.removeValue(forKey: id) else { return }
         // Any code counts (NO_ERROR included: a reset is a reset): what matters is that the stream
         // was opened, started work, and was cancelled before it was answered.
+        // An open RFC 8441 WebSocket was answered (its 200): RST_STREAM is how a client aborts one
+        // (RFC 8441 §5, a TCP RST), not a request cancelled before its answer.
         if !stream.machine.isFinished, !stream.resetByUs,
-            case .goAway(let violation) = floodGuard.streamResetByClient(responseEnded: false)
+            case .goAway(let violation) = floodGuard.streamResetByClient(responseEnded: stream.machine.isWebSocket)
         {
             // Rapid reset: streams opened and cancelled faster than they are answered.
             end(reason: violation.code)

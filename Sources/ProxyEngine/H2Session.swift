@@ -263,6 +263,10 @@ final class H2Session {
         ]
         if role == .client {
             entries.append(nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0))
+        } else {
+            // RFC 8441 §3: clients may send extended CONNECT (`:protocol`), which is how a WebSocket
+            // rides an HTTP/2 stream (docs/http2.md); nghttp2 then accepts `:protocol` on CONNECT.
+            entries.append(nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL.rawValue), value: 1))
         }
         _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), entries, entries.count)
         _ = nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Int32(clamping: settings.connectionWindow))

@@ -50,8 +50,13 @@ final class H2Stream: ExchangeHost {
     var worker: Worker { connection.worker }
     var clientPipelined: Bool { false }
     var clientSpokeH2c: Bool { connection.proto == .h2c }
-    /// Extended CONNECT (RFC 8441) is refused before a hop: a stream never upgrades.
-    var currentHopIsUpgrade: Bool { false }
+    /// An RFC 8441 WebSocket's hop asks its origin for an HTTP/1.1 upgrade: its leg speaks HTTP/1.1.
+    var currentHopIsUpgrade: Bool { machine.currentHopIsUpgrade }
+    /// WebSocket bytes moved since the last (throttled) report to the machine.
+    var unreportedFrameBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
+    /// The client ended its WebSocket and its last frames wait in the leg's output (a TLS leg
+    /// writes on its own path): the machine hears the end once they are written.
+    var endingWhenDrained = false
 
     init(connection: H2ClientConnection, id: Int32, machine: StreamMachine) {
         self.connection = connection
@@ -131,6 +136,11 @@ final class H2Stream: ExchangeHost {
         requestSourceEnded = true
         if requestChunked { EventBuffer.append(requestSource, ChunkedEncoder.lastChunk) }
         takeRequestBytes()
+        // The client's FIN on a WebSocket (RFC 8441 §5): its last frames go through the filter
+        // whatever the origin's backlog, then the machine ends the upstream connection.
+        if !isClosed, machine.isWebSocket {
+            return endWebSocketFromClient()
+        }
         // A body that needed more than the client sent: the machine hears it ended short.
         if !isClosed, !machine.isFinished, leg?.awaitsRequestBytes == true || collector != nil {
             deliver(.clientInputClosed(bufferedBytes: EventBuffer.length(requestSource)))
@@ -142,6 +152,8 @@ final class H2Stream: ExchangeHost {
             collectRequestBody()
         } else if leg?.requestPump != nil {
             pumpRequestBody()
+        } else if leg?.splicing == true {
+            pumpWebSocket()
         }
     }
 
@@ -168,7 +180,9 @@ final class H2Stream: ExchangeHost {
     func readResponse(into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
         let count = Int(evbuffer_remove(responseSink, buffer.baseAddress, buffer.count))
         if count > 0 {
-            if leg?.responsePump != nil, EventBuffer.length(responseSink) < highWatermark / 2 { connection.needsPump(self) }
+            if leg?.responsePump != nil || leg?.splicing == true, EventBuffer.length(responseSink) < highWatermark / 2 {
+                connection.needsPump(self)
+            }
             return responseEnded && EventBuffer.length(responseSink) == 0 ? .end(count, trailers: responseTrailers) : .bytes(count)
         }
         if responseEnded { return .end(0, trailers: responseTrailers) }
@@ -180,18 +194,29 @@ final class H2Stream: ExchangeHost {
 
     func legReadable(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
-        if leg.responsePump != nil { pumpResponseBody() } else { readResponseHeads(leg) }
+        if leg.splicing {
+            pumpWebSocket()
+        } else if leg.responsePump != nil {
+            pumpResponseBody()
+        } else {
+            readResponseHeads(leg)
+        }
         flushOutputs()
     }
 
     func legWritable(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
-        pumpRequestBody()
+        if leg.splicing { endingWhenDrained ? endWebSocketWhenDrained(leg) : pumpWebSocket() } else { pumpRequestBody() }
         flushOutputs()
     }
 
     func legClosed(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
+        if leg.splicing {
+            endWebSocketFromOrigin(leg)
+            flushOutputs()
+            return
+        }
         deliver(.upstreamClosed(leg.hop, sawResponseBytes: leg.sawResponseBytes))
         if self.leg === leg, leg.responsePump != nil { pumpResponseBody() }
         flushOutputs()
@@ -199,8 +224,12 @@ final class H2Stream: ExchangeHost {
 
     /// The response buffer drained below half: the relay takes more from the origin.
     func resumeResponsePump() {
-        guard !isClosed, leg?.responsePump != nil else { return }
-        pumpResponseBody()
+        guard !isClosed else { return }
+        if leg?.splicing == true {
+            pumpWebSocket()
+        } else if leg?.responsePump != nil {
+            pumpResponseBody()
+        }
     }
 
     // MARK: Actions
@@ -237,6 +266,13 @@ final class H2Stream: ExchangeHost {
         case .reset(let code):
             resetByUs = true
             connection.session.reset(stream: id, code: code.rawValue)
+        case .relayWebSocket(let hop, let plan):
+            guard let leg, leg.hop == hop else { return }
+            if let plan { leg.webSocket = WebSocketRelay(plan: plan) }
+            leg.splicing = true
+            pumpWebSocket()
+            // The client ended its side before the 200 came (END_STREAM on a DATA frame): its FIN.
+            if requestSourceEnded, !isClosed, machine.isWebSocket { endWebSocketFromClient() }
         }
     }
 
@@ -261,6 +297,7 @@ final class H2Stream: ExchangeHost {
     func close() {
         guard !isClosed else { return }
         reportPendingBodyProgress()
+        reportFrameBytes()
         isClosed = true
         withdrawFromTokenWait()
         collector = nil

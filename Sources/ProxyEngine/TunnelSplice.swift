@@ -7,10 +7,17 @@ import ProxyCore
 enum TunnelSplice {
     /// One round each way; returns the bytes moved from the client and from the upstream.
     static func pump(client: ClientTransport, upstream: UpstreamLeg, highWatermark: Int) -> (fromClient: UInt64, fromUpstream: UInt64) {
+        pump(clientInput: client.input, clientOutput: client.output, upstream: upstream, highWatermark: highWatermark)
+    }
+
+    /// The same round for any client side (an RFC 8441 stream's request and response buffers too).
+    static func pump(
+        clientInput: OpaquePointer, clientOutput: OpaquePointer, upstream: UpstreamLeg, highWatermark: Int
+    ) -> (fromClient: UInt64, fromUpstream: UInt64) {
         guard let upstreamInput = upstream.input, let upstreamOutput = upstream.output else { return (0, 0) }
         return (
-            move(from: client.input, to: upstreamOutput, highWatermark: highWatermark),
-            move(from: upstreamInput, to: client.output, highWatermark: highWatermark)
+            move(from: clientInput, to: upstreamOutput, highWatermark: highWatermark),
+            move(from: upstreamInput, to: clientOutput, highWatermark: highWatermark)
         )
     }
 

@@ -38,10 +38,18 @@ final class WebSocketRelay {
 
     /// One round each way; returns the bytes taken from the client and from the origin.
     func pump(client: ClientTransport, upstream: UpstreamLeg, highWatermark: Int) -> (fromClient: UInt64, fromUpstream: UInt64) {
+        pump(clientInput: client.input, clientOutput: client.output, upstream: upstream, highWatermark: highWatermark)
+    }
+
+    /// The same round for any client side: an HTTP/1.1 client's socket buffers, or an RFC 8441
+    /// stream's request and response buffers (the frames are the same; only their carrier differs).
+    func pump(
+        clientInput: OpaquePointer, clientOutput: OpaquePointer, upstream: UpstreamLeg, highWatermark: Int
+    ) -> (fromClient: UInt64, fromUpstream: UInt64) {
         guard let upstreamInput = upstream.input, let upstreamOutput = upstream.output else { return (0, 0) }
-        let fromClientBytes = move(&fromClient, from: client.input, to: upstreamOutput, highWatermark: highWatermark)
-        let fromOriginBytes = move(&fromOrigin, from: upstreamInput, to: client.output, highWatermark: highWatermark)
-        if stop != nil { sendCloses(clientOutput: client.output, upstreamOutput: upstreamOutput) }
+        let fromClientBytes = move(&fromClient, from: clientInput, to: upstreamOutput, highWatermark: highWatermark)
+        let fromOriginBytes = move(&fromOrigin, from: upstreamInput, to: clientOutput, highWatermark: highWatermark)
+        if stop != nil { sendCloses(clientOutput: clientOutput, upstreamOutput: upstreamOutput) }
         return (fromClientBytes, fromOriginBytes)
     }
 

@@ -9,8 +9,11 @@ import Testing
 struct H2RequestMappingTests {
     static let tunnel = origin("https://a.example")
 
-    static func map(_ fields: [H2HeaderField], endStream: Bool = true, on connection: H2Connection = .cleartext) -> Result<H2Request, ProxyError> {
-        H2RequestMapping.requestHead(fields, endStream: endStream, on: connection)
+    static func map(
+        _ fields: [H2HeaderField], endStream: Bool = true, on connection: H2Connection = .cleartext,
+        webSocketKey: () -> String = { "KEY" }
+    ) -> Result<H2Request, ProxyError> {
+        H2RequestMapping.requestHead(fields, endStream: endStream, on: connection, webSocketKey: webSocketKey)
     }
 
     static func pseudo(_ pairs: [(String, String)], _ regular: String...) -> [H2HeaderField] {
@@ -18,6 +21,10 @@ struct H2RequestMappingTests {
     }
 
     static let get = [(":method", "GET"), (":scheme", "https"), (":authority", "a.example"), (":path", "/x")]
+    /// RFC 8441 §5's extended CONNECT for a WebSocket.
+    static let websocket = [
+        (":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat"),
+    ]
 
     /// A malformed block, and what it is refused with. Values that must never be echoed carry a canary.
     struct Malformed: CustomTestStringConvertible, Sendable {
@@ -106,12 +113,25 @@ struct H2RequestMappingTests {
             // Bounds as for an HTTP/1.1 head.
             .init("more than 100 fields", pseudo(get) + (0..<100).map { H2HeaderField(name: "x-\($0)", value: "1") }, .tooManyFields),
             .init(":path over 8 KiB", pseudo(with(":path", "/" + String(repeating: "a", count: 8 * 1024))), .targetTooLong),
-            // CONNECT is not served on HTTP/2 yet: said so, not a bare 400.
+            // A plain CONNECT (a TCP tunnel) and extended CONNECT for another protocol are not served: said so, not a bare 400.
             .init("CONNECT", pseudo([(":method", "CONNECT"), (":authority", "a.example:443")]), .connectOverHTTP2(extended: false)),
             .init(
-                "extended CONNECT",
-                pseudo([(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "https"), (":authority", "a.example"), (":path", "/chat")]),
+                "extended CONNECT for another protocol", pseudo(with(":method", "CONNECT") + [(":protocol", canary)]),
                 .connectOverHTTP2(extended: true)),
+            // RFC 8441 §4-5: a WebSocket's extended CONNECT names its target and leaves the stream open for frames.
+            .init(
+                "extended CONNECT ending the stream", pseudo(websocket), endStream: true, .malformedRequest("extended CONNECT that ends the stream")),
+            .init(
+                "extended CONNECT without :authority", pseudo(websocket.filter { $0.0 != ":authority" }), endStream: false,
+                .malformedRequest("missing :authority in an extended CONNECT")),
+            .init(
+                "extended CONNECT without :path", pseudo(websocket.filter { $0.0 != ":path" }), endStream: false, .malformedRequest("missing :path")),
+            .init(
+                "extended CONNECT with content-length", pseudo(websocket, "content-length: 5"), endStream: false,
+                .malformedRequest("content-length on an extended CONNECT")),
+            .init(
+                "sec-websocket-key sent on HTTP/2", pseudo(websocket, "sec-websocket-key: " + canary), endStream: false,
+                .malformedRequest("'sec-websocket-key' in an HTTP/2 request (RFC 8441: HTTP/2 carries no WebSocket key)")),
             // RFC 9113 §9.1.2: inside a tunnel, another origin is misdirected.
             .init("another host in a tunnel", pseudo(with(":authority", "b.example")), on: .intercepted(tunnel), .misdirectedRequest(tunnel: tunnel)),
             .init(
@@ -201,5 +221,45 @@ struct H2RequestMappingTests {
         #expect(defaultPort.fields.values("host") == ["a.example"])
         let options = try Self.map(Self.pseudo([(":method", "OPTIONS"), (":scheme", "https"), (":authority", "a.example"), (":path", "*")])).get()
         #expect(options.head.target == "https://a.example")
+    }
+
+    @Test("an extended CONNECT for a WebSocket is the HTTP/1.1 upgrade request: GET, Upgrade, Connection, version 13, the proxy's key")
+    func webSocket() throws {
+        let mapped = try Self.map(
+            Self.pseudo(Self.websocket, "sec-websocket-protocol: chat", "sec-websocket-extensions: permessage-deflate", "origin: https://a.example"),
+            endStream: false, webSocketKey: { "KEY" }
+        ).get()
+        #expect(mapped.webSocketKey == "KEY" && mapped.isWebSocket && !mapped.reframedAsChunked)
+        #expect(mapped.head.method == "GET" && mapped.head.target == "https://a.example/chat" && mapped.head.version == .http2)
+        #expect(
+            Array(mapped.head.fields).map { "\($0.name): \($0.value)" } == [
+                "host: a.example", "sec-websocket-protocol: chat", "sec-websocket-extensions: permessage-deflate", "origin: https://a.example",
+                "sec-websocket-version: 13", "sec-websocket-key: KEY", "upgrade: websocket", "connection: upgrade",
+            ])
+        #expect(Forwarding.isUpgradeRequest(mapped.head))
+        #expect(try BodyFraming.forRequest(mapped.head) == .none)
+        // The version the client sent is the one the origin sees (it answers 426 to one it does not speak).
+        let versioned = try Self.map(Self.pseudo(Self.websocket, "sec-websocket-version: 8"), endStream: false, webSocketKey: { "KEY" }).get()
+        #expect(versioned.head.fields.values("sec-websocket-version") == ["8"])
+        let intercepted = try Self.map(Self.pseudo(Self.websocket), endStream: false, on: .intercepted(Self.tunnel), webSocketKey: { "KEY" }).get()
+        #expect(intercepted.head.target == "/chat" && intercepted.isWebSocket)
+        #expect(
+            try Self.map(Self.pseudo([(":method", "CONNECT"), (":protocol", "WebSocket")] + Self.websocket.dropFirst(2)), endStream: false).get()
+                .isWebSocket)
+    }
+
+    @Test("only an extended CONNECT makes an HTTP/2 head an upgrade request, and only its mapping asks for a key")
+    func upgradeOnlyFromExtendedConnect() throws {
+        let bodies = [(":method", "POST"), (":scheme", "http"), (":authority", "plain.example"), (":path", "/up")]
+        for (fields, endStream) in [(Self.pseudo(Self.get), true), (Self.pseudo(bodies), false), (Self.pseudo(bodies, "content-length: 3"), false)] {
+            var asked = false
+            let mapped = try Self.map(
+                fields, endStream: endStream,
+                webSocketKey: {
+                    asked = true; return "KEY"
+                }
+            ).get()
+            #expect(!Forwarding.isUpgradeRequest(mapped.head) && !mapped.isWebSocket && !asked)
+        }
     }
 }

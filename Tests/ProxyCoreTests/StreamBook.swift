@@ -42,6 +42,9 @@ enum StreamExpect: CustomStringConvertible {
     case interim(Int)
     case endStream
     case reset(H2ErrorCode)
+    /// An RFC 8441 WebSocket's frames relayed: checked as the HTTP/1.1 upgrade's action would be
+    /// (`.relayFrames` for frames read under a plan, `.splice` for frames moved unread).
+    case frames(Expect)
 
     enum Body: Equatable {
         case none
@@ -92,6 +95,8 @@ enum StreamExpect: CustomStringConvertible {
             return nil
         case (.reset(let code), .reset(let actual)):
             return code == actual ? nil : "reset \(actual), expected \(code)"
+        case (.frames(let expected), .relayWebSocket(let hop, let plan)):
+            return expected.mismatch(plan.map { .relayWebSocket(hop, $0) } ?? .splice(hop), timeouts: timeouts)
         default:
             return "expected \(self)"
         }
@@ -104,6 +109,7 @@ enum StreamExpect: CustomStringConvertible {
         case .interim(let status): "interim(\(status))"
         case .endStream: "endStream"
         case .reset(let code): "reset(\(code))"
+        case .frames(let expected): "frames(\(expected))"
         }
     }
 }
@@ -138,7 +144,13 @@ struct StreamBook {
             admission: .init(tunnel: configuration.tls.tunnel, canIntercept: !fixture.scope.interceptHosts.isEmpty))
         machine = StreamMachine(settings: settings, mode: mode, facts: facts ?? ConnectionFacts(peer: Playbook.peer), proto: proto)
         machine.toleratesImpossibleEvents = true
+        machine.makeWebSocketKey = { StreamBook.webSocketKey }
     }
+
+    /// The Sec-WebSocket-Key an RFC 8441 stream's upgrade request carries here, and the accept
+    /// that answers it (RFC 6455 §1.3's sample).
+    static let webSocketKey = "dGhlIHNhbXBsZSBub25jZQ=="
+    static let webSocketAccept = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
     /// The header block arrives; checks what comes back (and that nothing was impossible).
     @discardableResult

@@ -18,7 +18,15 @@ struct StreamInvariantTests {
         (block("CONNECT", "https://a.example/"), false),
         (block("GET", "http://plain.example/", "Upper: 1"), true),
         (block("GET", "http://plain.example/", "connection: close"), true),
+        // RFC 8441 WebSockets: scoped, unscoped, with a client credential, and another protocol (501).
+        (ExtendedConnectTests.connect("https://a.example/ws", "authorization: Bearer CLIENT-AUTH-CANARY"), false),
+        (ExtendedConnectTests.connect("http://plain.example/ws"), false),
+        (ExtendedConnectTests.connect("https://a.example/ws", protocol: "foo"), false),
     ]
+
+    /// The origin's answers a walk draws from: the HTTP/1.1 machine's, and a 101 that completes the
+    /// proxy's WebSocket handshake (the other 101 there does not).
+    static let responses = InvariantTests.responses + [ExtendedConnectTests.switched()]
 
     /// What a walk saw of one stream, and what it found wrong.
     struct Observer {
@@ -36,6 +44,8 @@ struct StreamInvariantTests {
         /// END_STREAM or RST_STREAM went out (or the HEADERS carried END_STREAM).
         var ended = false
         var relayed = false
+        /// The hop whose frames are relayed (an RFC 8441 WebSocket after its 200).
+        var webSocket: HopID?
 
         mutating func observe(_ action: StreamAction) {
             switch action {
@@ -58,6 +68,11 @@ struct StreamInvariantTests {
                 ended = true
             case .exchange(let action):
                 observe(action)
+            case .relayWebSocket(let id, _):
+                if webSocket != nil { issues.append("frames relayed twice") }
+                if ended || !relayed { issues.append("frames relayed without an open 200 before them") }
+                if released.contains(id) || !connected.contains(id) { issues.append("frames relayed from \(id), not a live hop") }
+                webSocket = id
             }
         }
 
@@ -111,6 +126,15 @@ struct StreamInvariantTests {
                 .collectedBody(.invalid), .timerFired(.stall), .clientInputClosed(bufferedBytes: 0),
             ])
         }
+        if machine.isWebSocket, let id = seen.webSocket {
+            let finding = SecretFinding(secret: "a_token", encoding: .raw, isPlaceholder: false)
+            return pick([
+                .tunnelBytes(id, fromClient: 3, fromUpstream: 4), .tunnelBytes(id, fromClient: 0, fromUpstream: 0),
+                .webSocketScrubbed(id, [finding]), .webSocketStopped(id, .secret(finding), sender: .client),
+                .webSocketStopped(id, .protocolError(.maskMissing), sender: .server), .upstreamClosed(id, sawResponseBytes: true),
+                .clientInputClosed(bufferedBytes: 0), .clientFailed, .timerFired(.stall), .drain,
+            ])
+        }
         guard let id = machine.currentHop else { return pick([.connectionClosed, .clientFailed, .drain]) }
         if !seen.upstreamConnected.contains(id) {
             return pick([
@@ -126,10 +150,12 @@ struct StreamInvariantTests {
             ])
         }
         var events: [ConnectionEvent] = [
-            .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!),
-            .responseHead(id, InvariantTests.responses.randomElement(using: &rng)!),
+            .responseHead(id, Self.responses.randomElement(using: &rng)!),
+            .responseHead(id, Self.responses.randomElement(using: &rng)!),
             .responseHeadInvalid(id, reason: "bad"), .upstreamClosed(id, sawResponseBytes: false), .timerFired(.responseHead),
         ]
+        // An RFC 8441 stream's origin mostly completes the handshake, so walks reach its frames.
+        if machine.request?.isWebSocket == true { events += Array(repeating: .responseHead(id, ExtendedConnectTests.switched()), count: 4) }
         if seen.pumping.contains(id) {
             events += [
                 .requestBody(id, .moved(payload: 2, consumed: 2)), .requestBody(id, .complete(payload: 3, consumed: 3, captured: nil, observed: nil)),
@@ -146,6 +172,8 @@ struct StreamInvariantTests {
     /// addressed, and never an action that is the connection's.
     @Test("1600 seeded walks of 40 events keep the stream's invariants", arguments: Array(0..<8))
     func randomWalks(_ batch: Int) {
+        var webSockets = 0
+        defer { #expect(webSockets > 0, "no walk of the batch opened an RFC 8441 WebSocket: its state goes unwalked") }
         for walk in 0..<200 {
             let seed = UInt64(batch * 1000 + walk)
             var rng = SeededRandom(state: seed)
@@ -176,6 +204,7 @@ struct StreamInvariantTests {
             }
             // The stream goes away (closed, or its connection): whatever was left is let go of.
             for action in s.feed(.connectionClosed) { seen.observe(action) }
+            if seen.webSocket != nil { webSockets += 1 }
             let unreleased = seen.connected.filter { !seen.released.contains($0) }
             if !unreleased.isEmpty { seen.issues.append("\(unreleased) never released") }
             // One line per hop (a followed redirect writes the hop it left; a follow refused before
