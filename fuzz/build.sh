@@ -24,8 +24,12 @@ for file in "${inputs[@]}"; do
   sed -E '/^(@testable |@_exported )?import (PosixSupport|ProxySettings|JSONText|Digests|AWSSigV4|HTTP1Codec|ScopePolicy|ProxyCore|ScopeConfig|SecretScan|Redaction)$/d' "$file" > "$out/src/$module-$(basename "$file")"
 done
 echo "building the fuzz targets (sanitized, optimized; about a minute)"
+# The binary is dated when this build started, not when it ended: a source edited while it
+# compiles is newer than the binary, so the next run builds again instead of fuzzing stale code.
+touch "$out/build-started"
 swiftc -O -wmo -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \
   -I Sources/CLibevent -I Sources/CNGHTTP2 -levent -lnghttp2 \
   "$out"/src/*.swift -o "$binary.new" 2>&1 | grep -E "error" || true
 [ -x "$binary.new" ] || { echo "building the fuzz targets failed"; exit 1; }
 mv "$binary.new" "$binary"
+touch -r "$out/build-started" "$binary"
