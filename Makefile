@@ -98,18 +98,44 @@ format:
 ## the fourteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
 ## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
 ## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
-## priority use what it leaves of the two cores (it mostly waits on sockets and child processes): the
-## fuzz build then the fuzz pass, and the release build then the budget. The release build has its own scratch path
-## because SwiftPM locks a build directory while it builds or tests. Each chain's output is printed
-## after the suite; any failure fails the run. docs/testing.md, "What takes the time", has the figures.
+## priority use what it leaves of the two cores: the fuzz build then the fuzz pass, and the release
+## build then the budget. The release build has its own scratch path because SwiftPM locks a build
+## directory while it builds or tests. Each chain's output is printed after the suite; any failure
+## fails the run. docs/testing.md, "What takes the time", has the figures.
+##
+## The suite mostly waits (sockets, timers, child processes), so it runs as processes side by side,
+## each serial inside (--no-parallel: a test may set the environment, raise its descriptor limit or
+## read its own stderr, all process-wide; separate processes share none of it). Each pattern of
+## TEST_SHARDS is one process with the tests whose identifier (Module.Type/test, `swift test list`)
+## it matches; one more process takes every test no pattern matches, so a new test always runs, and
+## the counts of the shards must add up to `swift test list` (an overlap would run a test twice).
+## The split balances the wall time: the engine suites in two halves, SecretScan's CPU-bound tables
+## alone. --ignore-lock: the shards only read the build directory (--skip-build), and SwiftPM's lock
+## would run them one after the other.
+TEST_SHARDS := 'ProxyEngineTests\.[A-Ha-h]' 'ProxyEngineTests\.[I-Zi-z]' 'SecretScanTests\.'
 test: lint packages-test
 	$(SWIFT) build --build-tests
-	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status; \
+	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status .build/shard-*.log .build/shard-*.status; \
 	  (nice -n 10 fuzz/run.sh --fixed > .build/fuzz-pass.log 2>&1; echo $$? > .build/fuzz-pass.status) & fuzz=$$!; \
 	  (nice -n 10 $(SWIFT) build -c release --scratch-path .build/test-release > .build/cost.log 2>&1 \
 	     && COST_BUDGET=bench/cost-budget bench/cost.sh .build/test-release/release/scopeproxy 200 >> .build/cost.log 2>&1; \
 	   echo $$? > .build/cost.status) & cost=$$!; \
-	  $(SWIFT) test --skip-build --no-parallel; tests=$$?; wait $$fuzz $$cost; \
+	  listed=$$($(SWIFT) test list --skip-build --ignore-lock 2>/dev/null | grep -c /); \
+	  set -f; shard=0; skips=""; shards=""; \
+	  for pattern in $(TEST_SHARDS); do \
+	    shard=$$((shard + 1)); skips="$$skips --skip $$pattern"; \
+	    ($(SWIFT) test --skip-build --ignore-lock --no-parallel --filter "$$pattern" > .build/shard-$$shard.log 2>&1; \
+	     echo $$? > .build/shard-$$shard.status) & shards="$$shards $$!"; \
+	  done; \
+	  shard=$$((shard + 1)); \
+	  $(SWIFT) test --skip-build --ignore-lock --no-parallel $$skips > .build/shard-$$shard.log 2>&1; echo $$? > .build/shard-$$shard.status; \
+	  wait $$shards; tests=0; ran=0; \
+	  for n in $$(seq 1 $$shard); do \
+	    echo "--- the suite, shard $$n of $$shard"; cat .build/shard-$$n.log; [ "$$(cat .build/shard-$$n.status)" = 0 ] || tests=1; \
+	    count=$$(sed -nE 's/.*Test run with ([0-9]+) tests? .*/\1/p' .build/shard-$$n.log | tail -n 1); ran=$$((ran + $${count:-0})); \
+	  done; \
+	  echo "--- the suite: $$ran tests in $$shard shards, $$listed listed"; [ "$$ran" = "$$listed" ] || tests=1; \
+	  wait $$fuzz $$cost; \
 	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
 	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
 	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \
