@@ -117,7 +117,7 @@ test: lint packages-test
 	$(SWIFT) build --build-tests
 	@mkdir -p .build; rm -f .build/fuzz-pass.status .build/cost.status .build/shard-*.log .build/shard-*.status; \
 	  (nice -n 10 fuzz/run.sh --fixed > .build/fuzz-pass.log 2>&1; echo $$? > .build/fuzz-pass.status) & fuzz=$$!; \
-	  (nice -n 10 $(SWIFT) build -c release --scratch-path .build/test-release > .build/cost.log 2>&1 \
+	  (nice -n 10 $(SWIFT) build -c release --product scopeproxy --scratch-path .build/test-release > .build/cost.log 2>&1 \
 	     && COST_BUDGET=bench/cost-budget bench/cost.sh .build/test-release/release/scopeproxy 200 >> .build/cost.log 2>&1; \
 	   echo $$? > .build/cost.status) & cost=$$!; \
 	  listed=$$($(SWIFT) test list --skip-build --ignore-lock 2>/dev/null | grep -c /); \
