@@ -52,6 +52,14 @@ final class H2Stream: ExchangeHost {
     var clientSpokeH2c: Bool { connection.proto == .h2c }
     /// Extended CONNECT (RFC 8441) is refused before a hop: a stream never upgrades.
     var currentHopIsUpgrade: Bool { false }
+    /// A stream is one of up to `h2_max_concurrent_streams` on its connection, so it buffers less
+    /// than a connection of its own: its response buffer and its leg's read-ahead hold at most this
+    /// much each (docs/http2.md, "Memory"). Request bytes keep the connection's mark: the client's
+    /// flow-control window already bounds what waits in the stream.
+    var bodyBufferLimit: Int { min(highWatermark, Self.bufferLimit) }
+    /// 64 KiB: four DATA frames of the default size queued for the client, and as much read ahead
+    /// from the origin; enough for one stream to keep a loopback or LAN path busy.
+    static let bufferLimit = 64 * 1024
 
     init(connection: H2ClientConnection, id: Int32, machine: StreamMachine) {
         self.connection = connection
@@ -168,12 +176,17 @@ final class H2Stream: ExchangeHost {
     func readResponse(into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
         let count = Int(evbuffer_remove(responseSink, buffer.baseAddress, buffer.count))
         if count > 0 {
-            if leg?.responsePump != nil, EventBuffer.length(responseSink) < highWatermark / 2 { connection.needsPump(self) }
+            if leg?.responsePump != nil, EventBuffer.length(responseSink) < bodyBufferLimit / 2 { connection.needsPump(self) }
             return responseEnded && EventBuffer.length(responseSink) == 0 ? .end(count, trailers: responseTrailers) : .bytes(count)
         }
         if responseEnded { return .end(0, trailers: responseTrailers) }
         providerDeferred = true
         return .deferred
+    }
+
+    /// Bytes this stream holds in the proxy now: its request and response buffers and its leg's.
+    var bufferedBytes: Int {
+        EventBuffer.length(requestSource) + EventBuffer.length(responseSink) + (leg?.bufferedBytes ?? 0)
     }
 
     // MARK: The leg's callbacks
