@@ -146,7 +146,10 @@ struct BodyPump {
         }
     }
 
-    /// Returns true once the whole body has been moved.
+    /// Returns true once the whole body has been moved. A run takes at most the room left under
+    /// `highWatermark` in `destination` (framing and what a filter held back may pass it by a few
+    /// bytes), never whatever the source holds: the destination's size is bounded by the mark,
+    /// not by the mark plus a read.
     mutating func pump(
         from source: OpaquePointer, to destination: OpaquePointer, highWatermark: Int
     ) throws(HTTPParseError) -> Bool {
@@ -161,7 +164,8 @@ struct BodyPump {
             case .remaining(let remaining):
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
-                let moved = transfer(from: source, to: destination, count: Int(min(remaining, UInt64(available))))
+                let room = highWatermark - EventBuffer.length(destination)
+                let moved = transfer(from: source, to: destination, count: min(Int(clamping: min(remaining, UInt64(available))), room))
                 bodyBytes += UInt64(moved)
                 consumedBytes += UInt64(moved)
                 // Nothing taken (nothing the filter could look at yet): wait for the next read, never spin.
@@ -177,7 +181,8 @@ struct BodyPump {
             case .untilClose:
                 let available = EventBuffer.length(source)
                 guard available > 0 else { return false }
-                let moved = UInt64(transfer(from: source, to: destination, count: available))
+                let room = highWatermark - EventBuffer.length(destination)
+                let moved = UInt64(transfer(from: source, to: destination, count: min(available, room)))
                 bodyBytes += moved
                 consumedBytes += moved
                 if isBlocked || moved == 0 { return false }
@@ -195,7 +200,8 @@ struct BodyPump {
                 case .data(let size):
                     let available = EventBuffer.length(source)
                     guard available > 0 else { return false }
-                    let moved = transfer(from: source, to: destination, count: min(size, available))
+                    let room = highWatermark - EventBuffer.length(destination)
+                    let moved = transfer(from: source, to: destination, count: min(size, available, room))
                     bodyBytes += UInt64(moved)
                     consumedBytes += UInt64(moved)
                     if isBlocked || moved == 0 { return false }

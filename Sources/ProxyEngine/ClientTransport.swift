@@ -123,6 +123,12 @@ final class ClientTransport {
             SSL_free(ssl)
             return false
         }
+        // The filter hands its records to the layer under it for as long as that layer's write high
+        // watermark allows, and with none set, without limit: a client that does not read would
+        // pile every encrypted byte up there while the filter's own output (the one the pumps and
+        // the HTTP/2 session check) stays empty. With the mark, the filter stops, its output
+        // fills, and backpressure reaches the pumps; the layer's low watermark wakes it again.
+        bufferevent_setwatermark(bev, sp_ev_write(), highWatermark / 2, highWatermark)
         bev = filter
         isTLS = true
         bufferevent_setcb(filter, read, write, event, context)
@@ -210,6 +216,19 @@ final class ClientTransport {
         }
         tlsDrainChecks += 1
         arm(5)
+    }
+
+    /// Bytes in the buffers under a TLS filter (encrypted output not yet written, records read and
+    /// not yet decrypted): the proxy holds them too.
+    var lowerLayersBufferedBytes: Int {
+        guard isTLS, !isFreed else { return 0 }
+        var total = 0
+        var layer = bufferevent_get_underlying(bev)
+        while let current = layer {
+            total += EventBuffer.length(outputBuffer(current)) + EventBuffer.length(inputBuffer(current))
+            layer = bufferevent_get_underlying(current)
+        }
+        return total
     }
 
     private static func lowerLayersHoldOutput(_ top: OpaquePointer) -> Bool {

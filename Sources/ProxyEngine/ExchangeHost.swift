@@ -40,6 +40,11 @@ protocol ExchangeHost: UpstreamLegOwner {
     var clientSpokeH2c: Bool { get }
     /// The current hop asks the origin for an HTTP/1.1 upgrade (which cannot ride HTTP/2).
     var currentHopIsUpgrade: Bool { get }
+    /// The most response bytes one buffer of this exchange holds on the proxy's side: what the
+    /// response pump puts in its destination and what the hop's leg reads ahead from the origin
+    /// (`bufferHighWatermark` for a connection of its own; less for an HTTP/2 stream, one of many
+    /// on its connection).
+    var bodyBufferLimit: Int { get }
 
     func deliver(_ event: ConnectionEvent)
     /// Writes pending output on every side (and resumes pumps a drained output was holding back).
@@ -55,6 +60,7 @@ protocol ExchangeHost: UpstreamLegOwner {
 extension ExchangeHost {
     var configuration: EngineConfiguration { worker.configuration }
     var highWatermark: Int { configuration.limits.bufferHighWatermark }
+    var bodyBufferLimit: Int { highWatermark }
 
     // MARK: The exchange's own actions
 
@@ -104,7 +110,8 @@ extension ExchangeHost {
         if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
         var http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
         if http2 == .priorKnowledge, worker.pool.speaksOnlyHTTP1(origin) { http2 = .never }
-        let leg = UpstreamLeg(hop: hop, origin: origin, transport: upstreamTransport, http2: http2, worker: worker, owner: self)
+        let leg = UpstreamLeg(
+            hop: hop, origin: origin, transport: upstreamTransport, http2: http2, worker: worker, owner: self, inputLimit: bodyBufferLimit)
         self.leg = leg
         if reusePooled, leg.joinSharedHTTP2() {
             return  // connected (a stream on a live HTTP/2 connection)
@@ -198,7 +205,7 @@ extension ExchangeHost {
 
     func pumpResponseBody() {
         guard let leg else { return }
-        let reports = leg.pumpResponseBody(to: responseSink, highWatermark: highWatermark, reportProgress: progressDue())
+        let reports = leg.pumpResponseBody(to: responseSink, highWatermark: bodyBufferLimit, reportProgress: progressDue())
         responseSinkFilled()
         leg.scheduleHoldBackRelease()
         // The findings first: a `complete` ends the exchange, and its record must already name them.

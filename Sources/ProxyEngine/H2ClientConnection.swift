@@ -113,6 +113,7 @@ final class H2ClientConnection: H2SessionDelegate {
     fileprivate func writeOutputs() {
         writeArmed = false
         guard !isClosed, !session.isProcessing else { return }
+        defer { accountBufferedBytes() }
         var settled = false
         for _ in 0..<4 {
             guard !isClosed else { return }
@@ -148,6 +149,36 @@ final class H2ClientConnection: H2SessionDelegate {
         }
         armIdleTimerWhenQuiet()
         transport.didFlush()
+    }
+
+    // MARK: Memory (docs/http2.md, "Memory")
+
+    /// Bytes this connection holds in the proxy: the client socket's buffers (every TLS layer's),
+    /// and each stream's (`H2Stream.bufferedBytes`): at most `bufferedBytesBound`.
+    var bufferedBytes: Int {
+        let socket = EventBuffer.length(transport.input) + EventBuffer.length(transport.output) + transport.lowerLayersBufferedBytes
+        return streams.values.reduce(socket) { $0 + $1.bufferedBytes }
+    }
+
+    /// What `bufferedBytes` was when last reported to the gauges.
+    private var reportedBufferedBytes = 0
+
+    /// The most one connection with `streams` open streams holds, by construction: per stream
+    /// `H2Stream.bufferLimit` in its response buffer and as much in its leg's read-ahead, and
+    /// `highWatermark` of request bytes in its leg's output; for the connection the client socket's
+    /// output (`highWatermark` and one frame) and input (`highWatermark`), as much again under a TLS
+    /// filter, and the request bytes the connection window lets the client send ahead.
+    static func bufferedBytesBound(streams: Int, highWatermark: Int) -> Int {
+        let stream = 2 * min(highWatermark, H2Stream.bufferLimit) + highWatermark
+        return streams * stream + 4 * highWatermark + 16_384 + 9 + H2Session.Settings().connectionWindow
+    }
+
+    /// After a flush (when what the connection holds can have grown): the metrics' gauges hear it.
+    private func accountBufferedBytes() {
+        guard !isClosed, !transport.isFreed else { return }
+        let now = bufferedBytes
+        worker.configuration.metrics.h2Buffered.update(from: reportedBufferedBytes, to: now)
+        reportedBufferedBytes = now
     }
 
     /// Whether no stream has an exchange in progress: every open stream (if any) was answered,
@@ -308,6 +339,8 @@ final class H2ClientConnection: H2SessionDelegate {
     func close() {
         guard !isClosed else { return }
         isClosed = true
+        worker.configuration.metrics.h2Buffered.update(from: reportedBufferedBytes, to: 0)
+        reportedBufferedBytes = 0
         event_free(idleTimer)
         event_free(continueEvent)
         event_free(writeEvent)

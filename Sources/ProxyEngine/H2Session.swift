@@ -228,6 +228,14 @@ final class H2Session {
         _ = nghttp2_session_terminate_session(session, code)
     }
 
+    /// Raises one stream's receive window to `size` (client role: a stream whose reader may hold
+    /// more than the initial stream window). Call before any DATA of the stream arrived (at its
+    /// response HEADERS): the origin is then sent exactly the difference as WINDOW_UPDATE.
+    func raiseStreamWindow(stream: Int32, to size: Int) {
+        guard let session, size > settings.streamWindow else { return }
+        _ = nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, Int32(clamping: size))
+    }
+
     /// The owner forwarded `bytes` of a stream's request body: the peer may send as much again
     /// (stream and connection windows). Counts beyond what was delivered are ignored.
     func consume(stream: Int32, bytes: Int) {

@@ -57,6 +57,14 @@ final class H2Stream: ExchangeHost {
     /// The client ended its WebSocket and its last frames wait in the leg's output (a TLS leg
     /// writes on its own path): the machine hears the end once they are written.
     var endingWhenDrained = false
+    /// A stream is one of up to `h2_max_concurrent_streams` on its connection, so it buffers less
+    /// than a connection of its own: its response buffer and its leg's read-ahead hold at most this
+    /// much each (docs/http2.md, "Memory"). Request bytes keep the connection's mark: the client's
+    /// flow-control window already bounds what waits in the stream.
+    var bodyBufferLimit: Int { min(highWatermark, Self.bufferLimit) }
+    /// 64 KiB: four DATA frames of the default size queued for the client, and as much read ahead
+    /// from the origin; enough for one stream to keep a loopback or LAN path busy.
+    static let bufferLimit = 64 * 1024
 
     init(connection: H2ClientConnection, id: Int32, machine: StreamMachine) {
         self.connection = connection
@@ -180,7 +188,7 @@ final class H2Stream: ExchangeHost {
     func readResponse(into buffer: UnsafeMutableRawBufferPointer) -> H2BodyRead {
         let count = Int(evbuffer_remove(responseSink, buffer.baseAddress, buffer.count))
         if count > 0 {
-            if leg?.responsePump != nil || leg?.splicing == true, EventBuffer.length(responseSink) < highWatermark / 2 {
+            if leg?.responsePump != nil || leg?.splicing == true, EventBuffer.length(responseSink) < bodyBufferLimit / 2 {
                 connection.needsPump(self)
             }
             return responseEnded && EventBuffer.length(responseSink) == 0 ? .end(count, trailers: responseTrailers) : .bytes(count)
@@ -188,6 +196,11 @@ final class H2Stream: ExchangeHost {
         if responseEnded { return .end(0, trailers: responseTrailers) }
         providerDeferred = true
         return .deferred
+    }
+
+    /// Bytes this stream holds in the proxy now: its request and response buffers and its leg's.
+    var bufferedBytes: Int {
+        EventBuffer.length(requestSource) + EventBuffer.length(responseSink) + (leg?.bufferedBytes ?? 0)
     }
 
     // MARK: The leg's callbacks

@@ -13,8 +13,8 @@ extension H2Stream {
     func pumpWebSocket() {
         guard !isClosed, let leg, leg.splicing else { return }
         let moved =
-            leg.webSocket?.pump(clientInput: requestSource, clientOutput: responseSink, upstream: leg, highWatermark: highWatermark)
-            ?? TunnelSplice.pump(clientInput: requestSource, clientOutput: responseSink, upstream: leg, highWatermark: highWatermark)
+            leg.webSocket?.pump(clientInput: requestSource, clientOutput: responseSink, upstream: leg, highWatermark: bodyBufferLimit)
+            ?? TunnelSplice.pump(clientInput: requestSource, clientOutput: responseSink, upstream: leg, highWatermark: bodyBufferLimit)
         noteFrameBytes(fromClient: moved.fromClient, fromUpstream: moved.fromUpstream)
         requestSourceDrained()
         responseSinkFilled()

@@ -31,6 +31,10 @@ public enum MetricName: String, CaseIterable, Sendable {
     case clientTLSFailures = "scopeproxy_client_tls_failures_total"
     case clientConnections = "scopeproxy_client_connections"
     case upstreamConnections = "scopeproxy_upstream_connections"
+    case h2BufferedBytes = "scopeproxy_h2_buffered_bytes"
+    case h2BufferedBytesPeak = "scopeproxy_h2_buffered_bytes_peak"
+    case h2UpstreamBufferedBytes = "scopeproxy_h2_upstream_buffered_bytes"
+    case h2UpstreamBufferedBytesPeak = "scopeproxy_h2_upstream_buffered_bytes_peak"
 
     public enum Kind: String, Sendable {
         case counter, gauge
@@ -38,7 +42,9 @@ public enum MetricName: String, CaseIterable, Sendable {
 
     public var kind: Kind {
         switch self {
-        case .clientConnections, .upstreamConnections: .gauge
+        case .clientConnections, .upstreamConnections, .h2BufferedBytes, .h2BufferedBytesPeak, .h2UpstreamBufferedBytes,
+            .h2UpstreamBufferedBytesPeak:
+            .gauge
         default: .counter
         }
     }
@@ -60,7 +66,8 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .tokenFetches, .refreshTokenRotations: ["secret", "result"]
         case .egressBlocked: ["secret", "kind"]
         case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits, .impossibleEvents,
-            .clientConnections, .upstreamConnections:
+            .clientConnections, .upstreamConnections, .h2BufferedBytes, .h2BufferedBytesPeak, .h2UpstreamBufferedBytes,
+            .h2UpstreamBufferedBytesPeak:
             []
         }
     }
@@ -100,6 +107,12 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .clientTLSFailures: "Connections to tls.client_listen closed at the TLS handshake, by reason."
         case .clientConnections: "Open client connections."
         case .upstreamConnections: "Open upstream connections (in use and pooled)."
+        case .h2BufferedBytes:
+            "Bytes held now for HTTP/2 client connections (their socket buffers, their streams' request and response buffers and those streams' upstream buffers), all together."
+        case .h2BufferedBytesPeak: "The most bytes one HTTP/2 client connection has held at once since the start."
+        case .h2UpstreamBufferedBytes:
+            "Bytes held now for HTTP/2 connections to origins (their socket buffers and their streams' request and response buffers), all together."
+        case .h2UpstreamBufferedBytesPeak: "The most bytes one HTTP/2 connection to an origin has held at once since the start."
         }
     }
 }

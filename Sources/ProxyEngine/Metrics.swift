@@ -18,6 +18,10 @@ public final class Metrics: Sendable {
     private let counters = Locked<[Key: UInt64]>([:])
     public let clientConnections = Atomic<Int>(0)
     public let upstreamConnections = Atomic<Int>(0)
+    /// What HTTP/2 client connections hold (`H2ClientConnection.bufferedBytes`).
+    public let h2Buffered = BufferedBytesGauge()
+    /// What HTTP/2 connections to origins hold (`UpstreamH2Connection.bufferedBytes`).
+    public let h2UpstreamBuffered = BufferedBytesGauge()
 
     public init() {}
 
@@ -199,10 +203,36 @@ public final class Metrics: Sendable {
         }
         output += Self.header(.clientConnections) + "\(MetricName.clientConnections.rawValue) \(clientConnections.load(ordering: .relaxed))\n"
         output += Self.header(.upstreamConnections) + "\(MetricName.upstreamConnections.rawValue) \(upstreamConnections.load(ordering: .relaxed))\n"
+        for (metric, value) in [
+            (MetricName.h2BufferedBytes, h2Buffered.total), (.h2BufferedBytesPeak, h2Buffered.peak),
+            (.h2UpstreamBufferedBytes, h2UpstreamBuffered.total), (.h2UpstreamBufferedBytesPeak, h2UpstreamBuffered.peak),
+        ] {
+            output += Self.header(metric) + "\(metric.rawValue) \(value)\n"
+        }
         return output
     }
 
     private static func header(_ metric: MetricName) -> String {
         "# HELP \(metric.rawValue) \(metric.help)\n# TYPE \(metric.rawValue) \(metric.kind.rawValue)\n"
+    }
+}
+
+/// Bytes a kind of connection holds in the proxy: the sum over the open ones, and the most one of
+/// them held at once. Each connection reports its own figure when it changes (`update`) and its
+/// last one goes when it closes (`update(from: last, to: 0)`).
+public final class BufferedBytesGauge: Sendable {
+    private let current = Atomic<Int>(0)
+    private let highest = Atomic<Int>(0)
+
+    public init() {}
+
+    public var total: Int { current.load(ordering: .relaxed) }
+    public var peak: Int { highest.load(ordering: .relaxed) }
+
+    /// One connection went from holding `old` bytes to holding `new`.
+    func update(from old: Int, to new: Int) {
+        guard old != new else { return }
+        current.wrappingAdd(new - old, ordering: .relaxed)
+        highest.max(new, ordering: .relaxed)
     }
 }

@@ -17,7 +17,7 @@ import CLibevent
 final class SocketReader {
     private let bev: OpaquePointer
     private let fd: Int32
-    private let highWatermark: Int
+    private var highWatermark: Int
     private var readCallback: bufferevent_data_cb
     private var eventCallback: bufferevent_event_cb
     private var context: UnsafeMutableRawPointer
@@ -76,11 +76,19 @@ final class SocketReader {
     /// Hands the reads to other callbacks (a pooled connection between its owners) while the read
     /// event stays registered: a stop and a new reader would cost two epoll_ctl calls per request.
     /// False when the reader has stopped (EOF or an error was reported).
-    func retarget(read: bufferevent_data_cb, event: bufferevent_event_cb, context: UnsafeMutableRawPointer) -> Bool {
+    /// `highWatermark`: the new owner's read-ahead limit, when it has its own (an HTTP/2 stream's
+    /// is smaller than a connection's).
+    func retarget(
+        read: bufferevent_data_cb, event: bufferevent_event_cb, context: UnsafeMutableRawPointer, highWatermark: Int? = nil
+    ) -> Bool {
         guard !finished else { return false }
         readCallback = read
         eventCallback = event
         self.context = context
+        if let highWatermark, highWatermark != self.highWatermark {
+            self.highWatermark = highWatermark
+            if EventBuffer.length(inputBuffer(bev)) >= highWatermark { pause() } else { resumeIfRoom() }
+        }
         return true
     }
 
@@ -126,8 +134,16 @@ final class SocketReader {
         evbuffer_unfreeze(input, 0)
         let got: Int = withUnsafeMutableBytes(of: &vectors) { raw in
             let iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
-            let count = evbuffer_reserve_space(input, min(room, readSize), iov, 2)
+            let wanted = min(room, readSize)
+            let count = evbuffer_reserve_space(input, wanted, iov, 2)
             guard count > 0 else { return -2 }
+            // libevent may reserve more than asked (the free end of the last chain, then a new
+            // one): read only what was asked, so the input never passes the watermark.
+            var allowed = wanted
+            for index in 0..<Int(count) {
+                iov[index].iov_len = min(iov[index].iov_len, allowed)
+                allowed -= iov[index].iov_len
+            }
             let result = readv(fd, iov, count)
             // Commit exactly what arrived: trim the reserved extents to it.
             var left = max(0, result)

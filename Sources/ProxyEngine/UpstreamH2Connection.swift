@@ -62,13 +62,21 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// The most streams we open on one connection whatever the origin allows.
     static let streamCap = 100
 
+    /// What an origin may send on a stream before it hears from us: the smallest read-ahead a leg
+    /// asks for (an HTTP/2 client stream's, `H2Stream.bufferLimit`), since response bytes wait in
+    /// the stream's input until its reader takes them. A leg that may hold more (an HTTP/1.1
+    /// client's) raises its stream's window when the response starts (`UpstreamH2Stream`).
+    static let initialStreamWindow = H2Stream.bufferLimit
+
     init(origin: Origin, bev: OpaquePointer, worker: Worker, probing: UpstreamLeg? = nil) {
         self.origin = origin
         self.bev = bev
         self.worker = worker
         confirmed = probing == nil
         if let probing { probingLegs = [WeakLeg(probing)] }
-        session = H2Session(role: .client, delegate: self)
+        var settings = H2Session.Settings()
+        settings.streamWindow = Self.initialStreamWindow
+        session = H2Session(role: .client, settings: settings, delegate: self)
         let context = Unmanaged.passUnretained(self).toOpaque()
         wake = event_new(worker.base, -1, 0, upstreamH2Wake, context)
         bufferevent_setcb(bev, upstreamH2Read, upstreamH2Write, upstreamH2Event, context)
@@ -103,7 +111,8 @@ final class UpstreamH2Connection: H2SessionDelegate {
 
     /// A stream for `leg`, whose HEADERS go out once the leg wrote its request head.
     func attach(_ leg: UpstreamLeg) -> UpstreamH2Stream {
-        let stream = UpstreamH2Stream(connection: self, leg: leg, highWatermark: worker.configuration.limits.bufferHighWatermark)
+        let stream = UpstreamH2Stream(
+            connection: self, leg: leg, highWatermark: worker.configuration.limits.bufferHighWatermark, inputLimit: leg.inputLimit)
         attached[ObjectIdentifier(stream)] = stream
         hopsServed += 1
         return stream
@@ -135,6 +144,12 @@ final class UpstreamH2Connection: H2SessionDelegate {
         session.resumeData(stream: stream.id)
     }
 
+    /// The stream's reader may hold `size` bytes of its response: the origin may send that much ahead.
+    func raiseWindow(_ stream: UpstreamH2Stream, to size: Int) {
+        guard stream.id > 0 else { return }
+        session.raiseStreamWindow(stream: stream.id, to: size)
+    }
+
     func consume(_ stream: UpstreamH2Stream, bytes: Int) {
         guard stream.id > 0 else { return }
         session.consume(stream: stream.id, bytes: bytes)
@@ -148,6 +163,27 @@ final class UpstreamH2Connection: H2SessionDelegate {
             return
         }
         if !session.wantsRead && !session.wantsWrite { fail(reason: session.lastProtocolError ?? "h2_session_over") }
+        accountBufferedBytes()
+    }
+
+    // MARK: Memory (docs/http2.md, "Memory")
+
+    /// Bytes this connection holds in the proxy: its socket's buffers and its streams' request and
+    /// response buffers. A stream's response bytes are credited back to the origin only as its
+    /// pump takes them (`UpstreamH2Stream.inputDrained`), so they stay under the stream window,
+    /// and all streams' together under the connection window.
+    var bufferedBytes: Int {
+        let socket = bev.map { EventBuffer.length(inputBuffer($0)) + EventBuffer.length(outputBuffer($0)) } ?? 0
+        return attached.values.reduce(socket) { $0 + EventBuffer.length($1.input) + EventBuffer.length($1.output) }
+    }
+
+    /// What `bufferedBytes` was when last reported to the gauges.
+    private var reportedBufferedBytes = 0
+
+    private func accountBufferedBytes() {
+        let now = isClosed ? 0 : bufferedBytes
+        worker.configuration.metrics.h2UpstreamBuffered.update(from: reportedBufferedBytes, to: now)
+        reportedBufferedBytes = now
     }
 
     func notify(_ stream: UpstreamH2Stream) {
@@ -237,6 +273,7 @@ final class UpstreamH2Connection: H2SessionDelegate {
         guard !isClosed else { return }
         isClosed = true
         goingAway = true
+        accountBufferedBytes()
         worker.pool.removeHTTP2(self)
         if let bev {
             self.bev = nil

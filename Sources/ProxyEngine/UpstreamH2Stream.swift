@@ -18,6 +18,10 @@ final class UpstreamH2Stream {
     let connection: UpstreamH2Connection
     private weak var leg: UpstreamLeg?
     private let highWatermark: Int
+    /// The most response bytes the leg's reader holds unread (`UpstreamLeg.inputLimit`): the
+    /// stream's receive window, so the origin's bytes wait at the origin beyond it.
+    private let inputLimit: Int
+    private var windowRaised = false
     let input: OpaquePointer = evbuffer_new()
     let output: OpaquePointer = evbuffer_new()
     /// The stream id once HEADERS were submitted (0 before).
@@ -51,10 +55,11 @@ final class UpstreamH2Stream {
         return false
     }
 
-    init(connection: UpstreamH2Connection, leg: UpstreamLeg, highWatermark: Int) {
+    init(connection: UpstreamH2Connection, leg: UpstreamLeg, highWatermark: Int, inputLimit: Int) {
         self.connection = connection
         self.leg = leg
         self.highWatermark = highWatermark
+        self.inputLimit = inputLimit
     }
 
     deinit {
@@ -203,6 +208,12 @@ final class UpstreamH2Stream {
             EventBuffer.append(input, section + Array("\r\n".utf8))
             responseEnded = true
         case .interim, .response:
+            // The first HEADERS come before any DATA: the window grows to what the reader holds
+            // while nothing of the body was received (a plain WINDOW_UPDATE of the difference).
+            if !windowRaised {
+                windowRaised = true
+                connection.raiseWindow(self, to: inputLimit)
+            }
             guard let status = fields.first(where: { $0.name == ":status" }).flatMap({ Int($0.value) }) else { return }
             // A gRPC Trailers-Only response (its status in the one HEADERS block) is relayed in the
             // general form: the head, no message, the status as trailers (PROTOCOL-HTTP2 allows

@@ -81,10 +81,15 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// never while a pump runs).
     private var appendedToOutput: Int = 0
 
+    /// The most response bytes read ahead from the origin into `input` before reading stops (the
+    /// owner's `bodyBufferLimit`); the kernel's socket buffer then holds the origin back.
+    let inputLimit: Int
+
     init(
         hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, worker: Worker,
-        owner: UpstreamLegOwner
+        owner: UpstreamLegOwner, inputLimit: Int? = nil
     ) {
+        self.inputLimit = inputLimit ?? worker.configuration.limits.bufferHighWatermark
         self.hop = hop
         self.origin = origin
         self.transport = transport
@@ -222,7 +227,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         callbackContext = context
         bufferevent_setcb(upstream, legReadCallback, legWriteCallback, legEventCallback, context.toOpaque())
         let watermark = worker.configuration.limits.bufferHighWatermark
-        bufferevent_setwatermark(upstream, sp_ev_read(), 0, watermark)
+        bufferevent_setwatermark(upstream, sp_ev_read(), 0, inputLimit)
         bufferevent_setwatermark(upstream, sp_ev_write(), watermark / 2, 0)
         bufferevent_set_max_single_read(upstream, 128 * 1024)
         bufferevent_set_max_single_write(upstream, 128 * 1024)
@@ -231,11 +236,13 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         } else {
             // EV_WRITE only while output is pending: see flushOutput. Reading is the SocketReader's.
             bufferevent_disable(upstream, sp_ev_write())
-            if let pooledReader, pooledReader.retarget(read: legReadCallback, event: legEventCallback, context: context.toOpaque()) {
+            if let pooledReader,
+                pooledReader.retarget(read: legReadCallback, event: legEventCallback, context: context.toOpaque(), highWatermark: inputLimit)
+            {
                 reader = pooledReader
             } else {
                 reader = SocketReader(
-                    base: worker.base, bev: upstream, highWatermark: watermark, read: legReadCallback,
+                    base: worker.base, bev: upstream, highWatermark: inputLimit, read: legReadCallback,
                     event: legEventCallback, context: context.toOpaque())
             }
         }
@@ -243,6 +250,12 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     var input: OpaquePointer? { h2?.input ?? bev.map(inputBuffer) }
     var output: OpaquePointer? { h2?.output ?? bev.map(outputBuffer) }
+
+    /// Bytes this leg holds in the proxy now: read from the origin and not yet pumped, written
+    /// for it and not yet sent (the buffers' accounting: `H2ClientConnection.bufferedBytes`).
+    var bufferedBytes: Int {
+        (input.map(EventBuffer.length) ?? 0) + (output.map(EventBuffer.length) ?? 0)
+    }
 
     func write(_ bytes: [UInt8]) {
         guard let output else { return }
