@@ -167,10 +167,11 @@ final class H2ClientConnection: H2SessionDelegate {
     /// `H2Stream.bufferLimit` in its response buffer and as much in its leg's read-ahead, and
     /// `highWatermark` of request bytes in its leg's output; for the connection the client socket's
     /// output (`highWatermark` and one frame) and input (`highWatermark`), as much again under a TLS
-    /// filter, and the request bytes the connection window lets the client send ahead.
+    /// filter; and per stream the request bytes its window lets the client send ahead (the
+    /// connection window is credited on receipt, so it bounds nothing: `H2Session.dataReceived`).
     static func bufferedBytesBound(streams: Int, highWatermark: Int) -> Int {
-        let stream = 2 * min(highWatermark, H2Stream.bufferLimit) + highWatermark
-        return streams * stream + 4 * highWatermark + 16_384 + 9 + H2Session.Settings().connectionWindow
+        let stream = 2 * min(highWatermark, H2Stream.bufferLimit) + highWatermark + H2Session.Settings().streamWindow
+        return streams * stream + 4 * highWatermark + 16_384 + 9
     }
 
     /// After a flush (when what the connection holds can have grown): the metrics' gauges hear it.

@@ -27,8 +27,9 @@ final class H2Session {
         /// bytes never exceed what the HTTP/1.1 path would hold for one exchange.
         var streamWindow: Int = 256 * 1024
         /// The connection window (all streams together). Above the 64 KiB default so one upload is
-        /// not capped at 64 KiB in flight; bounded so many streams cannot make us hold more than
-        /// this many request bytes for one connection.
+        /// not capped at 64 KiB in flight. It is credited as DATA arrives, not as it is forwarded:
+        /// what a connection holds is bounded by its streams' windows, and one stream whose far
+        /// side stopped reading must not starve the others.
         var connectionWindow: Int = 1024 * 1024
         /// CONTINUATION frames nghttp2 accepts after one HEADERS before it ends the connection: a
         /// backstop only. The flood guard (`H2FloodGuard.maxContinuationFrames`, 16) decides first,
@@ -236,13 +237,14 @@ final class H2Session {
         _ = nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream, Int32(clamping: size))
     }
 
-    /// The owner forwarded `bytes` of a stream's request body: the peer may send as much again
-    /// (stream and connection windows). Counts beyond what was delivered are ignored.
+    /// The owner forwarded `bytes` of a stream's body: the peer may send as much again on that
+    /// stream (the connection window was credited on receipt, `dataReceived`). Counts beyond what
+    /// was delivered are ignored.
     func consume(stream: Int32, bytes: Int) {
         guard let session, bytes > 0, let pending = unconsumed[stream] else { return }
         let count = min(bytes, pending)
         unconsumed[stream] = pending - count
-        _ = nghttp2_session_consume(session, stream, count)
+        _ = nghttp2_session_consume_stream(session, stream, count)
     }
 
     // MARK: Queries

@@ -237,6 +237,11 @@ extension H2Session {
 
     func dataReceived(stream: Int32, bytes: UnsafeRawBufferPointer) {
         unconsumed[stream, default: 0] += bytes.count
+        // The connection window is credited on receipt, the stream's only as its bytes are
+        // forwarded (`consume`): each stream's window bounds what it holds, and a stream whose far
+        // side stopped reading cannot starve its siblings of the shared window (RFC 9113 §5.2.2:
+        // flow control must not let one stream block others).
+        if let session { _ = nghttp2_session_consume_connection(session, bytes.count) }
         delegate?.h2Data(self, stream: stream, bytes: bytes)
     }
 
@@ -245,10 +250,7 @@ extension H2Session {
         ownResets.remove(stream)
         rejectionReasons.removeValue(forKey: stream)
         if block?.stream == stream { block = nil }
-        if let pending = unconsumed.removeValue(forKey: stream), pending > 0, let session {
-            // What the owner will never forward still counts against the connection window.
-            _ = nghttp2_session_consume_connection(session, pending)
-        }
+        unconsumed.removeValue(forKey: stream)  // the connection window had them on receipt
         delegate?.h2StreamClosed(self, stream: stream, code: code)
     }
 
