@@ -129,10 +129,13 @@ struct TLSTests {
         let connects = lines.filter { $0.contains(#""method":"CONNECT""#) }
         #expect(connects.count == 4)
         guard connects.count == 4 else { return }
-        #expect(connects[0].contains(#""error":"interception_failed""#) && connects[0].contains(#""reason":"client_rejected_certificate""#))
-        #expect(connects[1].contains(#""error":"interception_failed""#) && connects[1].contains(#""reason":"not_tls""#))
-        #expect(connects[2].contains(#""reason":"client_rejected_certificate""#))
-        #expect(!connects[3].contains("error") && connects[3].contains(#""decision":"intercept""#))
+        // A line is written when its tunnel ends, and the ends of the first three can come in any
+        // order on a busy machine: each reason is told apart by itself, not by its place.
+        let failed = connects.filter { $0.contains(#""error":"interception_failed""#) }
+        #expect(failed.count == 3)
+        #expect(failed.filter { $0.contains(#""reason":"client_rejected_certificate""#) }.count == 2, "both untrusting clients")
+        #expect(failed.filter { $0.contains(#""reason":"not_tls""#) }.count == 1, "the plain-text client")
+        #expect(connects.filter { !$0.contains("error") && $0.contains(#""decision":"intercept""#) }.count == 1, "the trusting client")
         #expect(origin.received.count == 1, "only the trusting client's request reached the origin")
         let hints = tls.proxy.standardError.components(separatedBy: #""event":"client_rejected_certificate""#).count - 1
         #expect(hints == 1, "the stderr hint is said once")
