@@ -6,7 +6,8 @@
 PLAN: {"proxy_port": N,
        "tunnel": null | {"host": "localhost", "port": N, "ca": "/path/ca.pem", "connect_headers": {...}},
        "streams": [{"method": "GET", "scheme": "http", "authority": "127.0.0.1:N", "path": "/x",
-                    "headers": [["name", "value"]], "body": "text" | null, "reset_after_headers": false,
+                    "headers": [["name", "value"]], "body": "text" | null, "body_bytes": N (a body of N bytes, byte i = i % 251),
+                    "reset_after_headers": false,
                     "reset_after_all_heads": false (reset once every stream's HEADERS is queued, same write)}],
        "flood": null | {"kind": "rapid_reset" | "continuation" | "ping" | "settings" | "empty_data", "count": N},
        "timeout": 10}
@@ -92,11 +93,15 @@ def main():
                    (":authority", spec["authority"]), (":path", spec.get("path", "/"))]
         headers += [tuple(pair) for pair in spec.get("headers", [])]
         body = spec.get("body")
+        if spec.get("body_bytes") is not None:
+            # A large body made here rather than carried in the plan: byte i is i % 251.
+            count = spec["body_bytes"]
+            body = (bytes(range(251)) * (count // 251 + 1))[:count].decode("latin-1")
         conn.send_headers(stream_id, headers, end_stream=body is None)
         if spec.get("reset_after_headers"):
             conn.reset_stream(stream_id)  # its body, if any, is never sent
         elif body is not None:
-            uploads[stream_id] = body.encode()
+            uploads[stream_id] = body.encode("latin-1") if spec.get("body_bytes") is not None else body.encode()
         results[stream_id] = {"id": stream_id, "status": None, "headers": {}, "body": "", "reset": None, "trailers": {}}
         order.append(stream_id)
     for stream_id, spec in zip(order, plan.get("streams", [])):

@@ -99,8 +99,10 @@ struct SecretTrafficEngineTests {
                 var chunked = Array(String(cut, radix: 16).utf8) + Array("\r\n".utf8) + body[..<cut] + Array("\r\n".utf8)
                 for byte in body[cut...] { chunked += Array("1\r\n".utf8) + [byte] + Array("\r\n".utf8) }
                 chunked += Array("0\r\n\r\n".utf8)
-                connection.send(Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".utf8) + chunked)
+                // Counted before the answer leaves: the client may read it and check the count
+                // before this thread runs again.
                 offsets.withLock { $0 += 1 }
+                connection.send(Array("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".utf8) + chunked)
             }
         }
         defer { origin.stop() }
