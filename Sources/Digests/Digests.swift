@@ -5,17 +5,7 @@ import COpenSSL
 public enum SHA256 {
     public static let digestLength = 32
 
-    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: digestLength)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha256(), nil)
-            }
-        }
-        precondition(ok == 1 && length == UInt32(digestLength), "EVP_Digest(sha256) failed")
-        return digest
-    }
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] { evpDigest(bytes, EVP_sha256(), length: digestLength) }
 
     public static func hash(_ text: String) -> [UInt8] { hash(Array(text.utf8)) }
 }
@@ -25,17 +15,20 @@ public enum SHA256 {
 public enum SHA1 {
     public static let digestLength = 20
 
-    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        var digest = [UInt8](repeating: 0, count: digestLength)
-        var length: UInt32 = 0
-        let ok = bytes.withUnsafeBufferPointer { input in
-            digest.withUnsafeMutableBufferPointer { output in
-                EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, EVP_sha1(), nil)
-            }
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] { evpDigest(bytes, EVP_sha1(), length: digestLength) }
+}
+
+/// One EVP one-shot digest of `bytes` with `md`, which yields `length` bytes.
+private func evpDigest(_ bytes: [UInt8], _ md: OpaquePointer?, length expected: Int) -> [UInt8] {
+    var digest = [UInt8](repeating: 0, count: expected)
+    var length: UInt32 = 0
+    let ok = bytes.withUnsafeBufferPointer { input in
+        digest.withUnsafeMutableBufferPointer { output in
+            EVP_Digest(input.baseAddress, input.count, output.baseAddress, &length, md, nil)
         }
-        precondition(ok == 1 && length == UInt32(digestLength), "EVP_Digest(sha1) failed")
-        return digest
     }
+    precondition(ok == 1 && length == UInt32(expected), "EVP_Digest failed")
+    return digest
 }
 
 public enum HMAC {

@@ -38,26 +38,7 @@ struct H2WebSocketEngineTests {
     static func run(
         _ scenario: [String: Any], proxy makeProxy: (UInt16) throws -> (port: UInt16, caPath: String?, stop: () -> Void)
     ) throws -> Outcome {
-        let python = try #require(WebSocketEngineTests.websocketsPython, "no python3 here imports websockets (pip install websockets)")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/h2_websocket_check.py").path
-        process.arguments = [script, String(decoding: try JSONSerialization.data(withJSONObject: scenario), as: UTF8.self)]
-        let output = Pipe()
-        let input = Pipe()
-        process.standardOutput = output
-        process.standardInput = input
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        let lines = LineReader(output.fileHandleForReading)
-        let originPort = try #require(lines.next(seconds: 30).flatMap { UInt16($0) }, "the fixture's origin did not start")
-        let proxy = try makeProxy(originPort)
-        defer { proxy.stop() }
-        input.fileHandleForWriting.write(Data("\(proxy.port) \(proxy.caPath ?? "-")\n".utf8))
-        let line = try #require(lines.next(seconds: 120), "the fixture did not finish")
-        return try JSONDecoder().decode(Outcome.self, from: Data(line.utf8))
+        try WebSocketEngineTests.runFixture("h2_websocket_check.py", scenario, proxy: makeProxy)
     }
 
     static func harness(scoped: Bool) -> (UInt16) throws -> (port: UInt16, caPath: String?, stop: () -> Void) {

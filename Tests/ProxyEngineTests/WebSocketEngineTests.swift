@@ -64,11 +64,20 @@ struct WebSocketEngineTests {
     static func run(
         _ scenario: [String: Any], proxy makeProxy: (UInt16) throws -> (port: UInt16, caPath: String?, stop: () -> Void)
     ) throws -> Outcome {
+        try runFixture("websocket_check.py", scenario, proxy: makeProxy)
+    }
+
+    /// Runs a WebSocket fixture (Tests/Fixtures) that starts its own origin, prints its port, reads
+    /// the proxy's port and CA from stdin, then prints one JSON outcome: the origin first, then a
+    /// proxy for its port (`makeProxy`), then the client through the proxy.
+    static func runFixture<Result: Decodable>(
+        _ fixture: String, _ scenario: [String: Any], proxy makeProxy: (UInt16) throws -> (port: UInt16, caPath: String?, stop: () -> Void)
+    ) throws -> Result {
         let python = try #require(websocketsPython, "no python3 here imports websockets (pip install websockets)")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: python)
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/websocket_check.py").path
+            .appendingPathComponent("Fixtures/\(fixture)").path
         process.arguments = [script, String(decoding: try JSONSerialization.data(withJSONObject: scenario), as: UTF8.self)]
         let output = Pipe()
         let input = Pipe()
@@ -83,7 +92,7 @@ struct WebSocketEngineTests {
         defer { proxy.stop() }
         input.fileHandleForWriting.write(Data("\(proxy.port) \(proxy.caPath ?? "-")\n".utf8))
         let line = try #require(lines.next(seconds: 120), "the fixture did not finish")
-        return try JSONDecoder().decode(Outcome.self, from: Data(line.utf8))
+        return try JSONDecoder().decode(Result.self, from: Data(line.utf8))
     }
 
     static let websocketsPython: String? = {
