@@ -70,13 +70,7 @@ struct GRPCEngineTests {
     }
 
     private func logLines(_ proxy: ConfiguredProxy, waitingFor count: Int) -> [[String: Any]] {
-        for _ in 0..<100 {
-            let lines = ((try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? "").split(separator: "\n")
-                .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            if lines.count >= count { return lines }
-            usleep(50_000)
-        }
-        return []
+        Wire.jsonLogLines(proxy, waitingFor: count)
     }
 
     private static let failMessage = "denied: scope says no (détails ✓ 100%)"

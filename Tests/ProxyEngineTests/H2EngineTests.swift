@@ -32,13 +32,7 @@ struct H2EngineTests {
     private func streams(_ answer: [String: Any]) -> [[String: Any]] { Wire.streams(answer) }
 
     private func logLines(_ proxy: ConfiguredProxy, waitingFor count: Int) -> [[String: Any]] {
-        for _ in 0..<100 {
-            let lines = ((try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? "").split(separator: "\n")
-                .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            if lines.count >= count { return lines }
-            usleep(50_000)
-        }
-        return []
+        Wire.jsonLogLines(proxy, waitingFor: count)
     }
 
     @Test("h2c with prior knowledge (curl --http2-prior-knowledge --connect-to): the token is injected, the echo scrubbed, the line says h2c")

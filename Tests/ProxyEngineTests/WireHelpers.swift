@@ -37,6 +37,18 @@ enum Wire {
     /// Runs Tests/Fixtures/h2_client.py with `plan` (see the script) and returns its JSON answer.
     static func h2Client(_ plan: [String: Any]) throws -> [String: Any] { try runFixture("h2_client.py", plan: plan) }
 
+    /// The proxy's JSON access-log lines once there are at least `count` (waiting up to 5 s; none
+    /// if they never come, so a count check then fails).
+    static func jsonLogLines(_ proxy: ConfiguredProxy, waitingFor count: Int) -> [[String: Any]] {
+        for _ in 0..<100 {
+            let lines = ((try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? "").split(separator: "\n")
+                .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            if lines.count >= count { return lines }
+            usleep(50_000)
+        }
+        return []
+    }
+
     /// The per-stream answers of an h2_client.py run, in the order the plan listed them.
     static func streams(_ answer: [String: Any]) -> [[String: Any]] { answer["streams"] as? [[String: Any]] ?? [] }
 
