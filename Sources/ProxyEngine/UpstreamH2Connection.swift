@@ -187,7 +187,11 @@ final class UpstreamH2Connection: H2SessionDelegate {
     }
 
     func notify(_ stream: UpstreamH2Stream) {
-        if !toNotify.contains(where: { $0 === stream }) { toNotify.append(stream) }
+        // Once per wake (a flag, not a scan of the list: this runs for every DATA chunk).
+        if !stream.queuedForNotification {
+            stream.queuedForNotification = true
+            toNotify.append(stream)
+        }
         guard !wakeArmed, let wake else { return }
         wakeArmed = true
         event_active(wake, 0, 0)
@@ -256,6 +260,7 @@ final class UpstreamH2Connection: H2SessionDelegate {
         wakeArmed = false
         let streams = toNotify
         toNotify.removeAll()
+        for stream in streams { stream.queuedForNotification = false }
         for stream in streams { stream.deliverNotifications() }
         flush()
     }

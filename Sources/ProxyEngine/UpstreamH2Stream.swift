@@ -46,6 +46,8 @@ final class UpstreamH2Stream {
     /// The stream closed without its response ending (reset, GOAWAY, the connection went).
     private(set) var cut = false
     private var pendingReadable = false
+    /// In the connection's list of streams to tell at its next wake (`UpstreamH2Connection.notify`).
+    var queuedForNotification = false
     private var pendingWritable = false
     private var pendingClosed = false
 
