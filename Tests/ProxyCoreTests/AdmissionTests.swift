@@ -13,8 +13,8 @@ enum Admitted: Equatable, Sendable, CustomStringConvertible {
     init(_ admission: Admission) {
         switch admission {
         case .reject(let error): self = .reject(error)
-        case .tunnel(let origin, _): self = .tunnel(origin)
-        case .intercept(let origin, _): self = .intercept(origin)
+        case .tunnel(let origin, _, _): self = .tunnel(origin)
+        case .intercept(let origin, _, _): self = .intercept(origin)
         case .forward(let request): self = .forward(request.origin, request.pathAndQuery)
         }
     }

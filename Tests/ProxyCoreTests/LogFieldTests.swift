@@ -74,6 +74,8 @@ struct LogFieldTests {
         record.requestBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
         record.responseBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
         record.failure = .responseCut
+        record.egressReported = EgressNote(decision: .reportDeny, rule: "default deny", destination: "a.example:443", address: nil)
+        record.upstreamAddress = "192.0.2.1:443"
         return record
     }
 
@@ -86,7 +88,7 @@ struct LogFieldTests {
             switch fact {
             // What the client or the origin chose, in its place: URLs through the URL rules, headers and
             // bodies through theirs.
-            case .target, .redirect: [.url]
+            case .target, .redirect, .egress: [.url]
             case .fields: [.headers]
             case .body: [.body]
             // Names the configuration or the header rules fixed, never a value.
