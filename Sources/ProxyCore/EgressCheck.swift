@@ -87,7 +87,9 @@ public struct EgressRefusal: Sendable, Equatable {
         }
         let set = rule.hasPrefix("deny_ips: ") ? String(rule.dropFirst("deny_ips: ".count)) : rule
         let key = rules.ownDenyIPs ? "egress.deny_ips\(owner)" : "egress.deny_ips"
-        return "\(destination.host) resolves to \(address), which \(key) denies (\(set)): the proxy never connects there; "
+        let literal = destination.host == address || destination.host == "[\(address)]"
+        let subject = literal ? "\(address) is an address" : "\(destination.host) resolves to \(address), an address"
+        return "\(subject) \(key) denies (\(set)): the proxy never connects there; "
             + "remove '\(set)' from \(key) to allow it, or give this destination a route (routes:)"
     }
 }
