@@ -188,11 +188,11 @@ public enum Explanation {
         switch rules.decide(destination, scopeOrigin: !covering.isEmpty) {
         case .allowed:
             if rules.defaultAction == .allow {
-                verdict = "allowed by name (egress.default\(whose) is allow)"
+                verdict = "allowed (egress.default\(whose): allow)"
             } else if let entry = rules.allowEntry(for: destination) {
-                verdict = "allowed by name: egress.allow\(whose) entry \"\(entry.text)\""
+                verdict = "allowed by egress.allow\(whose) entry \"\(entry.text)\""
             } else {
-                verdict = "allowed by name: an origin of scope \(covering.map(\.name).joined(separator: ", ")), which default deny still reaches"
+                verdict = "allowed: an origin of scope \(covering.map(\.name).joined(separator: ", ")) (default deny still reaches scopes)"
             }
         case .denied(let rule):
             let refused = EgressClearance.clear(origin, client: client, scope: scope)
@@ -212,7 +212,7 @@ public enum Explanation {
             }
         }
         guard rules.checksAddresses else { return (verdict + "; no address is refused (deny_ips is empty)", nil) }
-        return (verdict + "; each address \(origin.host) resolves to is checked at connect against deny_ips: \(rules.denyIPs.description)", nil)
+        return (verdict + "; addresses checked at connect against deny_ips: \(rules.denyIPs.description)", nil)
     }
 
     /// The `scopes` line when no scope covers the origin for this client: a scope that covers it
