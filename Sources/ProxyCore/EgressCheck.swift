@@ -87,7 +87,8 @@ public struct EgressRefusal: Sendable, Equatable {
         }
         let set = rule.hasPrefix("deny_ips: ") ? String(rule.dropFirst("deny_ips: ".count)) : rule
         let key = rules.ownDenyIPs ? "egress.deny_ips\(owner)" : "egress.deny_ips"
-        return "\(destination.host) resolves to \(address), which \(key) denies (\(set)): the proxy never connects there; "
+        // The address itself stays in the log: the client learns the rule, not what the name resolved to.
+        return "\(destination.host) resolves to an address \(key) denies (\(set)): the proxy never connects there; "
             + "remove '\(set)' from \(key) to allow it, or give this destination a route (routes:)"
     }
 }

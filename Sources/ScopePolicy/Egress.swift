@@ -274,10 +274,11 @@ public struct DeniedAddresses: Sendable, Equatable {
 
     public var isEmpty: Bool { checks.isEmpty }
 
-    /// The rule that denies `address`, checked as written and as the IPv4 address it embeds
-    /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here).
+    /// The rule that denies `address`, checked as written, as the IPv4 address it embeds
+    /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here), and as the
+    /// address a connect to it reaches (0.0.0.0 and :: are this machine's loopback).
     public func denial(of address: IPAddress) -> String? {
-        let forms = [address] + (address.embeddedIPv4.map { [$0] } ?? [])
+        let forms = [address] + [address.embeddedIPv4, address.reachedByConnect].compactMap { $0 }
         for form in forms {
             for check in checks where check.range.contains(form) {
                 return check.rule
@@ -294,6 +295,15 @@ public struct DeniedAddresses: Sendable, Equatable {
 }
 
 extension IPAddress {
+    /// The address a connect to this one actually reaches, when that differs: Linux connects to
+    /// 0.0.0.0 as 127.0.0.1 and to `::` as `::1` (ip_route_connect, tcp_v6_connect), so a rule on
+    /// 127.0.0.1 must deny `http://0.0.0.0:PORT` too.
+    public var reachedByConnect: IPAddress? {
+        if self == .ipv4(0, 0, 0, 0) { return .ipv4(127, 0, 0, 1) }
+        if bytes.allSatisfy({ $0 == 0 }) { return IPAddress(bytes: Array(repeating: 0, count: 15) + [1]) }
+        return nil
+    }
+
     /// The IPv4 address an IPv6 form carries to the IPv4 network: NAT64 (`64:ff9b::/96`, RFC 6052,
     /// and the local-use `64:ff9b:1::/48`, RFC 8215, read as a /96 with the address in the last 32
     /// bits, the layout NAT64 gateways use) and 6to4
