@@ -130,6 +130,61 @@ struct EgressAttackTests {
         #expect(origin.acceptedConnections == 1)
     }
 
+    @Test("a shared HTTP/2 connection opened for a client with laxer rules carries no stream of a client whose deny_ips refuse its address")
+    func sharedHTTP2ConnectionOfLaxerClient() throws {
+        let origin = try GRPCOrigin()  // h2c, 127.0.0.1
+        defer { origin.stop() }
+        let laxKey = Wire.canary("lax"), strictKey = Wire.canary("strict")
+        let proxy = try Egress.proxy(environment: ["LAX": laxKey, "STRICT": strictKey], threads: 1) { _ in
+            """
+            secrets: { lax: { env: LAX }, strict: { env: STRICT } }
+            clients:
+              - { name: lax, auth: { bearer: lax } }
+              - { name: strict, auth: { bearer: strict }, egress: { default: allow, deny_ips: [127.0.0.1/32] } }
+            """
+        }
+        defer { proxy.process.terminate() }
+        func call(_ key: String, _ caller: String) -> [String: Any] {
+            [
+                "method": "POST", "scheme": "http", "authority": "127.0.0.1:\(origin.port)", "path": "/svc/Unary",
+                "headers": [
+                    ["content-type", "application/grpc"], ["te", "trailers"], ["proxy-authorization", "Bearer \(key)"], ["x-caller", caller],
+                ],
+                "body": "\u{0}\u{0}\u{0}\u{0}\u{5}hello",
+            ]
+        }
+        // The lax client's call opens the HTTP/2 connection, which stays open for other streams.
+        let first = Wire.streams(try Wire.h2Client(["proxy_port": Int(proxy.port), "streams": [call(laxKey, "lax")]]))
+        #expect(first.first?["status"] as? Int == 200, "\(first)")
+        // Then both clients on one client connection: the strict stream neither rides the open
+        // connection nor waits for another's connect; the lax one still does.
+        let both = Wire.streams(
+            try Wire.h2Client(["proxy_port": Int(proxy.port), "streams": [call(strictKey, "strict"), call(laxKey, "lax2")]]))
+        try #require(both.count == 2)
+        #expect(both[0]["status"] as? Int == 403, "\(both[0])")
+        #expect((both[0]["body"] as? String)?.contains("deny_ips: 127.0.0.1/32") == true)
+        #expect(both[1]["status"] as? Int == 200)
+        #expect(origin.metadata("x-caller") == ["lax", "lax2"], "only the lax client's calls reached the origin")
+        #expect(try proxy.metrics().contains("scopeproxy_upstream_connections 1"), "control: one upstream connection carried both lax calls")
+    }
+
+    @Test("mode: report leaks no unreported connection: a would-be denial that rides a pooled connection is logged report_deny too")
+    func reportModeOnPooledReuse() throws {
+        let origin = try Egress.canary("127.0.0.3")
+        defer { origin.stop() }
+        let proxy = try Egress.proxy(threads: 1) { _ in "egress: { mode: report, deny_ips: [127.0.0.3/32] }" }
+        defer { proxy.process.terminate() }
+        #expect(try Egress.get(proxy.port, "\(origin.url)/one")?.status == 200)
+        #expect(try Egress.get(proxy.port, "\(origin.url)/two")?.status == 200)
+        #expect(origin.acceptedConnections == 1, "control: the second request rode the pooled connection")
+        let notes = Egress.lines(proxy, 2).map { $0["egress"] as? [String: Any] }
+        try #require(notes.count == 2)
+        for note in notes {
+            #expect(
+                note?["decision"] as? String == "report_deny" && note?["rule"] as? String == "deny_ips: 127.0.0.3/32", "\(String(describing: note))")
+        }
+    }
+
     @Test("a refusal by deny_ips does not tell the client what the name resolved to (the log does)")
     func refusalDoesNotRevealResolvedAddress() throws {
         let denied = try Egress.canary("127.0.0.3")
