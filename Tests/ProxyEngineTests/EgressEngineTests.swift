@@ -239,6 +239,38 @@ struct EgressEngineTests {
         #expect(origin.acceptedConnections == 1)
     }
 
+    @Test("reload to default deny: the next request on an open keep-alive client connection follows the new policy")
+    func reloadAppliesToNextRequestOnOpenConnection() throws {
+        let origin = try Egress.canary("127.0.0.2")
+        defer { origin.stop() }
+        let proxy = try Egress.proxy { _ in "" }
+        defer { proxy.process.terminate() }
+        let socket = try TestSocket.connect(port: proxy.port)
+        defer { socket.close() }
+        let reader = HTTPReader(socket)
+        try socket.send(Wire.request("\(origin.url)/before", host: origin.authority))
+        #expect(LenientResponse.read(reader)?.status == 200)
+        #expect(Egress.reload(proxy, "egress: { default: deny }\n", reloads: 1))
+        try socket.send(Wire.request("\(origin.url)/after", host: origin.authority))
+        let refused = LenientResponse.read(reader)
+        #expect(refused?.status == 403 && refused?.bodyText.contains("egress_denied") == true)
+        #expect(origin.requests.map(\.target) == ["/before"], "the pooled upstream connection carried nothing after the reload")
+    }
+
+    @Test("a WebSocket upgrade to a denied destination is 403 and opens nothing")
+    func webSocketUpgradeDenied() throws {
+        let denied = try Egress.canary("127.0.0.3")
+        defer { denied.stop() }
+        let proxy = try Egress.proxy { _ in "egress: { default: deny }" }
+        defer { proxy.process.terminate() }
+        let upgrade = Wire.request(
+            "\(denied.url)/ws", host: denied.authority,
+            [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")])
+        let response = try Egress.send(proxy.port, upgrade)
+        #expect(response?.status == 403 && Egress.json(response)["error"] as? String == "egress_denied")
+        #expect(denied.acceptedConnections == 0)
+    }
+
     @Test("a request inside an intercepted tunnel is checked as a hop: deny_ips refuses it with 403 inside TLS, and the origin gets nothing")
     func interceptedRequestChecked() throws {
         let pki = try TestPKI()
