@@ -295,6 +295,68 @@ struct EgressEngineTests {
         #expect(origin.received.isEmpty)
     }
 
+    @Test("reload adding deny_ips: the next request inside an already intercepted tunnel is checked against the new rules")
+    func reloadAppliesInsideOpenInterceptedTunnel() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        var directory = ""
+        func yaml(_ egress: String) -> String {
+            """
+            scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], pass: [Authorization] }]
+            tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
+            \(egress)
+            """
+        }
+        let proxy = try Egress.proxy { log in
+            directory = (log as NSString).deletingLastPathComponent
+            return yaml("")
+        }
+        defer { proxy.process.terminate() }
+        // One TLS connection through one CONNECT: a request, a pause while the test reloads (it
+        // writes `go`), a second request; the statuses are printed.
+        let go = proxy.scratch.path + "/go"
+        let client = """
+            import socket, ssl, sys, os, time
+            proxy, port, ca, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+            raw = socket.create_connection(("127.0.0.1", proxy), timeout=10)
+            raw.sendall(f"CONNECT localhost:{port} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n\\r\\n".encode())
+            head = b""
+            while b"\\r\\n\\r\\n" not in head: head += raw.recv(1)
+            tls = ssl.create_default_context(cafile=ca).wrap_socket(raw, server_hostname="localhost")
+            reader = tls.makefile("rb")
+            def get(path):
+                tls.sendall(f"GET {path} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n\\r\\n".encode())
+                status = int(reader.readline().split()[1]); length = 0
+                while (line := reader.readline()) not in (b"\\r\\n", b""):
+                    if line.lower().startswith(b"content-length:"): length = int(line.split(b":")[1])
+                reader.read(length)
+                return status
+            first = get("/before")
+            print("ready", flush=True)
+            for _ in range(200):
+                if os.path.exists(go): break
+                time.sleep(0.05)
+            print(first, get("/after"), flush=True)
+            """
+        let script = proxy.scratch.write("client.py", client)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, "\(proxy.port)", "\(origin.port)", directory + "/ca/scopeproxy-ca.pem", go]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let handle = output.fileHandleForReading
+        var text = ""
+        while !text.contains("ready"), case let chunk = handle.availableData, !chunk.isEmpty { text += String(decoding: chunk, as: UTF8.self) }
+        #expect(Egress.reload(proxy, yaml("egress: { deny_ips: [loopback] }"), reloads: 1))
+        _ = proxy.scratch.write("go", "")
+        text += String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(text.contains("200 403"), "the first request reached the origin, the one after the reload was refused: \(text)")
+        #expect(origin.received.count == 1)
+    }
+
     @Test("make demo-egress: the agent reaches its listed origin and gets an actionable 403 JSON for an unlisted one; exit 0")
     func demoScript() throws {
         let scratch = ScratchDirectory()
