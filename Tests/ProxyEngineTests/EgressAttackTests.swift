@@ -185,6 +185,30 @@ struct EgressAttackTests {
         }
     }
 
+    @Test("a secret's value used as a host name label is refused by name and never written to the log (destination, url, egress)")
+    func secretAsHostNameNotLogged() throws {
+        let origin = try Egress.canary("127.0.0.2")
+        defer { origin.stop() }
+        // Letters only: a host name label keeps it whole (host names are lowercased).
+        let token = "canary" + String((0..<24).map { _ in "abcdefghijklmnopqrstuvwxyz".randomElement()! })
+        let proxy = try Egress.proxy(environment: ["TOKEN": token]) { _ in
+            """
+            secrets: { token: { env: TOKEN } }
+            scopes: [{ name: api, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${token}" } }]
+            egress: { default: deny }
+            """
+        }
+        defer { proxy.process.terminate() }
+        for url in ["http://\(token).x.test:8080/a", "http://x.test:8080/\(token)"] {
+            let response = try Egress.get(proxy.port, url)
+            #expect(response?.status == 403, "\(url)")
+        }
+        #expect(Egress.lines(proxy, 2).count == 2)
+        let log = (try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? ""
+        #expect(!log.contains(token), "the secret's value is in the log: \(log)")
+        #expect(!proxy.process.standardError.contains(token))
+    }
+
     @Test("a refusal by deny_ips does not tell the client what the name resolved to (the log does)")
     func refusalDoesNotRevealResolvedAddress() throws {
         let denied = try Egress.canary("127.0.0.3")
