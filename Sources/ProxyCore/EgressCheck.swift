@@ -31,6 +31,14 @@ public struct EgressClearance: Sendable, Equatable {
         }
     }
 
+    /// The clearance of a destination the configuration names itself (a route's upstream): no
+    /// name or address rule applies.
+    public static func configuredUpstream(_ origin: Origin, client: ClientIdentity) -> EgressClearance {
+        EgressClearance(
+            rules: EffectiveEgress(defaultAction: .allow, mode: .enforce, allow: [], denyIPs: .none, client: client.name),
+            destination: EgressDestination(origin))
+    }
+
     /// The address-level check, on an address about to be connected to (or a pooled connection's
     /// peer about to be reused).
     public func admits(_ address: IPAddress) -> EgressVerdict {
@@ -87,8 +95,11 @@ public struct EgressRefusal: Sendable, Equatable {
         }
         let set = rule.hasPrefix("deny_ips: ") ? String(rule.dropFirst("deny_ips: ".count)) : rule
         let key = rules.ownDenyIPs ? "egress.deny_ips\(owner)" : "egress.deny_ips"
-        // The address itself stays in the log: the client learns the rule, not what the name resolved to.
-        return "\(destination.host) resolves to an address \(key) denies (\(set)): the proxy never connects there; "
+        // The address a name resolved to stays in the log: a sandboxed client may have no resolver
+        // of its own, and the proxy's answer must not become one (docs/security-model.md).
+        let literal = destination.host == address || destination.host == "[\(address)]"
+        let subject = literal ? "\(address) is an address" : "\(destination.host) resolves to an address"
+        return "\(subject) \(key) denies (\(set)): the proxy never connects there; "
             + "remove '\(set)' from \(key) to allow it, or give this destination a route (routes:)"
     }
 }

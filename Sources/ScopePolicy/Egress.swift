@@ -120,6 +120,11 @@ public struct EffectiveEgress: Sendable, Equatable {
         return verdict(rule: Self.defaultDenyRule)
     }
 
+    /// The first `allow` entry that covers the destination (what `explain` names).
+    public func allowEntry(for destination: EgressDestination) -> EgressRule? {
+        allow.first { $0.matches(destination) }
+    }
+
     /// The address-level decision, on the address about to be connected to.
     public func decide(address: IPAddress) -> EgressVerdict {
         guard let rule = denyIPs.denial(of: address) else { return .allowed }
@@ -278,12 +283,12 @@ public struct DeniedAddresses: Sendable, Equatable {
     /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here), and as the
     /// address a connect to it reaches (0.0.0.0 and :: are this machine's loopback).
     public func denial(of address: IPAddress) -> String? {
-        let forms = [address] + [address.embeddedIPv4, address.reachedByConnect].compactMap { $0 }
-        for form in forms {
-            for check in checks where check.range.contains(form) {
-                return check.rule
-            }
+        for check in checks where check.range.contains(address) { return check.rule }
+        if let embedded = address.embeddedIPv4 {
+            for check in checks where check.range.contains(embedded) { return check.rule }
         }
+        guard let reached = address.reachedByConnect else { return nil }
+        for check in checks where check.range.contains(reached) { return check.rule }
         return nil
     }
 
@@ -299,10 +304,15 @@ extension IPAddress {
     /// 0.0.0.0 as 127.0.0.1 and to `::` as `::1` (ip_route_connect, tcp_v6_connect), so a rule on
     /// 127.0.0.1 must deny `http://0.0.0.0:PORT` too.
     public var reachedByConnect: IPAddress? {
-        if self == .ipv4(0, 0, 0, 0) { return .ipv4(127, 0, 0, 1) }
-        if bytes.allSatisfy({ $0 == 0 }) { return IPAddress(bytes: Array(repeating: 0, count: 15) + [1]) }
-        return nil
+        // Both end in 32 zero bits, which almost no other address does: one look decides for
+        // nearly every address, with nothing built (this runs for every connect).
+        guard bytes[12] == 0, bytes[13] == 0, bytes[14] == 0, bytes[15] == 0 else { return nil }
+        if isIPv4 { return Self.loopbackIPv4 }
+        return bytes.allSatisfy { $0 == 0 } ? Self.loopbackIPv6 : nil
     }
+
+    static let loopbackIPv4 = IPAddress.ipv4(127, 0, 0, 1)
+    static let loopbackIPv6 = IPAddress(bytes: Array(repeating: 0, count: 15) + [1])
 
     /// The IPv4 address an IPv6 form carries to the IPv4 network: NAT64 (`64:ff9b::/96`, RFC 6052,
     /// and the local-use `64:ff9b:1::/48`, RFC 8215, read as a /96 with the address in the last 32

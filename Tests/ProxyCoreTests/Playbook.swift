@@ -85,7 +85,7 @@ struct Fixture: Sendable {
         scope = ScopeContext(
             policy: configuration.policy, redirects: configuration.redirects, secrets: StaticSecrets(secrets),
             proxyAuthSecret: configuration.proxyAuthSecret, clients: configuration.clients, interceptHosts: interceptHosts,
-            protection: configuration.protection, values: values, tokens: tokens)
+            protection: configuration.protection, values: values, tokens: tokens, egress: configuration.egress)
     }
 
     /// Values of the secrets the fixtures name: canaries, so a leak is easy to spot.
