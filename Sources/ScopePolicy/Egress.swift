@@ -287,8 +287,9 @@ public struct DeniedAddresses: Sendable, Equatable {
         if let embedded = address.embeddedIPv4 {
             for check in checks where check.range.contains(embedded) { return check.rule }
         }
-        guard let reached = address.reachedByConnect else { return nil }
-        for check in checks where check.range.contains(reached) { return check.rule }
+        if let reached = address.reachedByConnect {
+            for check in checks where check.range.contains(reached) { return check.rule }
+        }
         return nil
     }
 
@@ -304,15 +305,12 @@ extension IPAddress {
     /// 0.0.0.0 as 127.0.0.1 and to `::` as `::1` (ip_route_connect, tcp_v6_connect), so a rule on
     /// 127.0.0.1 must deny `http://0.0.0.0:PORT` too.
     public var reachedByConnect: IPAddress? {
-        // Both end in 32 zero bits, which almost no other address does: one look decides for
-        // nearly every address, with nothing built (this runs for every connect).
-        guard bytes[12] == 0, bytes[13] == 0, bytes[14] == 0, bytes[15] == 0 else { return nil }
-        if isIPv4 { return Self.loopbackIPv4 }
-        return bytes.allSatisfy { $0 == 0 } ? Self.loopbackIPv6 : nil
+        // Read in place: this runs for every address checked, and only these two need an answer.
+        if isIPv4 {
+            return bytes[12] == 0 && bytes[13] == 0 && bytes[14] == 0 && bytes[15] == 0 ? .ipv4(127, 0, 0, 1) : nil
+        }
+        return bytes.allSatisfy({ $0 == 0 }) ? IPAddress(bytes: Array(repeating: 0, count: 15) + [1]) : nil
     }
-
-    static let loopbackIPv4 = IPAddress.ipv4(127, 0, 0, 1)
-    static let loopbackIPv6 = IPAddress(bytes: Array(repeating: 0, count: 15) + [1])
 
     /// The IPv4 address an IPv6 form carries to the IPv4 network: NAT64 (`64:ff9b::/96`, RFC 6052,
     /// and the local-use `64:ff9b:1::/48`, RFC 8215, read as a /96 with the address in the last 32
