@@ -90,7 +90,8 @@ public struct EgressRefusal: Sendable, Equatable {
     static func hint(destination: EgressDestination, rule: String, rules: EffectiveEgress, address: String?) -> String {
         let owner = rules.client.map { " of client '\($0)'" } ?? ""
         guard let address else {
-            let entry = destination.port == destination.scheme.defaultPort
+            let entry =
+                destination.port == destination.scheme.defaultPort
                 ? "\(destination.scheme.rawValue)://\(destination.host)" : "\(destination.scheme.rawValue)://\(destination.host):\(destination.port)"
             let key = rules.ownRules ? "egress.allow\(owner)" : "egress.allow"
             return "this destination is not allowed: add \"\(entry)\" to \(key) in the proxy's configuration, or ask its operator to"
