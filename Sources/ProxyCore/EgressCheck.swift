@@ -5,14 +5,14 @@ import ScopePolicy
 /// was planned; the rules travel with the hop so that the connect checks each resolved address,
 /// and the one it connects to, against the same client's rules.
 public struct EgressClearance: Sendable, Equatable {
+    // Two words, no more: a hop carries its clearance through every copy of the hop's state (the
+    // destination is the hop's origin, read from there when a refusal or a note needs it).
     public let rules: EffectiveEgress
-    public let destination: EgressDestination
     /// `mode: report`: the name rule that would have denied this destination.
     public let reported: String?
 
-    public init(rules: EffectiveEgress, destination: EgressDestination, reported: String? = nil) {
+    public init(rules: EffectiveEgress, reported: String? = nil) {
         self.rules = rules
-        self.destination = destination
         self.reported = reported
     }
 
@@ -21,20 +21,20 @@ public struct EgressClearance: Sendable, Equatable {
     /// reachable by name (`default: deny` still reaches the scopes).
     public static func clear(_ origin: Origin, client: ClientIdentity, scope: ScopeContext) -> Result<EgressClearance, ProxyError> {
         let rules = scope.egressRules.rules(for: client.name)
-        let destination = EgressDestination(origin)
-        guard rules.defaultAction == .deny else { return .success(EgressClearance(rules: rules, destination: destination)) }
+        guard rules.defaultAction == .deny else { return .success(EgressClearance(rules: rules)) }
         let scoped = !scope.policy.covering(origin, client: client.name).isEmpty
+        let destination = EgressDestination(origin)
         switch rules.decide(destination, scopeOrigin: scoped) {
-        case .allowed: return .success(EgressClearance(rules: rules, destination: destination))
-        case .reported(let rule): return .success(EgressClearance(rules: rules, destination: destination, reported: rule))
+        case .allowed: return .success(EgressClearance(rules: rules))
+        case .reported(let rule): return .success(EgressClearance(rules: rules, reported: rule))
         case .denied(let rule): return .failure(.egressDenied(EgressRefusal(destination: destination, rule: rule, rules: rules, address: nil)))
         }
     }
 
     /// The clearance of a destination the configuration names itself (a route's upstream): no
     /// name or address rule applies.
-    public static func configuredUpstream(_ origin: Origin, client: ClientIdentity) -> EgressClearance {
-        EgressClearance(rules: unrestricted, destination: EgressDestination(origin))
+    public static func configuredUpstream(client: ClientIdentity) -> EgressClearance {
+        EgressClearance(rules: unrestricted)
     }
 
     /// No rule at all: what a configured upstream is reached under (it is never refused, so no
@@ -62,8 +62,8 @@ public struct EgressClearance: Sendable, Equatable {
     public func checksAddressesLike(_ other: EgressClearance) -> Bool { rules == other.rules }
 
     /// The refusal for a destination every one of whose addresses `rule` denies.
-    public func refusal(rule: String, address: IPAddress) -> ProxyError {
-        .egressDenied(EgressRefusal(destination: destination, rule: rule, rules: rules, address: "\(address)"))
+    public func refusal(for origin: Origin, rule: String, address: IPAddress) -> ProxyError {
+        .egressDenied(EgressRefusal(destination: EgressDestination(origin), rule: rule, rules: rules, address: "\(address)"))
     }
 }
 

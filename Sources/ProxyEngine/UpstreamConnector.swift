@@ -173,7 +173,7 @@ final class UpstreamConnector {
         // Refused by the policy only when no address was allowed at all: otherwise the allowed
         // ones failed to connect, and that is what the client is told.
         if !triedAllowed, let egress, let (rule, address) = firstDenial {
-            fail(egress.refusal(rule: rule, address: address))
+            fail(egress.refusal(for: origin, rule: rule, address: address))
             return
         }
         fail(.upstreamRefused(origin))

@@ -21,7 +21,12 @@ public struct IPAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    public var isIPv4: Bool { bytes.prefix(12).elementsEqual(Self.mappedPrefix) }
+    public var isIPv4: Bool {
+        // In place, not through a slice compare: the egress check asks this for every address.
+        bytes.withUnsafeBufferPointer { raw in
+            raw[0] | raw[1] | raw[2] | raw[3] | raw[4] | raw[5] | raw[6] | raw[7] | raw[8] | raw[9] == 0 && raw[10] == 0xFF && raw[11] == 0xFF
+        }
+    }
 
     static let mappedPrefix: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF]
 

@@ -205,7 +205,7 @@ public enum Explanation {
             switch rules.decide(address: literal) {
             case .allowed: return (verdict, nil)
             case .denied(let rule):
-                let error = EgressClearance(rules: rules, destination: destination).refusal(rule: rule, address: literal)
+                let error = EgressClearance(rules: rules).refusal(for: origin, rule: rule, address: literal)
                 guard case .egressDenied(let refusal) = error else { return ("denied (\(rule))", error) }
                 return ("denied (\(rule)): \(refusal.hint)", error)
             case .reported(let rule): return (verdict + "; the address would be denied (\(rule)), logged as report_deny", nil)
