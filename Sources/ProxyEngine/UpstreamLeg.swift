@@ -53,6 +53,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     private(set) var bev: OpaquePointer?
     /// The context pointer libevent holds while callbacks are installed (a +1 on the leg).
     private var callbackContext: Unmanaged<UpstreamLeg>?
+    /// Transparent capture: the address this leg connects to instead of resolving its origin
+    /// (`PinnedUpstream`); such a leg never speaks HTTP/2 and never goes back to the pool.
+    let pinnedAddress: sockaddr_storage?
     /// Reads a plain upstream in large chunks (TLS upstreams read through OpenSSL).
     private var reader: SocketReader?
 
@@ -87,8 +90,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     init(
         hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, worker: Worker,
-        owner: UpstreamLegOwner, inputLimit: Int? = nil
+        owner: UpstreamLegOwner, inputLimit: Int? = nil, pinnedAddress: sockaddr_storage? = nil
     ) {
+        self.pinnedAddress = pinnedAddress
         self.inputLimit = inputLimit ?? worker.configuration.limits.bufferHighWatermark
         self.hop = hop
         self.origin = origin
@@ -130,7 +134,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     }
 
     private func startConnector() {
-        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2)
+        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2, pinnedAddress: pinnedAddress)
         connector.delegate = self
         self.connector = connector
         connector.start()
@@ -306,7 +310,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         self.reader = nil
         if let upstream = bev {
             bev = nil
-            if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
+            // A pinned leg's connection is never pooled (`PinnedUpstream`): it is closed.
+            if reuse, pinnedAddress == nil, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
                 // The pool replaces our callbacks, on the bufferevent and on the reader.
                 worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream, reader: reader))
             } else {
