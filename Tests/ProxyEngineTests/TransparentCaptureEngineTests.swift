@@ -51,8 +51,11 @@ struct TransparentCaptureEngineTests {
         func spec(_ commands: [[String: Any]]) -> [String: Any] {
             let ports = "80, 443, \(TransparentCaptureEngineTests.forwardPort)"
             return [
-                "addresses": ["10.77.0.1/32", "10.77.0.2/32"],
+                "addresses": ["10.77.0.1/32", "10.77.0.2/32", "10.77.0.53/32"],
                 "hosts": ["api.scoped.test": "10.77.0.1", "unscoped.test": "10.77.0.2"],
+                // A name with both addresses, the other one first: only the DNS server knows it.
+                "resolv_conf": "nameserver 10.77.0.53\n",
+                "dns": [["listen": "10.77.0.53:53", "answers": ["both.scoped.test": ["10.77.0.2", "10.77.0.1"]]]],
                 "nft": """
                     table ip nat {
                       chain output {
@@ -124,6 +127,8 @@ struct TransparentCaptureEngineTests {
                 Self.curl("tunnel-denied", ["--cacert", setup.pki.caPath, "https://unscoped.test/denied"]),
                 Self.curl("loop", ["http://127.0.0.1:\(Self.forwardPort)/loop"]),
                 Self.curl("not-redirected", ["http://127.0.0.1:\(Self.transparentPort)/direct"]),
+                // The name resolves to both addresses: the connection still goes where the client was going.
+                Self.curl("pinned", ["--resolve", "both.scoped.test:80:10.77.0.1", "http://both.scoped.test/pinned"]),
                 // Root is not redirected: straight to the origin, nothing injected.
                 ["name": "root", "argv": ["curl", "-sS", "-m", "20", "http://api.scoped.test/root"]],
             ])
@@ -144,6 +149,9 @@ struct TransparentCaptureEngineTests {
         // The TLS decoy is the address literal: not intercepted, and tunnels are denied.
         #expect(report.command("decoy-tls")?.rc != 0)
         #expect(!unscoped443.contains { $0.path == "/decoy-tls" } && !scoped443.contains { $0.path == "/decoy-tls" })
+        // Pinned: the proxy connected to the original destination, not to the name's first address.
+        #expect(report.command("pinned")?.rc == 0)
+        #expect(scoped80.contains { $0.path == "/pinned" } && !unscoped80.contains { $0.path == "/pinned" })
         // TLS to an unscoped host with tunnels denied: closed, nothing reached the origin.
         #expect(report.command("tunnel-denied")?.rc != 0)
         #expect(unscoped443.isEmpty)
