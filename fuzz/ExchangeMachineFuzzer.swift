@@ -334,7 +334,7 @@ private struct Harness {
         let actions = machine.handle(event)
         if tracing { printTrace(event, actions) }
         switch event {
-        case .upstreamConnected(let hop, _): hops[hop.value]?.connectedEvent = true
+        case .upstreamConnected(let hop, _, _): hops[hop.value]?.connectedEvent = true
         case .requestBody(let hop, .complete), .requestBody(let hop, .invalid), .requestBody(let hop, .cut), .requestBody(let hop, .blocked):
             hops[hop.value]?.requestComplete = true
         default: break
@@ -368,7 +368,7 @@ private struct Harness {
 
     func hopOf(_ event: ConnectionEvent) -> HopID? {
         switch event {
-        case .upstreamConnected(let hop, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
+        case .upstreamConnected(let hop, _, _), .upstreamConnectFailed(let hop, _), .requestBody(let hop, _),
             .responseHead(let hop, _, _), .responseHeadInvalid(let hop, _), .responseBody(let hop, _),
             .upstreamClosed(let hop, _), .tunnelBytes(let hop, _, _), .webSocketStopped(let hop, _, _),
             .webSocketScrubbed(let hop, _):
@@ -397,7 +397,7 @@ private struct Harness {
                 }
             case .startClientTLS(let origin):
                 fixedOrigin = origin
-            case .connect(let hop, let origin, _, _):
+            case .connect(let hop, let origin, _, _, _):
                 if hops[hop.value] != nil { fail("\(hop) connected twice") }
                 if let live = hops.first(where: { !$0.value.released }) { fail("\(hop) connected while hop\(live.key) is live") }
                 guard let unit = units.indices.last else { fail("connect with no request") }

@@ -406,7 +406,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
             switch action {
             case .writeToClient, .closeClient, .readNextRequest, .startClientTLS, .splice, .finishTunnel, .relayWebSocket:
                 fail("\(name): an HTTP/1.1 action \(action)")
-            case .connect(let hop, let origin, _, _):
+            case .connect(let hop, let origin, _, _, _):
                 // Hop ids are the stream machine's own (each stream counts from 1).
                 if stream.origins[hop] != nil { fail("\(name): \(hop) connected twice") }
                 stream.origins[hop] = origin

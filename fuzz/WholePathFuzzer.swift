@@ -88,7 +88,7 @@ private struct WholePath {
             let said = actions.map { action in
                 switch action {
                 case .writeToClient(let bytes): "write \(String(decoding: bytes.prefix(while: { $0 != 13 }), as: UTF8.self))"
-                case .connect(let hop, let origin, _, _): "connect \(hop) \(origin)"
+                case .connect(let hop, let origin, _, _, _): "connect \(hop) \(origin)"
                 default: "\(action)".prefix(60).description
                 }
             }
@@ -107,7 +107,7 @@ private struct WholePath {
                         fuzzCheck(finals <= 1, "second final response to one request")
                     }
                 }
-            case .connect(let hop, let origin, _, _):
+            case .connect(let hop, let origin, _, _, _):
                 fuzzCheck(connected[hop.value] == nil, "\(hop) connected twice")
                 connected[hop.value] = origin
                 newHops.append(hop)

@@ -72,9 +72,10 @@ public enum Admission: Sendable, Equatable {
     /// was not read, so the byte stream cannot carry another request.
     case reject(ProxyError)
     /// CONNECT to a host that is not intercepted, where tunnels are allowed: splice bytes.
-    case tunnel(Origin, client: ClientIdentity)
-    /// CONNECT to an intercepted host: terminate TLS with the local CA.
-    case intercept(Origin, client: ClientIdentity)
+    case tunnel(Origin, client: ClientIdentity, egress: EgressClearance)
+    /// CONNECT to an intercepted host: terminate TLS with the local CA (each request inside is
+    /// checked against the egress policy again, as a hop).
+    case intercept(Origin, client: ClientIdentity, egress: EgressClearance)
     case forward(ClientRequest)
 }
 
@@ -222,11 +223,16 @@ public enum RequestAdmission {
             return .reject(ProxyError(error))
         }
         let origin = Origin(scheme: .https, host: host, port: port)
+        let egress: EgressClearance
+        switch EgressClearance.clear(origin, client: client, scope: scope) {
+        case .success(let clearance): egress = clearance
+        case .failure(let error): return .reject(error)
+        }
         if policy.canIntercept, scope.interceptHosts.contains(origin.host) {
-            return .intercept(origin, client: client)
+            return .intercept(origin, client: client, egress: egress)
         }
         guard policy.tunnel == .allow else { return .reject(.tunnelDenied(origin)) }
-        return .tunnel(origin, client: client)
+        return .tunnel(origin, client: client, egress: egress)
     }
 
     /// RFC 9112 §3.2: exactly one Host on HTTP/1.1, and a valid one. With an absolute-form target its

@@ -188,8 +188,8 @@ public struct ConnectionMachine {
             guard case .awaitingHead(let wait) = state, wait != .started else { return impossible(.http2AfterHTTP1) }
             effects.cancelTimer()
             state = .multiplexed
-        case .upstreamConnected(let hop, let reused):
-            toExchange(.upstreamConnected(hop, reused: reused))
+        case .upstreamConnected(let hop, let reused, let peer):
+            toExchange(.upstreamConnected(hop, reused: reused, peer: peer))
         case .upstreamConnectFailed(let hop, let error):
             toExchange(.upstreamConnectFailed(hop, error))
         case .requestBody(let hop, let progress):
@@ -330,7 +330,7 @@ public struct ConnectionMachine {
         covering = nil
         switch admission {
         case .reject(.rateLimited(let client, _)): record.clientID = client
-        case .intercept(_, let client), .tunnel(_, let client): record.clientID = client.name
+        case .intercept(_, let client, _), .tunnel(_, let client, _): record.clientID = client.name
         case .forward(let request): record.clientID = request.client.name
         case .reject: break
         }
@@ -340,8 +340,11 @@ public struct ConnectionMachine {
             // still names where the request was going whenever its target can be read.
             record.noteTarget(of: head, fixedOrigin: mode.fixedOrigin)
             reject(error, record: record, consumedBody: false)
-        case .intercept(let origin, let client):
+        case .intercept(let origin, let client, let egress):
             record.origin = origin
+            if let rule = egress.reported {
+                record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: "\(egress.destination)", address: nil)
+            }
             record.status = 200
             record.tunnel = .intercept
             // Counted under the scopes whose origin the tunnel is for (the requests inside are too).
@@ -355,12 +358,12 @@ public struct ConnectionMachine {
             // The handshake runs under `client_header`, as the head it precedes would.
             state = .handshaking(record)
             effects.arm(.clientHead)
-        case .tunnel(let origin, let client):
+        case .tunnel(let origin, let client, let egress):
             record.origin = origin
             let request = ClientRequest(head: head, origin: origin, pathAndQuery: "", userinfo: nil, framing: .none, client: client)
             let exchange = newExchange(request, arrival, record)
             state = .exchange(exchange)
-            exchange.startTunnel(to: origin, &effects)
+            exchange.startTunnel(to: origin, egress: egress, &effects)
         case .forward(let request):
             record.origin = request.origin
             record.pathAndQuery = request.pathAndQuery

@@ -178,9 +178,9 @@ public final class ExchangeMachine {
     }
 
     /// A CONNECT tunnel: one raw hop to the origin; bytes are spliced once it connects.
-    public func startTunnel(to origin: Origin, _ effects: inout MachineEffects) {
+    public func startTunnel(to origin: Origin, egress: EgressClearance, _ effects: inout MachineEffects) {
         let hop = Hop(
-            target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), decision: ScopeDecision(),
+            target: HopTarget(origin: origin, method: "CONNECT", pathAndQuery: ""), egress: egress, decision: ScopeDecision(),
             head: [], body: .none, isUpgrade: false)
         begin(HopState(hop: hop, id: effects.nextHopID(), tokens: [:]), &effects)
     }
@@ -213,8 +213,12 @@ public final class ExchangeMachine {
         hopState = state
         phase = .hop
         effects.arm(.connect)
+        if let rule = state.hop.egress.reported {
+            record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: "\(state.hop.egress.destination)", address: nil)
+        }
         let transport: UpstreamTransport = isConnect ? .raw : state.hop.origin.scheme == .https ? .tls : .plain
-        effects.append(.connect(state.id, state.hop.origin, transport, reusePooled: transport != .raw && !state.retried))
+        effects.append(
+            .connect(state.id, state.hop.origin, transport, reusePooled: transport != .raw && !state.retried, egress: state.hop.egress))
     }
 
     // MARK: Access tokens
@@ -273,7 +277,7 @@ public final class ExchangeMachine {
         case .tokenReady(let secret, let token): tokenReady(secret, token, &effects)
         case .tokenFailed(let secret, let endpoint, let reason): tokenFailed(secret, endpoint: endpoint, reason: reason)
         case .timerFired(let purpose): timerFired(purpose, &effects)
-        case .upstreamConnected(let hop, let reused): upstreamConnected(hop, reused: reused, &effects)
+        case .upstreamConnected(let hop, let reused, let peer): upstreamConnected(hop, reused: reused, peer: peer, &effects)
         case .upstreamConnectFailed(let hop, let error):
             onCurrentHop(hop) { $0.connected ? .ignored(.notAwaited) : fail(error, &effects) }
         case .requestBody(let hop, let progress):
@@ -355,9 +359,16 @@ public final class ExchangeMachine {
 
     // MARK: Hop: connect → send → request body
 
-    private func upstreamConnected(_ hop: HopID, reused: Bool, _ effects: inout MachineEffects) -> ExchangeOutcome {
+    private func upstreamConnected(_ hop: HopID, reused: Bool, peer: UpstreamPeer?, _ effects: inout MachineEffects) -> ExchangeOutcome {
         guard currentHop == hop, var current = hopState else { return .ignored(.staleHop) }
         guard !current.connected else { return .ignored(.notAwaited) }
+        if let peer {
+            record.upstreamAddress = peer.address
+            if let rule = peer.reported, record.egressReported == nil {
+                record.egressReported = EgressNote(
+                    decision: .reportDeny, rule: rule, destination: "\(current.hop.egress.destination)", address: peer.address)
+            }
+        }
         current.connected = true
         current.reused = reused
         hopState = current
@@ -545,7 +556,7 @@ public final class ExchangeMachine {
 /// The events of an exchange: the upstream side's, the token source's, the collection's and the
 /// timers (the connection passes on those of its current exchange).
 public enum ExchangeEvent: Sendable {
-    case upstreamConnected(HopID, reused: Bool)
+    case upstreamConnected(HopID, reused: Bool, peer: UpstreamPeer? = nil)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)
     case collectedBody(CollectedBody)

@@ -46,6 +46,19 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var scrubSkipped: String?
     /// What the egress guard stopped (a value or a placeholder that may not go to this origin).
     public var guardFinding: SecretFinding?
+    /// `mode: report`: an egress rule would have denied this exchange's destination (a refusal is
+    /// the failure `egress_denied`; `egressNote` reads both).
+    public var egressReported: EgressNote?
+    /// The address and port the upstream connection went to (`93.184.216.34:443`), once connected.
+    public var upstreamAddress: String?
+
+    /// What the egress policy said about this exchange, when it denied or would have denied it.
+    public var egressNote: EgressNote? {
+        if case .proxy(.egressDenied(let refusal)) = failure {
+            return EgressNote(decision: .deny, rule: refusal.rule, destination: "\(refusal.destination)", address: refusal.address)
+        }
+        return egressReported
+    }
 
     /// What the client spoke (the log's `proto`): the HTTP/1 version of its request line, HTTP/2 over
     /// TLS (`h2`) or with prior knowledge on the plain listener (`h2c`), or WebSocket after an upgrade.
@@ -158,6 +171,45 @@ public enum TunnelDecision: String, Sendable, Equatable {
 }
 
 /// Why an exchange did not end with a complete response.
+/// An egress decision worth a line's attention (docs/egress.md, "In the log").
+public struct EgressNote: Sendable, Equatable {
+    public enum Decision: String, Sendable, Equatable {
+        case deny
+        /// `mode: report`: let through, and said.
+        case reportDeny = "report_deny"
+    }
+
+    public let decision: Decision
+    /// `default deny`, `deny_ips: private`, ...
+    public let rule: String
+    /// HOST:PORT as requested.
+    public let destination: String
+    /// The resolved address a `deny_ips` rule named.
+    public let address: String?
+
+    public init(decision: Decision, rule: String, destination: String, address: String?) {
+        self.decision = decision
+        self.rule = rule
+        self.destination = destination
+        self.address = address
+    }
+
+    /// `DECISION:RULE` as one word of a text line (`deny:default_deny`, `report_deny:deny_ips:private`).
+    public var word: String {
+        var text = decision.rawValue + ":"
+        var previous: Character = " "
+        for character in rule {
+            if character == " " {
+                if previous != ":" { text.append("_") }
+            } else {
+                text.append(character)
+            }
+            previous = character
+        }
+        return text
+    }
+}
+
 public enum ExchangeFailure: Sendable, Equatable {
     /// The proxy answered with an error of its own.
     case proxy(ProxyError)

@@ -55,15 +55,19 @@ public struct Hop: Sendable, Equatable {
     public let placeholderRequest: PlaceholderRequest?
     /// A WebSocket upgrade whose frames the proxy reads after the 101 (nil: spliced unread, or no upgrade).
     public let webSocket: WebSocketFramePlan?
+    /// The egress policy let this hop's destination through by name; the connect checks each
+    /// address it resolves to against the same rules (docs/egress.md).
+    public let egress: EgressClearance
 
     public init(
-        target: HopTarget, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
+        target: HopTarget, egress: EgressClearance, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
         isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
         signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
         placeholderRequest: PlaceholderRequest? = nil, webSocket: WebSocketFramePlan? = nil
     ) {
         self.placeholderRequest = placeholderRequest
         self.webSocket = webSocket
+        self.egress = egress
         self.signed = signed
         self.scrubScopes = scrubScopes
         self.scrubNames = scrubNames
@@ -90,6 +94,13 @@ public enum HopPlanner {
         _ request: ClientRequest, to target: HopTarget, body: HopBody, chain: RedirectChain, scope: ScopeContext,
         requestID: String, wallClock: Int64, tokens: [String: SecretValue] = [:]
     ) -> Result<Hop, ProxyError> {
+        // Every hop (the client's request, a followed redirect, a request inside an intercepted
+        // tunnel) is planned here, so none reaches a destination the egress policy denies.
+        let egress: EgressClearance
+        switch EgressClearance.clear(target.origin, client: request.client, scope: scope) {
+        case .success(let clearance): egress = clearance
+        case .failure(let error): return .failure(error)
+        }
         var planning = Planning(request, to: target, body: body, chain: chain, scope: scope, tokens: tokens)
         do throws(ProxyError) {
             try planning.substitutePlaceholders()
@@ -98,7 +109,7 @@ public enum HopPlanner {
             planning.keepWebSocketFramesReadable()
             let head = planning.serializedHead()
             let watch = try planning.guardEgress(head)
-            return .success(planning.hop(head: head, scrub: planning.responseScrub(chain: chain), egressWatch: watch))
+            return .success(planning.hop(head: head, scrub: planning.responseScrub(chain: chain), egressWatch: watch, egress: egress))
         } catch {
             return .failure(error)
         }
@@ -403,11 +414,13 @@ public enum HopPlanner {
             return (scope.values.scrubWatch(names), 0, names)
         }
 
-        func hop(head: [UInt8], scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?) -> Hop {
+        func hop(
+            head: [UInt8], scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?, egress: EgressClearance
+        ) -> Hop {
             var streamedGuard: SecretWatch?
             if case .streamed = body { streamedGuard = egressWatch }
             return Hop(
-                target: target, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
+                target: target, egress: egress, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
                 isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
                 signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
                 placeholderRequest: streamedGuard == nil && !readsWebSocketFrames ? nil : placeholderFacts(),

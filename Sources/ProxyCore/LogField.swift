@@ -20,6 +20,8 @@ public enum LogField: String, CaseIterable, Sendable {
     case scope, injected, stripped, signed, substituted, scrubbed
     case scrubSkipped = "scrub_skipped"
     case `guard`
+    case egress
+    case upstream
     case reason, redirect
     case requestHeaders = "req_headers"
     case responseHeaders = "resp_headers"
@@ -122,6 +124,7 @@ public enum LogFact: Sendable, Equatable, CustomStringConvertible {
     case body(ExchangeRecord.ObservedBody)
     case tunnel(TunnelDecision)
     case failure(ExchangeFailure)
+    case egress(EgressNote)
 
     public var description: String {
         switch self {
@@ -139,6 +142,7 @@ public enum LogFact: Sendable, Equatable, CustomStringConvertible {
         case .body(let body): "\(body.total) bytes"
         case .tunnel(let decision): decision.rawValue
         case .failure(let failure): failure.code
+        case .egress(let note): note.word
         }
     }
 }
@@ -301,6 +305,20 @@ extension LogField {
                     + "(N: the value's offset in its base64 group, 0-2) (`error` says `secret_egress_blocked` or "
                     + "`placeholder_out_of_scope`); text: `guard=SECRET:value\\|placeholder:FORM`"
             ) { $0.guardFinding.map(LogFact.finding) }
+        case .egress:
+            LogFieldRow(
+                // The destination is the origin the client named (as in `url`), never more of it.
+                .every, .whenSet, .url, text: .keyed("egress"),
+                "only when the egress policy denied the destination, or would have in `mode: report`: `decision` (`deny` or "
+                    + "`report_deny`), `rule` (`default deny`, `deny_ips: NAME` or `deny_ips: CIDR`), `destination` (the requested "
+                    + "HOST:PORT) and, for a `deny_ips` rule, `address` (what the name resolved to); text: `egress=DECISION:RULE` with spaces dropped after `:` and `_` for the others (`egress=deny:default_deny`)"
+            ) { $0.egressNote.map(LogFact.egress) }
+        case .upstream:
+            LogFieldRow(
+                .every, .whenSet, .none, text: .keyed("upstream"),
+                "the address and port the upstream connection went to (`93.184.216.34:443`, `[2001:db8::1]:443`), once connected "
+                    + "(a pooled connection: the address it was opened to)"
+            ) { $0.upstreamAddress.map(LogFact.text) }
         case .reason:
             LogFieldRow(
                 .every, .whenSet, .none, text: .keyed("reason"),

@@ -156,7 +156,8 @@ public enum ConnectionEvent: Sendable {
     case switchedToHTTP2
     /// ... or failed, and why (the engine reads the TLS alert or error).
     case clientTLSFailed(ClientTLSFailure)
-    case upstreamConnected(HopID, reused: Bool)
+    /// `peer`: where the connection goes (nil from tables that do not care).
+    case upstreamConnected(HopID, reused: Bool, peer: UpstreamPeer? = nil)
     case upstreamConnectFailed(HopID, ProxyError)
     case requestBody(HopID, BodyProgress)
     case collectedBody(CollectedBody)
@@ -199,8 +200,9 @@ public enum ConnectionAction: Sendable, Equatable {
     /// Parse a request head already buffered (pipelining), if any.
     case readNextRequest
     case closeClient(ClientClose)
-    /// Open (or, with `reusePooled`, take from the pool) a connection for the hop.
-    case connect(HopID, Origin, UpstreamTransport, reusePooled: Bool)
+    /// Open (or, with `reusePooled`, take from the pool) a connection for the hop, to an address
+    /// the hop's egress clearance admits (docs/egress.md).
+    case connect(HopID, Origin, UpstreamTransport, reusePooled: Bool, egress: EgressClearance)
     case sendToUpstream(HopID, [UInt8])
     /// Read the client's request body whole (at most `limit` bytes) before any hop exists: the
     /// scope decision depends on it. Progress comes back as `collectedBody`.

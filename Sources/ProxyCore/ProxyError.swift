@@ -74,6 +74,10 @@ public enum ProxyError: Error, Equatable, Sendable {
     /// CONNECT on an HTTP/2 stream that is not served: a tunnel (RFC 9113 §8.5) or, `extended`, an
     /// RFC 8441 `:protocol` other than `websocket` (which is served). Nothing was sent.
     case connectOverHTTP2(extended: Bool)
+    /// The egress policy (docs/egress.md) does not let this client reach the destination: by name
+    /// (`default deny`) before anything was resolved, or by the address it resolved to
+    /// (`deny_ips`) before anything was connected.
+    case egressDenied(EgressRefusal)
 
     public init(_ error: HTTPParseError) {
         switch error {
@@ -90,7 +94,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     public var status: Int {
         switch self {
         case .malformedRequest, .notProxyRequest, .hostMismatch, .unsupportedTarget, .tlsToPlainListener: 400
-        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused: 403
+        case .tunnelDenied, .placeholderOutOfScope, .secretEgressBlocked, .loopRefused, .egressDenied: 403
         case .misdirectedRequest: 421
         case .connectOverHTTP2: 501
         case .proxyAuthenticationRequired: 407
@@ -150,6 +154,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .loopRefused: "loop_refused"
         case .misdirectedRequest: "misdirected_request"
         case .connectOverHTTP2: "connect_over_http2_unsupported"
+        case .egressDenied: "egress_denied"
         }
     }
 
@@ -220,6 +225,9 @@ public enum ProxyError: Error, Equatable, Sendable {
             "CONNECT on an HTTP/2 stream is not supported yet: open the tunnel with an HTTP/1.1 CONNECT to the proxy"
         case .connectOverHTTP2(extended: true):
             "extended CONNECT (RFC 8441) is served for :protocol websocket only; for another protocol use an HTTP/1.1 Upgrade or CONNECT"
+        case .egressDenied(let refusal):
+            "the egress policy does not allow "
+                + (refusal.client.map { "client '\($0)'" } ?? "this client") + " to reach \(refusal.destination) (\(refusal.rule)); nothing was sent"
         }
     }
 
@@ -331,6 +339,14 @@ public enum ProxyError: Error, Equatable, Sendable {
         json.string("error", code)
         json.string("message", message)
         json.string("id", requestID)
+        if case .egressDenied(let refusal) = self {
+            // What an agent acts on: where it was going, the rule, who it is, and what would change it.
+            json.string("destination", "\(refusal.destination)")
+            json.string("rule", refusal.rule)
+            if let client = refusal.client { json.string("client", client) } else { json.raw("client", "null") }
+            if let address = refusal.address { json.string("address", address) }
+            json.string("hint", refusal.hint)
+        }
         let body = json.finish() + [0x0A]
         var fields = HTTPFields()
         fields.reserveCapacity(6)

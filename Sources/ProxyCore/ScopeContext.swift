@@ -22,6 +22,8 @@ public final class ScopeContext: Sendable {
     public let tokens: (any AccessTokenSource)?
     /// The `oauth2:` secrets' names (a request that injects one waits for its token first).
     public let tokenSecrets: Set<String>
+    /// Where clients may connect at all (`egress:`, docs/egress.md).
+    public let egress: EgressPolicy
 
     /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
     /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
@@ -30,8 +32,9 @@ public final class ScopeContext: Sendable {
         policy: ScopePolicy, redirects: RedirectPolicy = RedirectPolicy(), secrets: any SecretLookup = StaticSecrets([:]),
         proxyAuthSecret: String? = nil, clients: [ClientRule] = [], interceptHosts: Set<String> = [],
         protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
-        tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil
+        tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil, egress: EgressPolicy = .standard
     ) {
+        self.egress = egress
         self.protection = protection
         self.values = values
         self.tokens = tokens

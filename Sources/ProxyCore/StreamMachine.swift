@@ -194,7 +194,7 @@ public struct StreamMachine {
         covering = nil
         switch admission {
         case .reject(.rateLimited(let client, _)): record.clientID = client
-        case .intercept(_, let client), .tunnel(_, let client): record.clientID = client.name
+        case .intercept(_, let client, _), .tunnel(_, let client, _): record.clientID = client.name
         case .forward(let request): record.clientID = request.client.name
         case .reject: break
         }
@@ -308,8 +308,8 @@ public struct StreamMachine {
             case .awaitingHead: state = .finished
             case .finished: ignore(.afterClose)
             }
-        case .upstreamConnected(let hop, let reused):
-            toExchange(.upstreamConnected(hop, reused: reused))
+        case .upstreamConnected(let hop, let reused, let peer):
+            toExchange(.upstreamConnected(hop, reused: reused, peer: peer))
         case .upstreamConnectFailed(let hop, let error):
             toExchange(.upstreamConnectFailed(hop, error))
         case .requestBody(let hop, let progress):

@@ -238,6 +238,13 @@ public final class AccessLog: Sendable {
             line.string(name, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
         case .tunnel(let decision): line.string(name, decision.rawValue)
         case .failure(let failure): line.string(name, failure.code)
+        case .egress(let note):
+            line.beginObject(name)
+            line.string("decision", note.decision.rawValue)
+            line.string("rule", note.rule)
+            line.string("destination", note.destination)
+            line.optionalString("address", note.address)
+            line.endObject()
         }
     }
 
@@ -319,6 +326,7 @@ public final class AccessLog: Sendable {
         case .redirect(let redirect): line += "\(redirect.decision.rawValue):\(redirect.origin?.withPort ?? "unreadable")".utf8
         case .tunnel(let decision): line += decision.rawValue.utf8
         case .failure(let failure): line += failure.code.utf8
+        case .egress(let note): line += note.word.utf8
         case .fields, .body:
             // Never placed on a text line (`LogTextForm.jsonOnly`); a count, if ever, never a value.
             line += fact.description.utf8

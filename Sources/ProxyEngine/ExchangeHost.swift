@@ -71,8 +71,8 @@ extension ExchangeHost {
     /// to the client, a tunnel, the close), which the host carries out itself.
     func executeExchangeAction(_ action: ConnectionAction) -> Bool {
         switch action {
-        case .connect(let hop, let origin, let upstreamTransport, let reusePooled):
-            connect(hop, origin, upstreamTransport, reusePooled: reusePooled)
+        case .connect(let hop, let origin, let upstreamTransport, let reusePooled, let egress):
+            connect(hop, origin, upstreamTransport, reusePooled: reusePooled, egress: egress)
         case .sendToUpstream(let hop, let bytes):
             if let leg, leg.hop == hop { leg.write(bytes) }
         case .collectRequestBody(let framing, let limit):
@@ -108,13 +108,13 @@ extension ExchangeHost {
 
     // MARK: The hop's leg
 
-    func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool) {
+    func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool, egress: EgressClearance) {
         if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
         // A hop to a transparent connection's own origin goes to the address the client was going
         // to, never to what its name resolves to now; such legs are never pooled (`PinnedUpstream`).
         if let pin = pinnedUpstream, pin.origin == origin {
             let leg = UpstreamLeg(
-                hop: hop, origin: origin, transport: upstreamTransport, http2: .never, worker: worker, owner: self,
+                hop: hop, origin: origin, transport: upstreamTransport, http2: .never, egress: egress, worker: worker, owner: self,
                 inputLimit: bodyBufferLimit, pinnedAddress: pin.address)
             self.leg = leg
             leg.connect()
@@ -123,13 +123,14 @@ extension ExchangeHost {
         var http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
         if http2 == .priorKnowledge, worker.pool.speaksOnlyHTTP1(origin) { http2 = .never }
         let leg = UpstreamLeg(
-            hop: hop, origin: origin, transport: upstreamTransport, http2: http2, worker: worker, owner: self, inputLimit: bodyBufferLimit)
+            hop: hop, origin: origin, transport: upstreamTransport, http2: http2, egress: egress, worker: worker, owner: self,
+            inputLimit: bodyBufferLimit)
         self.leg = leg
         if reusePooled, leg.joinSharedHTTP2() {
             return  // connected (a stream on a live HTTP/2 connection)
-        } else if reusePooled, let pooled = worker.pool.checkout(origin) {
+        } else if reusePooled, let pooled = worker.pool.checkout(origin, admitting: egress) {
             leg.attach(pooled: pooled)
-            deliver(.upstreamConnected(hop, reused: true))
+            deliver(.upstreamConnected(hop, reused: true, peer: leg.upstreamPeer))
         } else {
             leg.connect()
         }
@@ -143,7 +144,7 @@ extension ExchangeHost {
 
     func legConnected(_ leg: UpstreamLeg) {
         guard leg === self.leg else { return }
-        deliver(.upstreamConnected(leg.hop, reused: leg.joinedSharedConnection))
+        deliver(.upstreamConnected(leg.hop, reused: leg.joinedSharedConnection, peer: leg.upstreamPeer))
         flushOutputs()
     }
 

@@ -24,6 +24,7 @@ public enum MetricName: String, CaseIterable, Sendable {
     case tokenFetches = "scopeproxy_token_fetches_total"
     case refreshTokenRotations = "scopeproxy_refresh_token_rotations_total"
     case egressBlocked = "scopeproxy_egress_blocked_total"
+    case egressDenied = "scopeproxy_egress_denied_total"
     case logLinesDropped = "scopeproxy_log_lines_dropped_total"
     case logWriteErrors = "scopeproxy_log_write_errors_total"
     case connectionLimitWaits = "scopeproxy_connection_limit_waits_total"
@@ -65,6 +66,7 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .scrubbed: ["secret"]
         case .tokenFetches, .refreshTokenRotations: ["secret", "result"]
         case .egressBlocked: ["secret", "kind"]
+        case .egressDenied: ["rule", "client", "decision"]
         case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits, .impossibleEvents,
             .clientConnections, .upstreamConnections, .h2BufferedBytes, .h2BufferedBytesPeak, .h2UpstreamBufferedBytes,
             .h2UpstreamBufferedBytesPeak:
@@ -99,6 +101,8 @@ public enum MetricName: String, CaseIterable, Sendable {
             "Rotated OAuth2 refresh tokens, by secret and what became of them (persisted, memory_only, write_failed)."
         case .egressBlocked:
             "Requests stopped because they carried a secret's value or placeholder toward an origin outside its scopes, by secret name and kind (value or placeholder)."
+        case .egressDenied:
+            "Destinations the egress policy denied (decision deny: 403 egress_denied) or would have denied (report_deny, mode: report), by rule (default deny, deny_ips: NAME or CIDR) and client."
         case .logLinesDropped: "Access log lines dropped because the writer fell behind."
         case .logWriteErrors: "Access log writes that failed (disk full, closed pipe); their lines are lost."
         case .connectionLimitWaits: "Accepted connections that waited because limits.max_connections was reached."

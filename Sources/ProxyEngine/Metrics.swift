@@ -69,6 +69,14 @@ public final class Metrics: Sendable {
             var secret: String
             var placeholder: Bool
         }
+        /// Egress denials (and report-mode would-be denials), by rule, client and decision: rules
+        /// and clients come from the configuration, so the set is bounded by it.
+        var egressDenied: [EgressKey: UInt64] = [:]
+        struct EgressKey: Hashable {
+            var rule: String
+            var client: String
+            var decision: EgressNote.Decision
+        }
     }
 
     private let exchanges = Locked(ExchangeCounters())
@@ -100,6 +108,9 @@ public final class Metrics: Sendable {
             if let finding = record.guardFinding {
                 counters.egressBlocked[.init(secret: finding.secret, placeholder: finding.isPlaceholder), default: 0] += 1
             }
+            if let note = record.egressNote {
+                counters.egressDenied[.init(rule: note.rule, client: record.clientID ?? "none", decision: note.decision), default: 0] += 1
+            }
         }
     }
 
@@ -120,7 +131,7 @@ public final class Metrics: Sendable {
                 counters.requests.count + counters.injected.count + counters.stripped.count + counters.redirects.count
                     + counters.protocols.count
                     + counters.upstreamErrors.count + counters.rateLimited.count + counters.clientRefusals.count
-                    + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count
+                    + counters.scrubbed.count + counters.signed.count + counters.egressBlocked.count + counters.egressDenied.count
             }
     }
 
@@ -150,6 +161,7 @@ public final class Metrics: Sendable {
         for (key, count) in exchange.egressBlocked {
             add(.egressBlocked, [key.secret, key.placeholder ? "placeholder" : "value"], count)
         }
+        for (key, count) in exchange.egressDenied { add(.egressDenied, [key.rule, key.client, key.decision.rawValue], count) }
         return result
     }
 

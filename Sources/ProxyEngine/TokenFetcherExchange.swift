@@ -49,7 +49,9 @@ final class TokenExchange: UpstreamConnectorDelegate {
                 withExtendedLifetime(exchange) { exchange.timedOut() }
             }, context)
         if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.connect) }
-        let connector = UpstreamConnector(origin: origin, worker: worker, tls: origin.scheme == .https)
+        let connector = UpstreamConnector(
+            // The proxy's own fetch of a configured endpoint: egress does not govern it (docs/egress.md).
+            origin: origin, worker: worker, tls: origin.scheme == .https, egress: nil)
         connector.delegate = self
         phase = .connecting(connector)
         connector.start()

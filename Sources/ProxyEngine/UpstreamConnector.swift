@@ -2,6 +2,7 @@ import CLibevent
 import COpenSSL
 import HTTP1Codec
 import ProxyCore
+import ScopePolicy
 
 #if canImport(Glibc)
     import Glibc
@@ -25,6 +26,13 @@ final class UpstreamConnector {
     let useTLS: Bool
     /// What the leg may speak: ALPN offers `h2` (TLS), or h2c with prior knowledge (plain).
     let http2: UpstreamHTTP2
+    /// The hop's egress clearance: every address is checked against its `deny_ips` before it is
+    /// connected to, and only an address it admits is (nil: the proxy's own fetch of a configured
+    /// endpoint, which egress does not govern; docs/egress.md).
+    let egress: EgressClearance?
+    /// The address being connected to, then the one connected (for the log and for a pooled
+    /// connection's later reuse), with a `mode: report` rule that would have refused it.
+    private(set) var peer: (endpoint: SocketOwnerTable.Endpoint, reported: String?)?
     private unowned let worker: Worker
     weak var delegate: UpstreamConnectorDelegate?
     private var lookup: OpaquePointer?
@@ -33,13 +41,19 @@ final class UpstreamConnector {
     private var nextAddress = 0
     private var connecting: OpaquePointer?
     private var finished = false
+    private var firstDenial: (rule: String, address: IPAddress)?
+    private var triedAllowed = false
 
     /// Connect here instead of resolving the origin (the TLS session still verifies the origin's name).
     let pinnedAddress: sockaddr_storage?
 
-    init(origin: Origin, worker: Worker, tls: Bool, http2: UpstreamHTTP2 = .never, pinnedAddress: sockaddr_storage? = nil) {
+    init(
+        origin: Origin, worker: Worker, tls: Bool, http2: UpstreamHTTP2 = .never, egress: EgressClearance?,
+        pinnedAddress: sockaddr_storage? = nil
+    ) {
         self.pinnedAddress = pinnedAddress
         self.origin = origin
+        self.egress = egress
         self.http2 = http2
         self.worker = worker
         useTLS = tls
@@ -139,6 +153,19 @@ final class UpstreamConnector {
                 fail(.loopRefused(origin))
                 return
             }
+            guard let endpoint = OwnSockets.endpoint(address) else { continue }
+            // The address checked is the address connected to: no second lookup can swap it (DNS
+            // rebinding). A denied address is skipped; the next one of the name may be allowed.
+            var reported: String?
+            switch egress?.admits(endpoint.address) ?? .allowed {
+            case .allowed: break
+            case .reported(let rule): reported = rule
+            case .denied(let rule):
+                if firstDenial == nil { firstDenial = (rule, endpoint.address) }
+                continue
+            }
+            triedAllowed = true
+            peer = (endpoint, reported)
             guard let bev = makeBufferevent() else {
                 fail(.upstreamTLSHandshake(origin))
                 return
@@ -156,6 +183,12 @@ final class UpstreamConnector {
                 return
             }
             bufferevent_free(bev)
+        }
+        // Refused by the policy only when no address was allowed at all: otherwise the allowed
+        // ones failed to connect, and that is what the client is told.
+        if !triedAllowed, let egress, let (rule, address) = firstDenial {
+            fail(egress.refusal(rule: rule, address: address))
+            return
         }
         fail(.upstreamRefused(origin))
     }

@@ -35,6 +35,8 @@ enum UpstreamHTTP2: Equatable, Sendable {
 /// from inside the session or a pump, so no leg callback re-enters the session.
 final class UpstreamH2Connection: H2SessionDelegate {
     let origin: Origin
+    /// The address it was opened to: a hop joins it only where its egress rules admit that address.
+    let peer: SocketOwnerTable.Endpoint?
     private unowned let worker: Worker
     private(set) var bev: OpaquePointer?
     private(set) var session: H2Session!
@@ -68,8 +70,9 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// client's) raises its stream's window when the response starts (`UpstreamH2Stream`).
     static let initialStreamWindow = H2Stream.bufferLimit
 
-    init(origin: Origin, bev: OpaquePointer, worker: Worker, probing: UpstreamLeg? = nil) {
+    init(origin: Origin, bev: OpaquePointer, worker: Worker, peer: SocketOwnerTable.Endpoint?, probing: UpstreamLeg? = nil) {
         self.origin = origin
+        self.peer = peer
         self.bev = bev
         self.worker = worker
         confirmed = probing == nil

@@ -1,4 +1,5 @@
 import HTTP1Codec
+import ProxyCore
 
 /// A connect under way to an origin that may answer in HTTP/2 (ALPN offered, or h2c with prior
 /// knowledge). Hops to the same origin wait for it instead of each opening a connection of its
@@ -23,10 +24,14 @@ final class PendingHTTP2 {
     private(set) unowned var opener: UpstreamLeg
     /// Legs waiting for the outcome, in arrival order (each removes itself when its hop ends).
     private(set) var waiters: [UpstreamLeg] = []
+    /// The opener's egress clearance, which its connect checks addresses with: only hops whose
+    /// rules check addresses the same way wait for it.
+    let egress: EgressClearance
 
-    init(origin: Origin, opener: UpstreamLeg) {
+    init(origin: Origin, opener: UpstreamLeg, egress: EgressClearance) {
         self.origin = origin
         self.opener = opener
+        self.egress = egress
     }
 
     var hasRoom: Bool { waiters.count + 1 < UpstreamH2Connection.streamCap }

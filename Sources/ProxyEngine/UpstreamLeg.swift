@@ -1,6 +1,7 @@
 import CLibevent
 import HTTP1Codec
 import ProxyCore
+import ScopePolicy
 import SecretScan
 
 /// What an upstream leg reports to the connection that owns it.
@@ -36,6 +37,16 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     let hop: HopID
     let origin: Origin
     let transport: UpstreamTransport
+    /// The hop's egress clearance: what the connect checks addresses with, and what a pooled or
+    /// shared connection's address must pass before this hop reuses it (docs/egress.md).
+    let egress: EgressClearance
+    /// The address the connection went to, with a `mode: report` rule that would have refused it.
+    private(set) var peer: SocketOwnerTable.Endpoint?
+    private var reportedRule: String?
+    /// What the machine hears with `upstreamConnected`.
+    var upstreamPeer: UpstreamPeer? {
+        peer.map { UpstreamPeer(address: $0.address.isIPv4 ? "\($0.address):\($0.port)" : "[\($0.address)]:\($0.port)", reported: reportedRule) }
+    }
     /// What the leg may speak to its origin (`UpstreamHTTP2.choose`).
     private(set) var http2: UpstreamHTTP2
     /// The hop rides a stream of a shared HTTP/2 connection: `input` and `output` are the stream's
@@ -89,10 +100,11 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     let inputLimit: Int
 
     init(
-        hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, worker: Worker,
+        hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, egress: EgressClearance, worker: Worker,
         owner: UpstreamLegOwner, inputLimit: Int? = nil, pinnedAddress: sockaddr_storage? = nil
     ) {
         self.pinnedAddress = pinnedAddress
+        self.egress = egress
         self.inputLimit = inputLimit ?? worker.configuration.limits.bufferHighWatermark
         self.hop = hop
         self.origin = origin
@@ -110,6 +122,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     /// Takes an idle pooled connection (its pool callbacks are already removed), with its reader.
     func attach(pooled: UpstreamConnection) {
+        peer = pooled.peer
+        reportedRule = reported(pooled.peer)
         install(pooled.bev, reader: pooled.reader)
     }
 
@@ -119,11 +133,12 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// (`PendingHTTP2`, RFC 9113 §9.1).
     func connect() {
         if http2 != .never, !worker.pool.speaksOnlyHTTP1(origin) {
-            if let probing = worker.pool.probingHTTP2(origin) {
+            if let probing = worker.pool.probingHTTP2(origin, admitting: egress) {
+                adopt(peerOf: probing)
                 h2 = probing.attachProbing(self)  // the owner hears `h2Confirmed` or a fall-back
                 return
             }
-            if let pending = worker.pool.pendingHTTP2WithRoom(origin) {
+            if let pending = worker.pool.pendingHTTP2WithRoom(origin, admitting: egress) {
                 pending.add(self)
                 waitingOn = pending
                 return
@@ -134,7 +149,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     }
 
     private func startConnector() {
-        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2, pinnedAddress: pinnedAddress)
+        let connector = UpstreamConnector(
+            origin: origin, worker: worker, tls: transport == .tls, http2: http2, egress: egress, pinnedAddress: pinnedAddress)
         connector.delegate = self
         self.connector = connector
         connector.start()
@@ -165,12 +181,16 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             return
         }
         self.connector = nil
+        if let connected = connector.peer {
+            peer = connected.endpoint
+            reportedRule = connected.reported
+        }
         let waiters = settleOpening()
         if h2 {
             // Prior knowledge is confirmed by the origin's first frame (`h2Confirmed`), or the leg
             // falls back to HTTP/1.1 (`h2FallBackToHTTP1`); ALPN already said h2.
             let probing = http2 == .priorKnowledge
-            let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker, probing: probing ? self : nil)
+            let connection = UpstreamH2Connection(origin: origin, bev: bev, worker: worker, peer: peer, probing: probing ? self : nil)
             worker.pool.addHTTP2(connection)
             self.h2 = connection.attach(self)
             if !probing { owner?.legConnected(self) }
@@ -188,6 +208,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// the origin's SETTINGS confirm it).
     private func joinOpened(_ connection: UpstreamH2Connection, probing: Bool) {
         guard !connection.goingAway else { return startConnector() }  // it ended already: a connect of its own
+        adopt(peerOf: connection)
         if probing {
             h2 = connection.attachProbing(self)
             return
@@ -209,7 +230,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// Takes a stream on a live HTTP/2 connection to this origin, if one has room; the owner hears
     /// `legConnected` before this returns true.
     func joinSharedHTTP2() -> Bool {
-        guard http2 != .never, let connection = worker.pool.sharedHTTP2(origin) else { return false }
+        guard http2 != .never, let connection = worker.pool.sharedHTTP2(origin, admitting: egress) else { return false }
+        adopt(peerOf: connection)
         h2 = connection.attach(self)
         joinedSharedConnection = true
         owner?.legConnected(self)
@@ -223,6 +245,18 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         owner?.legConnectFailed(self, error)
         // Same origin, same addresses: the hops that waited fail the same way, at once.
         for waiter in waiters { waiter.owner?.legConnectFailed(waiter, error) }
+    }
+
+    /// A connection another hop opened carries this one: its address, as this hop's rules see it.
+    private func adopt(peerOf connection: UpstreamH2Connection) {
+        peer = connection.peer
+        reportedRule = reported(connection.peer)
+    }
+
+    /// The `mode: report` rule this hop's egress would have refused `peer` with, if any.
+    private func reported(_ peer: SocketOwnerTable.Endpoint?) -> String? {
+        guard let peer, case .reported(let rule) = egress.admits(peer.address) else { return nil }
+        return rule
     }
 
     private func install(_ upstream: OpaquePointer, reader pooledReader: SocketReader? = nil) {
@@ -313,7 +347,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
             // A pinned leg's connection is never pooled (`PinnedUpstream`): it is closed.
             if reuse, pinnedAddress == nil, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
                 // The pool replaces our callbacks, on the bufferevent and on the reader.
-                worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream, reader: reader))
+                worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream, reader: reader, peer: peer))
             } else {
                 worker.pool.release(upstream, reader: reader)  // the reader stops, then bufferevent_free clears the callbacks
             }

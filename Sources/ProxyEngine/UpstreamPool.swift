@@ -1,6 +1,7 @@
 import CLibevent
 import HTTP1Codec
 import ProxyCore
+import ScopePolicy
 
 /// An idle upstream connection, known clean: its last response was read to the end and nothing
 /// arrived after it.
@@ -9,13 +10,16 @@ final class UpstreamConnection {
     let bev: OpaquePointer
     /// A plain connection's reader, kept registered across owners (the pool, then the next leg).
     let reader: SocketReader?
+    /// The address it was opened to: a hop reuses it only where its egress rules admit that address.
+    let peer: SocketOwnerTable.Endpoint?
     fileprivate(set) var idleSince: UInt64 = 0
     fileprivate weak var pool: UpstreamPool?
 
-    init(origin: Origin, bev: OpaquePointer, reader: SocketReader?) {
+    init(origin: Origin, bev: OpaquePointer, reader: SocketReader?, peer: SocketOwnerTable.Endpoint?) {
         self.origin = origin
         self.bev = bev
         self.reader = reader
+        self.peer = peer
     }
 }
 
@@ -50,9 +54,12 @@ final class UpstreamPool {
         metrics.upstreamConnections.subtract(1, ordering: .relaxed)
     }
 
-    /// The most recently used idle connection to `origin`, detached from the pool's callbacks.
-    func checkout(_ origin: Origin) -> UpstreamConnection? {
-        guard var list = idle[origin], let connection = list.popLast() else { return nil }
+    /// The most recently used idle connection to `origin` whose address the hop's egress rules
+    /// admit (a reload or another client's rules may deny what an earlier hop reached), detached
+    /// from the pool's callbacks.
+    func checkout(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamConnection? {
+        guard var list = idle[origin], let index = list.lastIndex(where: { egress.admitsPeer($0.peer) }) else { return nil }
+        let connection = list.remove(at: index)
         idle[origin] = list.isEmpty ? nil : list
         count -= 1
         connection.pool = nil
@@ -120,24 +127,26 @@ final class UpstreamPool {
 
     func speaksOnlyHTTP1(_ origin: Origin) -> Bool { http1Only.contains(origin) }
 
-    /// A live HTTP/2 connection to `origin` with room for one more stream.
-    func sharedHTTP2(_ origin: Origin) -> UpstreamH2Connection? {
-        http2[origin]?.first { $0.acceptsStream }
+    /// A live HTTP/2 connection to `origin` with room for one more stream, to an address the
+    /// hop's egress rules admit.
+    func sharedHTTP2(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamH2Connection? {
+        http2[origin]?.first { $0.acceptsStream && egress.admitsPeer($0.peer) }
     }
 
     /// An h2c connection whose origin has not answered our preface yet, with room for one more
-    /// stream that waits for the answer with it.
-    func probingHTTP2(_ origin: Origin) -> UpstreamH2Connection? {
-        http2[origin]?.first { $0.acceptsProbingStream }
+    /// stream that waits for the answer with it (to an address the hop's egress rules admit).
+    func probingHTTP2(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamH2Connection? {
+        http2[origin]?.first { $0.acceptsProbingStream && egress.admitsPeer($0.peer) }
     }
 
-    /// A connect under way to `origin` with room for one more waiting hop.
-    func pendingHTTP2WithRoom(_ origin: Origin) -> PendingHTTP2? {
-        pendingHTTP2[origin]?.first { $0.hasRoom }
+    /// A connect under way to `origin` with room for one more waiting hop, checking addresses the
+    /// way this hop's egress rules would (the connect it waits for is the opener's).
+    func pendingHTTP2WithRoom(_ origin: Origin, admitting egress: EgressClearance) -> PendingHTTP2? {
+        pendingHTTP2[origin]?.first { $0.hasRoom && $0.egress.checksAddressesLike(egress) }
     }
 
     func openPendingHTTP2(_ origin: Origin, opener: UpstreamLeg) -> PendingHTTP2 {
-        let pending = PendingHTTP2(origin: origin, opener: opener)
+        let pending = PendingHTTP2(origin: origin, opener: opener, egress: opener.egress)
         pendingHTTP2[origin, default: []].append(pending)
         return pending
     }

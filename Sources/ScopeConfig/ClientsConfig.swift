@@ -29,7 +29,7 @@ extension Decoder {
         var names: Set<String> = []
         var basicUsers: [String: String] = [:]
         for item in try list(node) {
-            let keys = try mapping(item, allowed: ["name", "auth", "uid", "source", "tls_client", "rate"], context: "a client")
+            let keys = try mapping(item, allowed: Self.clientKeys, context: "a client")
             guard let nameNode = keys["name"] else { throw error(item, "a client needs a 'name'") }
             let name = try nonEmptyString(nameNode)
             guard name.utf8.allSatisfy(HeaderTemplate.isNameByte) else {
@@ -77,16 +77,7 @@ extension Decoder {
                 if case .scalar = sourceNode.value {} else { items = try list(sourceNode) }
                 for entry in items {
                     let text = try nonEmptyString(entry)
-                    switch CIDR.parse(text) {
-                    case .success(let cidr): sources.append(cidr)
-                    case .failure(.invalidAddress):
-                        throw error(
-                            entry,
-                            "'\(text)' is not an IP network: expected ADDRESS/PREFIX like 10.0.0.0/8 or fd00::/8 "
-                                + "(IPv4 in four decimal parts without leading zeros)")
-                    case .failure(.invalidPrefix): throw error(entry, "'\(text)': the prefix length must be 0-32 for IPv4, 0-128 for IPv6")
-                    case .failure(.hostBitsSet): throw error(entry, "'\(text)' has bits set after the prefix: write the network address")
-                    }
+                    sources.append(try cidr(entry, text))
                 }
                 guard !sources.isEmpty else { throw error(sourceNode, "source needs at least one network") }
             }
@@ -130,5 +121,19 @@ extension Decoder {
             uidOwners[uid] = rule.name
         }
         return rules
+    }
+
+    /// One `ADDRESS/PREFIX` network (`source:`, `deny_ips:`).
+    func cidr(_ entry: YAMLNode, _ text: String) throws(ConfigError) -> CIDR {
+        switch CIDR.parse(text) {
+        case .success(let cidr): return cidr
+        case .failure(.invalidAddress):
+            throw error(
+                entry,
+                "'\(text)' is not an IP network: expected ADDRESS/PREFIX like 10.0.0.0/8 or fd00::/8 "
+                    + "(IPv4 in four decimal parts without leading zeros)")
+        case .failure(.invalidPrefix): throw error(entry, "'\(text)': the prefix length must be 0-32 for IPv4, 0-128 for IPv6")
+        case .failure(.hostBitsSet): throw error(entry, "'\(text)' has bits set after the prefix: write the network address")
+        }
     }
 }

@@ -53,6 +53,7 @@ struct Decoder {
         ConfigSection(["secrets"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readSecrets(keys, into: &config) },
         ConfigSection(["listen", "admin"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readListen(keys, into: &config) },
         ConfigSection(["clients", "proxy_auth"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readClients(keys, into: &config) },
+        ConfigSection(["egress"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readEgress(keys, into: &config) },
         ConfigSection(["sensitive_headers", "scopes"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readScopes(keys, into: &config) },
         ConfigSection(["routes"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readRoutes(keys, into: &config) },
         ConfigSection(["transparent"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readTransparent(keys, into: &config) },
@@ -67,6 +68,8 @@ struct Decoder {
     static let topLevelKeys = sections.flatMap(\.keys)
     /// The keys a scope accepts. A header under `inject:` with one of these names is a key indented
     /// one level too deep (docs/configuration.md, "Scopes").
+    /// The keys a client accepts (`clients:` entries; their `egress:` is read with the `egress` section).
+    static let clientKeys = ["name", "auth", "uid", "source", "tls_client", "rate", "egress"]
     static let scopeKeys = ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"]
     /// The keys a secret's source mapping accepts; a secret with one of these names and a value that
     /// is not a mapping is such a key indented one level too shallow.
@@ -90,7 +93,7 @@ struct Decoder {
         for section in Self.sections { try section.read(&self, keys, &config) }
         // What only the whole file tells: an origin no listener or interception reaches, a log
         // setting that does nothing in the format chosen.
-        config.warnings = uninterceptedOriginWarnings(config, origins: scopeOrigins)
+        config.warnings.insert(contentsOf: uninterceptedOriginWarnings(config, origins: scopeOrigins), at: 0)
         if let warning = logBodiesWarning(keys, config) { config.warnings.append(warning) }
         return config
     }

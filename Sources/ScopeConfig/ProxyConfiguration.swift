@@ -22,6 +22,8 @@ public struct ProxyConfiguration: Sendable {
     public var placeholders: [PlaceholderSecret] = []
     /// `scrub:` and `guard:`.
     public var protection = SecretProtection()
+    /// `egress:` with each client's own (docs/egress.md); the standard policy without the key.
+    public var egress = EgressPolicy.standard
     public var policy: ScopePolicy
     public var routes: [Route]
     /// `transparent.listen`: the transparent-capture listener (docs/transparent.md); nil: none.

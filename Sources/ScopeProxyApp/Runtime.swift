@@ -32,7 +32,7 @@ public enum Runtime {
             clients: config.clients, interceptHosts: interceptHosts(config), protection: config.protection, values: values,
             tokens: tokens,
             // Port 0 asks for any free port: the announced one is not known here.
-            tlsClientListen: config.clientListen.flatMap { $0.port == 0 ? nil : $0.description })
+            tlsClientListen: config.clientListen.flatMap { $0.port == 0 ? nil : $0.description }, egress: config.egress)
     }
 
     /// The origins the proxy itself sends secrets to, with their names: each token endpoint gets the

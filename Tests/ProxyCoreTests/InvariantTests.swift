@@ -88,7 +88,7 @@ struct InvariantTests {
     /// The hop an upstream-side event is about.
     static func hopNamed(by event: ConnectionEvent) -> HopID? {
         switch event {
-        case .upstreamConnected(let id, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
+        case .upstreamConnected(let id, _, _), .upstreamConnectFailed(let id, _), .requestBody(let id, _), .responseHead(let id, _, _),
             .responseHeadInvalid(let id, _), .responseBody(let id, _), .upstreamClosed(let id, _), .tunnelBytes(let id, _, _),
             .webSocketStopped(let id, _, _), .webSocketScrubbed(let id, _):
             id
@@ -212,7 +212,7 @@ struct InvariantTests {
         mutating func observe(_ action: ConnectionAction) {
             if closed { issues.append("\(describe(action)) after connectionClosed") }
             switch action {
-            case .connect(let id, let target, _, _):
+            case .connect(let id, let target, _, _, _):
                 if connected.contains(id) { issues.append("\(id) connected twice") }
                 if id.value != newest + 1 { issues.append("\(id) is not a new hop id (newest \(newest))") }
                 newest = max(newest, id.value)
@@ -286,7 +286,7 @@ struct InvariantTests {
                 } else {
                     event = Self.plausibleEvent(&rng, p.machine, seen, scope: fixture.scope)
                 }
-                if case .upstreamConnected(let id, _) = event, p.machine.currentHop == id { seen.upstreamConnected.insert(id) }
+                if case .upstreamConnected(let id, _, _) = event, p.machine.currentHop == id { seen.upstreamConnected.insert(id) }
                 trace.append(String("\(event)".prefix(140)))
                 switch event {
                 case .requestHead, .requestHeadInvalid: seen.headTaken(p.machine.isAwaitingHead)

@@ -75,6 +75,8 @@ struct LogFieldTests {
         record.responseBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
         record.failure = .responseCut
         record.originalDestination = "10.77.0.1:443"
+        record.egressReported = EgressNote(decision: .reportDeny, rule: "default deny", destination: "a.example:443", address: nil)
+        record.upstreamAddress = "192.0.2.1:443"
         return record
     }
 
@@ -87,7 +89,7 @@ struct LogFieldTests {
             switch fact {
             // What the client or the origin chose, in its place: URLs through the URL rules, headers and
             // bodies through theirs.
-            case .target, .redirect: [.url]
+            case .target, .redirect, .egress: [.url]
             case .fields: [.headers]
             case .body: [.body]
             // Names the configuration or the header rules fixed, never a value.

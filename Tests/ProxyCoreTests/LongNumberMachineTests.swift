@@ -53,7 +53,7 @@ struct LongNumberMachineTests {
         let actions = p.feed(.responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: \(location)", "Content-Length: 0")))
         // Some of these are real origins, followed in follow mode: `:0000000000000000000000001` is
         // port 1, `1.2.3.1e999` a DNS name, `a.example\@…` host a.example to WHATWG.
-        let followed = actions.compactMap { if case .connect(_, let origin, _, _) = $0 { origin } else { nil } }
+        let followed = actions.compactMap { if case .connect(_, let origin, _, _, _) = $0 { origin } else { nil } }
         #expect(followed.allSatisfy { $0.host.utf8.count <= 20 && mode == .follow }, "\(mode) \(location) -> \(followed)")
         if followed.isEmpty {
             #expect(Self.writes(actions).hasPrefix(mode == .block ? "HTTP/1.1 502 " : "HTTP/1.1 302 "), "\(mode) \(location)")

@@ -23,7 +23,7 @@ struct OneValueOutcome {
 
     /// Every origin a connection was asked for, in order.
     var connected: [Origin] {
-        actions.compactMap { if case .connect(_, let origin, _, _) = $0 { origin } else { nil } }
+        actions.compactMap { if case .connect(_, let origin, _, _, _) = $0 { origin } else { nil } }
     }
 
     /// The `error` of the JSON answer, if the client got one.

@@ -220,7 +220,7 @@ struct StreamBook {
     }
 
     var connected: [HopID] {
-        actions.compactMap { if case .exchange(.connect(let hop, _, _, _)) = $0 { hop } else { nil } }
+        actions.compactMap { if case .exchange(.connect(let hop, _, _, _, _)) = $0 { hop } else { nil } }
     }
 
     /// Final responses (HEADERS with a status >= 200) handed to the engine.

@@ -80,7 +80,7 @@ struct StreamInvariantTests {
             switch action {
             case .writeToClient, .closeClient, .readNextRequest, .startClientTLS, .splice, .finishTunnel:
                 issues.append("\(describe(action)) is not a stream's to ask")
-            case .connect(let id, let target, _, _):
+            case .connect(let id, let target, _, _, _):
                 if connected.contains(id) { issues.append("\(id) connected twice") }
                 connected.append(id)
                 origins[id] = target
@@ -190,7 +190,7 @@ struct StreamInvariantTests {
             }
             for _ in 0..<40 {
                 let event = Self.event(&rng, s.machine, seen, scope: fixture.scope)
-                if case .upstreamConnected(let id, _) = event, s.machine.currentHop == id { seen.upstreamConnected.insert(id) }
+                if case .upstreamConnected(let id, _, _) = event, s.machine.currentHop == id { seen.upstreamConnected.insert(id) }
                 trace.append(String("\(event)".prefix(140)))
                 let current = s.machine.currentHop
                 let actions = s.feed(event)

@@ -1,0 +1,311 @@
+import HTTP1Codec
+
+/// Where clients may connect at all (docs/egress.md): a decision on the destination's name before
+/// anything is resolved, and one on the address actually connected to, after resolution.
+public struct EgressPolicy: Sendable, Equatable {
+    public enum Default: String, Sendable, Equatable, CaseIterable { case allow, deny }
+    public enum Mode: String, Sendable, Equatable, CaseIterable { case enforce, report }
+
+    public var defaultAction: Default
+    public var mode: Mode
+    public var allow: [EgressRule]
+    public var denyIPs: DeniedAddresses
+    /// A client's own `egress:` (by client name): replaces `default` and `allow`, and inherits
+    /// `mode` and `deny_ips` unless it sets them.
+    public var clients: [String: ClientEgress]
+
+    public init(
+        defaultAction: Default = .allow, mode: Mode = .enforce, allow: [EgressRule] = [], denyIPs: DeniedAddresses = .standard,
+        clients: [String: ClientEgress] = [:]
+    ) {
+        self.defaultAction = defaultAction
+        self.mode = mode
+        self.allow = allow
+        self.denyIPs = denyIPs
+        self.clients = clients
+    }
+
+    /// Today's behaviour with no `egress:` key: every destination by name, never a link-local or
+    /// metadata address.
+    public static let standard = EgressPolicy()
+
+    /// The rules that apply to one client's connections.
+    public func effective(for client: String?) -> EffectiveEgress {
+        guard let client, let own = clients[client] else {
+            return EffectiveEgress(defaultAction: defaultAction, mode: mode, allow: allow, denyIPs: denyIPs, client: client)
+        }
+        return EffectiveEgress(
+            defaultAction: own.defaultAction, mode: own.mode ?? mode, allow: own.allow, denyIPs: own.denyIPs ?? denyIPs, client: client,
+            ownRules: true, ownDenyIPs: own.denyIPs != nil)
+    }
+}
+
+/// A client's `egress:` block.
+public struct ClientEgress: Sendable, Equatable {
+    public var defaultAction: EgressPolicy.Default
+    public var allow: [EgressRule]
+    public var mode: EgressPolicy.Mode?
+    public var denyIPs: DeniedAddresses?
+
+    public init(
+        defaultAction: EgressPolicy.Default, allow: [EgressRule] = [], mode: EgressPolicy.Mode? = nil, denyIPs: DeniedAddresses? = nil
+    ) {
+        self.defaultAction = defaultAction
+        self.allow = allow
+        self.mode = mode
+        self.denyIPs = denyIPs
+    }
+}
+
+/// A destination as the egress rules read it: what the client asked to reach.
+public struct EgressDestination: Sendable, Equatable, CustomStringConvertible {
+    public let scheme: Scheme
+    public let host: String
+    public let port: UInt16
+
+    public init(_ origin: Origin) {
+        scheme = origin.scheme
+        host = origin.host
+        port = origin.port
+    }
+
+    /// `HOST:PORT`, as the JSON answer and the log line name it.
+    public var description: String { "\(host):\(port)" }
+}
+
+/// What the rules say about one destination, before or after resolution.
+public enum EgressVerdict: Sendable, Equatable {
+    case allowed
+    /// Denied by `rule` (`default deny`, `deny_ips: private`, `deny_ips: 10.0.0.0/8`).
+    case denied(rule: String)
+    /// `mode: report`: the rule would deny it; it goes through and the log says so.
+    case reported(rule: String)
+
+    public var isDenied: Bool { if case .denied = self { true } else { false } }
+}
+
+/// The rules one client's connections follow (`EgressPolicy.effective(for:)`).
+public struct EffectiveEgress: Sendable, Equatable {
+    public let defaultAction: EgressPolicy.Default
+    public let mode: EgressPolicy.Mode
+    public let allow: [EgressRule]
+    public let denyIPs: DeniedAddresses
+    public let client: String?
+    /// The client's own `egress:` sets `default`/`allow` (`ownRules`) and `deny_ips`: where a hint
+    /// says to change them.
+    public let ownRules: Bool
+    public let ownDenyIPs: Bool
+
+    public init(
+        defaultAction: EgressPolicy.Default, mode: EgressPolicy.Mode, allow: [EgressRule], denyIPs: DeniedAddresses, client: String?,
+        ownRules: Bool = false, ownDenyIPs: Bool = false
+    ) {
+        self.defaultAction = defaultAction
+        self.mode = mode
+        self.allow = allow
+        self.denyIPs = denyIPs
+        self.client = client
+        self.ownRules = ownRules
+        self.ownDenyIPs = ownDenyIPs
+    }
+
+    /// The rule `default: deny` names in a refusal.
+    public static let defaultDenyRule = "default deny"
+
+    /// The name-level decision, before any lookup. `scopeOrigins`: the destination is an origin of
+    /// a scope that serves this client (a deny default still reaches those).
+    public func decide(_ destination: EgressDestination, scopeOrigin: Bool) -> EgressVerdict {
+        guard defaultAction == .deny else { return .allowed }
+        if scopeOrigin || allow.contains(where: { $0.matches(destination) }) { return .allowed }
+        return verdict(rule: Self.defaultDenyRule)
+    }
+
+    /// The address-level decision, on the address about to be connected to.
+    public func decide(address: IPAddress) -> EgressVerdict {
+        guard let rule = denyIPs.denial(of: address) else { return .allowed }
+        return verdict(rule: rule)
+    }
+
+    /// Nothing the address check could refuse: no address needs to be looked at.
+    public var checksAddresses: Bool { !denyIPs.isEmpty }
+
+    private func verdict(rule: String) -> EgressVerdict {
+        mode == .report ? .reported(rule: rule) : .denied(rule: rule)
+    }
+}
+
+/// One `allow:` entry: `[scheme://]host-glob[:port|*]`.
+public struct EgressRule: Sendable, Equatable, CustomStringConvertible {
+    public enum HostPattern: Sendable, Equatable {
+        case exact(String)
+        /// `*.example.com`: one or more labels before `.example.com` (never `example.com` itself).
+        case subdomains(of: String)
+    }
+
+    public enum Ports: Sendable, Equatable {
+        /// No port written: the scheme's default, or 80 and 443 without a scheme.
+        case defaults
+        case exactly(UInt16)
+        /// `:*`
+        case any
+    }
+
+    public let scheme: Scheme?
+    public let host: HostPattern
+    public let ports: Ports
+    /// As written in the configuration (what a refusal or `explain` names).
+    public let text: String
+
+    public var description: String { text }
+
+    public func matches(_ destination: EgressDestination) -> Bool {
+        if let scheme, scheme != destination.scheme { return false }
+        switch ports {
+        case .any: break
+        case .exactly(let port): if port != destination.port { return false }
+        case .defaults:
+            if let scheme {
+                if destination.port != scheme.defaultPort { return false }
+            } else if destination.port != 80 && destination.port != 443 {
+                return false
+            }
+        }
+        switch host {
+        case .exact(let name): return destination.host == name
+        case .subdomains(let parent):
+            // At least one whole label before the parent: `x.example.com`, never `xexample.com`.
+            let host = destination.host.utf8
+            return host.count > parent.utf8.count + 1 && destination.host.hasSuffix("." + parent)
+        }
+    }
+
+    public enum ParseError: Error, Equatable, Sendable {
+        case invalidScheme
+        case invalidHost(String)
+        case invalidPort
+        /// `*` somewhere other than as the whole leftmost label(s) (`api-*.x.com`, `x.*.com`).
+        case misplacedWildcard
+    }
+
+    /// Parses one entry as written. Hosts are normalized the way request targets are (lowercase,
+    /// IDNA, no trailing dot), so a rule matches what a client's URL becomes.
+    public static func parse(_ text: String) -> Result<EgressRule, ParseError> {
+        guard text.utf8.count <= 300 else { return .failure(.invalidHost("longer than 300 characters")) }
+        var rest = Substring(text)
+        var scheme: Scheme?
+        if let colon = rest.firstIndex(of: ":"), rest[colon...].hasPrefix("://") {
+            guard let parsed = Scheme(rawValue: rest[..<colon].lowercased()) else { return .failure(.invalidScheme) }
+            scheme = parsed
+            rest = rest[rest.index(colon, offsetBy: 3)...]
+        }
+        if rest.hasSuffix("/") { rest = rest.dropLast() }
+        var ports = Ports.defaults
+        // The port follows the last ':' outside an IPv6 literal's brackets.
+        if let colon = rest.lastIndex(of: ":"), !rest[colon...].contains("]"), rest.first != "[" || rest[..<colon].hasSuffix("]") {
+            let portText = rest[rest.index(after: colon)...]
+            rest = rest[..<colon]
+            if portText == "*" {
+                ports = .any
+            } else {
+                guard let port = BoundedDecimal.parse(portText.utf8, maximum: 65535), port > 0 else { return .failure(.invalidPort) }
+                ports = .exactly(UInt16(port))
+            }
+        }
+        var wildcard = false
+        if rest.hasPrefix("*.") {
+            wildcard = true
+            rest = rest.dropFirst(2)
+            // `*.*.x.com` is the same set as `*.x.com` (one or more labels): accepted as written.
+            while rest.hasPrefix("*.") { rest = rest.dropFirst(2) }
+        }
+        guard !rest.contains("*") else { return .failure(.misplacedWildcard) }
+        let host: Host
+        do {
+            host = try Host.parse(rest)
+        } catch {
+            return .failure(.invalidHost(String(rest)))
+        }
+        if wildcard {
+            guard host.kind == .name else { return .failure(.misplacedWildcard) }
+            return .success(EgressRule(scheme: scheme, host: .subdomains(of: host.normalized), ports: ports, text: text))
+        }
+        return .success(EgressRule(scheme: scheme, host: .exact(host.normalized), ports: ports, text: text))
+    }
+}
+
+/// `deny_ips:`: named address sets and CIDRs, checked on the address actually connected to.
+public struct DeniedAddresses: Sendable, Equatable {
+    public enum Named: String, Sendable, Equatable, CaseIterable {
+        case linkLocal = "link_local"
+        case metadata
+        case loopback
+        case `private`
+
+        /// The ranges each name stands for (docs/egress.md, "deny_ips").
+        public var ranges: [CIDR] {
+            let texts: [String]
+            switch self {
+            case .linkLocal: texts = ["169.254.0.0/16", "fe80::/10"]
+            case .metadata: texts = ["169.254.169.254/32", "169.254.170.2/32", "fd00:ec2::254/128", "100.100.100.200/32"]
+            // 0.0.0.0/8 and `::` reach this machine when connected to (Linux treats them as local).
+            case .loopback: texts = ["127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"]
+            case .private: texts = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"]
+            }
+            return texts.map { try! CIDR.parse($0).get() }
+        }
+    }
+
+    public let named: [Named]
+    public let cidrs: [CIDR]
+    private let checks: [(rule: String, range: CIDR)]
+
+    public init(named: [Named], cidrs: [CIDR] = []) {
+        self.named = named
+        self.cidrs = cidrs
+        // The more specific ranges first, so `metadata` is named for 169.254.169.254 when both it
+        // and `link_local` are listed.
+        checks = (named.flatMap { name in name.ranges.map { ("deny_ips: \(name.rawValue)", $0) } } + cidrs.map { ("deny_ips: \($0.text)", $0) })
+            .sorted { $0.range.prefixLength > $1.range.prefixLength }
+    }
+
+    /// `[link_local, metadata]`: the default, also with no `egress:` key.
+    public static let standard = DeniedAddresses(named: [.linkLocal, .metadata])
+    public static let none = DeniedAddresses(named: [])
+
+    public var isEmpty: Bool { checks.isEmpty }
+
+    /// The rule that denies `address`, checked as written and as the IPv4 address it embeds
+    /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here).
+    public func denial(of address: IPAddress) -> String? {
+        let forms = [address] + (address.embeddedIPv4.map { [$0] } ?? [])
+        for form in forms {
+            for check in checks where check.range.contains(form) {
+                return check.rule
+            }
+        }
+        return nil
+    }
+
+    public static func == (lhs: DeniedAddresses, rhs: DeniedAddresses) -> Bool {
+        lhs.named == rhs.named && lhs.cidrs == rhs.cidrs
+    }
+
+    public var description: String { (named.map(\.rawValue) + cidrs.map(\.text)).joined(separator: ", ") }
+}
+
+extension IPAddress {
+    /// The IPv4 address an IPv6 form carries to the IPv4 network: NAT64 (`64:ff9b::/96`, RFC 6052,
+    /// and the local-use `64:ff9b:1::/48`, RFC 8215, read as a /96 with the address in the last 32
+    /// bits, the layout NAT64 gateways use) and 6to4
+    /// (`2002:AABB:CCDD::/16`, RFC 3056). IPv4-mapped addresses are IPv4 already.
+    public var embeddedIPv4: IPAddress? {
+        if isIPv4 { return nil }
+        if bytes[0] == 0x00, bytes[1] == 0x64, bytes[2] == 0xff, bytes[3] == 0x9b {
+            let wellKnown = bytes[4..<12].allSatisfy { $0 == 0 }
+            let localUse = bytes[4] == 0 && bytes[5] == 1
+            if wellKnown || localUse { return .ipv4(bytes[12], bytes[13], bytes[14], bytes[15]) }
+        }
+        if bytes[0] == 0x20, bytes[1] == 0x02 { return .ipv4(bytes[2], bytes[3], bytes[4], bytes[5]) }
+        return nil
+    }
+}
