@@ -48,9 +48,10 @@ struct TransparentCaptureEngineTests {
         /// The namespace: 10.77.0.1 is api.scoped.test, 10.77.0.2 unscoped.test, each with an HTTP and
         /// an HTTPS origin; uid 65534's connections to ports 80, 443 and the forward listener's port
         /// are redirected to the transparent listener (the proxy runs as root: never redirected).
-        func spec(_ commands: [[String: Any]]) -> [String: Any] {
+        /// `ownRules`: the commands install the redirect themselves (the docs' recipes); no rule of the test's.
+        func spec(_ commands: [[String: Any]], ownRules: Bool = false) -> [String: Any] {
             let ports = "80, 443, \(TransparentCaptureEngineTests.forwardPort)"
-            return [
+            var spec: [String: Any] = [
                 "addresses": ["10.77.0.1/32", "10.77.0.2/32", "10.77.0.53/32"],
                 "hosts": ["api.scoped.test": "10.77.0.1", "unscoped.test": "10.77.0.2"],
                 // A name with both addresses, the other one first: only the DNS server knows it.
@@ -83,10 +84,12 @@ struct TransparentCaptureEngineTests {
                 // The proxy made its CA at start; the client gets a readable copy.
                 "commands": [["name": "ca", "argv": ["install", "-m", "644", scratch.path + "/ca/scopeproxy-ca.pem", proxyCA]]] + commands,
             ]
+            if ownRules { spec["nft"] = nil }
+            return spec
         }
 
-        func run(_ commands: [[String: Any]]) throws -> NetnsRun.Report? {
-            switch try NetnsRun.run(spec(commands), in: scratch.path) {
+        func run(_ commands: [[String: Any]], ownRules: Bool = false) throws -> NetnsRun.Report? {
+            switch try NetnsRun.run(spec(commands, ownRules: ownRules), in: scratch.path) {
             case .skipped(let reason):
                 print("TransparentCaptureEngineTests skipped: \(reason)")
                 return nil
@@ -201,5 +204,46 @@ struct TransparentCaptureEngineTests {
         #expect(report.command("no-sni")?.rc == 0)
         #expect(report.origins["unscoped443"]?.contains { $0.path == "/by-address" } == true)
         #expect(lines.contains { $0["url"] as? String == "https://10.77.0.2:443" && $0["decision"] as? String == "tunnel" })
+    }
+
+    /// The shell blocks of docs/transparent.md marked `<!-- recipe: NAME -->`.
+    static func recipes() throws -> [String: String] {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("docs/transparent.md"), encoding: .utf8)
+        var found: [String: String] = [:]
+        for part in text.components(separatedBy: "<!-- recipe: ").dropFirst() {
+            let name = String(part.prefix { $0 != " " })
+            guard let start = part.range(of: "```sh\n"), let end = part.range(of: "\n```", range: start.upperBound..<part.endIndex) else { continue }
+            found[name] = String(part[start.upperBound..<end.lowerBound])
+        }
+        return found
+    }
+
+    @Test(
+        "the nftables and iptables recipes of docs/transparent.md, run as written (the proxy's uid 0 here), capture the client until removed",
+        arguments: ["nftables", "iptables"])
+    func documentedRecipe(_ name: String) throws {
+        let recipe = try #require(try Self.recipes()[name], "docs/transparent.md has no recipe '\(name)'")
+        // The one line that names the proxy's user: this namespace's proxy runs as root.
+        let lookup = "PROXY_UID=$(id -u scopeproxy)\n"
+        #expect(recipe.hasPrefix(lookup))
+        let script = "PROXY_UID=0\n" + recipe.dropFirst(lookup.count)
+        let removal = try #require(try Self.recipes()[name + "-remove"], "docs/transparent.md has no recipe '\(name)-remove'")
+        let removeScript = removal.hasPrefix(lookup) ? "PROXY_UID=0\n" + removal.dropFirst(lookup.count) : removal
+        let setup = try Setup(tunnel: "deny")
+        guard
+            let report = try setup.run(
+                [
+                    ["name": "rule", "argv": ["sh", "-e", "-c", script]], Self.curl("plain", ["http://api.scoped.test/recipe"]),
+                    ["name": "remove", "argv": ["sh", "-e", "-c", removeScript]], Self.curl("after", ["http://api.scoped.test/removed"]),
+                ], ownRules: true)
+        else { return }
+        // Removed: the client reaches the origin itself, and nothing is injected.
+        #expect(report.command("remove")?.rc == 0, "\(report.command("remove")?.stderr ?? "")")
+        #expect(report.origins["scoped80"]?.first { $0.path == "/removed" }.map(Self.carriesCanary) == false)
+        #expect(report.command("rule")?.rc == 0, "\(report.command("rule")?.stderr ?? "")")
+        #expect(report.command("plain")?.rc == 0)
+        #expect(report.origins["scoped80"]?.first { $0.path == "/recipe" }.map(Self.carriesCanary) == true, "the request went through the proxy")
+        #expect(setup.logLines().contains { $0["original_dst"] as? String == "10.77.0.1:80" })
     }
 }
