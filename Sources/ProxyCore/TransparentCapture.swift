@@ -132,7 +132,11 @@ public enum CapturedFirstBytes: Sendable, Equatable {
             }
         }
         var scanner = HeadScanner(limits: .request)
-        enum Scan { case incomplete, refused, head(RequestHead) }
+        enum Scan {
+            case incomplete
+            case refused
+            case head(RequestHead)
+        }
         let scan: Scan = bytes.withUnsafeBytes { raw in
             do {
                 guard let boundary = try scanner.scan(raw) else { return bytes.count >= peekLimit ? .refused : .incomplete }

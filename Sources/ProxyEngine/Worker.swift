@@ -127,7 +127,8 @@ final class Worker: @unchecked Sendable {
     /// `route`: a route's upstream; the listener then serves origin-form requests for it.
     /// `clientTLS`: the TLS client listener (a forward proxy behind a TLS handshake).
     /// `transparent`: the transparent listener (docs/transparent.md).
-    func listen(on socket: ListeningSocket, route: Origin? = nil, clientTLS: ClientListenerTLS? = nil, transparent: Bool = false) throws(EngineError) {
+    func listen(on socket: ListeningSocket, route: Origin? = nil, clientTLS: ClientListenerTLS? = nil, transparent: Bool = false) throws(EngineError)
+    {
         let fd = try socket.duplicate()
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
         let listenerContext = ListenerContext(worker: self, clientTLS: clientTLS, transparent: transparent)

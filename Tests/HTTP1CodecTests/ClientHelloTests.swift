@@ -57,24 +57,53 @@ struct ClientHelloTests {
     static let alpn: [UInt8] = HelloBuilder.u16(16) + HelloBuilder.vector16(HelloBuilder.vector16([2] + Array("h2".utf8)))
 
     static let rows: [HelloRow] = [
-        HelloRow(name: "a name", bytes: HelloBuilder.hello([HelloBuilder.sni("api.scoped.test")]), expected: .hello(serverName: host("api.scoped.test"))),
-        HelloRow(name: "a name in capitals is normalized", bytes: HelloBuilder.hello([HelloBuilder.sni("API.Scoped.TEST")]), expected: .hello(serverName: host("api.scoped.test"))),
-        HelloRow(name: "the name after another extension", bytes: HelloBuilder.hello([alpn, HelloBuilder.sni("a.example")]), expected: .hello(serverName: host("a.example"))),
+        HelloRow(
+            name: "a name", bytes: HelloBuilder.hello([HelloBuilder.sni("api.scoped.test")]), expected: .hello(serverName: host("api.scoped.test"))),
+        HelloRow(
+            name: "a name in capitals is normalized", bytes: HelloBuilder.hello([HelloBuilder.sni("API.Scoped.TEST")]),
+            expected: .hello(serverName: host("api.scoped.test"))),
+        HelloRow(
+            name: "the name after another extension", bytes: HelloBuilder.hello([alpn, HelloBuilder.sni("a.example")]),
+            expected: .hello(serverName: host("a.example"))),
         HelloRow(name: "no server_name extension", bytes: HelloBuilder.hello([alpn]), expected: .hello(serverName: nil)),
         HelloRow(name: "no extensions at all (TLS 1.2)", bytes: HelloBuilder.hello(nil), expected: .hello(serverName: nil)),
-        HelloRow(name: "an IPv4 literal is no name (RFC 6066)", bytes: HelloBuilder.hello([HelloBuilder.sni("10.77.0.1")]), expected: .hello(serverName: nil)),
+        HelloRow(
+            name: "an IPv4 literal is no name (RFC 6066)", bytes: HelloBuilder.hello([HelloBuilder.sni("10.77.0.1")]),
+            expected: .hello(serverName: nil)),
         HelloRow(name: "a trailing dot is no name", bytes: HelloBuilder.hello([HelloBuilder.sni("a.example.")]), expected: .hello(serverName: nil)),
-        HelloRow(name: "bytes outside the name alphabet are no name", bytes: HelloBuilder.hello([HelloBuilder.sni("a b.example")]), expected: .hello(serverName: nil)),
-        HelloRow(name: "an unknown name type is skipped", bytes: HelloBuilder.hello([HelloBuilder.serverNameExtension([(9, Array("x".utf8)), (0, Array("b.example".utf8))])]), expected: .hello(serverName: host("b.example"))),
-        HelloRow(name: "the hello across three records", bytes: HelloBuilder.hello([alpn, HelloBuilder.sni("split.example")], recordSize: 40), expected: .hello(serverName: host("split.example"))),
-        HelloRow(name: "two host_names in one extension", bytes: HelloBuilder.hello([HelloBuilder.serverNameExtension([(0, Array("a.example".utf8)), (0, Array("b.example".utf8))])]), expected: .malformed("more than one host_name in server_name")),
-        HelloRow(name: "two server_name extensions", bytes: HelloBuilder.hello([HelloBuilder.sni("a.example"), HelloBuilder.sni("b.example")]), expected: .malformed("an extension appears twice")),
-        HelloRow(name: "an extension longer than its block", bytes: HelloBuilder.hello([HelloBuilder.u16(0) + HelloBuilder.u16(200) + [0, 1]]), expected: .malformed("invalid extension")),
-        HelloRow(name: "a session id over 32 bytes", bytes: HelloBuilder.records(HelloBuilder.body(extensions: nil, sessionID: Array(repeating: 1, count: 33))), expected: .malformed("invalid session id")),
-        HelloRow(name: "not a handshake record", bytes: [0x17, 0x03, 0x03, 0x00, 0x05, 1, 2, 3, 4, 5], expected: .malformed("not a TLS handshake record")),
-        HelloRow(name: "a handshake that is not a ClientHello", bytes: [0x16, 0x03, 0x01, 0x00, 0x04, 0x02, 0x00, 0x00, 0x00], expected: .malformed("the first handshake message is not a ClientHello")),
+        HelloRow(
+            name: "bytes outside the name alphabet are no name", bytes: HelloBuilder.hello([HelloBuilder.sni("a b.example")]),
+            expected: .hello(serverName: nil)),
+        HelloRow(
+            name: "an unknown name type is skipped",
+            bytes: HelloBuilder.hello([HelloBuilder.serverNameExtension([(9, Array("x".utf8)), (0, Array("b.example".utf8))])]),
+            expected: .hello(serverName: host("b.example"))),
+        HelloRow(
+            name: "the hello across three records", bytes: HelloBuilder.hello([alpn, HelloBuilder.sni("split.example")], recordSize: 40),
+            expected: .hello(serverName: host("split.example"))),
+        HelloRow(
+            name: "two host_names in one extension",
+            bytes: HelloBuilder.hello([HelloBuilder.serverNameExtension([(0, Array("a.example".utf8)), (0, Array("b.example".utf8))])]),
+            expected: .malformed("more than one host_name in server_name")),
+        HelloRow(
+            name: "two server_name extensions", bytes: HelloBuilder.hello([HelloBuilder.sni("a.example"), HelloBuilder.sni("b.example")]),
+            expected: .malformed("an extension appears twice")),
+        HelloRow(
+            name: "an extension longer than its block", bytes: HelloBuilder.hello([HelloBuilder.u16(0) + HelloBuilder.u16(200) + [0, 1]]),
+            expected: .malformed("invalid extension")),
+        HelloRow(
+            name: "a session id over 32 bytes",
+            bytes: HelloBuilder.records(HelloBuilder.body(extensions: nil, sessionID: Array(repeating: 1, count: 33))),
+            expected: .malformed("invalid session id")),
+        HelloRow(
+            name: "not a handshake record", bytes: [0x17, 0x03, 0x03, 0x00, 0x05, 1, 2, 3, 4, 5], expected: .malformed("not a TLS handshake record")),
+        HelloRow(
+            name: "a handshake that is not a ClientHello", bytes: [0x16, 0x03, 0x01, 0x00, 0x04, 0x02, 0x00, 0x00, 0x00],
+            expected: .malformed("the first handshake message is not a ClientHello")),
         HelloRow(name: "a record of length zero", bytes: [0x16, 0x03, 0x01, 0x00, 0x00], expected: .malformed("invalid TLS record length")),
-        HelloRow(name: "a hello announcing more than the bound", bytes: [0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x01, 0x00, 0x00], expected: .malformed("ClientHello too large")),
+        HelloRow(
+            name: "a hello announcing more than the bound", bytes: [0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x01, 0x00, 0x00],
+            expected: .malformed("ClientHello too large")),
     ]
 
     @Test("each hello's verdict", arguments: rows)

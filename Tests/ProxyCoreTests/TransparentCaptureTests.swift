@@ -51,7 +51,9 @@ struct TransparentOriginTests {
         ChooseRow(
             name: "the name does not resolve: the address literal", scheme: .https, claimed: "api.scoped.test", resolved: [],
             destination: at443, expected: "https://10.77.0.1"),
-        ChooseRow(name: "no name (no Host, no SNI): the address literal", scheme: .https, claimed: nil, resolved: [], destination: at443, expected: "https://10.77.0.1"),
+        ChooseRow(
+            name: "no name (no Host, no SNI): the address literal", scheme: .https, claimed: nil, resolved: [], destination: at443,
+            expected: "https://10.77.0.1"),
         ChooseRow(
             name: "the port is the destination's, whatever the Host says", scheme: .http, claimed: "api.scoped.test", resolved: [tenOne],
             destination: TransparentDestination(address: tenOne, port: 8080), expected: "http://api.scoped.test:8080"),
@@ -120,9 +122,11 @@ struct CapturedFirstBytesTests {
         FirstBytesRow(
             name: "two Hosts: none (admission refuses the head)", bytes: Array("GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n".utf8),
             expected: .http(host: nil, port: nil)),
-        FirstBytesRow(name: "a head the parser refuses", bytes: Array("GET / HTTP/1.1\r\nBad Field\r\n\r\n".utf8), expected: .http(host: nil, port: nil)),
+        FirstBytesRow(
+            name: "a head the parser refuses", bytes: Array("GET / HTTP/1.1\r\nBad Field\r\n\r\n".utf8), expected: .http(host: nil, port: nil)),
         FirstBytesRow(name: "the first byte of TLS", bytes: [0x16], expected: .incomplete),
-        FirstBytesRow(name: "a TLS record that is no handshake", bytes: [0x16, 0x02, 0, 0, 1, 0], expected: .unreadableTLS("not a TLS record version")),
+        FirstBytesRow(
+            name: "a TLS record that is no handshake", bytes: [0x16, 0x02, 0, 0, 1, 0], expected: .unreadableTLS("not a TLS record version")),
     ]
 
     @Test("each start's verdict", arguments: rows)
@@ -154,14 +158,18 @@ struct TransparentMachineTests {
         p.on(
             .clientTLSEstablished,
             [
-                .emit(.method("CONNECT"), .origin(scopedHTTPS), .tunnel(.intercept), .bytesOut(0), .field(.originalDestination, .text("10.77.0.1:443"))),
+                .emit(
+                    .method("CONNECT"), .origin(scopedHTTPS), .tunnel(.intercept), .bytesOut(0), .field(.originalDestination, .text("10.77.0.1:443"))),
                 .arm(.clientHead),
             ])
         // Inside, HTTP is spoken (over the client's TLS): a refusal there is an HTTP answer again.
         p.on(.headStarted, [])
         p.on(
             p.head("GET / HTTP/1.1", "Host: other.test"),
-            [.cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n", containing: ["host_mismatch"]), .emit(.status(400)), .close(.afterFlush)])
+            [
+                .cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n", containing: ["host_mismatch"]), .emit(.status(400)),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("TLS to an unscoped host where tunnels are allowed: spliced without a 200")
@@ -214,9 +222,12 @@ struct TransparentMachineTests {
 
     @Test("plain HTTP: the name that resolved gets the scope's credential; a later request naming another Host is 400")
     func plainNamedOrigin() {
-        var p = Playbook(transparentFixture, mode: .transparent(TransparentTarget(origin: scopedHTTP, firstHost: scopedHTTP)), facts: Self.plainFacts())
+        var p = Playbook(
+            transparentFixture, mode: .transparent(TransparentTarget(origin: scopedHTTP, firstHost: scopedHTTP)), facts: Self.plainFacts())
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET /v1 HTTP/1.1", "Host: api.scoped.test"), [.cancelTimer, .arm(.connect), .connect(hop(1), scopedHTTP, .plain, reusePooled: true)])
+        p.on(
+            p.head("GET /v1 HTTP/1.1", "Host: api.scoped.test"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), scopedHTTP, .plain, reusePooled: true)])
         p.on(
             .upstreamConnected(hop(1), reused: false),
             [.send(hop(1), startingWith: "GET /v1 HTTP/1.1\r\nHost: api.scoped.test\r\n", containing: [aToken]), .arm(.responseHead)])
@@ -233,7 +244,10 @@ struct TransparentMachineTests {
         p.on(.headStarted, [.arm(.clientHead)])
         p.on(
             p.head("GET / HTTP/1.1", "Host: other.test"),
-            [.cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n", containing: ["host_mismatch"]), .emit(.status(400)), .close(.afterFlush)])
+            [
+                .cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n", containing: ["host_mismatch"]), .emit(.status(400)),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("plain HTTP whose Host did not resolve to the destination: scoped as the address, no credential")
@@ -249,7 +263,8 @@ struct TransparentMachineTests {
 
     @Test("a CONNECT a client sends on the transparent listener is refused (only the proxy's own reading of a ClientHello is one)")
     func clientConnectRefused() {
-        var p = Playbook(transparentFixture, mode: .transparent(TransparentTarget(origin: scopedHTTP, firstHost: scopedHTTP)), facts: Self.plainFacts())
+        var p = Playbook(
+            transparentFixture, mode: .transparent(TransparentTarget(origin: scopedHTTP, firstHost: scopedHTTP)), facts: Self.plainFacts())
         p.start([.arm(.clientHead)])
         p.on(
             p.head("CONNECT api.scoped.test:443 HTTP/1.1", "Host: api.scoped.test:443"),

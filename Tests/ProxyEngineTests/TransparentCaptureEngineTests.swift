@@ -58,18 +58,21 @@ struct TransparentCaptureEngineTests {
                 "resolv_conf": "nameserver 10.77.0.53\n",
                 "dns": [["listen": "10.77.0.53:53", "answers": ["both.scoped.test": ["10.77.0.2", "10.77.0.1"]]]],
                 "nft": """
-                    table ip nat {
-                      chain output {
-                        type nat hook output priority -100; policy accept;
-                        meta skuid \(TransparentCaptureEngineTests.clientUID) tcp dport { \(ports) } redirect to :\(TransparentCaptureEngineTests.transparentPort)
-                      }
-                    }
+                table ip nat {
+                  chain output {
+                    type nat hook output priority -100; policy accept;
+                    meta skuid \(TransparentCaptureEngineTests.clientUID) tcp dport { \(ports) } redirect to :\(TransparentCaptureEngineTests.transparentPort)
+                  }
+                }
 
-                    """,
+                """,
                 "origins": [
                     ["name": "scoped80", "listen": "10.77.0.1:80"],
                     ["name": "unscoped80", "listen": "10.77.0.2:80"],
-                    ["name": "scoped443", "listen": "10.77.0.1:443", "tls": ["cert": pki.certificate("scoped").cert, "key": pki.certificate("scoped").key]],
+                    [
+                        "name": "scoped443", "listen": "10.77.0.1:443",
+                        "tls": ["cert": pki.certificate("scoped").cert, "key": pki.certificate("scoped").key],
+                    ],
                     [
                         "name": "unscoped443", "listen": "10.77.0.2:443",
                         "tls": ["cert": pki.certificate("unscoped").cert, "key": pki.certificate("unscoped").key],
@@ -125,7 +128,8 @@ struct TransparentCaptureEngineTests {
                 Self.curl("plain", ["http://api.scoped.test/plain"]),
                 // The client connects to 10.77.0.2 but names the scoped host: the name does not resolve there.
                 Self.curl("decoy", ["--resolve", "api.scoped.test:80:10.77.0.2", "http://api.scoped.test/decoy"]),
-                Self.curl("decoy-tls", ["--resolve", "api.scoped.test:443:10.77.0.2", "--cacert", setup.pki.caPath, "https://api.scoped.test/decoy-tls"]),
+                Self.curl(
+                    "decoy-tls", ["--resolve", "api.scoped.test:443:10.77.0.2", "--cacert", setup.pki.caPath, "https://api.scoped.test/decoy-tls"]),
                 Self.curl("intercepted", ["--cacert", setup.proxyCA, "https://api.scoped.test/intercepted"]),
                 Self.curl("tunnel-denied", ["--cacert", setup.pki.caPath, "https://unscoped.test/denied"]),
                 Self.curl("loop", ["http://127.0.0.1:\(Self.forwardPort)/loop"]),
@@ -174,7 +178,8 @@ struct TransparentCaptureEngineTests {
         #expect(line("http://10.77.0.2:80/decoy")?["injected"] as? [String] == [])
         let intercept = try #require(lines.first { $0["method"] as? String == "CONNECT" && $0["decision"] as? String == "intercept" })
         #expect(intercept["url"] as? String == "https://api.scoped.test:443" && intercept["original_dst"] as? String == "10.77.0.1:443")
-        let denied = try #require(lines.first { $0["original_dst"] as? String == "10.77.0.2:443" && $0["url"] as? String == "https://unscoped.test:443" })
+        let denied = try #require(
+            lines.first { $0["original_dst"] as? String == "10.77.0.2:443" && $0["url"] as? String == "https://unscoped.test:443" })
         #expect(denied["decision"] as? String == "deny" && denied["error"] as? String == "tunnel_denied")
         #expect(line("http://127.0.0.1:\(Self.forwardPort)/loop")?["error"] as? String == "loop_refused")
         // The proxy's own upstream connections were never redirected back to it: no loop refusal for
@@ -183,7 +188,7 @@ struct TransparentCaptureEngineTests {
         #expect(!(report.background["proxy"] ?? "").contains(Self.canary), "the canary in the proxy's output")
     }
 
-    @Test("TLS to an unscoped host where tunnels are allowed: spliced to the original destination, the client sees the origin's own certificate")
+    @Test("TLS to an unscoped host where tunnels are allowed: spliced to the original destination (with SNI or without); bytes that are no ClientHello are closed with a transparent_closed line")
     func tunnelAllowed() throws {
         let setup = try Setup(tunnel: "allow")
         guard
@@ -192,6 +197,15 @@ struct TransparentCaptureEngineTests {
                 // An address in the URL: curl sends no SNI, the origin is the address literal (the
                 // origin's certificate names only unscoped.test, hence --insecure).
                 Self.curl("no-sni", ["--insecure", "https://10.77.0.2/by-address"]),
+                // A record that says handshake but holds no ClientHello: closed, with a line saying why.
+                [
+                    "name": "not-a-hello", "uid": Self.clientUID,
+                    "argv": [
+                        "python3", "-c",
+                        "import socket\ns = socket.create_connection(('10.77.0.2', 443))\ns.sendall(b'\\x16\\x03\\x01\\x00\\x05hello')\n"
+                            + "try:\n    print(len(s.recv(100)))\nexcept ConnectionResetError:\n    print(0)",
+                    ],
+                ],
             ])
         else { return }
         #expect(report.command("tunnel")?.rc == 0, "\(report.command("tunnel")?.stderr ?? "")")
@@ -204,6 +218,10 @@ struct TransparentCaptureEngineTests {
         #expect(report.command("no-sni")?.rc == 0)
         #expect(report.origins["unscoped443"]?.contains { $0.path == "/by-address" } == true)
         #expect(lines.contains { $0["url"] as? String == "https://10.77.0.2:443" && $0["decision"] as? String == "tunnel" })
+        #expect(report.command("not-a-hello")?.stdout == "0\n", "closed without a byte: \(report.command("not-a-hello")?.stderr ?? "")")
+        let closed = (report.background["proxy"] ?? "").split(separator: "\n").first { $0.contains("\"event\":\"transparent_closed\"") }
+        #expect(closed?.contains("\"original_dst\":\"10.77.0.2:443\"") == true)
+        #expect(closed?.contains("unreadable ClientHello: the first handshake message is not a ClientHello") == true, "\(closed ?? "no line")")
     }
 
     /// The shell blocks of docs/transparent.md marked `<!-- recipe: NAME -->`.
@@ -245,5 +263,53 @@ struct TransparentCaptureEngineTests {
         #expect(report.command("plain")?.rc == 0)
         #expect(report.origins["scoped80"]?.first { $0.path == "/recipe" }.map(Self.carriesCanary) == true, "the request went through the proxy")
         #expect(setup.logLines().contains { $0["original_dst"] as? String == "10.77.0.1:80" })
+    }
+
+    @Test("IPv6: a redirected connection's original destination is read the IPv6 way; the name rule and the pin hold there too")
+    func ipv6() throws {
+        let scratch = ScratchDirectory()
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: scratch.path)
+        let config = scratch.write(
+            "config.yaml",
+            """
+            listen: "127.0.0.1:\(Self.forwardPort)"
+            transparent: { listen: "[::1]:\(Self.transparentPort)" }
+            secrets: { canary: { env: CANARY_TOKEN } }
+            scopes:
+              - { name: scoped, origins: ["http://api.scoped.test"], require_https: false, inject: { Authorization: "Bearer ${canary}" } }
+            log: { format: json, output: \(scratch.path)/access.log }
+
+            """)
+        let spec: [String: Any] = [
+            "addresses": ["fd00::1/128", "fd00::2/128"],
+            "hosts": ["api.scoped.test": "fd00::1"],
+            "nft": """
+            table ip6 nat {
+              chain output {
+                type nat hook output priority -100; policy accept;
+                meta skuid \(Self.clientUID) tcp dport 80 redirect to :\(Self.transparentPort)
+              }
+            }
+
+            """,
+            "origins": [["name": "scoped", "listen": "[fd00::1]:80"], ["name": "other", "listen": "[fd00::2]:80"]],
+            "background": [
+                [
+                    "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", config],
+                    "env": ["CANARY_TOKEN": Self.canary, "HOME": scratch.path], "ready": "listening on",
+                ]
+            ],
+            "commands": [
+                Self.curl("named", ["http://api.scoped.test/named"]),
+                Self.curl("decoy", ["--resolve", "api.scoped.test:80:[fd00::2]", "http://api.scoped.test/decoy"]),
+            ],
+        ]
+        guard case .ran(let report) = try NetnsRun.run(spec, in: scratch.path) else { return print("ipv6 skipped: not root or nft missing") }
+        #expect(report.error == nil, "\(report.error ?? "")")
+        #expect(report.origins["scoped"]?.first { $0.path == "/named" }.map(Self.carriesCanary) == true)
+        let decoy = try #require(report.origins["other"]?.first { $0.path == "/decoy" })
+        #expect(!Self.carriesCanary(decoy) && decoy.header("host") == "[fd00::2]")
+        let log = (try? String(contentsOfFile: scratch.path + "/access.log", encoding: .utf8)) ?? ""
+        #expect(log.contains("\"original_dst\":\"[fd00::1]:80\""))
     }
 }

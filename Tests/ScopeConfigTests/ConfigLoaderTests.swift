@@ -115,7 +115,9 @@ struct ConfigValidTests {
     func transparentListen() throws {
         let config = try ConfigLoader.parse("transparent: { listen: \"[::1]:15001\" }", file: "t.yaml", home: home)
         #expect(config.transparentListen == ListenAddress(host: "::1", port: 15001))
-        #expect(try ConfigLoader.parse("transparent:\n  listen: 127.0.0.1:0\n", file: "t.yaml", home: home).transparentListen == ListenAddress(host: "127.0.0.1", port: 0))
+        #expect(
+            try ConfigLoader.parse("transparent:\n  listen: 127.0.0.1:0\n", file: "t.yaml", home: home).transparentListen
+                == ListenAddress(host: "127.0.0.1", port: 0))
         #expect(try ConfigLoader.parse("listen: 127.0.0.1:8080", file: "t.yaml", home: home).transparentListen == nil)
         #expect(try ConfigLoader.parse("transparent: null", file: "t.yaml", home: home).transparentListen == nil)
     }
