@@ -330,6 +330,8 @@ public struct ConnectionMachine {
         covering = nil
         switch admission {
         case .reject(.rateLimited(let client, _)): record.clientID = client
+        // Recognised, then refused by its egress rules: the line names the client like any other.
+        case .reject(.egressDenied(let refusal)): record.clientID = refusal.client
         case .intercept(_, let client, _), .tunnel(_, let client, _): record.clientID = client.name
         case .forward(let request): record.clientID = request.client.name
         case .reject: break

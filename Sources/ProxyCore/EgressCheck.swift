@@ -87,7 +87,11 @@ public struct EgressRefusal: Sendable, Equatable {
         }
         let set = rule.hasPrefix("deny_ips: ") ? String(rule.dropFirst("deny_ips: ".count)) : rule
         let key = rules.ownDenyIPs ? "egress.deny_ips\(owner)" : "egress.deny_ips"
-        return "\(destination.host) resolves to \(address), which \(key) denies (\(set)): the proxy never connects there; "
+        // The address a name resolved to stays in the log: a sandboxed client may have no resolver
+        // of its own, and the proxy's answer must not become one (docs/security-model.md).
+        let literal = destination.host == address || destination.host == "[\(address)]"
+        let subject = literal ? "\(address) is an address" : "\(destination.host) resolves to an address"
+        return "\(subject) \(key) denies (\(set)): the proxy never connects there; "
             + "remove '\(set)' from \(key) to allow it, or give this destination a route (routes:)"
     }
 }

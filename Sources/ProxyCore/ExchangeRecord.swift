@@ -335,6 +335,8 @@ extension ExchangeRecord {
         failure = .proxy(error)
         bytesOut += UInt64(max(0, bytes))
         if case .tunnelDenied = error { tunnel = .deny }
+        // A CONNECT the egress policy refused is a denied tunnel: its line is a CONNECT line.
+        if case .egressDenied = error, method == "CONNECT" { tunnel = .deny }
         // What the guard stopped, for the log and the metrics (a body's finding is already there).
         switch error {
         case .secretEgressBlocked(let finding, _, _) where guardFinding == nil:

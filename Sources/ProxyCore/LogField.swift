@@ -21,8 +21,8 @@ public enum LogField: String, CaseIterable, Sendable {
     case scrubSkipped = "scrub_skipped"
     case `guard`
     case egress
-    case upstream
     case reason, redirect
+    case upstream
     case requestHeaders = "req_headers"
     case responseHeaders = "resp_headers"
     case requestBody = "req_body"

@@ -344,7 +344,6 @@ public enum ProxyError: Error, Equatable, Sendable {
             json.string("destination", "\(refusal.destination)")
             json.string("rule", refusal.rule)
             if let client = refusal.client { json.string("client", client) } else { json.raw("client", "null") }
-            if let address = refusal.address { json.string("address", address) }
             json.string("hint", refusal.hint)
         }
         let body = json.finish() + [0x0A]

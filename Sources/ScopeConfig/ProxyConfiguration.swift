@@ -70,7 +70,8 @@ public struct ProxyConfiguration: Sendable {
         return "valid: listen \(listen), \(policy.scopes.count) scope(s), \(injected) injected header(s), "
             + (clients.isEmpty ? "" : "\(clients.count) client(s), ")
             + "\(secrets.count) secret(s), " + (placeholders.isEmpty ? "" : "\(placeholders.count) placeholder(s), ")
-            + "redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue)"
+            + "redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue), egress \(egress.defaultAction.rawValue)"
+            + (egress.mode == .report ? " (report)" : "")
     }
 }
 

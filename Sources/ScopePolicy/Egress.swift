@@ -120,6 +120,11 @@ public struct EffectiveEgress: Sendable, Equatable {
         return verdict(rule: Self.defaultDenyRule)
     }
 
+    /// The first `allow` entry that covers the destination (what `explain` names).
+    public func allowEntry(for destination: EgressDestination) -> EgressRule? {
+        allow.first { $0.matches(destination) }
+    }
+
     /// The address-level decision, on the address about to be connected to.
     public func decide(address: IPAddress) -> EgressVerdict {
         guard let rule = denyIPs.denial(of: address) else { return .allowed }

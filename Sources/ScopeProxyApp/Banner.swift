@@ -72,6 +72,7 @@ struct Banner {
                 "  TLS client listener: \(url) (proxy certificate from \(caCertificate); client certificates from "
                     + "\(authorities == 0 ? "no CA: clients connect without one" : "\(authorities) CA file(s)"))")
         }
+        lines.append("  egress: " + Self.egress(config.egress))
         lines.append(
             "  CONNECT tunnels: "
                 + (tunnel == .allow
@@ -126,6 +127,17 @@ struct Banner {
         if !rule.sources.isEmpty { ways.append("address in \(rule.sources.map(\.text).joined(separator: ", "))") }
         if ways.isEmpty { ways.append("every client nothing else recognises") }
         return ways.joined(separator: "; or ") + (rule.rate.map { " (rate \($0))" } ?? "")
+    }
+
+    /// The egress policy in one line: the default, the mode, the denied address sets, and which
+    /// clients have rules of their own (docs/egress.md).
+    static func egress(_ policy: EgressPolicy) -> String {
+        var text = policy.defaultAction == .allow ? "every destination by name" : "scope origins and \(policy.allow.count) allow entr\(policy.allow.count == 1 ? "y" : "ies") only"
+        if policy.mode == .report { text += " (report mode: denials are logged as report_deny, not enforced)" }
+        text += policy.denyIPs.isEmpty ? "; no address denied" : "; never \(policy.denyIPs.description) addresses"
+        let own = policy.clients.keys.sorted()
+        if !own.isEmpty { text += "; own rules for client\(own.count == 1 ? "" : "s") \(own.joined(separator: ", "))" }
+        return text
     }
 
     static func isLoopback(_ host: String) -> Bool {

@@ -73,6 +73,13 @@ public enum Explanation {
                     ?? "none given (--client NAME): scopes limited to named clients do not serve this request")
         }
         let covering = scope.policy.covering(origin, client: identity.name)
+        let egress = egressVerdict(origin, client: identity, covering: covering, scope: scope)
+        out.line("egress", egress.text)
+        if let refusal = egress.refusal {
+            // Refused before any scope rule runs: nothing else about the request matters.
+            out.line("answer", "\(refusal.status) \(refusal.code): \(refusal.message)")
+            return (out.text, 0)
+        }
         let tokens = Set(config.oauth2.keys)
         if covering.isEmpty {
             out.line("scopes", notCovering(origin, client: request.client, config: config))
@@ -167,6 +174,45 @@ public enum Explanation {
                     + otherProblems.map(\.description).joined(separator: "; ") + " (scopeproxy check lists every one)")
         }
         return (out.text, 0)
+    }
+
+    /// The `egress` line: whether this client may reach the destination at all, and by which rule;
+    /// the address check that happens at connect (explain resolves nothing and sends nothing).
+    static func egressVerdict(
+        _ origin: Origin, client: ClientIdentity, covering: [Scope], scope: ScopeContext
+    ) -> (text: String, refusal: ProxyError?) {
+        let rules = scope.egress.effective(for: client.name)
+        let destination = EgressDestination(origin)
+        let whose = rules.ownRules ? " of client '\(client.name ?? "")'" : ""
+        var verdict: String
+        switch rules.decide(destination, scopeOrigin: !covering.isEmpty) {
+        case .allowed:
+            if rules.defaultAction == .allow {
+                verdict = "allowed (egress.default\(whose): allow)"
+            } else if let entry = rules.allowEntry(for: destination) {
+                verdict = "allowed by egress.allow\(whose) entry \"\(entry.text)\""
+            } else {
+                verdict = "allowed: an origin of scope \(covering.map(\.name).joined(separator: ", ")) (default deny still reaches scopes)"
+            }
+        case .denied(let rule):
+            let refused = EgressClearance.clear(origin, client: client, scope: scope)
+            guard case .failure(let error) = refused, case .egressDenied(let refusal) = error else { return ("denied (\(rule))", nil) }
+            return ("denied (\(rule)): \(refusal.hint)", error)
+        case .reported(let rule):
+            verdict = "would be denied (\(rule)) but egress.mode is report: it goes through, logged as report_deny"
+        }
+        if let literal = IPAddress.parse(origin.hostForLookup) {
+            switch rules.decide(address: literal) {
+            case .allowed: return (verdict, nil)
+            case .denied(let rule):
+                let error = EgressClearance(rules: rules, destination: destination).refusal(rule: rule, address: literal)
+                guard case .egressDenied(let refusal) = error else { return ("denied (\(rule))", error) }
+                return ("denied (\(rule)): \(refusal.hint)", error)
+            case .reported(let rule): return (verdict + "; the address would be denied (\(rule)), logged as report_deny", nil)
+            }
+        }
+        guard rules.checksAddresses else { return (verdict + "; no address is refused (deny_ips is empty)", nil) }
+        return (verdict + "; addresses checked at connect against deny_ips: \(rules.denyIPs.description)", nil)
     }
 
     /// The `scopes` line when no scope covers the origin for this client: a scope that covers it

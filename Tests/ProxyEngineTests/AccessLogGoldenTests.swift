@@ -51,6 +51,9 @@ private enum Golden {
         ]
         record.scrubSkipped = "gzip"
         record.guardFinding = SecretFinding(secret: "aws_secret", encoding: .percentLowercase, isPlaceholder: true)
+        record.egressReported = EgressNote(
+            decision: .reportDeny, rule: "deny_ips: 10.0.0.0/8", destination: "api.example:8443", address: "10.1.2.3:8443")
+        record.upstreamAddress = "10.1.2.3:8443"
         record.redirect = RedirectRecord(
             location: "https://cdn.example/file?token=secret#frag", origin: origin("https://cdn.example"),
             decision: .follow)
@@ -101,6 +104,8 @@ private enum Golden {
         record.bytesIn = 106
         record.bytesOut = 39
         record.tunnel = .intercept
+        record.egressReported = EgressNote(decision: .reportDeny, rule: "default deny", destination: "localhost:9", address: nil)
+        record.upstreamAddress = "127.0.0.1:9"
         record.failure = .proxy(.interceptionFailed(origin("https://localhost:9"), .notTLS))
         return record
     }
@@ -170,13 +175,13 @@ struct AccessLogGoldenTests {
         Row(
             name: "everything", record: Golden.everything,
             json:
-                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","proto":"h2","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"error":"tls_to_plain_listener"}"#,
+                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","proto":"h2","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"egress":{"decision":"report_deny","rule":"deny_ips: 10.0.0.0/8","destination":"api.example:8443","address":"10.1.2.3:8443"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"upstream":"10.1.2.3:8443","req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"error":"tls_to_plain_listener"}"#,
             jsonWithBodies:
-                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","proto":"h2","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"req_body":"{\"id\":\"r-1\",\"password\":\"<redacted>\"}","resp_body":"<9000 bytes text/plain>","error":"tls_to_plain_listener"}"#,
+                #"{"ts":"TS","id":"trace-42","client":"[::1]:6000","client_id":"ci","method":"POST","proto":"h2","url":"https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted","status":502,"bytes_in":1000,"bytes_out":77,"duration_ms":D,"scope":"api,backup","injected":["Authorization","X-Extra"],"stripped":["Cookie"],"signed":"aws_sigv4","substituted":["github_token"],"scrubbed":["github_token","npm_token"],"scrub_skipped":"gzip","guard":{"secret":"aws_secret","placeholder":true,"encoding":"percent-lowercase"},"egress":{"decision":"report_deny","rule":"deny_ips: 10.0.0.0/8","destination":"api.example:8443","address":"10.1.2.3:8443"},"reason":"backup: path_not_in_paths; other: method_not_in_methods; client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)","redirect":{"location":"https://cdn.example/file?token=:redacted","origin":"https://cdn.example:443","decision":"follow"},"upstream":"10.1.2.3:8443","req_headers":{"host":"api.example:8443","authorization":"<redacted>","accept":"*/*, text/plain"},"resp_headers":{"content-type":"application/json","set-cookie":"<redacted>","location":"/next?code=:redacted"},"req_body":"{\"id\":\"r-1\",\"password\":\"<redacted>\"}","resp_body":"<9000 bytes text/plain>","error":"tls_to_plain_listener"}"#,
             text:
-                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted 502 Dms client=ci proto=h2 scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 error=tls_to_plain_listener reason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT) id=trace-42"#,
+                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted 502 Dms client=ci proto=h2 scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase egress=report_deny:deny_ips:10.0.0.0/8 reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 upstream=10.1.2.3:8443 error=tls_to_plain_listener reason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT) id=trace-42"#,
             textInColour:
-                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted \#u{1B}[31m502\#u{1B}[0m Dms client=ci proto=h2 scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 \#u{1B}[31merror=tls_to_plain_listener\#u{1B}[0m \#u{1B}[31mreason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)\#u{1B}[0m \#u{1B}[2mid=trace-42\#u{1B}[0m"#
+                #"TS POST https://api.example:8443/v1/items/:uuid?page=2&api_key=:redacted \#u{1B}[31m502\#u{1B}[0m Dms client=ci proto=h2 scope=api,backup injected=Authorization,X-Extra stripped=Cookie signed=aws_sigv4 substituted=github_token scrubbed=github_token,npm_token scrub_skipped=gzip guard=aws_secret:placeholder:percent-lowercase egress=report_deny:deny_ips:10.0.0.0/8 reason=backup:path_not_in_paths,other:method_not_in_methods redirect=follow:https://cdn.example:443 upstream=10.1.2.3:8443 \#u{1B}[31merror=tls_to_plain_listener\#u{1B}[0m \#u{1B}[31mreason=client spoke TLS to the plain proxy listener; use http:// for the proxy URL (HTTPS_PROXY=http://HOST:PORT)\#u{1B}[0m \#u{1B}[2mid=trace-42\#u{1B}[0m"#
         ),
         Row(
             name: "unreadable", record: Golden.unreadable,
@@ -199,13 +204,13 @@ struct AccessLogGoldenTests {
         Row(
             name: "interceptionFailed", record: Golden.interceptionFailed,
             json:
-                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
+                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","egress":{"decision":"report_deny","rule":"default deny","destination":"localhost:9"},"reason":"not_tls","upstream":"127.0.0.1:9","error":"interception_failed"}"#,
             jsonWithBodies:
-                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","reason":"not_tls","error":"interception_failed"}"#,
+                #"{"ts":"TS","id":"tunnel-2","client":"127.0.0.1:5003","client_id":"builder","method":"CONNECT","url":"https://localhost:9","status":200,"bytes_in":106,"bytes_out":39,"duration_ms":D,"decision":"intercept","egress":{"decision":"report_deny","rule":"default deny","destination":"localhost:9"},"reason":"not_tls","upstream":"127.0.0.1:9","error":"interception_failed"}"#,
             text:
-                #"TS CONNECT https://localhost:9 200 Dms client=builder decision=intercept in=106 out=39 error=interception_failed reason=not_tls id=tunnel-2"#,
+                #"TS CONNECT https://localhost:9 200 Dms client=builder decision=intercept in=106 out=39 egress=report_deny:default_deny upstream=127.0.0.1:9 error=interception_failed reason=not_tls id=tunnel-2"#,
             textInColour:
-                #"TS CONNECT https://localhost:9 \#u{1B}[32m200\#u{1B}[0m Dms client=builder decision=intercept in=106 out=39 \#u{1B}[31merror=interception_failed\#u{1B}[0m \#u{1B}[31mreason=not_tls\#u{1B}[0m \#u{1B}[2mid=tunnel-2\#u{1B}[0m"#
+                #"TS CONNECT https://localhost:9 \#u{1B}[32m200\#u{1B}[0m Dms client=builder decision=intercept in=106 out=39 egress=report_deny:default_deny upstream=127.0.0.1:9 \#u{1B}[31merror=interception_failed\#u{1B}[0m \#u{1B}[31mreason=not_tls\#u{1B}[0m \#u{1B}[2mid=tunnel-2\#u{1B}[0m"#
         ),
         Row(
             name: "blockedRedirect", record: Golden.blockedRedirect,
@@ -234,7 +239,8 @@ struct AccessLogGoldenTests {
     func golden(_ row: Row) throws {
         #expect(try line(row.record, .json) == row.json + "\n")
         #expect(try line(row.record, .json, bodies: true) == row.jsonWithBodies + "\n")
-        #expect(try line(row.record, .text) == row.text + "\n")
+        let text = try line(row.record, .text)
+        #expect(text == row.text + "\n", "\(text)")
         #expect(try line(row.record, .text, colour: true) == row.textInColour + "\n")
     }
 }

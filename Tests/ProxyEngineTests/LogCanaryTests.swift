@@ -213,7 +213,7 @@ struct LogFormatTests {
         let current = try String(contentsOfFile: logPath, encoding: .utf8)
         #expect(rotated.split(separator: "\n").count == 1)
         #expect(rotated.contains(" GET \(origin.url)/one?limit=5 200 "))
-        #expect(rotated.contains("scope=api injected=Authorization stripped=X-API-Key id=text-one"))
+        #expect(rotated.contains("scope=api injected=Authorization stripped=X-API-Key upstream=127.0.0.1:\(origin.port) id=text-one"))
         #expect(!rotated.contains("{"), "text, not JSON")
         #expect(current.contains("id=text-two"))
         #expect(!(rotated + current).contains("CANARY-text-token-5a"))

@@ -188,7 +188,7 @@ struct TransparentCaptureEngineTests {
         #expect(!(report.background["proxy"] ?? "").contains(Self.canary), "the canary in the proxy's output")
     }
 
-    @Test("TLS to an unscoped host where tunnels are allowed: spliced to the original destination (with SNI or without); bytes that are no ClientHello are closed with a transparent_closed line")
+    @Test("TLS, tunnels allowed: spliced to the original destination, with SNI or without; no ClientHello: closed, with a line")
     func tunnelAllowed() throws {
         let setup = try Setup(tunnel: "allow")
         guard
