@@ -16,7 +16,7 @@ import ScopePolicy
 final class TransparentAcceptor {
     private unowned let worker: Worker
     private(set) var fd: Int32
-    let facts: ConnectionFacts
+    private(set) var facts: ConnectionFacts
     private let destination: TransparentDestination
     private let loopsBack: Bool
     private var readEvent: OpaquePointer?
@@ -34,7 +34,15 @@ final class TransparentAcceptor {
         self.fd = fd
         self.facts = facts
         let local = OwnSockets.localEndpoint(fd)
-        if let original = Self.originalDestination(fd) {
+        let original = Self.originalDestination(fd)
+        if worker.configuration.scope.context.clients.needsSocketOwner {
+            if let original, let client = OwnSockets.remoteEndpoint(fd) {
+                self.facts.owner = ConnectionFactsReader.capturedOwner(client: client, originalDestination: original)
+            } else {
+                self.facts.owner = .unknown(reason: "not redirected: no original destination to find the client's socket by")
+            }
+        }
+        if let original {
             destination = TransparentDestination(address: original.address, port: original.port)
             // Not redirected (the original destination is this listener), or redirected to any
             // listener of the proxy: connecting there would be the proxy reaching itself.

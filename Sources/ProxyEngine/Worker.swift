@@ -167,7 +167,8 @@ final class Worker: @unchecked Sendable {
         }
         // Facts are gathered at accept, while the client's socket surely exists (a uid lookup).
         let needsOwner = configuration.scope.context.clients.needsSocketOwner
-        var facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner)
+        // A captured connection's owner is asked by its acceptor, which knows the original destination.
+        var facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner && !transparent)
         // A connection the proxy itself opened (some path led one of its upstream connects back
         // here): never a client, whatever `uid:` or `source:` would say of it.
         facts.isProxyOwnConnection = configuration.ownSockets.isOwnOutgoing(acceptedDescriptor: fd, peer: address)

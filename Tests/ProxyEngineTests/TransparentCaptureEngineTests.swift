@@ -34,11 +34,14 @@ struct TransparentCaptureEngineTests {
                 listen: "127.0.0.1:\(TransparentCaptureEngineTests.forwardPort)"
                 transparent: { listen: "127.0.0.1:\(TransparentCaptureEngineTests.transparentPort)" }
                 secrets: { canary: { env: CANARY_TOKEN } }
+                # Recognised by the owner of its socket, as on the forward listener; the scope serves it only.
+                clients: [{ name: sandboxed, uid: \(TransparentCaptureEngineTests.clientUID) }, { name: anonymous }]
                 scopes:
                   - name: scoped
                     origins: ["http://api.scoped.test", "https://api.scoped.test"]
                     require_https: false
                     inject: { Authorization: "Bearer ${canary}" }
+                    clients: [sandboxed]
                 tls: { intercept: ["api.scoped.test"], tunnel: \(tunnel), ca_dir: \(scratch.path)/ca, upstream_ca: \(pki.caPath) }
                 log: { format: json, output: \(scratch.path)/access.log }
 
@@ -175,9 +178,12 @@ struct TransparentCaptureEngineTests {
         let lines = setup.logLines()
         func line(_ url: String) -> [String: Any]? { lines.first { ($0["url"] as? String) == url } }
         #expect(line("http://api.scoped.test:80/plain")?["original_dst"] as? String == "10.77.0.1:80")
+        #expect(line("http://api.scoped.test:80/plain")?["client_id"] as? String == "sandboxed", "recognised by uid")
+
         #expect(line("http://10.77.0.2:80/decoy")?["injected"] as? [String] == [])
         let intercept = try #require(lines.first { $0["method"] as? String == "CONNECT" && $0["decision"] as? String == "intercept" })
         #expect(intercept["url"] as? String == "https://api.scoped.test:443" && intercept["original_dst"] as? String == "10.77.0.1:443")
+        #expect(intercept["client_id"] as? String == "sandboxed")
         let denied = try #require(
             lines.first { $0["original_dst"] as? String == "10.77.0.2:443" && $0["url"] as? String == "https://unscoped.test:443" })
         #expect(denied["decision"] as? String == "deny" && denied["error"] as? String == "tunnel_denied")
