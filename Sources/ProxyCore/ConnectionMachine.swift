@@ -107,7 +107,7 @@ public struct ConnectionMachine {
         self.mode = mode
         self.facts = facts
         self.ids = ids
-        effects = MachineEffects(timeouts: settings.timeouts)
+        effects = MachineEffects(timeouts: settings.timeouts, originalDestination: facts.captured?.destination.description)
     }
 
     public init(settings: Settings, mode: ConnectionMode, peer: String, ids: RequestIDGenerator) {
@@ -323,7 +323,6 @@ public struct ConnectionMachine {
         if head.method != "CONNECT" { record.proto = .init(http1: head.version) }
         record.requestFields = head.fields
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
-        record.originalDestination = facts.captured?.destination.description
         let admission = RequestAdmission.admit(
             head, mode: mode, scope: arrival.scope, policy: settings.admission,
             facts: facts, now: arrival.now)

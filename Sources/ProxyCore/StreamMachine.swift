@@ -73,7 +73,7 @@ public struct StreamMachine {
         self.mode = mode
         self.facts = facts
         self.proto = proto
-        effects = MachineEffects(timeouts: settings.timeouts)
+        effects = MachineEffects(timeouts: settings.timeouts, originalDestination: facts.captured?.destination.description)
     }
 
     // MARK: Queries (read-only)
@@ -151,7 +151,6 @@ public struct StreamMachine {
         record.bytesIn = UInt64(max(0, headBytes))
         record.proto = proto
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
-        record.originalDestination = facts.captured?.destination.description
         switch H2RequestMapping.requestHead(fields, endStream: endStream, on: H2Connection(mode), webSocketKey: makeWebSocketKey) {
         case .failure(let error):
             // A header block HTTP/2 makes malformed: answered (RFC 9113 §8.1.1 lets a server

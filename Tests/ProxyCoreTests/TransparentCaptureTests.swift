@@ -270,4 +270,16 @@ struct TransparentMachineTests {
             p.head("CONNECT api.scoped.test:443 HTTP/1.1", "Host: api.scoped.test:443"),
             [.cancelTimer, .write(startingWith: "HTTP/1.1 400 Bad Request\r\n"), .emit(.status(400)), .close(.afterFlush)])
     }
+
+    @Test("every line of a captured connection names its original destination, a head that never parsed included")
+    func everyLineNamesTheDestination() {
+        var p = Playbook(transparentFixture, mode: .transparent(TransparentTarget(origin: scopedHTTP, firstHost: nil)), facts: Self.plainFacts())
+        p.start([.arm(.clientHead)])
+        p.on(
+            .requestHeadInvalid(.unsupportedVersion, Arrival(now: p.now, scope: p.fixture.scope)),
+            [
+                .cancelTimer, .write(startingWith: "HTTP/1.1 505 HTTP Version Not Supported\r\n"),
+                .emit(.status(505), .field(.originalDestination, .text("10.77.0.1:80"))), .close(.afterFlush),
+            ])
+    }
 }
