@@ -119,7 +119,7 @@ private func fixture(_ yaml: String, secrets: [String: String], tokens: (any Acc
     let scope = ScopeContext(
         policy: config.policy, redirects: config.redirects, secrets: StaticSecrets(secrets),
         proxyAuthSecret: config.proxyAuthSecret, interceptHosts: intercept,
-        protection: config.protection, values: values, tokens: tokens)
+        protection: config.protection, values: values, tokens: tokens, egress: config.egress)
     var limits = config.limits
     limits.maxInformationalResponses = 3
     let settings = ConnectionMachine.Settings(
@@ -146,7 +146,7 @@ let machineFixtures: [MachineFixture] = [
         redirects: { cross_origin: pass }
         tls: { tunnel: allow }
         """, secrets: allSecrets),
-    // 1: follow mode, proxy authentication, one intercepted host, bodies logged.
+    // 1: follow mode, proxy authentication, one intercepted host, bodies logged, egress default deny.
     fixture(
         """
         secrets:
@@ -158,6 +158,7 @@ let machineFixtures: [MachineFixture] = [
         redirects: { cross_origin: follow, max_hops: 3 }
         tls: { intercept: ["api.scoped.test"], tunnel: deny }
         log: { bodies: true }
+        egress: { default: deny, allow: ["https://cdn.scoped.test", "http://127.0.0.1:*"] }
         """, secrets: allSecrets),
     // 2: block mode with one allowed origin, a route to the api.
     fixture(
@@ -196,7 +197,8 @@ let machineFixtures: [MachineFixture] = [
         tls: { intercept: scoped, tunnel: allow }
         log: { bodies: true }
         """, secrets: ["api_token": apiSecret]),
-    // 4: no scopes (every sensitive header stripped everywhere), follow mode, proxy authentication.
+    // 4: no scopes (every sensitive header stripped everywhere), follow mode, proxy authentication,
+    //    egress default deny in report mode (every hop logged as report_deny, none refused).
     fixture(
         """
         secrets:
@@ -204,6 +206,7 @@ let machineFixtures: [MachineFixture] = [
         proxy_auth: { secret: proxy_password }
         redirects: { cross_origin: follow }
         tls: { tunnel: allow }
+        egress: { default: deny, mode: report }
         """, secrets: allSecrets),
     // 5: the api's credential is an OAuth2 token: requests to it wait for the token (follow mode).
     fixture(

@@ -49,11 +49,15 @@ public struct ClientRequest: Sendable, Equatable {
     public let userinfo: String?
     public let framing: BodyFraming
     public let client: ClientIdentity
+    /// Arrived on a route's listener: its `origin` is the route's configured upstream, which the
+    /// egress policy does not govern (docs/egress.md); a redirect away from it is governed.
+    public let viaRoute: Bool
 
     public init(
         head: RequestHead, origin: Origin, pathAndQuery: String, userinfo: String?, framing: BodyFraming,
-        client: ClientIdentity
+        client: ClientIdentity, viaRoute: Bool = false
     ) {
+        self.viaRoute = viaRoute
         self.head = head
         self.origin = origin
         self.pathAndQuery = pathAndQuery
@@ -200,7 +204,7 @@ public enum RequestAdmission {
         return .forward(
             ClientRequest(
                 head: head, origin: origin, pathAndQuery: pathAndQuery, userinfo: userinfo,
-                framing: framing, client: client))
+                framing: framing, client: client, viaRoute: { if case .route = mode { true } else { false } }()))
     }
 
     /// End-to-end fields that decide how the proxy reads a request: never a connection option.

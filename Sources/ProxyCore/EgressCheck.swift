@@ -31,6 +31,14 @@ public struct EgressClearance: Sendable, Equatable {
         }
     }
 
+    /// The clearance of a destination the configuration names itself (a route's upstream): no
+    /// name or address rule applies.
+    public static func configuredUpstream(_ origin: Origin, client: ClientIdentity) -> EgressClearance {
+        EgressClearance(
+            rules: EffectiveEgress(defaultAction: .allow, mode: .enforce, allow: [], denyIPs: .none, client: client.name),
+            destination: EgressDestination(origin))
+    }
+
     /// The address-level check, on an address about to be connected to (or a pooled connection's
     /// peer about to be reused).
     public func admits(_ address: IPAddress) -> EgressVerdict {

@@ -97,9 +97,14 @@ public enum HopPlanner {
         // Every hop (the client's request, a followed redirect, a request inside an intercepted
         // tunnel) is planned here, so none reaches a destination the egress policy denies.
         let egress: EgressClearance
-        switch EgressClearance.clear(target.origin, client: request.client, scope: scope) {
-        case .success(let clearance): egress = clearance
-        case .failure(let error): return .failure(error)
+        if request.viaRoute, target.origin == request.origin {
+            // A route's upstream is configured, not chosen by the client: not subject to egress.
+            egress = .configuredUpstream(target.origin, client: request.client)
+        } else {
+            switch EgressClearance.clear(target.origin, client: request.client, scope: scope) {
+            case .success(let clearance): egress = clearance
+            case .failure(let error): return .failure(error)
+            }
         }
         var planning = Planning(request, to: target, body: body, chain: chain, scope: scope, tokens: tokens)
         do throws(ProxyError) {

@@ -32,7 +32,7 @@ final class UpstreamConnector {
     let egress: EgressClearance?
     /// The address being connected to, then the one connected (for the log and for a pooled
     /// connection's later reuse), with a `mode: report` rule that would have refused it.
-    private(set) var peer: (endpoint: SocketOwnerTable.Endpoint, reported: String?)?
+    private(set) var peer: (address: PeerAddress, reported: String?)?
     private unowned let worker: Worker
     weak var delegate: UpstreamConnectorDelegate?
     private var lookup: OpaquePointer?
@@ -165,7 +165,7 @@ final class UpstreamConnector {
                 continue
             }
             triedAllowed = true
-            peer = (endpoint, reported)
+            peer = (PeerAddress(endpoint), reported)
             guard let bev = makeBufferevent() else {
                 fail(.upstreamTLSHandshake(origin))
                 return
@@ -276,5 +276,17 @@ final class UpstreamConnector {
     private func fail(_ error: ProxyError) {
         finished = true
         delegate?.connectorDidFail(self, error: error)
+    }
+}
+
+/// The address an upstream connection went to, with its text for the log (`10.0.0.5:443`,
+/// `[2001:db8::1]:443`) made once per connection, not per request that reuses it.
+struct PeerAddress {
+    let endpoint: SocketOwnerTable.Endpoint
+    let text: String
+
+    init(_ endpoint: SocketOwnerTable.Endpoint) {
+        self.endpoint = endpoint
+        text = endpoint.address.isIPv4 ? "\(endpoint.address):\(endpoint.port)" : "[\(endpoint.address)]:\(endpoint.port)"
     }
 }

@@ -36,7 +36,7 @@ enum UpstreamHTTP2: Equatable, Sendable {
 final class UpstreamH2Connection: H2SessionDelegate {
     let origin: Origin
     /// The address it was opened to: a hop joins it only where its egress rules admit that address.
-    let peer: SocketOwnerTable.Endpoint?
+    let peer: PeerAddress?
     private unowned let worker: Worker
     private(set) var bev: OpaquePointer?
     private(set) var session: H2Session!
@@ -70,7 +70,7 @@ final class UpstreamH2Connection: H2SessionDelegate {
     /// client's) raises its stream's window when the response starts (`UpstreamH2Stream`).
     static let initialStreamWindow = H2Stream.bufferLimit
 
-    init(origin: Origin, bev: OpaquePointer, worker: Worker, peer: SocketOwnerTable.Endpoint?, probing: UpstreamLeg? = nil) {
+    init(origin: Origin, bev: OpaquePointer, worker: Worker, peer: PeerAddress?, probing: UpstreamLeg? = nil) {
         self.origin = origin
         self.peer = peer
         self.bev = bev

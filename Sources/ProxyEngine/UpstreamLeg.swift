@@ -41,12 +41,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     /// shared connection's address must pass before this hop reuses it (docs/egress.md).
     let egress: EgressClearance
     /// The address the connection went to, with a `mode: report` rule that would have refused it.
-    private(set) var peer: SocketOwnerTable.Endpoint?
+    private(set) var peer: PeerAddress?
     private var reportedRule: String?
     /// What the machine hears with `upstreamConnected`.
-    var upstreamPeer: UpstreamPeer? {
-        peer.map { UpstreamPeer(address: $0.address.isIPv4 ? "\($0.address):\($0.port)" : "[\($0.address)]:\($0.port)", reported: reportedRule) }
-    }
+    var upstreamPeer: UpstreamPeer? { peer.map { UpstreamPeer(address: $0.text, reported: reportedRule) } }
     /// What the leg may speak to its origin (`UpstreamHTTP2.choose`).
     private(set) var http2: UpstreamHTTP2
     /// The hop rides a stream of a shared HTTP/2 connection: `input` and `output` are the stream's
@@ -182,7 +180,7 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         }
         self.connector = nil
         if let connected = connector.peer {
-            peer = connected.endpoint
+            peer = connected.address
             reportedRule = connected.reported
         }
         let waiters = settleOpening()
@@ -253,9 +251,10 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         reportedRule = reported(connection.peer)
     }
 
-    /// The `mode: report` rule this hop's egress would have refused `peer` with, if any.
-    private func reported(_ peer: SocketOwnerTable.Endpoint?) -> String? {
-        guard let peer, case .reported(let rule) = egress.admits(peer.address) else { return nil }
+    /// The `mode: report` rule this hop's egress would have refused `peer` with, if any (only
+    /// report mode has one: enforce mode never reuses a connection its rules deny).
+    private func reported(_ peer: PeerAddress?) -> String? {
+        guard egress.rules.mode == .report, let peer, case .reported(let rule) = egress.admits(peer.endpoint.address) else { return nil }
         return rule
     }
 

@@ -11,11 +11,11 @@ final class UpstreamConnection {
     /// A plain connection's reader, kept registered across owners (the pool, then the next leg).
     let reader: SocketReader?
     /// The address it was opened to: a hop reuses it only where its egress rules admit that address.
-    let peer: SocketOwnerTable.Endpoint?
+    let peer: PeerAddress?
     fileprivate(set) var idleSince: UInt64 = 0
     fileprivate weak var pool: UpstreamPool?
 
-    init(origin: Origin, bev: OpaquePointer, reader: SocketReader?, peer: SocketOwnerTable.Endpoint?) {
+    init(origin: Origin, bev: OpaquePointer, reader: SocketReader?, peer: PeerAddress?) {
         self.origin = origin
         self.bev = bev
         self.reader = reader
@@ -58,7 +58,7 @@ final class UpstreamPool {
     /// admit (a reload or another client's rules may deny what an earlier hop reached), detached
     /// from the pool's callbacks.
     func checkout(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamConnection? {
-        guard var list = idle[origin], let index = list.lastIndex(where: { egress.admitsPeer($0.peer) }) else { return nil }
+        guard var list = idle[origin], let index = list.lastIndex(where: { egress.admitsPeer($0.peer?.endpoint) }) else { return nil }
         let connection = list.remove(at: index)
         idle[origin] = list.isEmpty ? nil : list
         count -= 1
@@ -130,13 +130,13 @@ final class UpstreamPool {
     /// A live HTTP/2 connection to `origin` with room for one more stream, to an address the
     /// hop's egress rules admit.
     func sharedHTTP2(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamH2Connection? {
-        http2[origin]?.first { $0.acceptsStream && egress.admitsPeer($0.peer) }
+        http2[origin]?.first { $0.acceptsStream && egress.admitsPeer($0.peer?.endpoint) }
     }
 
     /// An h2c connection whose origin has not answered our preface yet, with room for one more
     /// stream that waits for the answer with it (to an address the hop's egress rules admit).
     func probingHTTP2(_ origin: Origin, admitting egress: EgressClearance) -> UpstreamH2Connection? {
-        http2[origin]?.first { $0.acceptsProbingStream && egress.admitsPeer($0.peer) }
+        http2[origin]?.first { $0.acceptsProbingStream && egress.admitsPeer($0.peer?.endpoint) }
     }
 
     /// A connect under way to `origin` with room for one more waiting hop, checking addresses the

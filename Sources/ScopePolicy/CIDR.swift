@@ -124,8 +124,17 @@ public struct CIDR: Sendable, Hashable, CustomStringConvertible {
 
     public func contains(_ address: IPAddress) -> Bool {
         // An IPv4 network never matches a non-mapped IPv6 address, and the reverse, by construction:
-        // the mapped prefix is part of the compared bits.
-        Self.masked(address.bytes, prefixLength) == network.bytes
+        // the mapped prefix is part of the compared bits. Byte by byte, without a masked copy: the
+        // egress check runs this for every connect and every reuse of a pooled connection.
+        let candidate = address.bytes, network = network.bytes
+        var remaining = prefixLength
+        for index in 0..<16 where remaining > 0 {
+            let bits = min(8, remaining)
+            let mask = UInt8(truncatingIfNeeded: 0xFF << (8 - bits))
+            if candidate[index] & mask != network[index] { return false }
+            remaining -= bits
+        }
+        return true
     }
 
     static func masked(_ bytes: [UInt8], _ length: Int) -> [UInt8] {

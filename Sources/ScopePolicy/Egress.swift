@@ -282,12 +282,9 @@ public struct DeniedAddresses: Sendable, Equatable {
     /// The rule that denies `address`, checked as written and as the IPv4 address it embeds
     /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here).
     public func denial(of address: IPAddress) -> String? {
-        let forms = [address] + (address.embeddedIPv4.map { [$0] } ?? [])
-        for form in forms {
-            for check in checks where check.range.contains(form) {
-                return check.rule
-            }
-        }
+        for check in checks where check.range.contains(address) { return check.rule }
+        guard let embedded = address.embeddedIPv4 else { return nil }
+        for check in checks where check.range.contains(embedded) { return check.rule }
         return nil
     }
 

@@ -8,7 +8,7 @@ import ScopePolicy
 /// config the loader reads back to the same configuration, so it can be saved and edited.
 enum ConfigPrinter {
     /// `clients:` with secrets as their names (never values).
-    static func clients(_ rules: [ClientRule]) -> String {
+    static func clients(_ rules: [ClientRule], egress: EgressPolicy = .standard) -> String {
         guard !rules.isEmpty else { return "# clients: none (every request is the one unnamed client)\n" }
         var out = "clients:\n"
         for rule in rules {
@@ -25,9 +25,17 @@ enum ConfigPrinter {
                 out += "    tls_client: { ca: \(scalar(tls.caFile)), subject: \(scalar(tls.subject.description)) }\n"
             }
             if let rate = rule.rate { out += "    rate: \(scalar(rate.description))\n" }
+            if let own = egress.clients[rule.name] {
+                out += "    egress: { default: \(own.defaultAction.rawValue), allow: \(flowList(own.allow.map(\.text)))"
+                    + (own.mode.map { ", mode: \($0.rawValue)" } ?? "")
+                    + (own.denyIPs.map { ", deny_ips: \(flowList(Self.denyIPs($0)))" } ?? "") + " }\n"
+            }
         }
         return out
     }
+
+    /// `deny_ips` as written: the named sets, then the CIDRs.
+    static func denyIPs(_ denied: DeniedAddresses) -> [String] { denied.named.map(\.rawValue) + denied.cidrs.map(\.text) }
 
     static func yaml(_ config: ProxyConfiguration, formatIsExplicit: Bool) -> String {
         var out =
@@ -35,7 +43,7 @@ enum ConfigPrinter {
         out += "listen: \(scalar(config.listen.description))\n"
         out += "admin: \(config.admin.map { scalar($0.description) } ?? "null")\n"
         out += "proxy_auth: \(config.proxyAuthSecret.map { "{ secret: \(scalar($0)) }" } ?? "null")\n"
-        out += clients(config.clients)
+        out += clients(config.clients, egress: config.egress)
         out += "store_dir: \(scalar(config.storeDirectory))\n"
 
         out += "secrets:" + (config.secrets.isEmpty && config.oauth2.isEmpty ? " {}\n" : "\n")
@@ -90,6 +98,12 @@ enum ConfigPrinter {
         out += "# scrub: on | strict (also asks scoped origins for identity bodies) | off; guard: on | off\n"
         out += "scrub: \(scalar(config.protection.scrub.rawValue))\n"
         out += "guard: \(scalar(config.protection.guardMode.rawValue))\n"
+
+        out += "egress:\n"
+        out += "  default: \(config.egress.defaultAction.rawValue)\n"
+        out += "  mode: \(config.egress.mode.rawValue)\n"
+        out += "  allow: \(flowList(config.egress.allow.map(\.text)))\n"
+        out += "  deny_ips: \(flowList(Self.denyIPs(config.egress.denyIPs)))\n"
 
         out += "routes:" + (config.routes.isEmpty ? " []\n" : "\n")
         for route in config.routes {

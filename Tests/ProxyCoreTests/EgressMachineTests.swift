@@ -148,6 +148,28 @@ struct EgressMachineTests {
                 == EgressNote(decision: .reportDeny, rule: "deny_ips: metadata", destination: "unscoped.example:443", address: "169.254.169.254:443"))
     }
 
+    @Test("a route's upstream is configured, not chosen: neither default deny nor deny_ips applies to it; a redirect away from it does")
+    func routeExempt() {
+        let upstream = origin("http://10.0.0.5:8080")
+        let fixture = Fixture(Configs.scopes + "egress: { default: deny, deny_ips: [private] }\n" + Configs.redirects("follow"))
+        var p = Playbook(fixture, mode: .route(upstream: upstream, publicOrigin: origin("http://127.0.0.1:9000")))
+        p.start([.arm(.clientHead)])
+        p.on(p.head("GET /x HTTP/1.1", "Host: 127.0.0.1:9000"), [.cancelTimer, .arm(.connect), .connect(hop(1), upstream, .plain, reusePooled: true)])
+        guard case .connect(_, _, _, _, let egress)? = p.actions.last else {
+            Issue.record("no connect")
+            return
+        }
+        #expect(egress.rules.denyIPs.isEmpty && egress.rules.defaultAction == .allow)
+        p.on(.upstreamConnected(hop(1), reused: false), [.send(hop(1), startingWith: "GET "), .arm(.responseHead)])
+        p.on(
+            .responseHead(hop(1), response("HTTP/1.1 302 Found", "Location: https://unlisted.example/", "Content-Length: 0")),
+            [
+                .release(hop(1), reuse: false), .emit(.status(302), .redirect(.follow)), .cancelTimer,
+                .write(startingWith: "HTTP/1.1 403 Forbidden\r\n", containing: ["egress_denied", "unlisted.example:443"]),
+                .emit(.status(403)), .close(.afterFlush),
+            ])
+    }
+
     @Test("without an egress key nothing is checked by name: today's behaviour, every destination connects")
     func standardPolicy() {
         var p = Playbook(Fixture(Configs.scopes))

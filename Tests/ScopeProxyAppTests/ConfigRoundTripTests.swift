@@ -73,7 +73,11 @@ struct ConfigGenerator {
                     "uid: \(1000 + index)", "source: [\"10.\(index).0.0/16\"]", "auth: { bearer: s0 }",
                     "auth: { basic: { user: u\(index), password: s1 } }", "tls_client: { ca: /etc/ca\(index).pem, subject: \"CN=c\(index)\" }",
                 ])
-                out += "  - { name: \(name), \(how)" + (chance(30) ? ", rate: \"\(Int.random(in: 1...99, using: &random))/m\"" : "") + " }\n"
+                let egress =
+                    chance(30)
+                    ? ", egress: { default: \(pick(["allow", "deny"])), allow: [\"https://*.c\(index).example\", \"c\(index).example:*\"]"
+                        + (chance(50) ? ", mode: report" : "") + (chance(50) ? ", deny_ips: [private, 198.51.100.0/24]" : "") + " }" : ""
+                out += "  - { name: \(name), \(how)" + (chance(30) ? ", rate: \"\(Int.random(in: 1...99, using: &random))/m\"" : "") + egress + " }\n"
             }
             // One kind of credential per client: a second bearer or basic user for the same secret is fine,
             // but the same Basic user twice is not, and each index gives its own.
@@ -149,6 +153,10 @@ struct ConfigGenerator {
         if chance(30) { tls.append("upstream_ca: /etc/ssl/extra.pem") }
         if intercepting && chance(30) { tls.append("client_listen: \"127.0.0.1:8443\"") }
         if !tls.isEmpty { out += "tls: { " + tls.joined(separator: ", ") + " }\n" }
+        if chance(40) {
+            out += "egress: { default: deny, mode: \(pick(["enforce", "report"])), allow: [\"https://*.github.com\", \"api.openai.com:443\", \"http://localhost:*\"]"
+                + ", deny_ips: \(pick(["[]", "[link_local, metadata]", "[loopback, private, \"fd00::/8\"]"])) }\n"
+        }
         if chance(50) { out += "timeouts: { connect: \(pick(["250ms", "5s", "2m"])), idle: \(pick(["1h", "90s", "1500ms"])) }\n" }
         if chance(30) { out += "limits: { max_connections: \(Int.random(in: 1...100_000, using: &random)) }\n" }
         if chance(50) {
