@@ -13,6 +13,7 @@ The spec (every key optional):
   origins:     [{"name": "a80", "listen": "10.77.0.1:80", "tls": {"cert": P, "key": P}}]
                HTTP/1.1 origins in this process: each answers any method with JSON
                {"origin": NAME, "path": ..., "headers": {...}}, and the report lists what each received
+               (method, path, headers, body, and the peer address:port it came from)
   dns:         [{"listen": "10.77.0.53:53", "answers": {"name.example": ["10.77.0.1"]}}]
                a UDP DNS server answering A/AAAA from `answers` (NXDOMAIN otherwise), for rebinding tests
   background:  [{"name": "proxy", "argv": [...], "env": {...}, "ready": "listening on"}]
@@ -94,7 +95,8 @@ class Origin:
             def answer(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                record = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "body": body.decode("latin-1")}
+                record = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "body": body.decode("latin-1"),
+                          "peer": "%s:%d" % self.client_address[:2]}
                 with lock:
                     requests.append(record)
                 out = json.dumps({"origin": name, "path": self.path, "headers": record["headers"]}).encode()

@@ -129,6 +129,9 @@ struct TransparentCaptureEngineTests {
         guard
             let report = try setup.run([
                 Self.curl("plain", ["http://api.scoped.test/plain"]),
+                // Two requests on one client connection: each upstream connection is the proxy's own
+                // to the pinned address, never pooled (docs/transparent.md).
+                Self.curl("keep-alive", ["http://api.scoped.test/first", "http://api.scoped.test/second"]),
                 // The client connects to 10.77.0.2 but names the scoped host: the name does not resolve there.
                 Self.curl("decoy", ["--resolve", "api.scoped.test:80:10.77.0.2", "http://api.scoped.test/decoy"]),
                 Self.curl(
@@ -148,6 +151,8 @@ struct TransparentCaptureEngineTests {
 
         // Plain HTTP to the scoped host: the token arrives, at the scoped address.
         #expect(report.command("plain")?.rc == 0)
+        let first = try #require(scoped80.first { $0.path == "/first" }), second = try #require(scoped80.first { $0.path == "/second" })
+        #expect(first.peer != second.peer, "a pinned upstream connection was reused: \(first.peer)")
         #expect(scoped80.first { $0.path == "/plain" }.map(Self.carriesCanary) == true)
         // TLS to the scoped host: intercepted (the client trusts only the proxy's CA), the token arrives.
         #expect(report.command("intercepted")?.rc == 0, "\(report.command("intercepted")?.stderr ?? "")")
@@ -172,7 +177,7 @@ struct TransparentCaptureEngineTests {
         #expect(scoped80.first { $0.path == "/root" }.map(Self.carriesCanary) == false)
         // The token went to the scoped address twice (plain, intercepted) and nowhere else.
         let carrying = report.allRequests.filter(Self.carriesCanary).map(\.path).sorted()
-        #expect(carrying == ["/intercepted", "/plain"])
+        #expect(carrying == ["/first", "/intercepted", "/plain", "/second"])
 
         // The log: each line names the original destination; the TLS lines are CONNECT lines.
         let lines = setup.logLines()

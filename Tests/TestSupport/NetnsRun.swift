@@ -18,6 +18,8 @@ public enum NetnsRun {
         public let path: String
         /// Header names as the origin read them (case as sent), values as sent.
         public let headers: [String: String]
+        /// The address and port the request's connection came from (one per TCP connection).
+        public let peer: String
 
         /// A header's value, the name compared without case.
         public func header(_ name: String) -> String? {
@@ -75,7 +77,9 @@ public enum NetnsRun {
         var origins: [String: [Request]] = [:]
         for (name, list) in object["origins"] as? [String: [[String: Any]]] ?? [:] {
             origins[name] = list.map {
-                Request(method: $0["method"] as? String ?? "", path: $0["path"] as? String ?? "", headers: $0["headers"] as? [String: String] ?? [:])
+                Request(
+                    method: $0["method"] as? String ?? "", path: $0["path"] as? String ?? "", headers: $0["headers"] as? [String: String] ?? [:],
+                    peer: $0["peer"] as? String ?? "")
             }
         }
         var background: [String: String] = [:]
