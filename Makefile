@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo demo-egress fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -187,6 +187,13 @@ leak-check: packages-bench
 ## 18765..18770 are taken.
 demo: release
 	config/demo/run.sh $(if $(KEEP),--keep)
+
+## An agent behind `egress: default: deny` (config/demo/egress.sh): curl with a Bearer client identity
+## reaches the origin its egress lists and gets a 403 `egress_denied` JSON (destination, rule, client,
+## hint) for an unlisted one, which never sees a connection; both answers and the log line are shown
+## and checked. Free ports; files in ~/.cache/scopeproxy-demo/egress-run (DEMO_DIR).
+demo-egress: release
+	config/demo/egress.sh
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
 ## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference,

@@ -344,6 +344,8 @@ public enum ProxyError: Error, Equatable, Sendable {
             json.string("destination", "\(refusal.destination)")
             json.string("rule", refusal.rule)
             if let client = refusal.client { json.string("client", client) } else { json.raw("client", "null") }
+            // Never the resolved address: that would answer DNS questions about names the client
+            // cannot resolve itself (an oracle, docs/security-model.md); the log line carries it.
             json.string("hint", refusal.hint)
         }
         let body = json.finish() + [0x0A]

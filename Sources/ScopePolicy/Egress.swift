@@ -279,12 +279,17 @@ public struct DeniedAddresses: Sendable, Equatable {
 
     public var isEmpty: Bool { checks.isEmpty }
 
-    /// The rule that denies `address`, checked as written and as the IPv4 address it embeds
-    /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here).
+    /// The rule that denies `address`, checked as written, as the IPv4 address it embeds
+    /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here), and as the
+    /// address a connect to it reaches (0.0.0.0 and :: are this machine's loopback).
     public func denial(of address: IPAddress) -> String? {
         for check in checks where check.range.contains(address) { return check.rule }
-        guard let embedded = address.embeddedIPv4 else { return nil }
-        for check in checks where check.range.contains(embedded) { return check.rule }
+        if let embedded = address.embeddedIPv4 {
+            for check in checks where check.range.contains(embedded) { return check.rule }
+        }
+        if let reached = address.reachedByConnect {
+            for check in checks where check.range.contains(reached) { return check.rule }
+        }
         return nil
     }
 
@@ -296,6 +301,17 @@ public struct DeniedAddresses: Sendable, Equatable {
 }
 
 extension IPAddress {
+    /// The address a connect to this one actually reaches, when that differs: Linux connects to
+    /// 0.0.0.0 as 127.0.0.1 and to `::` as `::1` (ip_route_connect, tcp_v6_connect), so a rule on
+    /// 127.0.0.1 must deny `http://0.0.0.0:PORT` too.
+    public var reachedByConnect: IPAddress? {
+        // Read in place: this runs for every address checked, and only these two need an answer.
+        if isIPv4 {
+            return bytes[12] == 0 && bytes[13] == 0 && bytes[14] == 0 && bytes[15] == 0 ? .ipv4(127, 0, 0, 1) : nil
+        }
+        return bytes.allSatisfy({ $0 == 0 }) ? IPAddress(bytes: Array(repeating: 0, count: 15) + [1]) : nil
+    }
+
     /// The IPv4 address an IPv6 form carries to the IPv4 network: NAT64 (`64:ff9b::/96`, RFC 6052,
     /// and the local-use `64:ff9b:1::/48`, RFC 8215, read as a /96 with the address in the last 32
     /// bits, the layout NAT64 gateways use) and 6to4

@@ -50,10 +50,12 @@ public final class FixtureOrigin: @unchecked Sendable {
     private var connections: [TestSocket] = []
     private var acceptedCount = 0
 
-    public init(host: String = "127.0.0.1", script: @escaping Script = FixtureOrigin.echo) throws {
-        listener = try TestListener(host: host)
+    /// `port`: 0 for a free one; a given port lets two origins on different loopback addresses
+    /// share one (a name resolving to either, as in the DNS-rebinding tests).
+    public init(host: String = "127.0.0.1", port: UInt16 = 0, script: @escaping Script = FixtureOrigin.echo) throws {
+        listener = try TestListener(host: host, port: port)
         self.host = host
-        port = listener.port
+        self.port = listener.port
         self.script = script
         Thread.detachNewThread { [self] in acceptLoop() }
     }

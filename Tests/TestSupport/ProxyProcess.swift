@@ -18,7 +18,9 @@ public final class ProxyProcess: @unchecked Sendable {
     }
 
     /// `fileLimit`: start the proxy under `ulimit -n` (descriptor exhaustion tests).
-    public init(arguments: [String] = [], environment: [String: String] = [:], fileLimit: Int? = nil) throws {
+    /// `launcher`: a command that execs the proxy (its path and arguments follow the launcher's
+    /// own), e.g. `unshare -m` with a private /etc/hosts (EgressEngineTests).
+    public init(arguments: [String] = [], environment: [String: String] = [:], fileLimit: Int? = nil, launcher: [String] = []) throws {
         process = Process()
         // `run`, listening on a free port unless the caller names an address (an option given
         // twice is refused by the command line).
@@ -28,6 +30,9 @@ public final class ProxyProcess: @unchecked Sendable {
         if let fileLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments = ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", Self.binaryPath] + command
+        } else if let program = launcher.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(launcher.dropFirst()) + [Self.binaryPath] + command
         } else {
             process.executableURL = URL(fileURLWithPath: Self.binaryPath)
             process.arguments = command
@@ -145,14 +150,16 @@ public final class ConfiguredProxy: @unchecked Sendable {
     /// The admin port has to be written into the config before the proxy binds it, so another
     /// process can take it in between (a free-port race): then the proxy says so and exits, and a
     /// fresh port is tried (at most three times).
-    public init(arguments: [String] = [], environment: [String: String] = [:], yaml: (_ logPath: String) -> String) throws {
+    public init(
+        arguments: [String] = [], environment: [String: String] = [:], launcher: [String] = [], yaml: (_ logPath: String) -> String
+    ) throws {
         var attempt = 0
         while true {
             attempt += 1
             let port = try TestListener.freePort()
             let path = scratch.write("c.yaml", "admin: \"127.0.0.1:\(port)\"\n" + yaml(scratch.path + "/access.log"))
             do {
-                process = try ProxyProcess(arguments: ["--config", path] + arguments, environment: environment)
+                process = try ProxyProcess(arguments: ["--config", path] + arguments, environment: environment, launcher: launcher)
                 adminPort = port
                 configPath = path
                 return

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A tiny DNS server for the DNS-rebinding tests (EgressDNSTests): UDP on loopback, TTL 0.
+
+    rebinding_dns.py PLAN.json
+
+PLAN: {"listen": "127.0.0.153", "names": {"rebind.test": ["127.0.0.2", "127.0.0.3"], ...}}
+
+Each A query for a listed name is answered with the next address of its list, cycling (so a name
+answers 127.0.0.2, then 127.0.0.3, then 127.0.0.2...). AAAA and other types for a listed name get
+an empty NOERROR answer, unlisted names NXDOMAIN. The server binds port 0 and prints
+`port N` on stdout once it is ready, then `A NAME ADDRESS` for every A answer it gives (flushed),
+so a test can see which address each lookup got. It runs until killed.
+"""
+import json
+import socket
+import struct
+import sys
+
+
+def read_name(packet, offset):
+    labels = []
+    while True:
+        length = packet[offset]
+        offset += 1
+        if length == 0:
+            return ".".join(labels).lower(), offset
+        labels.append(packet[offset:offset + length].decode("ascii", "replace"))
+        offset += length
+
+
+def answer(packet, names, turns):
+    ident, flags, qdcount = struct.unpack("!HHH", packet[:6])
+    if qdcount != 1:
+        return None
+    name, offset = read_name(packet, 12)
+    qtype, qclass = struct.unpack("!HH", packet[offset:offset + 4])
+    question = packet[12:offset + 4]
+    recursion_desired = flags & 0x0100
+    addresses = names.get(name.rstrip("."))
+    if addresses is None:
+        header = struct.pack("!HHHHHH", ident, 0x8183 | recursion_desired, 1, 0, 0, 0)  # NXDOMAIN
+        return header + question, None
+    if qtype != 1:
+        header = struct.pack("!HHHHHH", ident, 0x8180 | recursion_desired, 1, 0, 0, 0)
+        return header + question, None
+    turn = turns.get(name, 0)
+    turns[name] = turn + 1
+    address = addresses[turn % len(addresses)]
+    header = struct.pack("!HHHHHH", ident, 0x8180 | recursion_desired, 1, 1, 0, 0)
+    record = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + socket.inet_aton(address)  # TTL 0
+    return header + question + record, f"A {name} {address}"
+
+
+def main():
+    with open(sys.argv[1]) as handle:
+        plan = json.load(handle)
+    names = {name.lower(): list(addresses) for name, addresses in plan["names"].items()}
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind((plan.get("listen", "127.0.0.153"), 0))
+    print(f"port {server.getsockname()[1]}", flush=True)
+    turns = {}
+    while True:
+        packet, peer = server.recvfrom(4096)
+        try:
+            reply = answer(packet, names, turns)
+        except (IndexError, struct.error):
+            continue
+        if reply is None:
+            continue
+        data, line = reply
+        server.sendto(data, peer)
+        if line:
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
