@@ -21,7 +21,8 @@ struct TransparentCaptureEngineTests {
         var proxyCA: String { scratch.path + "/proxy-ca.pem" }
         var accessLog: String { scratch.path + "/access.log" }
 
-        init(tunnel: String) throws {
+        /// `extra`: more top-level config (a `timeouts:` section, say).
+        init(tunnel: String, extra: String = "") throws {
             pki = try TestPKI()
             try pki.issueLeaf("scoped", san: "DNS:api.scoped.test")
             try pki.issueLeaf("unscoped", san: "DNS:unscoped.test")
@@ -44,7 +45,7 @@ struct TransparentCaptureEngineTests {
                     clients: [sandboxed]
                 tls: { intercept: ["api.scoped.test"], tunnel: \(tunnel), ca_dir: \(scratch.path)/ca, upstream_ca: \(pki.caPath) }
                 log: { format: json, output: \(scratch.path)/access.log }
-
+                \(extra)
                 """)
         }
 
@@ -199,9 +200,10 @@ struct TransparentCaptureEngineTests {
         #expect(!(report.background["proxy"] ?? "").contains(Self.canary), "the canary in the proxy's output")
     }
 
-    @Test("TLS, tunnels allowed: spliced to the original destination, with SNI or without; no ClientHello: closed, with a line")
+    @Test("TLS, tunnels allowed: spliced to the original destination, SNI or none; no ClientHello, or none in time: closed, with a line")
     func tunnelAllowed() throws {
-        let setup = try Setup(tunnel: "allow")
+        // A client that sends nothing is closed once client_header has passed (short here).
+        let setup = try Setup(tunnel: "allow", extra: "timeouts: { client_header: 300ms }\n")
         guard
             let report = try setup.run([
                 Self.curl("tunnel", ["--cacert", setup.pki.caPath, "https://unscoped.test/tunnelled"]),
@@ -217,8 +219,18 @@ struct TransparentCaptureEngineTests {
                             + "try:\n    print(len(s.recv(100)))\nexcept ConnectionResetError:\n    print(0)",
                     ],
                 ],
+                [
+                    "name": "silent", "uid": Self.clientUID,
+                    "argv": [
+                        "python3", "-c",
+                        "import socket\ns = socket.create_connection(('10.77.0.2', 443))\ntry:\n    print(len(s.recv(100)))\n"
+                            + "except ConnectionResetError:\n    print(0)",
+                    ],
+                ],
             ])
         else { return }
+        #expect(report.command("silent")?.stdout == "0\n", "closed without a byte")
+        #expect((report.background["proxy"] ?? "").contains("no ClientHello or request head within timeouts.client_header"))
         #expect(report.command("tunnel")?.rc == 0, "\(report.command("tunnel")?.stderr ?? "")")
         let tunnelled = try #require(report.origins["unscoped443"]?.first { $0.path == "/tunnelled" })
         #expect(!Self.carriesCanary(tunnelled))
