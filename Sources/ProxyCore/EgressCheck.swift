@@ -20,7 +20,7 @@ public struct EgressClearance: Sendable, Equatable {
     /// request). A destination that is an origin of a scope serving this client is always
     /// reachable by name (`default: deny` still reaches the scopes).
     public static func clear(_ origin: Origin, client: ClientIdentity, scope: ScopeContext) -> Result<EgressClearance, ProxyError> {
-        let rules = scope.egress.effective(for: client.name)
+        let rules = scope.egressRules.rules(for: client.name)
         let destination = EgressDestination(origin)
         guard rules.defaultAction == .deny else { return .success(EgressClearance(rules: rules, destination: destination)) }
         let scoped = !scope.policy.covering(origin, client: client.name).isEmpty
@@ -34,10 +34,12 @@ public struct EgressClearance: Sendable, Equatable {
     /// The clearance of a destination the configuration names itself (a route's upstream): no
     /// name or address rule applies.
     public static func configuredUpstream(_ origin: Origin, client: ClientIdentity) -> EgressClearance {
-        EgressClearance(
-            rules: EffectiveEgress(defaultAction: .allow, mode: .enforce, allow: [], denyIPs: .none, client: client.name),
-            destination: EgressDestination(origin))
+        EgressClearance(rules: unrestricted, destination: EgressDestination(origin))
     }
+
+    /// No rule at all: what a configured upstream is reached under (it is never refused, so no
+    /// refusal needs the client's name).
+    private static let unrestricted = EffectiveEgress(defaultAction: .allow, mode: .enforce, allow: [], denyIPs: .none, client: nil)
 
     /// The address-level check, on an address about to be connected to (or a pooled connection's
     /// peer about to be reused).
@@ -88,7 +90,8 @@ public struct EgressRefusal: Sendable, Equatable {
     static func hint(destination: EgressDestination, rule: String, rules: EffectiveEgress, address: String?) -> String {
         let owner = rules.client.map { " of client '\($0)'" } ?? ""
         guard let address else {
-            let entry = destination.port == destination.scheme.defaultPort
+            let entry =
+                destination.port == destination.scheme.defaultPort
                 ? "\(destination.scheme.rawValue)://\(destination.host)" : "\(destination.scheme.rawValue)://\(destination.host):\(destination.port)"
             let key = rules.ownRules ? "egress.allow\(owner)" : "egress.allow"
             return "this destination is not allowed: add \"\(entry)\" to \(key) in the proxy's configuration, or ask its operator to"

@@ -22,8 +22,9 @@ public final class ScopeContext: Sendable {
     public let tokens: (any AccessTokenSource)?
     /// The `oauth2:` secrets' names (a request that injects one waits for its token first).
     public let tokenSecrets: Set<String>
-    /// Where clients may connect at all (`egress:`, docs/egress.md).
-    public let egress: EgressPolicy
+    /// Where clients may connect at all (`egress:`, docs/egress.md), each client's rules made once.
+    public let egressRules: EgressRuleBook
+    public var egress: EgressPolicy { egressRules.policy }
 
     /// `proxyAuthSecret`: the `proxy_auth: { secret: NAME }` shorthand, one client named
     /// `proxy_auth` recognised by `Basic any-user:secret` or `Bearer secret` (ignored when
@@ -34,7 +35,6 @@ public final class ScopeContext: Sendable {
         protection: SecretProtection = SecretProtection(), values: SecretValueIndex = SecretValueIndex(),
         tokens: (any AccessTokenSource)? = nil, tlsClientListen: String? = nil, egress: EgressPolicy = .standard
     ) {
-        self.egress = egress
         self.protection = protection
         self.values = values
         self.tokens = tokens
@@ -47,6 +47,7 @@ public final class ScopeContext: Sendable {
             rules = [ClientRule(name: Self.proxyAuthClientName, auth: .anyUserOrBearer(secret: proxyAuthSecret))]
         }
         self.clients = ClientDirectory(rules, tlsClientListen: tlsClientListen)
+        egressRules = EgressRuleBook(egress, clients: self.clients.names)
         self.interceptHosts = interceptHosts
     }
 

@@ -80,7 +80,10 @@ extension Decoder {
                 cidrs.append(try cidr(entry, text))
             } else {
                 let names = DeniedAddresses.Named.allCases.map(\.rawValue)
-                throw error(entry, "'\(text)' is not an address set: use \(names.joined(separator: ", ")) or a network like 10.0.0.0/8" + suggestion(text, Set(names)))
+                throw error(
+                    entry,
+                    "'\(text)' is not an address set: use \(names.joined(separator: ", ")) or a network like 10.0.0.0/8"
+                        + suggestion(text, Set(names)))
             }
         }
         return DeniedAddresses(named: named, cidrs: cidrs)

@@ -84,8 +84,10 @@ public enum EgressVerdict: Sendable, Equatable {
     public var isDenied: Bool { if case .denied = self { true } else { false } }
 }
 
-/// The rules one client's connections follow (`EgressPolicy.effective(for:)`).
-public struct EffectiveEgress: Sendable, Equatable {
+/// The rules one client's connections follow (`EgressPolicy.effective(for:)`). A class: every hop
+/// carries its client's rules to the connect, and a reference is one retain per copy where the
+/// fields would be one each (`EgressRuleBook` makes one per client and configuration).
+public final class EffectiveEgress: Sendable, Equatable {
     public let defaultAction: EgressPolicy.Default
     public let mode: EgressPolicy.Mode
     public let allow: [EgressRule]
@@ -136,6 +138,33 @@ public struct EffectiveEgress: Sendable, Equatable {
 
     private func verdict(rule: String) -> EgressVerdict {
         mode == .report ? .reported(rule: rule) : .denied(rule: rule)
+    }
+
+    public static func == (lhs: EffectiveEgress, rhs: EffectiveEgress) -> Bool {
+        lhs === rhs
+            || (lhs.defaultAction == rhs.defaultAction && lhs.mode == rhs.mode && lhs.allow == rhs.allow && lhs.denyIPs == rhs.denyIPs
+                && lhs.client == rhs.client && lhs.ownRules == rhs.ownRules && lhs.ownDenyIPs == rhs.ownDenyIPs)
+    }
+}
+
+/// Each client's rules, made once per configuration (the `ScopeContext` holds one): a hop looks its
+/// client's up instead of building them.
+public final class EgressRuleBook: Sendable {
+    public let policy: EgressPolicy
+    private let unnamed: EffectiveEgress
+    private let byClient: [String: EffectiveEgress]
+
+    /// `clients`: every configured client's name (each gets its rules here, its own or the global
+    /// ones named for it, so that a refusal says which client it was).
+    public init(_ policy: EgressPolicy, clients: some Sequence<String>) {
+        self.policy = policy
+        unnamed = policy.effective(for: nil)
+        byClient = clients.reduce(into: [:]) { book, name in book[name] = policy.effective(for: name) }
+    }
+
+    public func rules(for client: String?) -> EffectiveEgress {
+        guard let client else { return unnamed }
+        return byClient[client] ?? policy.effective(for: client)
     }
 }
 
@@ -262,34 +291,58 @@ public struct DeniedAddresses: Sendable, Equatable {
 
     public let named: [Named]
     public let cidrs: [CIDR]
-    private let checks: [(rule: String, range: CIDR)]
+    /// Every range as two masked 64-bit words, most specific first (so `metadata` is named for
+    /// 169.254.169.254 when both it and `link_local` are listed): a check is two ANDs and two
+    /// compares per range, with no reference counted on the way (it runs for every connect and
+    /// every reuse of a pooled connection).
+    private let ranges: [MaskedRange]
+    private let rules: [String]
+
+    private struct MaskedRange: Sendable {
+        let high: UInt64, low: UInt64, maskHigh: UInt64, maskLow: UInt64
+        let rule: Int
+
+        func contains(_ words: (high: UInt64, low: UInt64)) -> Bool {
+            words.high & maskHigh == high && words.low & maskLow == low
+        }
+    }
 
     public init(named: [Named], cidrs: [CIDR] = []) {
         self.named = named
         self.cidrs = cidrs
-        // The more specific ranges first, so `metadata` is named for 169.254.169.254 when both it
-        // and `link_local` are listed.
-        checks = (named.flatMap { name in name.ranges.map { ("deny_ips: \(name.rawValue)", $0) } } + cidrs.map { ("deny_ips: \($0.text)", $0) })
-            .sorted { $0.range.prefixLength > $1.range.prefixLength }
+        let listed = named.flatMap { name in name.ranges.map { ("deny_ips: \(name.rawValue)", $0) } } + cidrs.map { ("deny_ips: \($0.text)", $0) }
+        let sorted = listed.enumerated().sorted { ($0.element.1.prefixLength, -$0.offset) > ($1.element.1.prefixLength, -$1.offset) }
+        rules = sorted.map(\.element.0)
+        ranges = sorted.enumerated().map { index, entry in
+            let cidr = entry.element.1
+            let length = cidr.prefixLength
+            let maskHigh: UInt64 = length >= 64 ? .max : length == 0 ? 0 : ~(UInt64.max >> UInt64(length))
+            let maskLow: UInt64 = length <= 64 ? 0 : length >= 128 ? .max : ~(UInt64.max >> UInt64(length - 64))
+            let words = cidr.network.words
+            return MaskedRange(high: words.high & maskHigh, low: words.low & maskLow, maskHigh: maskHigh, maskLow: maskLow, rule: index)
+        }
     }
 
     /// `[link_local, metadata]`: the default, also with no `egress:` key.
     public static let standard = DeniedAddresses(named: [.linkLocal, .metadata])
     public static let none = DeniedAddresses(named: [])
 
-    public var isEmpty: Bool { checks.isEmpty }
+    public var isEmpty: Bool { ranges.isEmpty }
 
     /// The rule that denies `address`, checked as written, as the IPv4 address it embeds
     /// (IPv4-mapped is already IPv4 in `IPAddress`; NAT64 and 6to4 are unwrapped here), and as the
     /// address a connect to it reaches (0.0.0.0 and :: are this machine's loopback).
     public func denial(of address: IPAddress) -> String? {
-        for check in checks where check.range.contains(address) { return check.rule }
-        if let embedded = address.embeddedIPv4 {
-            for check in checks where check.range.contains(embedded) { return check.rule }
-        }
-        if let reached = address.reachedByConnect {
-            for check in checks where check.range.contains(reached) { return check.rule }
-        }
+        if let rule = firstRange(holding: address) { return rule }
+        if let embedded = address.embeddedIPv4, let rule = firstRange(holding: embedded) { return rule }
+        if let reached = address.reachedByConnect, let rule = firstRange(holding: reached) { return rule }
+        return nil
+    }
+
+    private func firstRange(holding address: IPAddress) -> String? {
+        guard !ranges.isEmpty else { return nil }
+        let words = address.words
+        for range in ranges where range.contains(words) { return rules[range.rule] }
         return nil
     }
 
@@ -301,6 +354,16 @@ public struct DeniedAddresses: Sendable, Equatable {
 }
 
 extension IPAddress {
+    /// The 16 bytes as two big-endian words (the masked compare of `DeniedAddresses`).
+    var words: (high: UInt64, low: UInt64) {
+        bytes.withUnsafeBufferPointer { raw in
+            var high: UInt64 = 0, low: UInt64 = 0
+            for index in 0..<8 { high = high << 8 | UInt64(raw[index]) }
+            for index in 8..<16 { low = low << 8 | UInt64(raw[index]) }
+            return (high, low)
+        }
+    }
+
     /// The address a connect to this one actually reaches, when that differs: Linux connects to
     /// 0.0.0.0 as 127.0.0.1 and to `::` as `::1` (ip_route_connect, tcp_v6_connect), so a rule on
     /// 127.0.0.1 must deny `http://0.0.0.0:PORT` too.

@@ -132,7 +132,9 @@ struct Banner {
     /// The egress policy in one line: the default, the mode, the denied address sets, and which
     /// clients have rules of their own (docs/egress.md).
     static func egress(_ policy: EgressPolicy) -> String {
-        var text = policy.defaultAction == .allow ? "every destination by name" : "scope origins and \(policy.allow.count) allow entr\(policy.allow.count == 1 ? "y" : "ies") only"
+        var text =
+            policy.defaultAction == .allow
+            ? "every destination by name" : "scope origins and \(policy.allow.count) allow entr\(policy.allow.count == 1 ? "y" : "ies") only"
         if policy.mode == .report { text += " (report mode: denials are logged as report_deny, not enforced)" }
         text += policy.denyIPs.isEmpty ? "; no address denied" : "; never \(policy.denyIPs.description) addresses"
         let own = policy.clients.keys.sorted()

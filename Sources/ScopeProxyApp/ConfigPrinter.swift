@@ -26,7 +26,8 @@ enum ConfigPrinter {
             }
             if let rate = rule.rate { out += "    rate: \(scalar(rate.description))\n" }
             if let own = egress.clients[rule.name] {
-                out += "    egress: { default: \(own.defaultAction.rawValue), allow: \(flowList(own.allow.map(\.text)))"
+                out +=
+                    "    egress: { default: \(own.defaultAction.rawValue), allow: \(flowList(own.allow.map(\.text)))"
                     + (own.mode.map { ", mode: \($0.rawValue)" } ?? "")
                     + (own.denyIPs.map { ", deny_ips: \(flowList(Self.denyIPs($0)))" } ?? "") + " }\n"
             }

@@ -181,7 +181,7 @@ public enum Explanation {
     static func egressVerdict(
         _ origin: Origin, client: ClientIdentity, covering: [Scope], scope: ScopeContext
     ) -> (text: String, refusal: ProxyError?) {
-        let rules = scope.egress.effective(for: client.name)
+        let rules = scope.egressRules.rules(for: client.name)
         let destination = EgressDestination(origin)
         let whose = rules.ownRules ? " of client '\(client.name ?? "")'" : ""
         var verdict: String

@@ -8,17 +8,18 @@ import Testing
 // anything connects: the client's request, a CONNECT, a followed redirect, a request inside an
 // intercepted tunnel. The address check (deny_ips) happens at connect: EgressEngineTests.
 
-private let denyAll = Configs.scopes + """
-    egress:
-      default: deny
-      allow: ["https://*.allowed.example", "plain.example:80"]
-    clients:
-      - name: agent
-        auth: { bearer: proxy_password }
-        egress: { default: deny, allow: ["https://only-agent.example"] }
-      - name: anonymous
+private let denyAll =
+    Configs.scopes + """
+        egress:
+          default: deny
+          allow: ["https://*.allowed.example", "plain.example:80"]
+        clients:
+          - name: agent
+            auth: { bearer: proxy_password }
+            egress: { default: deny, allow: ["https://only-agent.example"] }
+          - name: anonymous
 
-    """
+        """
 
 @Suite("Machine: the egress policy checks every hop by name before anything connects")
 struct EgressMachineTests {
@@ -42,16 +43,23 @@ struct EgressMachineTests {
         #expect(p.connected.isEmpty, "\(actions)")
     }
 
-    @Test("allowed by glob, by host:port, and a scope's origin under default deny: each connects", arguments: [
-        ("GET https://api.allowed.example/ HTTP/1.1", "api.allowed.example"),
-        ("GET https://a.b.allowed.example/ HTTP/1.1", "a.b.allowed.example"),
-        ("GET http://plain.example/ HTTP/1.1", "plain.example"),
-        ("GET https://a.example/ HTTP/1.1", "a.example"),
-    ])
+    @Test(
+        "allowed by glob, by host:port, and a scope's origin under default deny: each connects",
+        arguments: [
+            ("GET https://api.allowed.example/ HTTP/1.1", "api.allowed.example"),
+            ("GET https://a.b.allowed.example/ HTTP/1.1", "a.b.allowed.example"),
+            ("GET http://plain.example/ HTTP/1.1", "plain.example"),
+            ("GET https://a.example/ HTTP/1.1", "a.example"),
+        ])
     func allowed(_ line: String, _ host: String) {
         var p = Playbook(Fixture(denyAll))
         p.start([.arm(.clientHead)])
-        p.on(p.head(line, "Host: \(host)"), [.cancelTimer, .arm(.connect), .connecting(hop(1), p.targetOrigin(line), p.targetOrigin(line).scheme == .https ? .tls : .plain, reusePooled: true)])
+        p.on(
+            p.head(line, "Host: \(host)"),
+            [
+                .cancelTimer, .arm(.connect),
+                .connecting(hop(1), p.targetOrigin(line), p.targetOrigin(line).scheme == .https ? .tls : .plain, reusePooled: true),
+            ])
     }
 
     @Test("a client's own egress replaces the global allow list: the same destination is denied for it, naming it and its key")
@@ -112,19 +120,28 @@ struct EgressMachineTests {
     @Test("inside an intercepted tunnel every request is a hop of its own: checked again against the current rules")
     func interceptedRequest() {
         // The tunnel's CONNECT was admitted earlier; this request is checked on its own.
-        var p = Playbook(Fixture(denyAll + "tls: { intercept: [\"unlisted.example\"] }\n"), mode: .intercepted(unlisted, client: ClientIdentity(name: "anonymous")))
+        var p = Playbook(
+            Fixture(denyAll + "tls: { intercept: [\"unlisted.example\"] }\n"), mode: .intercepted(unlisted, client: ClientIdentity(name: "anonymous"))
+        )
         p.start([.arm(.clientHead)])
         p.on(
             p.head("GET /inside HTTP/1.1", "Host: unlisted.example"),
-            [.cancelTimer, .write(startingWith: "HTTP/1.1 403 Forbidden\r\n", containing: ["egress_denied"]), .emit(.status(403)), .close(.afterFlush)])
+            [
+                .cancelTimer, .write(startingWith: "HTTP/1.1 403 Forbidden\r\n", containing: ["egress_denied"]), .emit(.status(403)),
+                .close(.afterFlush),
+            ])
     }
 
     @Test("mode report: the denial is logged as report_deny with its rule, and the request goes on")
     func reportMode() {
         var p = Playbook(Fixture(Configs.scopes + "egress: { default: deny, mode: report }\n"))
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET https://unlisted.example/ HTTP/1.1", "Host: unlisted.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), unlisted, .tls, reusePooled: true)])
-        p.on(.upstreamConnected(hop(1), reused: false, peer: UpstreamPeer(address: "192.0.2.7:443")), [.send(hop(1), startingWith: "GET "), .arm(.responseHead)])
+        p.on(
+            p.head("GET https://unlisted.example/ HTTP/1.1", "Host: unlisted.example"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), unlisted, .tls, reusePooled: true)])
+        p.on(
+            .upstreamConnected(hop(1), reused: false, peer: UpstreamPeer(address: "192.0.2.7:443")),
+            [.send(hop(1), startingWith: "GET "), .arm(.responseHead)])
         p.feed(.responseHead(hop(1), response("HTTP/1.1 204 No Content")))
         p.feed(.responseBody(hop(1), .complete(payload: 0, consumed: 0, captured: nil, observed: nil)))
         let line = p.emitted.last
@@ -137,7 +154,9 @@ struct EgressMachineTests {
     func reportedAddress() {
         var q = Playbook(Fixture(Configs.scopes + "egress: { mode: report }\n"))
         q.start([.arm(.clientHead)])
-        q.on(q.head("GET https://unscoped.example/ HTTP/1.1", "Host: unscoped.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), unscoped, .tls, reusePooled: true)])
+        q.on(
+            q.head("GET https://unscoped.example/ HTTP/1.1", "Host: unscoped.example"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), unscoped, .tls, reusePooled: true)])
         q.on(
             .upstreamConnected(hop(1), reused: false, peer: UpstreamPeer(address: "169.254.169.254:443", reported: "deny_ips: metadata")),
             [.send(hop(1), startingWith: "GET "), .arm(.responseHead)])
@@ -154,7 +173,8 @@ struct EgressMachineTests {
         let fixture = Fixture(Configs.scopes + "egress: { default: deny, deny_ips: [private] }\n" + Configs.redirects("follow"))
         var p = Playbook(fixture, mode: .route(upstream: upstream, publicOrigin: origin("http://127.0.0.1:9000")))
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET /x HTTP/1.1", "Host: 127.0.0.1:9000"), [.cancelTimer, .arm(.connect), .connect(hop(1), upstream, .plain, reusePooled: true)])
+        p.on(
+            p.head("GET /x HTTP/1.1", "Host: 127.0.0.1:9000"), [.cancelTimer, .arm(.connect), .connect(hop(1), upstream, .plain, reusePooled: true)])
         guard case .connect(_, _, _, _, let egress)? = p.actions.last else {
             Issue.record("no connect")
             return
@@ -174,7 +194,9 @@ struct EgressMachineTests {
     func standardPolicy() {
         var p = Playbook(Fixture(Configs.scopes))
         p.start([.arm(.clientHead)])
-        p.on(p.head("GET https://unlisted.example/ HTTP/1.1", "Host: unlisted.example"), [.cancelTimer, .arm(.connect), .connect(hop(1), unlisted, .tls, reusePooled: true)])
+        p.on(
+            p.head("GET https://unlisted.example/ HTTP/1.1", "Host: unlisted.example"),
+            [.cancelTimer, .arm(.connect), .connect(hop(1), unlisted, .tls, reusePooled: true)])
         guard case .connect(_, _, _, _, let egress)? = p.actions.last else {
             Issue.record("no connect")
             return

@@ -78,4 +78,33 @@ struct EgressDNSTests {
         #expect(origin.requests.map(\.target) == ["/one", "/two"], "nothing rode the pooled connection after the reload")
         #expect(origin.acceptedConnections == 1)
     }
+
+    @Test("a name with a denied and an allowed address: the denied one is skipped, the allowed one reached, in either order")
+    func deniedAddressSkippedAllowedReached() throws {
+        if let reason = Egress.namespaceUnavailable {
+            print("skipped: \(reason)")
+            return
+        }
+        let scratch = ScratchDirectory()
+        let canaries = try Egress.canaries(["127.0.0.2", "127.0.0.3"])
+        let (allowed, denied) = (canaries[0], canaries[1])
+        defer { canaries.forEach { $0.stop() } }
+        // The names come from /etc/hosts; the resolver is the fixture so that no query leaves the machine.
+        let dns = try RebindingDNS([:], scratch: scratch)
+        defer { dns.stop() }
+        // /etc/hosts lists both addresses for each name, the denied one first for one of them.
+        let hosts = [
+            ("denied-first.test", "127.0.0.3"), ("denied-first.test", "127.0.0.2"), ("allowed-first.test", "127.0.0.2"),
+            ("allowed-first.test", "127.0.0.3"),
+        ]
+        let proxy = try Egress.proxy(launcher: Egress.launcher(scratch, hosts: hosts, resolvConf: dns.resolvConf)) { _ in
+            "egress: { deny_ips: [127.0.0.3/32] }"
+        }
+        defer { proxy.process.terminate() }
+        for name in ["denied-first.test", "allowed-first.test"] {
+            let response = try Egress.get(proxy.port, "http://\(name):\(allowed.port)/\(name)")
+            #expect(response?.bodyText == "reached 127.0.0.2 /\(name)", "\(name): \(response?.text ?? "no answer")")
+        }
+        #expect(denied.acceptedConnections == 0)
+    }
 }

@@ -239,6 +239,38 @@ struct EgressEngineTests {
         #expect(origin.acceptedConnections == 1)
     }
 
+    @Test("reload to default deny: the next request on an open keep-alive client connection follows the new policy")
+    func reloadAppliesToNextRequestOnOpenConnection() throws {
+        let origin = try Egress.canary("127.0.0.2")
+        defer { origin.stop() }
+        let proxy = try Egress.proxy { _ in "" }
+        defer { proxy.process.terminate() }
+        let socket = try TestSocket.connect(port: proxy.port)
+        defer { socket.close() }
+        let reader = HTTPReader(socket)
+        try socket.send(Wire.request("\(origin.url)/before", host: origin.authority))
+        #expect(LenientResponse.read(reader)?.status == 200)
+        #expect(Egress.reload(proxy, "egress: { default: deny }\n", reloads: 1))
+        try socket.send(Wire.request("\(origin.url)/after", host: origin.authority))
+        let refused = LenientResponse.read(reader)
+        #expect(refused?.status == 403 && refused?.bodyText.contains("egress_denied") == true)
+        #expect(origin.requests.map(\.target) == ["/before"], "the pooled upstream connection carried nothing after the reload")
+    }
+
+    @Test("a WebSocket upgrade to a denied destination is 403 and opens nothing")
+    func webSocketUpgradeDenied() throws {
+        let denied = try Egress.canary("127.0.0.3")
+        defer { denied.stop() }
+        let proxy = try Egress.proxy { _ in "egress: { default: deny }" }
+        defer { proxy.process.terminate() }
+        let upgrade = Wire.request(
+            "\(denied.url)/ws", host: denied.authority,
+            [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")])
+        let response = try Egress.send(proxy.port, upgrade)
+        #expect(response?.status == 403 && Egress.json(response)["error"] as? String == "egress_denied")
+        #expect(denied.acceptedConnections == 0)
+    }
+
     @Test("a request inside an intercepted tunnel is checked as a hop: deny_ips refuses it with 403 inside TLS, and the origin gets nothing")
     func interceptedRequestChecked() throws {
         let pki = try TestPKI()
@@ -261,6 +293,68 @@ struct EgressEngineTests {
         #expect(body.hasSuffix("\n403"), "\(body)")
         #expect(body.contains("\"error\":\"egress_denied\"") && body.contains("\"rule\":\"deny_ips: loopback\""), "\(body)")
         #expect(origin.received.isEmpty)
+    }
+
+    @Test("reload adding deny_ips: the next request inside an already intercepted tunnel is checked against the new rules")
+    func reloadAppliesInsideOpenInterceptedTunnel() throws {
+        let pki = try TestPKI()
+        let origin = try HTTPSOrigin(certificate: pki.certificate("valid"))
+        defer { origin.stop() }
+        var directory = ""
+        func yaml(_ egress: String) -> String {
+            """
+            scopes: [{ name: api, origins: ["https://localhost:\(origin.port)"], pass: [Authorization] }]
+            tls: { intercept: scoped, tunnel: deny, ca_dir: \(directory)/ca, upstream_ca: \(pki.caPath) }
+            \(egress)
+            """
+        }
+        let proxy = try Egress.proxy { log in
+            directory = (log as NSString).deletingLastPathComponent
+            return yaml("")
+        }
+        defer { proxy.process.terminate() }
+        // One TLS connection through one CONNECT: a request, a pause while the test reloads (it
+        // writes `go`), a second request; the statuses are printed.
+        let go = proxy.scratch.path + "/go"
+        let client = """
+            import socket, ssl, sys, os, time
+            proxy, port, ca, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+            raw = socket.create_connection(("127.0.0.1", proxy), timeout=10)
+            raw.sendall(f"CONNECT localhost:{port} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n\\r\\n".encode())
+            head = b""
+            while b"\\r\\n\\r\\n" not in head: head += raw.recv(1)
+            tls = ssl.create_default_context(cafile=ca).wrap_socket(raw, server_hostname="localhost")
+            reader = tls.makefile("rb")
+            def get(path):
+                tls.sendall(f"GET {path} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n\\r\\n".encode())
+                status = int(reader.readline().split()[1]); length = 0
+                while (line := reader.readline()) not in (b"\\r\\n", b""):
+                    if line.lower().startswith(b"content-length:"): length = int(line.split(b":")[1])
+                reader.read(length)
+                return status
+            first = get("/before")
+            print("ready", flush=True)
+            for _ in range(200):
+                if os.path.exists(go): break
+                time.sleep(0.05)
+            print(first, get("/after"), flush=True)
+            """
+        let script = proxy.scratch.write("client.py", client)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, "\(proxy.port)", "\(origin.port)", directory + "/ca/scopeproxy-ca.pem", go]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let handle = output.fileHandleForReading
+        var text = ""
+        while !text.contains("ready"), case let chunk = handle.availableData, !chunk.isEmpty { text += String(decoding: chunk, as: UTF8.self) }
+        #expect(Egress.reload(proxy, yaml("egress: { deny_ips: [loopback] }"), reloads: 1))
+        _ = proxy.scratch.write("go", "")
+        text += String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(text.contains("200 403"), "the first request reached the origin, the one after the reload was refused: \(text)")
+        #expect(origin.received.count == 1)
     }
 
     @Test("make demo-egress: the agent reaches its listed origin and gets an actionable 403 JSON for an unlisted one; exit 0")

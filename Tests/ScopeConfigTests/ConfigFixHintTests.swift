@@ -39,7 +39,8 @@ struct ConfigFixHintTests {
         "every top-level key, indented inside any section, says to unindent it",
         arguments: Decoder.topLevelKeys.filter { !["listen"].contains($0) })
     func topLevelKeyIndented(_ key: String) {
-        for (context, yaml) in Self.nestedSections where !(context == "a scope" && key == "clients") && !(context == "proxy_auth" && key == "secrets")
+        for (context, yaml) in Self.nestedSections
+        where !(context == "a scope" && key == "clients") && !(context == "proxy_auth" && key == "secrets")
             && !(context == "a client" && key == "egress")
         {
             let message = loadError(yaml.replacingOccurrences(of: "KEY", with: key))

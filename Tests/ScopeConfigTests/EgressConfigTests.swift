@@ -84,8 +84,9 @@ struct EgressConfigTests {
     @Test("allow entries under the default allow change nothing: a warning says so at the list")
     func allowWithoutDeny() throws {
         let config = try load("egress:\n  allow: [\"https://x.example\"]\n")
-        #expect(config.warnings.map(\.description) == [
-            "c.yaml:2:10: egress.allow changes nothing while egress.default is allow (every destination is allowed): add 'default: deny' to reach only scope origins and these entries"
-        ])
+        #expect(
+            config.warnings.map(\.description) == [
+                "c.yaml:2:10: egress.allow changes nothing while egress.default is allow (every destination is allowed): add 'default: deny' to reach only scope origins and these entries"
+            ])
     }
 }

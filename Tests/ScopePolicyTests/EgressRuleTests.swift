@@ -55,19 +55,21 @@ struct EgressRuleTests {
         #expect(rule(row.rule).matches(destination(row.destination)) == row.matches)
     }
 
-    @Test("entries that cannot mean what they say are refused, with why", arguments: [
-        ("api-*.x.com", EgressRule.ParseError.misplacedWildcard),
-        ("x.*.com", .misplacedWildcard),
-        ("*", .misplacedWildcard),
-        ("*.10.0.0.1", .misplacedWildcard),
-        ("ftp://x.example", .invalidScheme),
-        ("x.example:0", .invalidPort),
-        ("x.example:65536", .invalidPort),
-        ("x.example:99999999999999999999999", .invalidPort),
-        ("x.example:", .invalidPort),
-        ("x.example/path", .invalidHost("x.example/path")),
-        ("", .invalidHost("")),
-    ])
+    @Test(
+        "entries that cannot mean what they say are refused, with why",
+        arguments: [
+            ("api-*.x.com", EgressRule.ParseError.misplacedWildcard),
+            ("x.*.com", .misplacedWildcard),
+            ("*", .misplacedWildcard),
+            ("*.10.0.0.1", .misplacedWildcard),
+            ("ftp://x.example", .invalidScheme),
+            ("x.example:0", .invalidPort),
+            ("x.example:65536", .invalidPort),
+            ("x.example:99999999999999999999999", .invalidPort),
+            ("x.example:", .invalidPort),
+            ("x.example/path", .invalidHost("x.example/path")),
+            ("", .invalidHost("")),
+        ])
     func refused(_ text: String, _ error: EgressRule.ParseError) {
         #expect(throws: error) { try EgressRule.parse(text).get() }
     }

@@ -154,7 +154,8 @@ struct ConfigGenerator {
         if intercepting && chance(30) { tls.append("client_listen: \"127.0.0.1:8443\"") }
         if !tls.isEmpty { out += "tls: { " + tls.joined(separator: ", ") + " }\n" }
         if chance(40) {
-            out += "egress: { default: deny, mode: \(pick(["enforce", "report"])), allow: [\"https://*.github.com\", \"api.openai.com:443\", \"http://localhost:*\"]"
+            out +=
+                "egress: { default: deny, mode: \(pick(["enforce", "report"])), allow: [\"https://*.github.com\", \"api.openai.com:443\", \"http://localhost:*\"]"
                 + ", deny_ips: \(pick(["[]", "[link_local, metadata]", "[loopback, private, \"fd00::/8\"]"])) }\n"
         }
         if chance(50) { out += "timeouts: { connect: \(pick(["250ms", "5s", "2m"])), idle: \(pick(["1h", "90s", "1500ms"])) }\n" }
