@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore valgrind nginx-light
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore valgrind nginx-light nftables iptables iproute2 util-linux mount
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy nghttp2-client
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -95,7 +95,7 @@ format:
 
 ## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
-## the fourteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
+## the fifteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
 ## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
 ## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
 ## priority use what it leaves of the two cores: the fuzz build then the fuzz pass, and the release

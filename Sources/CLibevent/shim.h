@@ -25,6 +25,7 @@ static inline short sp_ev_read(void) { return EV_READ; }
 static inline short sp_ev_write(void) { return EV_WRITE; }
 static inline short sp_ev_persist(void) { return EV_PERSIST; }
 static inline short sp_ev_signal(void) { return EV_SIGNAL; }
+static inline short sp_ev_timeout(void) { return EV_TIMEOUT; }
 static inline short sp_bev_event_eof(void) { return BEV_EVENT_EOF; }
 static inline short sp_bev_event_reading(void) { return BEV_EVENT_READING; }
 static inline short sp_bev_event_error(void) { return BEV_EVENT_ERROR; }

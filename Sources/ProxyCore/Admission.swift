@@ -24,6 +24,9 @@ public enum ConnectionMode: Sendable, Equatable {
     /// Inside a CONNECT whose TLS the proxy terminated: origin-form requests for that one origin,
     /// from the client the CONNECT identified.
     case intercepted(Origin, client: ClientIdentity)
+    /// Plain HTTP on the transparent listener: origin-form requests for the origin the first
+    /// request's Host fixed (docs/transparent.md); every hop to it connects to the original destination.
+    case transparent(TransparentTarget)
 
     /// The one origin every request on this connection is for, if the connection fixes it.
     var fixedOrigin: Origin? {
@@ -31,6 +34,7 @@ public enum ConnectionMode: Sendable, Equatable {
         case .forwardProxy: nil
         case .route(let upstream, _): upstream
         case .intercepted(let origin, _): origin
+        case .transparent(let target): target.origin
         }
     }
 }
@@ -102,6 +106,11 @@ public enum RequestAdmission {
         // Before any client rule, and in every mode: the proxy's own connection must never borrow
         // an identity (`uid:` is the proxy's user, `source:` this machine's address).
         if facts.isProxyOwnConnection { return .reject(.loopRefused(nil)) }
+        // A redirected connection whose original destination is one of the proxy's listeners (or
+        // one that was not redirected at all): connecting there would be the proxy reaching itself.
+        if let captured = facts.captured, captured.loopsBack {
+            return .reject(.loopRefused(captured.destination.literalOrigin(captured.tls ? .https : .http)))
+        }
         let client: ClientIdentity
         if case .intercepted(_, let established) = mode {
             // Clients are recognised on the CONNECT and never again inside the tunnel: it inherits,
@@ -206,7 +215,7 @@ public enum RequestAdmission {
         client: ClientIdentity
     ) -> Admission {
         guard case .forwardProxy = mode else {
-            return .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel or on a route"))
+            return .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel, on a route or on the transparent listener"))
         }
         guard case .authority(let host, let port) = target else {
             return .reject(.unsupportedTarget("CONNECT needs host:port"))
@@ -252,6 +261,8 @@ public enum RequestAdmission {
             return nil
         case .intercepted(let origin, _):
             return Origin(scheme: origin.scheme, host: host, port: port) == origin ? nil : .hostMismatch
+        case .transparent(let target):
+            return target.admitsHost(host, port: port) ? nil : .hostMismatch
         case .route(let upstream, let publicOrigin):
             // A route's client reaches it by any name (localhost, a pod IP, a service name) but on
             // the listener's port; naming the upstream itself is fine too.

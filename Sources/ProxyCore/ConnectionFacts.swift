@@ -14,11 +14,14 @@ public struct ConnectionFacts: Sendable, Equatable {
     /// to this listener): the proxy reached itself. Such a connection is never any client
     /// (docs/security-model.md, "Clients"); every request on it is refused with `loop_refused`.
     public var isProxyOwnConnection: Bool
+    /// Accepted on the transparent listener: where it was going (`SO_ORIGINAL_DST`) and what it speaks.
+    public var captured: CapturedConnection?
 
     public init(
         peer: String, peerIP: String? = nil, owner: SocketOwner = .notLookedUp, certificate: ClientCertificate? = nil,
-        isProxyOwnConnection: Bool = false
+        isProxyOwnConnection: Bool = false, captured: CapturedConnection? = nil
     ) {
+        self.captured = captured
         self.peer = peer
         self.peerIP = peerIP
         self.owner = owner

@@ -107,7 +107,7 @@ public struct ConnectionMachine {
         self.mode = mode
         self.facts = facts
         self.ids = ids
-        effects = MachineEffects(timeouts: settings.timeouts)
+        effects = MachineEffects(timeouts: settings.timeouts, originalDestination: facts.captured?.destination.description)
     }
 
     public init(settings: Settings, mode: ConnectionMode, peer: String, ids: RequestIDGenerator) {
@@ -118,6 +118,15 @@ public struct ConnectionMachine {
     public mutating func start() -> [ConnectionAction] {
         effects.arm(.clientHead)
         return effects.take()
+    }
+
+    /// A connection captured by the transparent listener whose first bytes were TLS and whose TLS
+    /// the proxy has not terminated (a tunnel, or a refusal before interception): the client never
+    /// sent a CONNECT, so nothing of HTTP is written to it.
+    private var speaksTLSWithoutHTTP: Bool {
+        guard facts.captured?.tls == true else { return false }
+        if case .intercepted = mode { return false }
+        return true
     }
 
     private var isLive: Bool {
@@ -290,8 +299,9 @@ public struct ConnectionMachine {
         case .switchingProtocols(let head):
             switchProtocols(head, exchange, clientPipelined: clientPipelined)
         case .tunnelEstablished(let hop, let record):
+            // A captured client sent a ClientHello, not a CONNECT: its bytes go to the origin as they are.
+            if !speaksTLSWithoutHTTP { effects.append(.writeToClient(Self.connectionEstablished)) }
             state = .tunnel(Tunnel(hopID: hop, record: record))
-            effects.append(.writeToClient(Self.connectionEstablished))
             effects.append(.splice(hop))
             effects.arm(.stall)
         case .finished(let keepClient):
@@ -340,8 +350,10 @@ public struct ConnectionMachine {
             record.tunnel = .intercept
             // Counted under the scopes whose origin the tunnel is for (the requests inside are too).
             record.scopes = arrival.scope.policy.covering(origin, client: client.name).map(\.name)
-            record.bytesOut = UInt64(Self.connectionEstablished.count)
-            effects.append(.writeToClient(Self.connectionEstablished))
+            if !speaksTLSWithoutHTTP {
+                record.bytesOut = UInt64(Self.connectionEstablished.count)
+                effects.append(.writeToClient(Self.connectionEstablished))
+            }
             effects.append(.startClientTLS(origin))
             mode = .intercepted(origin, client: client)
             // The handshake runs under `client_header`, as the head it precedes would.
@@ -518,6 +530,13 @@ public struct ConnectionMachine {
         if let scrub { ResponseScrub.mask(&response, with: scrub) }
         var record = record
         if record.scopes.isEmpty, let covering { record.noteCoveringScopes(covering.policy, client: covering.client) }
+        if speaksTLSWithoutHTTP {
+            // A captured TLS connection whose TLS the proxy does not terminate has no place for an
+            // HTTP answer: the refusal is the close and the log line.
+            record.noteAnswer(error, bytes: 0)
+            emit(record)
+            return closeAfterFlush()
+        }
         record.noteAnswer(error, bytes: response.count)
         effects.append(.writeToClient(response))
         emit(record)

@@ -11,6 +11,8 @@ public struct ExchangeRecord: Sendable, Equatable {
     /// The configured client (`clients:`) the request came from: the log's `client_id`; nil when
     /// the proxy does not tell clients apart, or did not recognise this one.
     public var clientID: String?
+    /// Transparent capture: where the client's connection was going (`10.0.0.1:443`), the log's `original_dst`.
+    public var originalDestination: String?
     public var method: String?
     /// The protocol the client spoke for this exchange (the log's `proto`); nil when no head was read.
     public var proto: ClientProtocol?

@@ -35,7 +35,7 @@ public enum H2Connection: Sendable, Equatable {
         switch mode {
         case .forwardProxy: self = .cleartext
         case .intercepted(let origin, _): self = .intercepted(origin)
-        case .route: self = .routed
+        case .route, .transparent: self = .routed
         }
     }
 }

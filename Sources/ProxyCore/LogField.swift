@@ -11,6 +11,7 @@ import ScopePolicy
 public enum LogField: String, CaseIterable, Sendable {
     case ts, id, client
     case clientID = "client_id"
+    case originalDestination = "original_dst"
     case method, proto, url, status
     case bytesIn = "bytes_in"
     case bytesOut = "bytes_out"
@@ -192,6 +193,12 @@ extension LogField {
             ) {
                 $0.clientID.map(LogFact.text)
             }
+        case .originalDestination:
+            LogFieldRow(
+                .every, .whenSet, .none, text: .keyed("original_dst"),
+                "transparent capture only (docs/transparent.md): the address and port the connection was redirected from "
+                    + "(`SO_ORIGINAL_DST`), where the proxy connects; a TLS connection's line is a CONNECT line"
+            ) { $0.originalDestination.map(LogFact.text) }
         case .method:
             LogFieldRow(.every, .whenSet, .token, text: .head, "the request method; absent when no head could be parsed") {
                 $0.method.map(LogFact.text)

@@ -9,9 +9,13 @@ public struct MachineEffects {
     public internal(set) var timer: TimerPurpose?
     let timeouts: Timeouts
     private var lastHopID: UInt32 = 0
+    /// A captured connection's original destination (`ConnectionFacts.captured`): stamped on every
+    /// line it emits, whatever became of the request (the log's `original_dst`).
+    let originalDestination: String?
 
-    public init(timeouts: Timeouts) {
+    public init(timeouts: Timeouts, originalDestination: String? = nil) {
         self.timeouts = timeouts
+        self.originalDestination = originalDestination
     }
 
     /// The actions so far, handed over; the timer and the hop counter stay.
@@ -26,7 +30,10 @@ public struct MachineEffects {
     }
 
     mutating func emit(_ record: ExchangeRecord) {
-        actions.append(.emit(record))
+        guard let originalDestination else { return actions.append(.emit(record)) }
+        var stamped = record
+        stamped.originalDestination = originalDestination
+        actions.append(.emit(stamped))
     }
 
     mutating func release(_ hop: HopID, reuse: Bool = false) {

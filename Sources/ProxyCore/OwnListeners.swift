@@ -1,6 +1,6 @@
 import ScopePolicy
 
-/// The proxy's own listening sockets (forward, routes, TLS client listener, admin), as bound:
+/// The proxy's own listening sockets (forward, routes, TLS client listener, transparent, admin), as bound:
 /// the decision whether an address about to be connected would reach one of them.
 ///
 /// Why the proxy never connects to itself (docs/security-model.md, "Clients"): its own outgoing

@@ -73,7 +73,7 @@ public struct StreamMachine {
         self.mode = mode
         self.facts = facts
         self.proto = proto
-        effects = MachineEffects(timeouts: settings.timeouts)
+        effects = MachineEffects(timeouts: settings.timeouts, originalDestination: facts.captured?.destination.description)
     }
 
     // MARK: Queries (read-only)

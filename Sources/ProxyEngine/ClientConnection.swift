@@ -52,6 +52,8 @@ final class ClientConnection: ExchangeHost {
     let progressInterval: UInt64
     var lastProgressReport: UInt64 = 0
     var unreportedTunnelBytes: (fromClient: UInt64, fromUpstream: UInt64) = (0, 0)
+    /// Transparent capture: the connection's origin and the address its hops connect to.
+    var pinnedUpstream: PinnedUpstream?
 
     /// `tls`: `bev` is a TLS bufferevent whose handshake is done (the TLS client listener).
     init(worker: Worker, bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool = false) {
@@ -69,13 +71,21 @@ final class ClientConnection: ExchangeHost {
             finished: { [unowned self] in close() })
     }
 
-    func start() {
+    /// `capturedConnect`: a transparent TLS connection's CONNECT, read from its ClientHello (which
+    /// is still in the socket: the tunnel or the interception reads it next).
+    func start(capturedConnect: RequestHead? = nil) {
         let context = Unmanaged.passUnretained(self).toOpaque()
         timer = event_new(worker.base, -1, 0, timerCallback, context)
         transport.install(
             read: clientReadCallback, write: clientWriteCallback, event: clientEventCallback,
             timer: lingerCallback, context: context)
         execute(machine.start())
+        if let capturedConnect {
+            withExtendedLifetime(self) {
+                deliver(.requestHead(capturedConnect, headBytes: 0, arrival()))
+                flushOutputs()
+            }
+        }
         // Bytes decrypted with the end of a TLS handshake arrived before these callbacks were set:
         // no read callback will announce them.
         if transport.isTLS, !isClosed, EventBuffer.length(transport.input) > 0 {

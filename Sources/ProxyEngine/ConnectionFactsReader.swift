@@ -37,18 +37,31 @@ enum ConnectionFactsReader {
     static func owner(fd: Int32, client: SocketOwnerTable.Endpoint) -> SocketOwner {
         #if os(Linux)
             guard client.address.isLoopback else { return .unknown(reason: "not a loopback client") }
-            var storage = sockaddr_storage()
-            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-            let named = withUnsafeMutablePointer(to: &storage) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            guard let server = OwnSockets.localEndpoint(fd) else { return .unknown(reason: "getsockname failed") }
+            return owner(client: client, server: server)
+        #else
+            return .unknown(reason: "uid recognition needs Linux /proc/net/tcp")
+        #endif
+    }
+
+    /// The owner of a transparent client's socket (docs/transparent.md): the client is on this
+    /// machine (its address is one of this machine's: the redirect rule acts on the output hook),
+    /// and its socket's remote end is the original destination, not the listener (NAT is invisible
+    /// to the client's socket).
+    static func capturedOwner(client: SocketOwnerTable.Endpoint, originalDestination: SocketOwnerTable.Endpoint) -> SocketOwner {
+        #if os(Linux)
+            guard client.address.isLoopback || OwnSockets.interfaceAddresses().contains(client.address) else {
+                return .unknown(reason: "not a client on this machine")
             }
-            guard named == 0,
-                let server = withUnsafePointer(
-                    to: &storage,
-                    {
-                        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { endpoint($0) }
-                    })
-            else { return .unknown(reason: "getsockname failed") }
+            return owner(client: client, server: originalDestination)
+        #else
+            return .unknown(reason: "uid recognition needs Linux /proc/net/tcp")
+        #endif
+    }
+
+    /// Asks the kernel (else the /proc tables) who holds the socket from `client` to `server`.
+    static func owner(client: SocketOwnerTable.Endpoint, server: SocketOwnerTable.Endpoint) -> SocketOwner {
+        #if os(Linux)
             switch askKernel(client: client, server: server) {
             case .found(let uid): return .uid(uid)
             case .notLive:

@@ -27,6 +27,9 @@ public struct EngineConfiguration: Sendable {
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
     /// listener go to its upstream, scoped as that origin.
     public var routes: [Route] = []
+    /// `transparent.listen`: connections redirected here by nftables/iptables REDIRECT go to their
+    /// original destination (docs/transparent.md). Nil: none.
+    public var transparentListen: ListenAddress?
     /// `tls.client_listen`: a second listener that speaks TLS (its certificate from the local CA,
     /// so `tls` must carry one) and asks clients for a certificate. Nil: none.
     public var clientListener: ClientListener?

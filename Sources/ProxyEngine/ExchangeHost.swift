@@ -38,6 +38,8 @@ protocol ExchangeHost: UpstreamLegOwner {
     var clientPipelined: Bool { get }
     /// The client speaks h2c with prior knowledge to the proxy (its plain-http origins get h2c too).
     var clientSpokeH2c: Bool { get }
+    /// A transparent connection's origin and the address its hops connect to (docs/transparent.md).
+    var pinnedUpstream: PinnedUpstream? { get }
     /// The current hop asks the origin for an HTTP/1.1 upgrade (which cannot ride HTTP/2).
     var currentHopIsUpgrade: Bool { get }
     /// The most response bytes one buffer of this exchange holds on the proxy's side: what the
@@ -108,6 +110,16 @@ extension ExchangeHost {
 
     func connect(_ hop: HopID, _ origin: Origin, _ upstreamTransport: UpstreamTransport, reusePooled: Bool, egress: EgressClearance) {
         if let old = leg { old.release(reuse: false) }  // the machine releases first; never two legs
+        // A hop to a transparent connection's own origin goes to the address the client was going
+        // to, never to what its name resolves to now; such legs are never pooled (`PinnedUpstream`).
+        if let pin = pinnedUpstream, pin.origin == origin {
+            let leg = UpstreamLeg(
+                hop: hop, origin: origin, transport: upstreamTransport, http2: .never, egress: egress, worker: worker, owner: self,
+                inputLimit: bodyBufferLimit, pinnedAddress: pin.address)
+            self.leg = leg
+            leg.connect()
+            return
+        }
         var http2 = UpstreamHTTP2.choose(transport: upstreamTransport, clientSpokeH2c: clientSpokeH2c, isUpgrade: currentHopIsUpgrade)
         if http2 == .priorKnowledge, worker.pool.speaksOnlyHTTP1(origin) { http2 = .never }
         let leg = UpstreamLeg(

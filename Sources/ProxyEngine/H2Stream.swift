@@ -50,6 +50,7 @@ final class H2Stream: ExchangeHost {
     var worker: Worker { connection.worker }
     var clientPipelined: Bool { false }
     var clientSpokeH2c: Bool { connection.proto == .h2c }
+    var pinnedUpstream: PinnedUpstream? { connection.client.pinnedUpstream }
     /// An RFC 8441 WebSocket's hop asks its origin for an HTTP/1.1 upgrade: its leg speaks HTTP/1.1.
     var currentHopIsUpgrade: Bool { machine.currentHopIsUpgrade }
     /// WebSocket bytes moved since the last (throttled) report to the machine.

@@ -29,6 +29,8 @@ public final class ProxyServer: @unchecked Sendable {
     public private(set) var routeAddresses: [ListenAddress] = []
     /// The TLS client listener's bound address (after start), when one is configured.
     public private(set) var clientListenAddress: ListenAddress?
+    /// The transparent listener's bound address (after start), when one is configured.
+    public private(set) var transparentListenAddress: ListenAddress?
     /// The admin endpoint's bound port (after start), when one is configured.
     public var adminPort: UInt16? { admin?.port }
 
@@ -92,16 +94,20 @@ public final class ProxyServer: @unchecked Sendable {
             (try ListeningSocket.bind(listener.listen), try Self.clientListenerTLS(listener, tls: configuration.tls))
         }
         if let (socket, _) = clientTLS { sockets.append(socket) }
+        let transparent = try configuration.transparentListen.map { address throws(EngineError) in try ListeningSocket.bind(address) }
+        if let transparent { sockets.append(transparent) }
         for index in 0..<max(1, configuration.threads) {
             let worker = try Worker(index: index, configuration: configuration, slots: slots)
             try worker.listen(on: sockets[0])
             for (route, socket) in zip(configuration.routes, sockets.dropFirst()) { try worker.listen(on: socket, route: route.upstream) }
             if let (socket, tls) = clientTLS { try worker.listen(on: socket, clientTLS: tls) }
+            if let transparent { try worker.listen(on: transparent, transparent: true) }
             workers.append(worker)
         }
         address = sockets[0].address
         routeAddresses = sockets.dropFirst().prefix(configuration.routes.count).map(\.address)
         clientListenAddress = clientTLS?.0.address
+        transparentListenAddress = transparent?.address
         var listening = sockets.map(\.descriptor)
         if let adminAddress = configuration.admin {
             let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)

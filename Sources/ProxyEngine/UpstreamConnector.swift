@@ -17,7 +17,9 @@ protocol UpstreamConnectorDelegate: AnyObject {
 }
 
 /// Resolves an origin with evdns (IP literals short-circuited) and connects to its addresses in
-/// turn. Nothing here blocks the loop.
+/// turn; or, pinned (transparent capture), connects to the one address given, never resolving.
+/// Every address goes through the same per-address checks before its connect. Nothing here
+/// blocks the loop.
 final class UpstreamConnector {
     let origin: Origin
     /// TLS towards the origin: https forwarding (not CONNECT tunnels, which splice raw bytes).
@@ -42,7 +44,14 @@ final class UpstreamConnector {
     private var firstDenial: (rule: String, address: IPAddress)?
     private var triedAllowed = false
 
-    init(origin: Origin, worker: Worker, tls: Bool, http2: UpstreamHTTP2 = .never, egress: EgressClearance?) {
+    /// Connect here instead of resolving the origin (the TLS session still verifies the origin's name).
+    let pinnedAddress: sockaddr_storage?
+
+    init(
+        origin: Origin, worker: Worker, tls: Bool, http2: UpstreamHTTP2 = .never, egress: EgressClearance?,
+        pinnedAddress: sockaddr_storage? = nil
+    ) {
+        self.pinnedAddress = pinnedAddress
         self.origin = origin
         self.egress = egress
         self.http2 = http2
@@ -57,6 +66,11 @@ final class UpstreamConnector {
     }
 
     func start() {
+        if let pinnedAddress {
+            addresses = [pinnedAddress]
+            connectNext()
+            return
+        }
         let host = origin.hostForLookup
         if let numeric = SocketAddress.numeric(host, port: origin.port) {
             addresses = [numeric]

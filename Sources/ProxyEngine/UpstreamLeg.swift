@@ -62,6 +62,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     private(set) var bev: OpaquePointer?
     /// The context pointer libevent holds while callbacks are installed (a +1 on the leg).
     private var callbackContext: Unmanaged<UpstreamLeg>?
+    /// Transparent capture: the address this leg connects to instead of resolving its origin
+    /// (`PinnedUpstream`); such a leg never speaks HTTP/2 and never goes back to the pool.
+    let pinnedAddress: sockaddr_storage?
     /// Reads a plain upstream in large chunks (TLS upstreams read through OpenSSL).
     private var reader: SocketReader?
 
@@ -96,8 +99,9 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
 
     init(
         hop: HopID, origin: Origin, transport: UpstreamTransport, http2: UpstreamHTTP2 = .never, egress: EgressClearance, worker: Worker,
-        owner: UpstreamLegOwner, inputLimit: Int? = nil
+        owner: UpstreamLegOwner, inputLimit: Int? = nil, pinnedAddress: sockaddr_storage? = nil
     ) {
+        self.pinnedAddress = pinnedAddress
         self.egress = egress
         self.inputLimit = inputLimit ?? worker.configuration.limits.bufferHighWatermark
         self.hop = hop
@@ -143,7 +147,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
     }
 
     private func startConnector() {
-        let connector = UpstreamConnector(origin: origin, worker: worker, tls: transport == .tls, http2: http2, egress: egress)
+        let connector = UpstreamConnector(
+            origin: origin, worker: worker, tls: transport == .tls, http2: http2, egress: egress, pinnedAddress: pinnedAddress)
         connector.delegate = self
         self.connector = connector
         connector.start()
@@ -338,7 +343,8 @@ final class UpstreamLeg: UpstreamConnectorDelegate {
         self.reader = nil
         if let upstream = bev {
             bev = nil
-            if reuse, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
+            // A pinned leg's connection is never pooled (`PinnedUpstream`): it is closed.
+            if reuse, pinnedAddress == nil, !closed, EventBuffer.length(inputBuffer(upstream)) == 0, reader?.isReading ?? true {
                 // The pool replaces our callbacks, on the bufferevent and on the reader.
                 worker.pool.checkin(UpstreamConnection(origin: origin, bev: upstream, reader: reader, peer: peer))
             } else {

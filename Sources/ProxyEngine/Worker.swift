@@ -32,14 +32,20 @@ final class Worker: @unchecked Sendable {
         var mode: ConnectionMode = .forwardProxy
         /// The TLS client listener (`tls.client_listen`): connections start with a TLS handshake.
         let clientTLS: ClientListenerTLS?
-        init(worker: Worker, clientTLS: ClientListenerTLS? = nil) {
+        /// The transparent listener (`transparent.listen`): connections redirected by the kernel.
+        let transparent: Bool
+        init(worker: Worker, clientTLS: ClientListenerTLS? = nil, transparent: Bool = false) {
             self.worker = worker
             self.clientTLS = clientTLS
+            self.transparent = transparent
         }
     }
     private var clients: [ObjectIdentifier: ClientConnection] = [:]
     /// Connections to the TLS client listener whose handshake is under way (they hold a slot).
     private var handshakes: [ObjectIdentifier: ClientHandshake] = [:]
+    /// Connections to the transparent listener whose first bytes or name are awaited (they hold a slot).
+    var acceptors: [ObjectIdentifier: TransparentAcceptor] = [:]
+    var transparentLines = LineBudget(perSecond: 20)
     private var clientTLSLines = LineBudget(perSecond: 20)
     private(set) var isDraining = false
     private var wakeEvent: OpaquePointer!
@@ -59,6 +65,7 @@ final class Worker: @unchecked Sendable {
         let facts: ConnectionFacts
         let mode: ConnectionMode
         let clientTLS: ClientListenerTLS?
+        let transparent: Bool
     }
     private var housekeepingEvent: OpaquePointer!
     private var graceEvent: OpaquePointer?
@@ -119,10 +126,12 @@ final class Worker: @unchecked Sendable {
     /// Watches a listening socket (shared by every worker of the process) in this worker's loop.
     /// `route`: a route's upstream; the listener then serves origin-form requests for it.
     /// `clientTLS`: the TLS client listener (a forward proxy behind a TLS handshake).
-    func listen(on socket: ListeningSocket, route: Origin? = nil, clientTLS: ClientListenerTLS? = nil) throws(EngineError) {
+    /// `transparent`: the transparent listener (docs/transparent.md).
+    func listen(on socket: ListeningSocket, route: Origin? = nil, clientTLS: ClientListenerTLS? = nil, transparent: Bool = false) throws(EngineError)
+    {
         let fd = try socket.duplicate()
         let flags = UInt32(LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC)
-        let listenerContext = ListenerContext(worker: self, clientTLS: clientTLS)
+        let listenerContext = ListenerContext(worker: self, clientTLS: clientTLS, transparent: transparent)
         let context = Unmanaged.passUnretained(listenerContext).toOpaque()
         // backlog -1: the socket is listening already.
         guard
@@ -130,7 +139,8 @@ final class Worker: @unchecked Sendable {
                 base,
                 { _, fd, address, _, context in
                     let listener = Unmanaged<ListenerContext>.fromOpaque(context!).takeUnretainedValue()
-                    listener.worker.accept(fd: fd, address: address!, mode: listener.mode, clientTLS: listener.clientTLS)
+                    listener.worker.accept(
+                        fd: fd, address: address!, mode: listener.mode, clientTLS: listener.clientTLS, transparent: listener.transparent)
                 }, context, flags, -1, fd)
         else {
             close(fd)
@@ -148,21 +158,24 @@ final class Worker: @unchecked Sendable {
         }
     }
 
-    private func accept(fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode, clientTLS: ClientListenerTLS?) {
+    private func accept(
+        fd: Int32, address: UnsafeMutablePointer<sockaddr>, mode: ConnectionMode, clientTLS: ClientListenerTLS?, transparent: Bool
+    ) {
         guard !isDraining else {
             close(fd)
             return
         }
         // Facts are gathered at accept, while the client's socket surely exists (a uid lookup).
         let needsOwner = configuration.scope.context.clients.needsSocketOwner
-        var facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner)
+        // A captured connection's owner is asked by its acceptor, which knows the original destination.
+        var facts = ConnectionFactsReader.gather(fd: fd, address: address, needsOwner: needsOwner && !transparent)
         // A connection the proxy itself opened (some path led one of its upstream connects back
         // here): never a client, whatever `uid:` or `source:` would say of it.
         facts.isProxyOwnConnection = configuration.ownSockets.isOwnOutgoing(acceptedDescriptor: fd, peer: address)
         guard slots.acquire() else {
             // Every slot is taken: keep this one waiting and stop accepting, so the next ones wait
             // in the kernel's backlog instead of being reset.
-            parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS))
+            parked.append(ParkedConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS, transparent: transparent))
             configuration.metrics.increment(.connectionLimitWait)
             let now = monotonicMilliseconds()
             if now - lastLimitLog >= 1000 {
@@ -172,12 +185,19 @@ final class Worker: @unchecked Sendable {
             pauseAccepting()
             return
         }
-        startConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS)
+        startConnection(fd: fd, facts: facts, mode: mode, clientTLS: clientTLS, transparent: transparent)
     }
 
     /// The caller holds a slot for this connection.
-    private func startConnection(fd: Int32, facts: ConnectionFacts, mode: ConnectionMode, clientTLS: ClientListenerTLS?) {
+    private func startConnection(fd: Int32, facts: ConnectionFacts, mode: ConnectionMode, clientTLS: ClientListenerTLS?, transparent: Bool) {
         _ = sp_set_nodelay(fd)
+        if transparent {
+            let acceptor = TransparentAcceptor(worker: self, fd: fd, facts: facts)
+            acceptors[ObjectIdentifier(acceptor)] = acceptor
+            configuration.metrics.clientConnections.add(1, ordering: .relaxed)
+            acceptor.start()
+            return
+        }
         if let clientTLS {
             startHandshake(fd: fd, facts: facts, tls: clientTLS)
             return
@@ -192,11 +212,17 @@ final class Worker: @unchecked Sendable {
     }
 
     /// A connection that holds a slot and is counted in `clientConnections` starts its machine.
-    private func startClient(bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool) {
+    /// `pin`, `capturedConnect`: a transparent connection's upstream address and, for TLS, the
+    /// CONNECT the proxy read from its ClientHello.
+    func startClient(
+        bev: OpaquePointer, facts: ConnectionFacts, mode: ConnectionMode, tls: Bool, pin: PinnedUpstream? = nil,
+        capturedConnect: RequestHead? = nil
+    ) {
         configuration.connectionObserver?(facts)
         let connection = ClientConnection(worker: self, bev: bev, facts: facts, mode: mode, tls: tls)
+        connection.pinnedUpstream = pin
         clients[ObjectIdentifier(connection)] = connection
-        connection.start()
+        connection.start(capturedConnect: capturedConnect)
     }
 
     // MARK: The TLS client listener
@@ -272,7 +298,7 @@ final class Worker: @unchecked Sendable {
         guard acceptPaused, !isDraining else { return }
         while let next = parked.first, slots.acquire() {
             parked.removeFirst()
-            startConnection(fd: next.fd, facts: next.facts, mode: next.mode, clientTLS: next.clientTLS)
+            startConnection(fd: next.fd, facts: next.facts, mode: next.mode, clientTLS: next.clientTLS, transparent: next.transparent)
         }
         guard parked.isEmpty else {
             sp_event_add_ms(resumeAcceptEvent, 100)
@@ -288,10 +314,10 @@ final class Worker: @unchecked Sendable {
     }
 
     /// A connection (or a handshake) gave back its slot.
-    private func connectionEnded() {
+    func connectionEnded() {
         configuration.metrics.clientConnections.subtract(1, ordering: .relaxed)
         slots.release()
-        if isDraining && clients.isEmpty && handshakes.isEmpty { finishDrain() }
+        if isDraining && clients.isEmpty && handshakes.isEmpty && acceptors.isEmpty { finishDrain() }
         if !parked.isEmpty { resumeAccepting() }
     }
 
@@ -331,8 +357,13 @@ final class Worker: @unchecked Sendable {
         parked.removeAll()
         // A handshake has no request in flight: it closes now.
         for handshake in Array(handshakes.values) { handshake.abort() }
+        // A transparent connection still being read has no request in flight either.
+        for acceptor in Array(acceptors.values) {
+            acceptor.cancel()
+            transparentEnded(acceptor)
+        }
         for connection in Array(clients.values) { connection.drain() }
-        if clients.isEmpty && handshakes.isEmpty {
+        if clients.isEmpty && handshakes.isEmpty && acceptors.isEmpty {
             finishDrain()
             return
         }

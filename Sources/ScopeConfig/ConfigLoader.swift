@@ -56,6 +56,7 @@ struct Decoder {
         ConfigSection(["egress"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readEgress(keys, into: &config) },
         ConfigSection(["sensitive_headers", "scopes"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readScopes(keys, into: &config) },
         ConfigSection(["routes"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readRoutes(keys, into: &config) },
+        ConfigSection(["transparent"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readTransparent(keys, into: &config) },
         ConfigSection(["redirects"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readRedirects(keys, into: &config) },
         ConfigSection(["tls"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readTLS(keys, into: &config) },
         ConfigSection(["timeouts"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readTimeouts(keys, into: &config) },

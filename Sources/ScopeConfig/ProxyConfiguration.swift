@@ -26,6 +26,8 @@ public struct ProxyConfiguration: Sendable {
     public var egress = EgressPolicy.standard
     public var policy: ScopePolicy
     public var routes: [Route]
+    /// `transparent.listen`: the transparent-capture listener (docs/transparent.md); nil: none.
+    public var transparentListen: HostPort?
     public var redirects: RedirectPolicy
     public var tls: TLSSettings
     public var timeouts: Timeouts

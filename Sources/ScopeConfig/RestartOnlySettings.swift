@@ -13,6 +13,7 @@ public struct RestartOnlySetting: Sendable {
         .init(key: "listen") { $0.listen != $1.listen },
         .init(key: "admin") { $0.admin != $1.admin },
         .init(key: "routes") { $0.routes != $1.routes },
+        .init(key: "transparent.listen") { $0.transparentListen != $1.transparentListen },
         // The local CA is loaded at start only when something is intercepted: a reload can change
         // which hosts are intercepted, but not turn interception on.
         .init(key: "tls.intercept") { $0.interceptedHosts.isEmpty && !$1.interceptedHosts.isEmpty },

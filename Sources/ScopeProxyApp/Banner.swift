@@ -20,6 +20,8 @@ struct Banner {
     let caCertificate: String?
     /// The TLS client listener's bound address, when `tls.client_listen` is set.
     var clientListen: ListenAddress? = nil
+    /// The transparent listener's bound address, when `transparent.listen` is set.
+    var transparentListen: ListenAddress? = nil
 
     var text: String {
         var lines: [String] = []
@@ -38,6 +40,9 @@ struct Banner {
         }
         for (route, address) in zip(config.routes, routes) {
             lines.append("  route \(address) -> \(Self.origin(route.upstream))")
+        }
+        if let transparentListen {
+            lines.append("  transparent: \(transparentListen) (connections redirected here go to their original destination; docs/transparent.md)")
         }
         if let auth = config.proxyAuthSecret { lines.append("  proxy auth: required (password from secret '\(auth)')") }
         lines.append(

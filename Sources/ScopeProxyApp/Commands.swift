@@ -201,7 +201,7 @@ public enum Commands {
             config: config, source: source, listen: address, routes: server.routeAddresses,
             adminPort: server.adminPort, tunnel: engine.tunnel, log: logEnabled ? presentation : nil,
             caCertificate: Runtime.interceptHosts(config).isEmpty ? nil : config.tls.caDirectory + "/" + CertificateAuthority.certificateFile,
-            clientListen: server.clientListenAddress)
+            clientListen: server.clientListenAddress, transparentListen: server.transparentListenAddress)
         // The banner, the config's warnings under it, then the `listening on` line last: scripts and
         // tests wait for that exact line.
         writeStandardError(banner.text)

@@ -111,6 +111,8 @@ enum ConfigPrinter {
             out += "  - { listen: \(scalar(route.listen.description)), upstream: \(scalar(origin(route.upstream))) }\n"
         }
 
+        if let transparent = config.transparentListen { out += "transparent:\n  listen: \(scalar(transparent.description))\n" }
+
         out += "redirects:\n"
         out += "  cross_origin: \(config.redirects.mode.rawValue)\n"
         out += "  allow: \(flowList(config.redirects.allow.map(origin).sorted()))\n"

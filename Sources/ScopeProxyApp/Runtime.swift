@@ -120,6 +120,7 @@ public enum Runtime {
         var engine = EngineConfiguration()
         engine.admin = config.admin
         engine.routes = config.routes
+        engine.transparentListen = config.transparentListen
         if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation) }
         engine.listen = config.listen
         if let clientListen = config.clientListen {

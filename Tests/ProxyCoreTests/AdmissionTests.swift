@@ -211,7 +211,7 @@ struct AdmissionTests {
         AdmissionRow(
             name: "CONNECT on a route: 400",
             tunnel: .allow, head: ["CONNECT b.example:443 HTTP/1.1"],
-            expected: .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel or on a route"))),
+            expected: .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel, on a route or on the transparent listener"))),
     ]
 
     @Test("route listener (upstream https://a.example, listening on 127.0.0.1:8081)", arguments: routeRows)
@@ -241,7 +241,7 @@ struct AdmissionTests {
         AdmissionRow(
             name: "CONNECT inside: 400",
             tunnel: .allow, head: ["CONNECT b.example:443 HTTP/1.1"],
-            expected: .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel or on a route"))),
+            expected: .reject(.malformedRequest("CONNECT is for the forward proxy, not inside a tunnel, on a route or on the transparent listener"))),
         AdmissionRow(
             name: "proxy auth is inherited from the CONNECT: none needed inside",
             fixture: Configs.proxyAuth, head: ["GET / HTTP/1.1", "Host: a.example"], expected: .forward(a, "/")),

@@ -74,6 +74,7 @@ struct LogFieldTests {
         record.requestBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
         record.responseBody = ExchangeRecord.ObservedBody(bytes: [], total: 0, truncated: false, contentType: nil)
         record.failure = .responseCut
+        record.originalDestination = "10.77.0.1:443"
         record.egressReported = EgressNote(decision: .reportDeny, rule: "default deny", destination: "a.example:443", address: nil)
         record.upstreamAddress = "192.0.2.1:443"
         return record

@@ -111,6 +111,17 @@ struct ConfigValidTests {
         #expect(try ConfigLoader.parse("tls: { intercept: scoped, client_listen: null }", file: "t.yaml", home: home).clientListen == nil)
     }
 
+    @Test("transparent.listen: an address like listen, IPv6 included; absent (or null) means no transparent listener")
+    func transparentListen() throws {
+        let config = try ConfigLoader.parse("transparent: { listen: \"[::1]:15001\" }", file: "t.yaml", home: home)
+        #expect(config.transparentListen == ListenAddress(host: "::1", port: 15001))
+        #expect(
+            try ConfigLoader.parse("transparent:\n  listen: 127.0.0.1:0\n", file: "t.yaml", home: home).transparentListen
+                == ListenAddress(host: "127.0.0.1", port: 0))
+        #expect(try ConfigLoader.parse("listen: 127.0.0.1:8080", file: "t.yaml", home: home).transparentListen == nil)
+        #expect(try ConfigLoader.parse("transparent: null", file: "t.yaml", home: home).transparentListen == nil)
+    }
+
     @Test("relative paths are read next to the config file, whatever the working directory: secrets, store_dir, ca_dir, upstream_ca, log output")
     func relativePaths() throws {
         let yaml = """

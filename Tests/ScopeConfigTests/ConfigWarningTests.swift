@@ -133,6 +133,7 @@ struct RestartOnlySettingTests {
         ("listen", "listen: \"127.0.0.1:8080\"\n", "listen: \"127.0.0.1:8081\"\n"),
         ("admin", "", "admin: \"127.0.0.1:9090\"\n"),
         ("routes", "", "routes: [{ listen: \"127.0.0.1:9000\", upstream: \"http://127.0.0.1:9001\" }]\n"),
+        ("transparent.listen", "", "transparent: { listen: \"127.0.0.1:15001\" }\n"),
         ("tls.intercept", "", "tls: { intercept: [api.example] }\n"),
         ("tls.tunnel", "", "tls: { tunnel: allow }\n"),
         ("tls.ca_dir", "tls: { intercept: [a.example] }\n", "tls: { intercept: [a.example], ca_dir: /elsewhere }\n"),

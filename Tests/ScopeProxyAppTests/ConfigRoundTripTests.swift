@@ -171,6 +171,7 @@ struct ConfigGenerator {
         }
         if chance(30) { out += "scrub: \(pick(["on", "strict", "off"]))\n" }
         if chance(30) { out += "guard: \(pick(["on", "off"]))\n" }
+        if chance(30) { out += "transparent: { listen: \(pick(["\"127.0.0.1:15001\"", "\"[::1]:15001\"", "localhost:0"])) }\n" }
         return out
     }
 }
@@ -189,6 +190,7 @@ func expectSameMeaning(_ a: ProxyConfiguration, _ b: ProxyConfiguration, _ label
     #expect(a.policy.sensitiveHeaders == b.policy.sensitiveHeaders, "\(label): sensitive_headers")
     #expect(a.policy.scopes == b.policy.scopes, "\(label): scopes")
     #expect(a.routes == b.routes, "\(label): routes")
+    #expect(a.transparentListen == b.transparentListen, "\(label): transparent.listen")
     #expect(a.redirects == b.redirects, "\(label): redirects")
     #expect(a.tls == b.tls, "\(label): tls")
     #expect(a.timeouts == b.timeouts, "\(label): timeouts")

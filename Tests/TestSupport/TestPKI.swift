@@ -48,6 +48,9 @@ public final class TestPKI: @unchecked Sendable {
         (directory + "/\(name).pem", directory + "/\(name).key")
     }
 
+    /// A leaf named `name` (`name.pem`, `name.key`) for `san` (`DNS:api.example`), signed by the origin CA.
+    public func issueLeaf(_ name: String, san: String) throws { try issue(name, san: san) }
+
     private func issue(_ name: String, san: String) throws {
         try run([
             "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "\(name).key", "-out", "\(name).csr", "-subj",
