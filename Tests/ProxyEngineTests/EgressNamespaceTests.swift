@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+
+@testable import TestSupport
+
+/// The egress policy on private networks, in a network namespace of the test's own
+/// (Tests/Fixtures/netns_run.py; docs/egress.md): destinations on private-range addresses that exist
+/// only inside the namespace, names from a bind-mounted /etc/hosts, a sandboxed client run as uid
+/// 65534, through the forward listener and through transparent capture (an nftables REDIRECT of its
+/// port 80). Each origin records what reached it: a denied destination's list stays empty.
+@Suite("Egress: private networks and transparent capture, in a network namespace")
+struct EgressNamespaceTests {
+    static let clientUID = 65534
+
+    @Test(
+        "deny_ips: private refuses a name that resolves to a private address even where its name is allowed, forward and captured; default deny refuses an unlisted address; the allowed public address is reached"
+    )
+    func privateRangesForwardAndCaptured() throws {
+        let scratch = ScratchDirectory()
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: scratch.path)
+        scratch.write(
+            "config.yaml",
+            """
+            listen: "127.0.0.1:18080"
+            transparent: { listen: "127.0.0.1:15001" }
+            clients:
+              - name: agent
+                uid: \(Self.clientUID)
+                egress: { default: deny, allow: ["http://public.test", "http://internal.test"] }
+              - name: anonymous
+            egress: { deny_ips: [link_local, metadata, private] }
+            log: { format: json, output: \(scratch.path)/access.log }
+            """)
+        func curl(_ name: String, _ arguments: [String]) -> [String: Any] {
+            ["name": name, "argv": ["curl", "-sS", "-m", "20", "-w", "\n%{http_code}"] + arguments, "uid": Self.clientUID, "timeout": 30]
+        }
+        let spec: [String: Any] = [
+            "addresses": ["10.77.0.1/32", "198.51.100.7/32", "100.64.0.9/32"],
+            "hosts": ["internal.test": "10.77.0.1", "public.test": "198.51.100.7"],
+            "nft": """
+            table ip nat {
+              chain output {
+                type nat hook output priority -100; policy accept;
+                meta skuid \(Self.clientUID) tcp dport 80 redirect to :15001
+              }
+            }
+
+            """,
+            "origins": [
+                ["name": "internal", "listen": "10.77.0.1:80"], ["name": "public", "listen": "198.51.100.7:80"],
+                ["name": "cgnat", "listen": "100.64.0.9:80"],
+            ],
+            "background": [
+                [
+                    "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", scratch.path + "/config.yaml"],
+                    "env": ["HOME": scratch.path], "ready": "listening on",
+                ]
+            ],
+            "commands": [
+                curl("forward-public", ["-x", "http://127.0.0.1:18080", "http://public.test/forward"]),
+                curl("forward-internal", ["-x", "http://127.0.0.1:18080", "http://internal.test/forward"]),
+                curl("forward-cgnat", ["-x", "http://127.0.0.1:18080", "http://100.64.0.9/forward"]),
+                curl("captured-public", ["http://public.test/captured"]),
+                curl("captured-internal", ["http://internal.test/captured"]),
+                curl("captured-cgnat", ["http://100.64.0.9/captured"]),
+            ],
+        ]
+        let report: NetnsRun.Report
+        switch try NetnsRun.run(spec, in: scratch.path) {
+        case .skipped(let reason):
+            print("EgressNamespaceTests skipped: \(reason)")
+            return
+        case .ran(let ran): report = ran
+        }
+        #expect(report.error == nil, "\(report.error ?? "")\n\(report.background["proxy"] ?? "")")
+
+        // The canaries: nothing at all reached the private or unlisted destinations.
+        #expect(report.origins["internal"]?.isEmpty ?? true, "\(report.origins["internal"] ?? [])")
+        #expect(report.origins["cgnat"]?.isEmpty ?? true, "\(report.origins["cgnat"] ?? [])")
+        #expect(Set(report.origins["public"]?.map(\.path) ?? []) == ["/forward", "/captured"])
+
+        for name in ["forward-public", "captured-public"] {
+            #expect(report.command(name)?.stdout.hasSuffix("\n200") == true, "\(name): \(report.command(name)?.stderr ?? "")")
+        }
+        for name in ["forward-internal", "captured-internal"] {
+            let out = report.command(name)?.stdout ?? ""
+            #expect(out.hasSuffix("\n403") && out.contains("\"error\":\"egress_denied\""), "\(name): \(out)")
+            #expect(out.contains("\"rule\":\"deny_ips: private\"") && out.contains("\"client\":\"agent\""), "\(name): \(out)")
+            // The name's address is the proxy's to know: the client learns the rule, not 10.77.0.1.
+            #expect(!out.contains("10.77.0.1"), "\(name): \(out)")
+        }
+        for name in ["forward-cgnat", "captured-cgnat"] {
+            let out = report.command(name)?.stdout ?? ""
+            #expect(out.hasSuffix("\n403") && out.contains("\"rule\":\"default deny\""), "\(name): \(out)")
+            #expect(out.contains("add \\\"http://100.64.0.9\\\" to egress.allow of client 'agent'"), "\(name): \(out)")
+        }
+
+        // The log names the address the name resolved to, and the rule.
+        let text = (try? String(contentsOfFile: scratch.path + "/access.log", encoding: .utf8)) ?? ""
+        let lines = text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let toInternal = lines.filter { ($0["url"] as? String)?.hasPrefix("http://internal.test:80/") == true }
+        #expect(toInternal.count == 2, "\(text)")
+        for line in toInternal {
+            let egress = line["egress"] as? [String: Any]
+            #expect(egress?["rule"] as? String == "deny_ips: private" && egress?["address"] as? String == "10.77.0.1", "\(line)")
+            #expect(line["client_id"] as? String == "agent")
+        }
+        #expect(lines.contains { ($0["url"] as? String) == "http://public.test:80/captured" && $0["upstream"] as? String == "198.51.100.7:80" })
+    }
+}
