@@ -20,8 +20,7 @@ final class TransparentAcceptor {
     private let destination: TransparentDestination
     private let loopsBack: Bool
     private var readEvent: OpaquePointer?
-    private var lookup: OpaquePointer?
-    private var lookupInFlight = false
+    private var lookup: NameLookup?
     private var finished = false
     /// Monotonic milliseconds by which the first bytes must have arrived (`timeouts.client_header`).
     private var deadline: UInt64 = 0
@@ -111,35 +110,12 @@ final class TransparentAcceptor {
         var lowWatermark: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWatermark, socklen_t(MemoryLayout<Int32>.size))
         guard let name, name.kind == .name, !loopsBack else { return decide(resolved: []) }
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_protocol = Int32(IPPROTO_TCP)
-        lookupInFlight = true
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let request = evdns_getaddrinfo(
-            worker.dns, name.normalized, nil, &hints,
-            { result, addresses, context in
-                let acceptor = Unmanaged<TransparentAcceptor>.fromOpaque(context!).takeRetainedValue()
-                acceptor.resolved(result: result, addresses: addresses)
-            }, context)
-        if lookupInFlight { lookup = request }
-    }
-
-    private func resolved(result: Int32, addresses list: UnsafeMutablePointer<addrinfo>?) {
-        lookupInFlight = false
-        lookup = nil
-        defer { if let list { evutil_freeaddrinfo(list) } }
-        guard !finished else { return }
-        var addresses: [IPAddress] = []
-        var entry = result == 0 ? list : nil
-        while let current = entry {
-            if let address = current.pointee.ai_addr, let endpoint = ConnectionFactsReader.endpoint(address) {
-                addresses.append(endpoint.address)
-            }
-            entry = current.pointee.ai_next
+        let started = NameLookup.start(name.normalized, dns: worker.dns) { [self] answer in
+            lookup = nil
+            guard !finished else { return }
+            decide(resolved: (answer ?? []).compactMap { OwnSockets.endpoint($0)?.address })
         }
-        decide(resolved: addresses)
+        if started.isInFlight { lookup = started }
     }
 
     private func decide(resolved: [IPAddress]) {
@@ -188,10 +164,8 @@ final class TransparentAcceptor {
         guard !finished else { return }
         finished = true
         if let readEvent { event_del(readEvent) }
-        if let lookup, lookupInFlight {
-            self.lookup = nil
-            evdns_getaddrinfo_cancel(lookup)
-        }
+        lookup?.cancel()
+        lookup = nil
         close(fd)
         fd = -1
     }

@@ -35,8 +35,7 @@ final class UpstreamConnector {
     private(set) var peer: (address: PeerAddress, reported: String?)?
     private unowned let worker: Worker
     weak var delegate: UpstreamConnectorDelegate?
-    private var lookup: OpaquePointer?
-    private var lookupInFlight = false
+    private var lookup: NameLookup?
     private var addresses: [sockaddr_storage] = []
     private var nextAddress = 0
     private var connecting: OpaquePointer?
@@ -77,56 +76,34 @@ final class UpstreamConnector {
             connectNext()
             return
         }
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_protocol = Int32(IPPROTO_TCP)
-        lookupInFlight = true
-        // Retained until the callback runs, which it always does (also on cancel).
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let request = evdns_getaddrinfo(
-            worker.dns, host, nil, &hints,
-            { result, addresses, context in
-                let connector = Unmanaged<UpstreamConnector>.fromOpaque(context!).takeRetainedValue()
-                connector.resolved(result: result, addresses: addresses)
-            }, context)
-        // `localhost` and /etc/hosts names are answered inside the call, which then returns NULL.
-        if lookupInFlight { lookup = request }
+        // The closure holds the connector until the answer (or the cancel) arrives.
+        let started = NameLookup.start(host, dns: worker.dns) { [self] answer in
+            lookup = nil
+            resolved(answer)
+        }
+        if started.isInFlight { lookup = started }
     }
 
     /// Stops whatever is in progress; the delegate hears nothing more.
     func cancel() {
         finished = true
-        if let lookup, lookupInFlight {
-            self.lookup = nil
-            evdns_getaddrinfo_cancel(lookup)
-        }
+        lookup?.cancel()
+        lookup = nil
         if let connecting {
             self.connecting = nil
             bufferevent_free(connecting)
         }
     }
 
-    private func resolved(result: Int32, addresses list: UnsafeMutablePointer<addrinfo>?) {
-        lookupInFlight = false
-        lookup = nil
-        defer { if let list { evutil_freeaddrinfo(list) } }
+    private func resolved(_ answer: [sockaddr_storage]?) {
         guard !finished else { return }
-        guard result == 0 else {
+        guard let answer else {
             fail(.dnsFailure(origin))
             return
         }
-        var entry = list
-        while let current = entry {
-            if let address = current.pointee.ai_addr {
-                var storage = sockaddr_storage()
-                withUnsafeMutableBytes(of: &storage) { raw in
-                    raw.copyMemory(from: UnsafeRawBufferPointer(start: address, count: Int(current.pointee.ai_addrlen)))
-                }
-                setPort(&storage, origin.port)
-                addresses.append(storage)
-            }
-            entry = current.pointee.ai_next
+        for var storage in answer {
+            setPort(&storage, origin.port)
+            addresses.append(storage)
         }
         connectNext()
     }
