@@ -30,6 +30,8 @@ can hold them (the port-0 rule of docs/testing.md is about the shared host names
 import json, os, shutil, socket, socketserver, ssl, struct, subprocess, sys, tempfile, threading, time
 import http.server
 
+from dns_wire import read_question, reply
+
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -140,26 +142,11 @@ class DNSServer:
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
                 data, sock = self.request
-                if len(data) < 12:
+                question = read_question(data)
+                if question is None:
                     return
-                ident, _, qdcount = struct.unpack("!HHH", data[:6])
-                offset, labels = 12, []
-                while offset < len(data) and data[offset] != 0:
-                    length = data[offset]
-                    labels.append(data[offset + 1:offset + 1 + length].decode("ascii", "replace"))
-                    offset += 1 + length
-                question_end = offset + 5
-                qtype = struct.unpack("!H", data[offset + 1:offset + 3])[0] if len(data) >= question_end else 0
-                name = ".".join(labels).lower()
-                family = {1: socket.AF_INET, 28: socket.AF_INET6}.get(qtype)
-                records = [a for a in answers.get(name, []) if family and (":" in a) == (family == socket.AF_INET6)]
-                rcode = 0 if name in answers else 3
-                header = struct.pack("!HHHHHH", ident, 0x8180 | rcode, 1, len(records), 0, 0)
-                body = data[12:question_end]
-                for address in records:
-                    raw = socket.inet_pton(family, address)
-                    body += struct.pack("!HHHIH", 0xC00C, qtype, 1, 0, len(raw)) + raw
-                sock.sendto(header + body, self.client_address)
+                ident, flags, name, qtype, raw = question
+                sock.sendto(reply(ident, flags, raw, qtype, answers.get(name)), self.client_address)
 
         class Server(socketserver.ThreadingUDPServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -16,39 +16,21 @@ import socket
 import struct
 import sys
 
-
-def read_name(packet, offset):
-    labels = []
-    while True:
-        length = packet[offset]
-        offset += 1
-        if length == 0:
-            return ".".join(labels).lower(), offset
-        labels.append(packet[offset:offset + length].decode("ascii", "replace"))
-        offset += length
+from dns_wire import read_question, reply
 
 
 def answer(packet, names, turns):
-    ident, flags, qdcount = struct.unpack("!HHH", packet[:6])
-    if qdcount != 1:
+    question = read_question(packet)
+    if question is None:
         return None
-    name, offset = read_name(packet, 12)
-    qtype, qclass = struct.unpack("!HH", packet[offset:offset + 4])
-    question = packet[12:offset + 4]
-    recursion_desired = flags & 0x0100
-    addresses = names.get(name.rstrip("."))
-    if addresses is None:
-        header = struct.pack("!HHHHHH", ident, 0x8183 | recursion_desired, 1, 0, 0, 0)  # NXDOMAIN
-        return header + question, None
-    if qtype != 1:
-        header = struct.pack("!HHHHHH", ident, 0x8180 | recursion_desired, 1, 0, 0, 0)
-        return header + question, None
+    ident, flags, name, qtype, raw = question
+    addresses = names.get(name)
+    if addresses is None or qtype != 1:
+        return reply(ident, flags, raw, qtype, None if addresses is None else []), None
     turn = turns.get(name, 0)
     turns[name] = turn + 1
     address = addresses[turn % len(addresses)]
-    header = struct.pack("!HHHHHH", ident, 0x8180 | recursion_desired, 1, 1, 0, 0)
-    record = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + socket.inet_aton(address)  # TTL 0
-    return header + question + record, f"A {name} {address}"
+    return reply(ident, flags, raw, qtype, [address]), f"A {name} {address}"
 
 
 def main():
