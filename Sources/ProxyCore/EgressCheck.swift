@@ -33,7 +33,7 @@ public struct EgressClearance: Sendable, Equatable {
 
     /// The clearance of a destination the configuration names itself (a route's upstream): no
     /// name or address rule applies.
-    public static func configuredUpstream(client: ClientIdentity) -> EgressClearance {
+    public static var configuredUpstream: EgressClearance {
         EgressClearance(rules: unrestricted)
     }
 

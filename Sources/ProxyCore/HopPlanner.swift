@@ -99,7 +99,7 @@ public enum HopPlanner {
         let egress: EgressClearance
         if request.viaRoute, target.origin == request.origin {
             // A route's upstream is configured, not chosen by the client: not subject to egress.
-            egress = .configuredUpstream(client: request.client)
+            egress = .configuredUpstream
         } else {
             switch EgressClearance.clear(target.origin, client: request.client, scope: scope) {
             case .success(let clearance): egress = clearance
