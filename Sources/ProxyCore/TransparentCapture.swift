@@ -88,6 +88,32 @@ public enum TransparentOrigin {
         }
     }
 
+    /// Whether the proxy may look up the name a captured client chose (Host, SNI) at all: only when
+    /// the egress policy lets a client this connection could be reach that name by name. A lookup
+    /// is traffic too: the query carries the name to the resolver and on to the name's own servers,
+    /// so a client the policy keeps from `x.example` could otherwise spell data into names
+    /// (`<data>.x.example`) and send them out through the proxy's resolver. A denied name is then
+    /// never the origin: the connection is scoped as the destination's address literal, as when the
+    /// name does not resolve there (and the answer says nothing of what the name resolves to).
+    ///
+    /// The clients are those the connection could turn out to be: the one its facts recognise
+    /// without a Proxy-Authorization, and, on plain HTTP (whose first request may carry one), every
+    /// client recognised by one. More candidates only mean a lookup; never a name wrongly dropped.
+    public static func mayLookUp(
+        _ name: Host, scheme: Scheme, destination: TransparentDestination, facts: ConnectionFacts, scope: ScopeContext
+    ) -> Bool {
+        let origin = Origin(scheme: scheme, host: name, port: destination.port)
+        var candidates: [ClientIdentity] = []
+        if case .client(let client) = scope.recognize(facts, proxyAuthorization: nil) { candidates.append(client) }
+        if scheme == .http {
+            candidates += scope.clients.rules.filter { $0.auth != nil }.map { ClientIdentity(name: $0.name) }
+        }
+        return candidates.contains { client in
+            if case .success = EgressClearance.clear(origin, client: client, scope: scope) { return true }
+            return false
+        }
+    }
+
     /// The Host of a plain connection's first request: `(host, port)`, or nil when it has none or
     /// one that does not parse (admission then refuses the request itself).
     public static func firstHost(of head: RequestHead) -> (host: Host, port: UInt16?)? {

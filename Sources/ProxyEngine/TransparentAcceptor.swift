@@ -89,9 +89,9 @@ final class TransparentAcceptor {
         case .unreadableTLS(let reason):
             give("unreadable ClientHello: \(reason)")
         case .tls(let serverName):
-            resolve(serverName)
+            resolve(serverName, scheme: .https)
         case .http(let host, _):
-            resolve(host)
+            resolve(host, scheme: .http)
         }
     }
 
@@ -104,12 +104,19 @@ final class TransparentAcceptor {
     }
 
     /// The name counts only if it resolves to the destination; an address literal, or none, needs
-    /// no lookup.
-    private func resolve(_ name: Host?) {
-        self.name = name
+    /// no lookup, and a name the egress policy denies this client is never looked up (the query
+    /// itself would carry it out: `TransparentOrigin.mayLookUp`).
+    private func resolve(_ name: Host?, scheme: Scheme) {
         var lowWatermark: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWatermark, socklen_t(MemoryLayout<Int32>.size))
-        guard let name, name.kind == .name, !loopsBack else { return decide(resolved: []) }
+        guard let name, name.kind == .name, !loopsBack,
+            TransparentOrigin.mayLookUp(name, scheme: scheme, destination: destination, facts: facts, scope: worker.configuration.scope.context)
+        else {
+            // Unlooked-up, a name can only be the destination's literal: none counts.
+            self.name = nil
+            return decide(resolved: [])
+        }
+        self.name = name
         let started = NameLookup.start(name.normalized, dns: worker.dns) { [self] answer in
             lookup = nil
             guard !finished else { return }
