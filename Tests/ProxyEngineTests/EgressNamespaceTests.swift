@@ -109,7 +109,7 @@ struct EgressNamespaceTests {
     }
 
     @Test(
-        "a name the client's egress rules deny is never looked up from the transparent listener (Host or SNI): a sandboxed client cannot send data out through the proxy's resolver; an allowed name still is"
+        "a name the client's egress rules deny is never looked up from the transparent listener (Host or SNI): a sandboxed client cannot send data out through the proxy's resolver, nor learn where the name points; an allowed name still is"
     )
     func capturedNameDeniedIsNotLookedUp() throws {
         let scratch = ScratchDirectory()
@@ -184,6 +184,9 @@ struct EgressNamespaceTests {
         #expect(!asked.contains { $0.contains("exfil") || $0.contains("secret-47") }, "\(asked)")
         let denied = report.command("denied-host")?.stdout ?? ""
         #expect(denied.hasSuffix("\n403") && denied.contains("\"error\":\"egress_denied\""), "\(denied)")
+        // Nor an oracle: the refusal names the address the client chose, never whether the denied
+        // name resolves there (with a lookup, a name resolving to the destination became the origin).
+        #expect(!denied.contains("exfil") && denied.contains("http://198.51.100.7"), "\(denied)")
         #expect(report.origins["public"]?.map(\.path) == ["/allowed"], "\(report.origins["public"] ?? [])")
         // A TLS client that was refused is closed: curl reports a failed handshake, never a response.
         #expect(report.command("denied-sni")?.rc != 0)
