@@ -148,7 +148,24 @@ public enum CapturedFirstBytes: Sendable, Equatable {
     /// The most bytes a decision reads: a whole ClientHello, or a whole request head.
     public static let peekLimit = max(ClientHello.maxBytes, HeadLimits.request.maxHeadBytes + 2)
 
+    /// One look at `bytes` (a reader of its own: nothing carried from an earlier look).
     public static func classify(_ bytes: [UInt8]) -> CapturedFirstBytes {
+        var reader = CapturedFirstBytesReader()
+        return reader.read(bytes)
+    }
+}
+
+/// Reads a captured connection's first bytes as they accumulate: the engine peeks at the whole
+/// prefix each time more arrives, and hands each one here.
+public struct CapturedFirstBytesReader: Sendable {
+    private var scanner = HeadScanner(limits: .request)
+    /// Bytes of head the scanner examined, over every read: what a dribbled head has cost.
+    public private(set) var headBytesScanned = 0
+
+    public init() {}
+
+    /// `bytes`: everything that arrived so far (each call's bytes start with the previous call's).
+    public mutating func read(_ bytes: [UInt8]) -> CapturedFirstBytes {
         guard let first = bytes.first else { return .incomplete }
         if first == 0x16 {
             switch ClientHello.read(bytes) {
@@ -157,12 +174,16 @@ public enum CapturedFirstBytes: Sendable, Equatable {
             case .malformed(let reason): return .unreadableTLS(reason)
             }
         }
-        var scanner = HeadScanner(limits: .request)
         enum Scan {
             case incomplete
             case refused
             case head(RequestHead)
         }
+        // The scanner is the reader's, kept between reads: it resumes where the last prefix ended
+        // (HeadScanner's contract), so a head dribbled a byte at a time is scanned once, not once per byte.
+        let before = scanner.scannedThrough
+        defer { headBytesScanned += scanner.scannedThrough - before }
+        let peekLimit = CapturedFirstBytes.peekLimit
         let scan: Scan = bytes.withUnsafeBytes { raw in
             do {
                 guard let boundary = try scanner.scan(raw) else { return bytes.count >= peekLimit ? .refused : .incomplete }

@@ -26,6 +26,8 @@ final class TransparentAcceptor {
     private var deadline: UInt64 = 0
     /// What the first bytes said, kept while the name resolves.
     private var firstBytes: CapturedFirstBytes = .incomplete
+    /// Reads the growing prefix each wake-up peeks at, resuming where the last read stopped.
+    private var reader = CapturedFirstBytesReader()
     private var name: Host?
 
     init(worker: Worker, fd: Int32, facts: ConnectionFacts) {
@@ -79,7 +81,7 @@ final class TransparentAcceptor {
         let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK)) }
         if count < 0, errno == EAGAIN || errno == EINTR { return rearm() }
         guard count > 0 else { return give("the client closed before sending a request") }
-        firstBytes = CapturedFirstBytes.classify(Array(buffer.prefix(count)))
+        firstBytes = reader.read(Array(buffer.prefix(count)))
         switch firstBytes {
         case .incomplete:
             guard count < CapturedFirstBytes.peekLimit else { return give("first bytes over the peek limit") }

@@ -356,3 +356,29 @@ struct TransparentLookupTests {
         }
     }
 }
+
+@Suite("Transparent capture: first bytes that arrive slowly")
+struct CapturedFirstBytesDripTests {
+    /// A head nearly as large as a head may be, in fewer fields than a head may have.
+    static let bigHead: [UInt8] = {
+        var text = "GET / HTTP/1.1\r\nHost: api.scoped.test\r\n"
+        while text.utf8.count < HeadLimits.request.maxHeadBytes - 2000 { text += "X-Filler: " + String(repeating: "a", count: 1000) + "\r\n" }
+        return Array((text + "\r\n").utf8)
+    }()
+
+    /// The engine wakes on every new byte a client sends and reads the whole prefix again (it peeks):
+    /// a head sent a byte at a time must still be scanned once, or one slow client costs the loop
+    /// quadratic work (64 KiB dribbled: two billion bytes scanned, instead of 64 Ki).
+    @Test("a head that arrives a byte at a time is scanned once in all, and read the same as whole")
+    func dribbledHeadIsScannedOnce() {
+        var reader = CapturedFirstBytesReader()
+        var verdict = CapturedFirstBytes.incomplete
+        for end in 1...Self.bigHead.count {
+            verdict = reader.read(Array(Self.bigHead[..<end]))
+            if end < Self.bigHead.count { #expect(verdict == .incomplete) }
+        }
+        #expect(verdict == CapturedFirstBytes.classify(Self.bigHead))
+        #expect(verdict == .http(host: TransparentOriginTests.host("api.scoped.test"), port: nil))
+        #expect(reader.headBytesScanned <= Self.bigHead.count, "\(reader.headBytesScanned) bytes scanned for a \(Self.bigHead.count)-byte head")
+    }
+}
