@@ -88,7 +88,9 @@ public enum NetnsRun {
         for entry in object["background"] as? [[String: Any]] ?? [] {
             background[entry["name"] as? String ?? ""] = entry["stderr"] as? String ?? ""
         }
-        return .ran(Report(commands: commands, origins: origins, background: background, error: object["error"] as? String,
+        return .ran(
+            Report(
+                commands: commands, origins: origins, background: background, error: object["error"] as? String,
                 dnsQueries: object["dns_queries"] as? [String] ?? []))
     }
 }
