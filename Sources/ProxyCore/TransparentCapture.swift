@@ -161,6 +161,9 @@ public struct CapturedFirstBytesReader: Sendable {
     private var scanner = HeadScanner(limits: .request)
     /// Bytes of head the scanner examined, over every read: what a dribbled head has cost.
     public private(set) var headBytesScanned = 0
+    /// After an `.incomplete` read: how long the prefix must grow before reading it again can say
+    /// more (the end of the ClientHello's record under way; for HTTP, any new byte).
+    public private(set) var bytesWanted = 1
 
     public init() {}
 
@@ -169,7 +172,9 @@ public struct CapturedFirstBytesReader: Sendable {
         guard let first = bytes.first else { return .incomplete }
         if first == 0x16 {
             switch ClientHello.read(bytes) {
-            case .incomplete: return .incomplete
+            case .incomplete:
+                bytesWanted = ClientHello.bytesNeeded(bytes)
+                return .incomplete
             case .hello(let name): return .tls(serverName: name)
             case .malformed(let reason): return .unreadableTLS(reason)
             }
@@ -193,7 +198,9 @@ public struct CapturedFirstBytesReader: Sendable {
             }
         }
         switch scan {
-        case .incomplete: return .incomplete
+        case .incomplete:
+            bytesWanted = bytes.count + 1
+            return .incomplete
         case .refused: return .http(host: nil, port: nil)
         case .head(let head):
             guard let (host, port) = TransparentOrigin.firstHost(of: head) else { return .http(host: nil, port: nil) }

@@ -85,7 +85,8 @@ final class TransparentAcceptor {
         switch firstBytes {
         case .incomplete:
             guard count < CapturedFirstBytes.peekLimit else { return give("first bytes over the peek limit") }
-            var lowWatermark = Int32(count + 1)
+            // Woken again only when a read can say more: the ClientHello's record under way is whole.
+            var lowWatermark = Int32(max(count + 1, reader.bytesWanted))
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWatermark, socklen_t(MemoryLayout<Int32>.size))
             rearm()
         case .unreadableTLS(let reason):
