@@ -247,6 +247,28 @@ struct TransparentCaptureEngineTests {
         #expect(closed?.contains("unreadable ClientHello: the first handshake message is not a ClientHello") == true, "\(closed ?? "no line")")
     }
 
+    /// A ClientHello re-framed into 50-byte records and sent a byte per send (the proxy waits for
+    /// each record whole rather than reading the hello again on every byte): read, and spliced.
+    static let dribblingClient = "import socket, ssl, sys\nca, name = sys.argv[1], sys.argv[2]\ncontext = ssl.create_default_context(cafile=ca)\nincoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()\ntls = context.wrap_bio(incoming, outgoing, server_hostname=name)\ntry:\n    tls.do_handshake()\nexcept ssl.SSLWantReadError:\n    pass\nhello = outgoing.read()\npayload = hello[5:5 + (hello[3] << 8 | hello[4])]\n# The same handshake message in records of 50 bytes, then sent one byte per send.\nframed = b''.join(b'\\x16\\x03\\x01' + len(payload[i:i + 50]).to_bytes(2, 'big') + payload[i:i + 50] for i in range(0, len(payload), 50))\ns = socket.create_connection(('10.77.0.2', 443))\ns.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\nfor i in range(len(framed)):\n    s.sendall(framed[i:i + 1])\nwhile True:\n    try:\n        tls.do_handshake()\n        break\n    except ssl.SSLWantReadError:\n        s.sendall(outgoing.read())\n        data = s.recv(65536)\n        if not data:\n            sys.exit('closed during the handshake')\n        incoming.write(data)\ns.sendall(outgoing.read())\ntls.write(b'GET /dribbled HTTP/1.1\\r\\nHost: ' + name.encode() + b'\\r\\nConnection: close\\r\\n\\r\\n')\ns.sendall(outgoing.read())\nanswer = b''\nwhile b'\\r\\n' not in answer:\n    try:\n        answer += tls.read(65536)\n    except ssl.SSLWantReadError:\n        data = s.recv(65536)\n        if not data:\n            break\n        incoming.write(data)\nprint(answer.split(b'\\r\\n')[0].decode())\n"
+
+    @Test("TLS: a ClientHello in many small records, sent a byte at a time, is read whole and tunnelled to the original destination")
+    func dribbledHello() throws {
+        let setup = try Setup(tunnel: "allow")
+        guard
+            let report = try setup.run([
+                [
+                    "name": "dribbled", "uid": Self.clientUID, "timeout": 60,
+                    "argv": ["python3", "-c", Self.dribblingClient, setup.pki.caPath, "unscoped.test"],
+                ]
+            ])
+        else { return }
+        let command = report.command("dribbled")
+        #expect(command?.stdout == "HTTP/1.1 200 OK\n", "\(command?.stdout ?? "") \(command?.stderr ?? "")")
+        #expect(report.origins["unscoped443"]?.contains { $0.path == "/dribbled" } == true)
+        let lines = setup.logLines()
+        #expect(lines.contains { $0["url"] as? String == "https://unscoped.test:443" && $0["decision"] as? String == "tunnel" }, "\(lines)")
+    }
+
     /// The shell blocks of docs/transparent.md marked `<!-- recipe: NAME -->`.
     static func recipes() throws -> [String: String] {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
