@@ -249,7 +249,48 @@ struct TransparentCaptureEngineTests {
 
     /// A ClientHello re-framed into 50-byte records and sent a byte per send (the proxy waits for
     /// each record whole rather than reading the hello again on every byte): read, and spliced.
-    static let dribblingClient = "import socket, ssl, sys\nca, name = sys.argv[1], sys.argv[2]\ncontext = ssl.create_default_context(cafile=ca)\nincoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()\ntls = context.wrap_bio(incoming, outgoing, server_hostname=name)\ntry:\n    tls.do_handshake()\nexcept ssl.SSLWantReadError:\n    pass\nhello = outgoing.read()\npayload = hello[5:5 + (hello[3] << 8 | hello[4])]\n# The same handshake message in records of 50 bytes, then sent one byte per send.\nframed = b''.join(b'\\x16\\x03\\x01' + len(payload[i:i + 50]).to_bytes(2, 'big') + payload[i:i + 50] for i in range(0, len(payload), 50))\ns = socket.create_connection(('10.77.0.2', 443))\ns.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\nfor i in range(len(framed)):\n    s.sendall(framed[i:i + 1])\nwhile True:\n    try:\n        tls.do_handshake()\n        break\n    except ssl.SSLWantReadError:\n        s.sendall(outgoing.read())\n        data = s.recv(65536)\n        if not data:\n            sys.exit('closed during the handshake')\n        incoming.write(data)\ns.sendall(outgoing.read())\ntls.write(b'GET /dribbled HTTP/1.1\\r\\nHost: ' + name.encode() + b'\\r\\nConnection: close\\r\\n\\r\\n')\ns.sendall(outgoing.read())\nanswer = b''\nwhile b'\\r\\n' not in answer:\n    try:\n        answer += tls.read(65536)\n    except ssl.SSLWantReadError:\n        data = s.recv(65536)\n        if not data:\n            break\n        incoming.write(data)\nprint(answer.split(b'\\r\\n')[0].decode())\n"
+    static let dribblingClient = #"""
+        import socket, ssl, sys
+        ca, name = sys.argv[1], sys.argv[2]
+        context = ssl.create_default_context(cafile=ca)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname=name)
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = outgoing.read()
+        payload = hello[5:5 + (hello[3] << 8 | hello[4])]
+        # The same handshake message in records of 50 bytes, then sent one byte per send.
+        framed = b''.join(b'\x16\x03\x01' + len(payload[i:i + 50]).to_bytes(2, 'big') + payload[i:i + 50] for i in range(0, len(payload), 50))
+        s = socket.create_connection(('10.77.0.2', 443))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(framed)):
+            s.sendall(framed[i:i + 1])
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                s.sendall(outgoing.read())
+                data = s.recv(65536)
+                if not data:
+                    sys.exit('closed during the handshake')
+                incoming.write(data)
+        s.sendall(outgoing.read())
+        tls.write(b'GET /dribbled HTTP/1.1\r\nHost: ' + name.encode() + b'\r\nConnection: close\r\n\r\n')
+        s.sendall(outgoing.read())
+        answer = b''
+        while b'\r\n' not in answer:
+            try:
+                answer += tls.read(65536)
+            except ssl.SSLWantReadError:
+                data = s.recv(65536)
+                if not data:
+                    break
+                incoming.write(data)
+        print(answer.split(b'\r\n')[0].decode())
+        """#
 
     @Test("TLS: a ClientHello in many small records, sent a byte at a time, is read whole and tunnelled to the original destination")
     func dribbledHello() throws {
