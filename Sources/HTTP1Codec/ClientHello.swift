@@ -49,6 +49,22 @@ public enum ClientHello {
         }
     }
 
+    /// How long the prefix must grow before `read` can say anything new of it (an `.incomplete`
+    /// prefix): the engine waits for that many bytes (the socket's receive low-watermark) instead of
+    /// reading the hello again on every byte a slow client sends.
+    /// That is the end of the record under way, or the next record's header: a client that splits
+    /// its hello into tiny records gets a read per record, and a record is at least 6 bytes.
+    public static func bytesNeeded(_ bytes: some Collection<UInt8>) -> Int {
+        let bytes = Array(bytes.prefix(maxBytes))
+        var offset = 0
+        while bytes.count >= offset + 5 {
+            let end = offset + 5 + (Int(bytes[offset + 3]) << 8 | Int(bytes[offset + 4]))
+            if end > bytes.count { return min(end, maxBytes) }
+            offset = end
+        }
+        return min(max(offset + 5, bytes.count + 1), maxBytes)
+    }
+
     /// RFC 8446 §4.1.2 (and TLS 1.2's, which has the same layout up to the extensions).
     static func parseBody(_ body: ArraySlice<UInt8>) -> Verdict {
         var reader = ByteReader(body)

@@ -24,6 +24,9 @@ public struct HeadScanner: Sendable {
     /// A TLS record's content type `handshake` and every TLS version's major byte (RFC 8446 §5.1).
     static let tlsHandshakeRecord: UInt8 = 0x16, tlsMajorVersion: UInt8 = 0x03
 
+    /// How far the scan has read (it resumes here): what the scan of a growing prefix has cost so far.
+    public var scannedThrough: Int { position }
+
     /// True once any byte of a head (beyond ignorable empty lines) has been seen.
     public var hasStarted: Bool { position > headStart }
 

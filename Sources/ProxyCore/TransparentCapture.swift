@@ -88,6 +88,32 @@ public enum TransparentOrigin {
         }
     }
 
+    /// Whether the proxy may look up the name a captured client chose (Host, SNI) at all: only when
+    /// the egress policy lets a client this connection could be reach that name by name. A lookup
+    /// is traffic too: the query carries the name to the resolver and on to the name's own servers,
+    /// so a client the policy keeps from `x.example` could otherwise spell data into names
+    /// (`<data>.x.example`) and send them out through the proxy's resolver. A denied name is then
+    /// never the origin: the connection is scoped as the destination's address literal, as when the
+    /// name does not resolve there (and the answer says nothing of what the name resolves to).
+    ///
+    /// The clients are those the connection could turn out to be: the one its facts recognise
+    /// without a Proxy-Authorization, and, on plain HTTP (whose first request may carry one), every
+    /// client recognised by one. More candidates only mean a lookup; never a name wrongly dropped.
+    public static func mayLookUp(
+        _ name: Host, scheme: Scheme, destination: TransparentDestination, facts: ConnectionFacts, scope: ScopeContext
+    ) -> Bool {
+        let origin = Origin(scheme: scheme, host: name, port: destination.port)
+        var candidates: [ClientIdentity] = []
+        if case .client(let client) = scope.recognize(facts, proxyAuthorization: nil) { candidates.append(client) }
+        if scheme == .http {
+            candidates += scope.clients.rules.filter { $0.auth != nil }.map { ClientIdentity(name: $0.name) }
+        }
+        return candidates.contains { client in
+            if case .success = EgressClearance.clear(origin, client: client, scope: scope) { return true }
+            return false
+        }
+    }
+
     /// The Host of a plain connection's first request: `(host, port)`, or nil when it has none or
     /// one that does not parse (admission then refuses the request itself).
     public static func firstHost(of head: RequestHead) -> (host: Host, port: UInt16?)? {
@@ -122,21 +148,47 @@ public enum CapturedFirstBytes: Sendable, Equatable {
     /// The most bytes a decision reads: a whole ClientHello, or a whole request head.
     public static let peekLimit = max(ClientHello.maxBytes, HeadLimits.request.maxHeadBytes + 2)
 
+    /// One look at `bytes` (a reader of its own: nothing carried from an earlier look).
     public static func classify(_ bytes: [UInt8]) -> CapturedFirstBytes {
+        var reader = CapturedFirstBytesReader()
+        return reader.read(bytes)
+    }
+}
+
+/// Reads a captured connection's first bytes as they accumulate: the engine peeks at the whole
+/// prefix each time more arrives, and hands each one here.
+public struct CapturedFirstBytesReader: Sendable {
+    private var scanner = HeadScanner(limits: .request)
+    /// Bytes of head the scanner examined, over every read: what a dribbled head has cost.
+    public private(set) var headBytesScanned = 0
+    /// After an `.incomplete` read: how long the prefix must grow before reading it again can say
+    /// more (the end of the ClientHello's record under way; for HTTP, any new byte).
+    public private(set) var bytesWanted = 1
+
+    public init() {}
+
+    /// `bytes`: everything that arrived so far (each call's bytes start with the previous call's).
+    public mutating func read(_ bytes: [UInt8]) -> CapturedFirstBytes {
         guard let first = bytes.first else { return .incomplete }
         if first == 0x16 {
             switch ClientHello.read(bytes) {
-            case .incomplete: return .incomplete
+            case .incomplete:
+                bytesWanted = ClientHello.bytesNeeded(bytes)
+                return .incomplete
             case .hello(let name): return .tls(serverName: name)
             case .malformed(let reason): return .unreadableTLS(reason)
             }
         }
-        var scanner = HeadScanner(limits: .request)
         enum Scan {
             case incomplete
             case refused
             case head(RequestHead)
         }
+        // The scanner is the reader's, kept between reads: it resumes where the last prefix ended
+        // (HeadScanner's contract), so a head dribbled a byte at a time is scanned once, not once per byte.
+        let before = scanner.scannedThrough
+        defer { headBytesScanned += scanner.scannedThrough - before }
+        let peekLimit = CapturedFirstBytes.peekLimit
         let scan: Scan = bytes.withUnsafeBytes { raw in
             do {
                 guard let boundary = try scanner.scan(raw) else { return bytes.count >= peekLimit ? .refused : .incomplete }
@@ -146,7 +198,9 @@ public enum CapturedFirstBytes: Sendable, Equatable {
             }
         }
         switch scan {
-        case .incomplete: return .incomplete
+        case .incomplete:
+            bytesWanted = bytes.count + 1
+            return .incomplete
         case .refused: return .http(host: nil, port: nil)
         case .head(let head):
             guard let (host, port) = TransparentOrigin.firstHost(of: head) else { return .http(host: nil, port: nil) }

@@ -26,6 +26,8 @@ final class TransparentAcceptor {
     private var deadline: UInt64 = 0
     /// What the first bytes said, kept while the name resolves.
     private var firstBytes: CapturedFirstBytes = .incomplete
+    /// Reads the growing prefix each wake-up peeks at, resuming where the last read stopped.
+    private var reader = CapturedFirstBytesReader()
     private var name: Host?
 
     init(worker: Worker, fd: Int32, facts: ConnectionFacts) {
@@ -79,19 +81,20 @@ final class TransparentAcceptor {
         let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_PEEK)) }
         if count < 0, errno == EAGAIN || errno == EINTR { return rearm() }
         guard count > 0 else { return give("the client closed before sending a request") }
-        firstBytes = CapturedFirstBytes.classify(Array(buffer.prefix(count)))
+        firstBytes = reader.read(Array(buffer.prefix(count)))
         switch firstBytes {
         case .incomplete:
             guard count < CapturedFirstBytes.peekLimit else { return give("first bytes over the peek limit") }
-            var lowWatermark = Int32(count + 1)
+            // Woken again only when a read can say more: the ClientHello's record under way is whole.
+            var lowWatermark = Int32(max(count + 1, reader.bytesWanted))
             setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWatermark, socklen_t(MemoryLayout<Int32>.size))
             rearm()
         case .unreadableTLS(let reason):
             give("unreadable ClientHello: \(reason)")
         case .tls(let serverName):
-            resolve(serverName)
+            resolve(serverName, scheme: .https)
         case .http(let host, _):
-            resolve(host)
+            resolve(host, scheme: .http)
         }
     }
 
@@ -104,12 +107,19 @@ final class TransparentAcceptor {
     }
 
     /// The name counts only if it resolves to the destination; an address literal, or none, needs
-    /// no lookup.
-    private func resolve(_ name: Host?) {
-        self.name = name
+    /// no lookup, and a name the egress policy denies this client is never looked up (the query
+    /// itself would carry it out: `TransparentOrigin.mayLookUp`).
+    private func resolve(_ name: Host?, scheme: Scheme) {
         var lowWatermark: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWatermark, socklen_t(MemoryLayout<Int32>.size))
-        guard let name, name.kind == .name, !loopsBack else { return decide(resolved: []) }
+        guard let name, name.kind == .name, !loopsBack,
+            TransparentOrigin.mayLookUp(name, scheme: scheme, destination: destination, facts: facts, scope: worker.configuration.scope.context)
+        else {
+            // Unlooked-up, a name can only be the destination's literal: none counts.
+            self.name = nil
+            return decide(resolved: [])
+        }
+        self.name = name
         let started = NameLookup.start(name.normalized, dns: worker.dns) { [self] answer in
             lookup = nil
             guard !finished else { return }

@@ -15,14 +15,15 @@ The spec (every key optional):
                {"origin": NAME, "path": ..., "headers": {...}}, and the report lists what each received
                (method, path, headers, body, and the peer address:port it came from)
   dns:         [{"listen": "10.77.0.53:53", "answers": {"name.example": ["10.77.0.1"]}}]
-               a UDP DNS server answering A/AAAA from `answers` (NXDOMAIN otherwise), for rebinding tests
+               a UDP DNS server answering A/AAAA from `answers` (NXDOMAIN otherwise), for rebinding tests;
+               the report lists every name it was asked (`dns_queries`)
   background:  [{"name": "proxy", "argv": [...], "env": {...}, "ready": "listening on"}]
                started in order; each waited for until a stderr line contains `ready` (if given)
   commands:    [{"name": "c1", "argv": [...], "uid": 65534, "timeout": 20, "env": {...}}]
                run in order after everything is up; `uid` runs it with setpriv as that user and group
                (no supplementary groups); the environment is only PATH plus `env` (no proxy variables)
 Report: {"commands": [{"name", "rc", "stdout", "stderr"}], "origins": {NAME: [requests]},
-         "background": [{"name", "rc", "stderr"}]}; "error": TEXT when the namespace could not be built.
+         "background": [{"name", "rc", "stderr"}], "dns_queries": [NAME]}; "error": TEXT when the namespace could not be built.
 
 Ports inside the namespace are fixed by the spec: the namespace is new and empty, so nothing else
 can hold them (the port-0 rule of docs/testing.md is about the shared host namespace).
@@ -138,6 +139,8 @@ class DNSServer:
     def __init__(self, spec):
         host, port = split_listen(spec["listen"])
         answers = {name.lower().rstrip("."): addresses for name, addresses in spec.get("answers", {}).items()}
+        # Every name asked, answered or not: what a resolver was made to send out is the test.
+        self.queries = queries = []
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self):
@@ -146,6 +149,7 @@ class DNSServer:
                 if question is None:
                     return
                 ident, flags, name, qtype, raw = question
+                queries.append(name)
                 sock.sendto(reply(ident, flags, raw, qtype, answers.get(name)), self.client_address)
 
         class Server(socketserver.ThreadingUDPServer):
@@ -206,7 +210,7 @@ def bind_file(content, target, keep):
 def inside(spec_path):
     with open(spec_path) as f:
         spec = json.load(f)
-    report = {"commands": [], "origins": {}, "background": []}
+    report = {"commands": [], "origins": {}, "background": [], "dns_queries": []}
     started, origins, servers, temporary = [], [], [], []
     try:
         run(["ip", "link", "set", "lo", "up"])
@@ -251,6 +255,7 @@ def inside(spec_path):
             report["origins"][origin.name] = origin.requests
         for server in servers:
             server.stop()
+            report["dns_queries"] += server.queries
         for path in temporary:
             try:
                 os.unlink(path)

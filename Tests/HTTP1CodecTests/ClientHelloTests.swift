@@ -139,3 +139,44 @@ struct ClientHelloTests {
         #expect(ClientHello.read(bytes) == .malformed("ClientHello too large"))
     }
 }
+
+@Suite("ClientHello: a hello that arrives slowly")
+struct ClientHelloDripTests {
+    /// The engine peeks at the whole prefix each time it wakes, and wakes when `bytesNeeded` have
+    /// arrived: a hello dribbled a byte at a time must be read about once per record, not once per
+    /// byte (16 KiB a byte at a time would be 16 Ki reads of up to 16 KiB each).
+    @Test("a hello sent a byte at a time is read once per record, and read the same as whole")
+    func readOncePerRecord() {
+        let padding = HelloBuilder.u16(21) + HelloBuilder.vector16(Array(repeating: 0, count: 12_000))
+        for recordSize in [16384, 4096, 500] {
+            let hello = HelloBuilder.hello([HelloBuilder.sni("api.scoped.test"), padding], recordSize: recordSize)
+            let records = (hello.count + recordSize) / (recordSize + 5) + 1
+            var wanted = 1, reads = 0
+            var verdict = ClientHello.Verdict.incomplete
+            for end in 1...hello.count where end >= wanted {
+                reads += 1
+                verdict = ClientHello.read(hello[..<end])
+                guard verdict == .incomplete else { break }
+                wanted = ClientHello.bytesNeeded(hello[..<end])
+                #expect(wanted > end)
+            }
+            #expect(verdict == ClientHello.read(hello))
+            #expect(verdict == .hello(serverName: ClientHelloTests.host("api.scoped.test")))
+            #expect(reads <= 2 * records + 2, "\(reads) reads of a \(hello.count)-byte hello in \(records) records")
+        }
+    }
+
+    @Test("what is needed never passes what a verdict needs: a malformed or oversized start is read at once")
+    func neededNeverOvershoots() {
+        let hello = HelloBuilder.hello([HelloBuilder.sni("api.scoped.test")], recordSize: 40)
+        for end in 1..<hello.count where ClientHello.read(hello[..<end]) == .incomplete {
+            // One byte more than needed is never a different verdict than exactly what is needed.
+            let needed = ClientHello.bytesNeeded(hello[..<end])
+            #expect(needed <= hello.count)
+            if needed > end + 1 { #expect(ClientHello.read(hello[..<(needed - 1)]) == .incomplete) }
+        }
+        // A header announcing a record past the limit: needed stays within the limit (read says malformed there).
+        let huge: [UInt8] = [0x16, 0x03, 0x01, 0x40, 0x00]
+        #expect(ClientHello.bytesNeeded(huge) <= ClientHello.maxBytes)
+    }
+}

