@@ -113,16 +113,8 @@ struct EgressAttackTests {
     func pooledConnectionOfLaxerClient() throws {
         let origin = try Egress.canary("127.0.0.3")
         defer { origin.stop() }
-        let laxKey = Wire.canary("lax"), strictKey = Wire.canary("strict")
         // One thread: both clients' requests are served by the same worker, whose pool holds the connection.
-        let proxy = try Egress.proxy(environment: ["LAX": laxKey, "STRICT": strictKey], threads: 1) { _ in
-            """
-            secrets: { lax: { env: LAX }, strict: { env: STRICT } }
-            clients:
-              - { name: lax, auth: { bearer: lax } }
-              - { name: strict, auth: { bearer: strict }, egress: { default: allow, deny_ips: [127.0.0.3/32] } }
-            """
-        }
+        let (proxy, laxKey, strictKey) = try Self.laxAndStrictClients(strictDenying: "127.0.0.3/32")
         defer { proxy.process.terminate() }
         #expect(try Egress.get(proxy.port, "\(origin.url)/lax", [("Proxy-Authorization", "Bearer \(laxKey)")])?.status == 200)
         let strict = try Egress.get(proxy.port, "\(origin.url)/strict", [("Proxy-Authorization", "Bearer \(strictKey)")])
@@ -138,15 +130,8 @@ struct EgressAttackTests {
     func sharedHTTP2ConnectionOfLaxerClient() throws {
         let origin = try GRPCOrigin()  // h2c, 127.0.0.1
         defer { origin.stop() }
-        let laxKey = Wire.canary("lax"), strictKey = Wire.canary("strict")
-        let proxy = try Egress.proxy(environment: ["LAX": laxKey, "STRICT": strictKey], threads: 1) { _ in
-            """
-            secrets: { lax: { env: LAX }, strict: { env: STRICT } }
-            clients:
-              - { name: lax, auth: { bearer: lax } }
-              - { name: strict, auth: { bearer: strict }, egress: { default: allow, deny_ips: [127.0.0.1/32] } }
-            """
-        }
+        // One thread: both clients' requests are served by the same worker, whose pool holds the connection.
+        let (proxy, laxKey, strictKey) = try Self.laxAndStrictClients(strictDenying: "127.0.0.1/32")
         defer { proxy.process.terminate() }
         func call(_ key: String, _ caller: String) -> [String: Any] {
             [
@@ -249,5 +234,20 @@ struct EgressAttackTests {
         let existing = try answer("localhost")
         #expect(existing["status"] == "403")
         #expect(try answer("no-such-name.invalid") == existing)
+    }
+
+    /// Two Bearer clients on one worker (one thread: one pool): `lax` under the global rules,
+    /// `strict` whose `deny_ips` refuses `cidr`.
+    static func laxAndStrictClients(strictDenying cidr: String) throws -> (ConfiguredProxy, laxKey: String, strictKey: String) {
+        let laxKey = Wire.canary("lax"), strictKey = Wire.canary("strict")
+        let proxy = try Egress.proxy(environment: ["LAX": laxKey, "STRICT": strictKey], threads: 1) { _ in
+            """
+            secrets: { lax: { env: LAX }, strict: { env: STRICT } }
+            clients:
+              - { name: lax, auth: { bearer: lax } }
+              - { name: strict, auth: { bearer: strict }, egress: { default: allow, deny_ips: [\(cidr)] } }
+            """
+        }
+        return (proxy, laxKey, strictKey)
     }
 }
