@@ -344,7 +344,7 @@ public struct ConnectionMachine {
         case .intercept(let origin, let client, let egress):
             record.origin = origin
             if let rule = egress.reported {
-                record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: "\(EgressDestination(origin))", address: nil)
+                record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: origin.hostAndPort, address: nil)
             }
             record.status = 200
             record.tunnel = .intercept

@@ -23,11 +23,10 @@ public struct EgressClearance: Sendable, Equatable {
         let rules = scope.egressRules.rules(for: client.name)
         guard rules.defaultAction == .deny else { return .success(EgressClearance(rules: rules)) }
         let scoped = !scope.policy.covering(origin, client: client.name).isEmpty
-        let destination = EgressDestination(origin)
-        switch rules.decide(destination, scopeOrigin: scoped) {
+        switch rules.decide(origin, scopeOrigin: scoped) {
         case .allowed: return .success(EgressClearance(rules: rules))
         case .reported(let rule): return .success(EgressClearance(rules: rules, reported: rule))
-        case .denied(let rule): return .failure(.egressDenied(EgressRefusal(destination: destination, rule: rule, rules: rules, address: nil)))
+        case .denied(let rule): return .failure(.egressDenied(EgressRefusal(destination: origin, rule: rule, rules: rules, address: nil)))
         }
     }
 
@@ -63,14 +62,14 @@ public struct EgressClearance: Sendable, Equatable {
 
     /// The refusal for a destination every one of whose addresses `rule` denies.
     public func refusal(for origin: Origin, rule: String, address: IPAddress) -> ProxyError {
-        .egressDenied(EgressRefusal(destination: EgressDestination(origin), rule: rule, rules: rules, address: "\(address)"))
+        .egressDenied(EgressRefusal(destination: origin, rule: rule, rules: rules, address: "\(address)"))
     }
 }
 
 /// Why a destination was refused, in the words an agent (or its operator) can act on: the 403's
 /// JSON names the destination, the rule, the client and where to change it.
 public struct EgressRefusal: Sendable, Equatable {
-    public let destination: EgressDestination
+    public let destination: Origin
     /// `default deny`, `deny_ips: private`, `deny_ips: 10.0.0.0/8`.
     public let rule: String
     public let client: String?
@@ -78,7 +77,7 @@ public struct EgressRefusal: Sendable, Equatable {
     public let address: String?
     public let hint: String
 
-    public init(destination: EgressDestination, rule: String, rules: EffectiveEgress, address: String?) {
+    public init(destination: Origin, rule: String, rules: EffectiveEgress, address: String?) {
         self.destination = destination
         self.rule = rule
         client = rules.client
@@ -87,7 +86,7 @@ public struct EgressRefusal: Sendable, Equatable {
     }
 
     /// Which key to change, and where: the client's own `egress:` when it has one for that key.
-    static func hint(destination: EgressDestination, rule: String, rules: EffectiveEgress, address: String?) -> String {
+    static func hint(destination: Origin, rule: String, rules: EffectiveEgress, address: String?) -> String {
         let owner = rules.client.map { " of client '\($0)'" } ?? ""
         guard let address else {
             let entry =

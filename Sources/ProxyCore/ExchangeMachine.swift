@@ -214,7 +214,7 @@ public final class ExchangeMachine {
         phase = .hop
         effects.arm(.connect)
         if let rule = state.hop.egress.reported {
-            record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: "\(EgressDestination(state.hop.origin))", address: nil)
+            record.egressReported = EgressNote(decision: .reportDeny, rule: rule, destination: state.hop.origin.hostAndPort, address: nil)
         }
         let transport: UpstreamTransport = isConnect ? .raw : state.hop.origin.scheme == .https ? .tls : .plain
         effects.append(
@@ -366,7 +366,7 @@ public final class ExchangeMachine {
             record.upstreamAddress = peer.address
             if let rule = peer.reported, record.egressReported == nil {
                 record.egressReported = EgressNote(
-                    decision: .reportDeny, rule: rule, destination: "\(EgressDestination(current.hop.origin))", address: peer.address)
+                    decision: .reportDeny, rule: rule, destination: current.hop.origin.hostAndPort, address: peer.address)
             }
         }
         current.connected = true

@@ -55,7 +55,7 @@ public struct ExchangeRecord: Sendable, Equatable {
     /// What the egress policy said about this exchange, when it denied or would have denied it.
     public var egressNote: EgressNote? {
         if case .proxy(.egressDenied(let refusal)) = failure {
-            return EgressNote(decision: .deny, rule: refusal.rule, destination: "\(refusal.destination)", address: refusal.address)
+            return EgressNote(decision: .deny, rule: refusal.rule, destination: refusal.destination.hostAndPort, address: refusal.address)
         }
         return egressReported
     }

@@ -227,7 +227,8 @@ public enum ProxyError: Error, Equatable, Sendable {
             "extended CONNECT (RFC 8441) is served for :protocol websocket only; for another protocol use an HTTP/1.1 Upgrade or CONNECT"
         case .egressDenied(let refusal):
             "the egress policy does not allow "
-                + (refusal.client.map { "client '\($0)'" } ?? "this client") + " to reach \(refusal.destination) (\(refusal.rule)); nothing was sent"
+                + (refusal.client.map { "client '\($0)'" } ?? "this client")
+                + " to reach \(refusal.destination.hostAndPort) (\(refusal.rule)); nothing was sent"
         }
     }
 
@@ -341,7 +342,7 @@ public enum ProxyError: Error, Equatable, Sendable {
         json.string("id", requestID)
         if case .egressDenied(let refusal) = self {
             // What an agent acts on: where it was going, the rule, who it is, and what would change it.
-            json.string("destination", "\(refusal.destination)")
+            json.string("destination", refusal.destination.hostAndPort)
             json.string("rule", refusal.rule)
             if let client = refusal.client { json.string("client", client) } else { json.raw("client", "null") }
             // Never the resolved address: that would answer DNS questions about names the client

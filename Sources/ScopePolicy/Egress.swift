@@ -57,20 +57,9 @@ public struct ClientEgress: Sendable, Equatable {
     }
 }
 
-/// A destination as the egress rules read it: what the client asked to reach.
-public struct EgressDestination: Sendable, Equatable, CustomStringConvertible {
-    public let scheme: Scheme
-    public let host: String
-    public let port: UInt16
-
-    public init(_ origin: Origin) {
-        scheme = origin.scheme
-        host = origin.host
-        port = origin.port
-    }
-
-    /// `HOST:PORT`, as the JSON answer and the log line name it.
-    public var description: String { "\(host):\(port)" }
+extension Origin {
+    /// `HOST:PORT`, the destination as the egress answer and the log line name it.
+    public var hostAndPort: String { "\(host):\(port)" }
 }
 
 /// What the rules say about one destination, before or after resolution.
@@ -116,14 +105,14 @@ public final class EffectiveEgress: Sendable, Equatable {
 
     /// The name-level decision, before any lookup. `scopeOrigins`: the destination is an origin of
     /// a scope that serves this client (a deny default still reaches those).
-    public func decide(_ destination: EgressDestination, scopeOrigin: Bool) -> EgressVerdict {
+    public func decide(_ destination: Origin, scopeOrigin: Bool) -> EgressVerdict {
         guard defaultAction == .deny else { return .allowed }
         if scopeOrigin || allow.contains(where: { $0.matches(destination) }) { return .allowed }
         return verdict(rule: Self.defaultDenyRule)
     }
 
     /// The first `allow` entry that covers the destination (what `explain` names).
-    public func allowEntry(for destination: EgressDestination) -> EgressRule? {
+    public func allowEntry(for destination: Origin) -> EgressRule? {
         allow.first { $0.matches(destination) }
     }
 
@@ -192,7 +181,7 @@ public struct EgressRule: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { text }
 
-    public func matches(_ destination: EgressDestination) -> Bool {
+    public func matches(_ destination: Origin) -> Bool {
         if let scheme, scheme != destination.scheme { return false }
         switch ports {
         case .any: break

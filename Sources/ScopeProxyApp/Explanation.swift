@@ -182,7 +182,7 @@ public enum Explanation {
         _ origin: Origin, client: ClientIdentity, covering: [Scope], scope: ScopeContext
     ) -> (text: String, refusal: ProxyError?) {
         let rules = scope.egressRules.rules(for: client.name)
-        let destination = EgressDestination(origin)
+        let destination = origin
         let whose = rules.ownRules ? " of client '\(client.name ?? "")'" : ""
         var verdict: String
         switch rules.decide(destination, scopeOrigin: !covering.isEmpty) {

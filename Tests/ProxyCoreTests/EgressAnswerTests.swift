@@ -15,7 +15,7 @@ struct EgressAnswerTests {
         let rules = EffectiveEgress(
             defaultAction: .allow, mode: .enforce, allow: [], denyIPs: .standard, client: client, ownRules: client != nil,
             ownDenyIPs: ownDenyIPs)
-        let destination = EgressDestination(try Origin.parse("http://internal.example:8080"))
+        let destination = try Origin.parse("http://internal.example:8080")
         return EgressRefusal(destination: destination, rule: "deny_ips: private", rules: rules, address: address)
     }
 

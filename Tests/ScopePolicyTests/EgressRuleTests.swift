@@ -5,7 +5,7 @@ import Testing
 // The egress policy's pure rules (docs/egress.md): `allow` entries, `deny_ips` sets, and which
 // client's rules apply.
 
-private func destination(_ text: String) -> EgressDestination { EgressDestination(try! Origin.parse(text)) }
+private func destination(_ text: String) -> Origin { try! Origin.parse(text) }
 private func rule(_ text: String) -> EgressRule { try! EgressRule.parse(text).get() }
 private func ip(_ text: String) -> IPAddress { IPAddress.parse(text)! }
 
