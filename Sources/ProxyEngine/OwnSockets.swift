@@ -59,9 +59,8 @@ public final class OwnSockets: @unchecked Sendable {
         bound.withLock { $0 = OwnListeners($0.endpoints + endpoints) }
     }
 
-    /// True when connecting to `address` could reach one of the proxy's own listeners.
-    func refusesConnect(to address: sockaddr_storage) -> Bool {
-        guard let destination = Self.endpoint(address) else { return false }
+    /// True when connecting to `destination` could reach one of the proxy's own listeners.
+    func refusesConnect(to destination: Endpoint) -> Bool {
         let listeners = bound.withLock { $0 }
         return listeners.reaches(destination.address, port: destination.port, localAddresses: Self.interfaceAddresses)
     }

@@ -47,7 +47,7 @@ final class TransparentAcceptor {
             destination = TransparentDestination(address: original.address, port: original.port)
             // Not redirected (the original destination is this listener), or redirected to any
             // listener of the proxy: connecting there would be the proxy reaching itself.
-            loopsBack = worker.configuration.ownSockets.refusesConnect(to: Self.socketAddress(original))
+            loopsBack = worker.configuration.ownSockets.refusesConnect(to: original)
         } else {
             // No NAT entry (no conntrack, or not redirected at all): nowhere to go but here.
             let fallback = local ?? .init(address: .ipv4(0, 0, 0, 0), port: 0)

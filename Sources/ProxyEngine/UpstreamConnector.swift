@@ -124,13 +124,13 @@ final class UpstreamConnector {
         while nextAddress < addresses.count {
             var address = addresses[nextAddress]
             nextAddress += 1
+            guard let endpoint = OwnSockets.endpoint(address) else { continue }
             // On the resolved address about to be connected: a name, a redirect or a route that
             // leads back to one of the proxy's listeners is refused whatever it was spelt as.
-            if worker.configuration.ownSockets.refusesConnect(to: address) {
+            if worker.configuration.ownSockets.refusesConnect(to: endpoint) {
                 fail(.loopRefused(origin))
                 return
             }
-            guard let endpoint = OwnSockets.endpoint(address) else { continue }
             // The address checked is the address connected to: no second lookup can swap it (DNS
             // rebinding). A denied address is skipped; the next one of the name may be allowed.
             var reported: String?
