@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore valgrind nginx-light nftables iptables iproute2 util-linux mount
+TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore python3-jwt python3-cryptography valgrind nginx-light nftables iptables iproute2 util-linux mount
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy nghttp2-client
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -38,6 +38,8 @@ packages-test: packages-build
 	@python3 -c 'import httpx' 2>/dev/null || python3 -m pip install -q httpx
 	@# botocore's signer is the reference of the AWS SigV4 differential test
 	@python3 -c 'import botocore' 2>/dev/null || python3 -m pip install -q botocore
+	@# pyjwt and cryptography verify the JWTs the proxy signs (GitHub App, RFC 7523 assertions)
+	@python3 -c 'import jwt, cryptography' 2>/dev/null || python3 -m pip install -q pyjwt cryptography
 	@# HTTP/2, gRPC and WebSocket peers of the engine tests (Debian's python3-h2, -grpcio, -websockets
 	@# above; pip only when another python3 shadows Debian's; h2 also gives httpx its http2=True)
 	@python3 -c 'import h2' 2>/dev/null || python3 -m pip install -q 'httpx[http2]' h2

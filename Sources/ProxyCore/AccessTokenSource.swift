@@ -5,7 +5,7 @@ import HTTP1Codec
 /// (`markTokenStale`, after a 401); the engine carries both out through this protocol alone, so it
 /// never needs to know which kind of source a scope's context holds.
 ///
-/// OAuth2 (`OAuth2Tokens`: client credentials and refresh tokens, fetched on a thread of its own)
+/// OAuth2 (`CredentialSources`: client credentials and refresh tokens, fetched on a thread of its own)
 /// is the first kind. The others fit the same shape: a command helper runs its program off the
 /// loop and answers through the mailbox; a GitHub App signs a JWT and exchanges it for an
 /// installation token; a JWT-bearer grant (RFC 7523) is an OAuth2 token request with an assertion;
@@ -18,7 +18,7 @@ public protocol AccessTokenSource: AnyObject, Sendable {
     /// The secrets whose value is a token from this source.
     var secretNames: Set<String> { get }
     /// Where `secret`'s tokens come from (the 502 names it).
-    func endpoint(of secret: String) -> Origin?
+    func provider(of secret: String) -> TokenProvider?
     /// Asks for `secret`'s token on a loop thread whose mailbox is `mailbox`. `onReady` runs on that
     /// thread exactly once: before this returns when the source can answer at once (a valid cached
     /// token, or a failure it will not retry yet), otherwise as a job posted to `mailbox`. Returns

@@ -223,13 +223,24 @@ public final class ExchangeMachine {
 
     // MARK: Access tokens
 
-    /// The first access token (`oauth2:` secret) this hop's injections need that the exchange does
-    /// not hold yet; nil when it holds them all (or needs none).
+    /// The first computed secret (an access token, a command's value, AWS chain credentials) this
+    /// hop's injections or signature need that the exchange does not hold yet; nil when it holds
+    /// them all (or needs none).
     func missingToken(_ target: HopTarget, chain: RedirectChain, have: [String: AccessToken]) -> String? {
         guard !scope.tokenSecrets.isEmpty else { return nil }
-        let needed = scope.policy.injectedSecrets(
+        let context = chain.context(forHopTo: target, of: request)
+        var needed = scope.policy.injectedSecrets(
             method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery,
-            client: request.client.name, chain: chain.context(forHopTo: target, of: request))
+            client: request.client.name, chain: context)
+        // A scope signing with the AWS chain: the credentials are one computed value. (The method
+        // override is not known before planning; without it a skip applies less often, so at worst
+        // credentials are obtained for a hop that then goes unsigned.)
+        if let signer = scope.policy.signingScope(
+            method: target.method, origin: target.origin, pathAndQuery: target.pathAndQuery, client: request.client.name, chain: context),
+            let chainSecret = signer.signingChain?.secretName
+        {
+            needed.insert(chainSecret)
+        }
         return needed.filter { scope.tokenSecrets.contains($0) && have[$0] == nil }.sorted().first
     }
 
@@ -253,11 +264,11 @@ public final class ExchangeMachine {
         }
     }
 
-    /// Fail closed: 502 naming the scope and the token endpoint's origin, never what it said.
-    private func tokenFailed(_ secret: String, endpoint: Origin?, reason: TokenFailure.Reason) -> ExchangeOutcome {
+    /// Fail closed: 502 naming the scope and where the value comes from, never what it said.
+    private func tokenFailed(_ secret: String, provider: TokenProvider?, reason: TokenFailure.Reason) -> ExchangeOutcome {
         guard case .awaitingToken(let awaited, let resume) = phase, awaited == secret else { return .impossible(.unrequestedToken) }
         let owner = (record.origin.map { scope.policy.covering($0, client: request.client.name) } ?? [])
-            .first { $0.inject.contains { $0.template.secretNames.contains(secret) } }
+            .first { $0.inject.contains { $0.template.secretNames.contains(secret) } || $0.signingChain?.secretName == secret }
         let read =
             switch resume {
             case .first(let body, _): { if case .streamed = body { false } else { true } }()
@@ -265,7 +276,7 @@ public final class ExchangeMachine {
             }
         phase = .done
         return .answer(
-            .tokenUnavailable(scope: owner?.name ?? "?", secret: secret, endpoint: endpoint, reason: reason),
+            .tokenUnavailable(scope: owner?.name ?? "?", secret: secret, provider: provider, reason: reason),
             record, requestRead: read, scrub: nil)
     }
 
@@ -275,7 +286,7 @@ public final class ExchangeMachine {
         switch event {
         case .collectedBody(let progress): collected(progress, &effects)
         case .tokenReady(let secret, let token): tokenReady(secret, token, &effects)
-        case .tokenFailed(let secret, let endpoint, let reason): tokenFailed(secret, endpoint: endpoint, reason: reason)
+        case .tokenFailed(let secret, let provider, let reason): tokenFailed(secret, provider: provider, reason: reason)
         case .timerFired(let purpose): timerFired(purpose, &effects)
         case .upstreamConnected(let hop, let reused, let peer): upstreamConnected(hop, reused: reused, peer: peer, &effects)
         case .upstreamConnectFailed(let hop, let error):
@@ -566,7 +577,7 @@ public enum ExchangeEvent: Sendable {
     case upstreamClosed(HopID, sawResponseBytes: Bool)
     case timerFired(TimerPurpose)
     case tokenReady(secret: String, AccessToken)
-    case tokenFailed(secret: String, endpoint: Origin?, reason: TokenFailure.Reason)
+    case tokenFailed(secret: String, provider: TokenProvider?, reason: TokenFailure.Reason)
 }
 
 /// What the connection does after an exchange event, in words that do not depend on how the

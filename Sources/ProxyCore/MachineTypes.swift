@@ -183,7 +183,7 @@ public enum ConnectionEvent: Sendable {
     case tokenReady(secret: String, AccessToken)
     /// `reason`: typed; only its fixed code (`refused`, `rejected`, ...) is ever said, never what the
     /// endpoint answered.
-    case tokenFailed(secret: String, endpoint: Origin?, reason: TokenFailure.Reason)
+    case tokenFailed(secret: String, provider: TokenProvider?, reason: TokenFailure.Reason)
 }
 
 public enum ClientClose: Sendable, Equatable {

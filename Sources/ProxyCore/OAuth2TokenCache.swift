@@ -147,17 +147,17 @@ public final class OAuth2TokenCache: Sendable {
     /// Ends the fetch `ticket` started. Returns the waiters to deliver `result` to (the caller
     /// calls their `deliver`, outside any lock), and the result as they get it. A ticket that is
     /// not the current fetch's changes nothing.
-    public func complete(_ ticket: TokenFetchTicket, _ result: Result<OAuth2TokenGrant, TokenFailure>, now: UInt64)
+    public func complete(_ ticket: TokenFetchTicket, _ result: Result<TokenGrant, TokenFailure>, now: UInt64)
         -> (waiters: [TokenWaiter], result: Result<AccessToken, TokenFailure>)
     {
         guarded.withLock { guarded in
             guard case .fetching(let current, let waiters) = guarded.state, current == ticket else {
-                return ([], result.map { AccessToken(value: $0.accessToken, generation: 0, validUntil: now) })
+                return ([], result.map { AccessToken(value: $0.value, generation: 0, validUntil: now) })
             }
             switch result {
             case .success(let grant):
                 let token = AccessToken(
-                    value: grant.accessToken, generation: guarded.nextGeneration,
+                    value: grant.value, generation: guarded.nextGeneration,
                     validUntil: now + policy.lifetime(expiresIn: grant.expiresIn), obtainedAt: now,
                     expiresAt: now + policy.validity(expiresIn: grant.expiresIn))
                 guarded.nextGeneration += 1

@@ -11,8 +11,22 @@ public struct OAuth2TokenRequest: Sendable {
     /// The head and body on the wire, ready to write.
     public var wireBytes: [UInt8] { head.serialized() + body }
 
-    /// `refreshToken` is required for the refresh-token grant and ignored otherwise.
-    public static func make(_ spec: OAuth2Spec, clientSecret: SecretValue, refreshToken: SecretValue?) -> OAuth2TokenRequest {
+    /// The signed JWTs a request carries: the `jwt_bearer` grant's assertion (RFC 7523 §2.1), and
+    /// for `private_key_jwt` the client assertion (§2.2). Signed by the fetcher, which holds the key.
+    public struct Assertions: Sendable {
+        public var grant: String?
+        public var client: String?
+        public init(grant: String? = nil, client: String? = nil) {
+            self.grant = grant
+            self.client = client
+        }
+    }
+
+    /// `clientSecret` is required for basic and body authentication, `refreshToken` for the
+    /// refresh-token grant, `assertions` for `jwt_bearer` and `private_key_jwt`; each is ignored otherwise.
+    public static func make(
+        _ spec: OAuth2Spec, clientSecret: SecretValue?, refreshToken: SecretValue?, assertions: Assertions = Assertions()
+    ) -> OAuth2TokenRequest {
         var form: [(String, [UInt8])] = [("grant_type", Array(spec.grant.grantType.utf8))]
         // What each grant adds to the form: a new grant kind does not compile until it says.
         switch spec.grant {
@@ -20,23 +34,33 @@ public struct OAuth2TokenRequest: Sendable {
             break
         case .refreshToken:
             if let refreshToken { form.append(("refresh_token", refreshToken.exposedBytes)) }
+        case .jwtBearer:
+            if let assertion = assertions.grant { form.append(("assertion", Array(assertion.utf8))) }
         }
         if let scope = spec.scope { form.append(("scope", Array(scope.utf8))) }
         if let audience = spec.audience { form.append(("audience", Array(audience.utf8))) }
         var fields = HTTPFields()
         fields.append(name: "Host", value: spec.endpoint.authority)
+        let clientID = Array((spec.clientID ?? "").utf8)
         switch spec.clientAuthentication {
         case .basic:
             // RFC 6749 §2.3.1: client_id and secret are each form-urlencoded (Appendix B) before
             // they are joined with ":" and base64-encoded: a ":" in the id stays unambiguous.
             let credentials =
-                Array(FormEncoding.encode(Array(spec.clientID.utf8)).utf8) + [UInt8(ascii: ":")]
-                + Array(FormEncoding.encode(clientSecret.exposedBytes).utf8)
+                Array(FormEncoding.encode(clientID).utf8) + [UInt8(ascii: ":")]
+                + Array(FormEncoding.encode(clientSecret?.exposedBytes ?? []).utf8)
             fields.append(name: "Authorization", value: "Basic " + Base64.encode(credentials))
         case .body:
             // RFC 6749 §2.3.1 allows the pair in the body (not recommended, but some servers want it).
-            form.append(("client_id", Array(spec.clientID.utf8)))
-            form.append(("client_secret", clientSecret.exposedBytes))
+            form.append(("client_id", clientID))
+            form.append(("client_secret", clientSecret?.exposedBytes ?? []))
+        case .privateKeyJWT:
+            // RFC 7523 §2.2 with RFC 7521 §4.2: the assertion authenticates; client_id names the client.
+            form.append(("client_id", clientID))
+            form.append(("client_assertion_type", Array("urn:ietf:params:oauth:client-assertion-type:jwt-bearer".utf8)))
+            if let client = assertions.client { form.append(("client_assertion", Array(client.utf8))) }
+        case .none:
+            if spec.clientID != nil { form.append(("client_id", clientID)) }
         }
         let body = Array(form.map { FormEncoding.encode(Array($0.0.utf8)) + "=" + FormEncoding.encode($0.1) }.joined(separator: "&").utf8)
         fields.append(name: "Content-Type", value: "application/x-www-form-urlencoded")

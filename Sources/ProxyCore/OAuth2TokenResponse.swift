@@ -1,29 +1,55 @@
 import HTTP1Codec
 import ScopePolicy
 
-/// What a successful token response granted (RFC 6749 §5.1).
-public struct OAuth2TokenGrant: Sendable, Equatable {
-    public let accessToken: SecretValue
-    /// Seconds, as the endpoint said (nil: it did not say).
+/// A value a credential source obtained: an OAuth2 token response's grant (RFC 6749 §5.1), a
+/// command's output, a GitHub installation token, AWS credentials (packed as one value).
+public struct TokenGrant: Sendable, Equatable {
+    public let value: SecretValue
+    /// Seconds it stays valid, as the source said (nil: it did not say).
     public let expiresIn: Int?
     /// A new refresh token (rotation): the proxy keeps it in place of the old one.
     public let refreshToken: SecretValue?
 
-    public init(accessToken: SecretValue, expiresIn: Int?, refreshToken: SecretValue?) {
-        self.accessToken = accessToken
+    public init(value: SecretValue, expiresIn: Int?, refreshToken: SecretValue? = nil) {
+        self.value = value
         self.expiresIn = expiresIn
         self.refreshToken = refreshToken
     }
 }
 
+/// Where a computed secret's value comes from, as errors and logs name it (never a value, never a
+/// command's arguments).
+public enum TokenProvider: Sendable, Equatable, CustomStringConvertible {
+    /// A token endpoint or API: OAuth2, a GitHub App's installation tokens.
+    case endpoint(Origin)
+    /// A `command:` secret's program (argv[0]'s last component).
+    case command(String)
+    /// `credentials: default` or `{profile: NAME}` of an AWS SigV4 scope.
+    case awsChain(AWSCredentialSelection)
+
+    public var description: String {
+        switch self {
+        case .endpoint(let origin): "\(origin)"
+        case .command(let program): "command '\(program)'"
+        case .awsChain(let selection): "\(selection)"
+        }
+    }
+
+    /// The endpoint's origin, when the provider is one (the proxy's own requests go there).
+    public var endpoint: Origin? {
+        if case .endpoint(let origin) = self { return origin }
+        return nil
+    }
+}
+
 /// Why a token could not be obtained. Every text here is the proxy's own: nothing from the
-/// response body but a registered error code, and never a secret.
+/// response body or a command's output but a registered error code, and never a secret.
 public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// Typed as far as the access log: the machine's `tokenFailed` event, the 502
     /// `credential_unavailable` and the log line's `reason` carry it, and only its `code` is said
     /// (never what the endpoint answered). A token source of another kind adds its own cases here.
     public enum Reason: Error, Sendable, Equatable {
-        /// An input secret (the client secret, the refresh token) has no value.
+        /// An input secret (the client secret, the refresh token, a private key) has no value.
         case secretUnavailable(String)
         case dnsFailure
         case refused
@@ -42,6 +68,17 @@ public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case unexpectedStatus(Int)
         /// The scope's token source does not know the secret (a reload removed it): fail closed.
         case noTokenSource
+        /// A private key that cannot sign (not a PEM key, wrong type or size): the proxy's words.
+        case keyUnusable(String)
+        /// A command could not be started (no such program in PATH, not executable).
+        case commandNotStarted(String)
+        /// A command exited with a status other than 0, or was killed by a signal (negative: its number).
+        case commandFailed(status: Int32)
+        case commandTimedOut(milliseconds: Int)
+        /// A command's output is not a value (fixed words, never a byte of it).
+        case invalidOutput(String)
+        /// The AWS chain found no credentials, or a link of it failed (fixed words: what was looked at).
+        case awsChain(String)
 
         /// A short fixed text: the log's `reason`, the 502's message, the metrics label
         /// (`token_fetches_total{result=...}`).
@@ -60,41 +97,63 @@ public struct TokenFailure: Error, Sendable, Equatable, CustomStringConvertible 
             case .rejected: "rejected"
             case .unexpectedStatus: "unexpected_status"
             case .noTokenSource: "no_token_source"
+            case .keyUnusable: "key_unusable"
+            case .commandNotStarted: "command_not_started"
+            case .commandFailed: "command_failed"
+            case .commandTimedOut: "command_timeout"
+            case .invalidOutput: "invalid_output"
+            case .awsChain: "aws_chain"
+            }
+        }
+
+        /// What went wrong (the description puts the secret and its provider before it).
+        public var explanation: String {
+            switch self {
+            case .secretUnavailable(let name): "secret '\(name)' has no value"
+            case .dnsFailure: "cannot resolve its host"
+            case .refused: "cannot connect"
+            case .connectTimeout: "connecting timed out"
+            case .responseTimeout: "no answer in time"
+            case .tlsVerification(let detail): "its certificate failed verification: \(detail)"
+            case .tlsHandshake: "the TLS handshake failed"
+            case .closedEarly: "the connection closed before the response ended"
+            case .responseTooLarge(let limit): "the response is larger than \(limit) bytes"
+            case .malformedResponse(let detail): "invalid response: \(detail)"
+            case .rejected(let status, let code): "refused (\(status)\(code.map { " \($0.rawValue)" } ?? ""))"
+            case .unexpectedStatus(let status): "answered \(status)"
+            case .noTokenSource: "no token source knows the secret"
+            case .keyUnusable(let why): "the private key cannot sign: \(why)"
+            case .commandNotStarted(let why): "did not start: \(why)"
+            case .commandFailed(let status) where status < 0: "killed by signal \(-status)"
+            case .commandFailed(let status): "exited with status \(status)"
+            case .commandTimedOut(let milliseconds): "did not finish within \(milliseconds) ms and was killed"
+            case .invalidOutput(let why): "its output is not a value: \(why)"
+            case .awsChain(let why): why
             }
         }
     }
 
-    /// The OAuth2 secret the token is for.
+    /// The computed secret the value is for.
     public let secret: String
-    /// The token endpoint's origin (errors name it; the 502 `credential_unavailable` does too).
-    public let endpoint: Origin
+    /// Where the value comes from (errors name it; the 502 `credential_unavailable` does too).
+    public let provider: TokenProvider
     public let reason: Reason
 
-    public init(secret: String, endpoint: Origin, reason: Reason) {
+    public init(secret: String, provider: TokenProvider, reason: Reason) {
         self.secret = secret
-        self.endpoint = endpoint
+        self.provider = provider
         self.reason = reason
     }
 
-    public var description: String {
-        let why: String
-        switch reason {
-        case .secretUnavailable(let name): why = "secret '\(name)' has no value"
-        case .dnsFailure: why = "cannot resolve the token endpoint"
-        case .refused: why = "cannot connect to the token endpoint"
-        case .connectTimeout: why = "connecting to the token endpoint timed out"
-        case .responseTimeout: why = "the token endpoint did not answer in time"
-        case .tlsVerification(let detail): why = "the token endpoint's certificate failed verification: \(detail)"
-        case .tlsHandshake: why = "the TLS handshake with the token endpoint failed"
-        case .closedEarly: why = "the token endpoint closed the connection before its response ended"
-        case .responseTooLarge(let limit): why = "the token response is larger than \(limit) bytes"
-        case .malformedResponse(let detail): why = "invalid token response: \(detail)"
-        case .rejected(let status, let code): why = "the token endpoint refused (\(status)\(code.map { " \($0.rawValue)" } ?? ""))"
-        case .unexpectedStatus(let status): why = "the token endpoint answered \(status)"
-        case .noTokenSource: why = "no token source knows the secret"
-        }
-        return "oauth2 token '\(secret)' from \(endpoint): \(why)"
+    /// A token endpoint's failure (OAuth2).
+    public init(secret: String, endpoint: Origin, reason: Reason) {
+        self.init(secret: secret, provider: .endpoint(endpoint), reason: reason)
     }
+
+    /// The token endpoint, when the provider is one.
+    public var endpoint: Origin? { provider.endpoint }
+
+    public var description: String { "'\(secret)' from \(provider): \(reason.explanation)" }
 }
 
 /// RFC 6749 §5.2's registered error codes. Any other `error` value is dropped: the body is the
@@ -111,7 +170,7 @@ public enum OAuth2ErrorCode: String, Sendable, Equatable, CaseIterable {
 public enum OAuth2TokenResponse {
     /// Reads a complete token response. Only 200 grants (§5.1); §5.2 says errors come as 400 (401
     /// for a failed client authentication), and their `error` member is read when it is registered.
-    public static func parse(status: Int, body: [UInt8]) -> Result<OAuth2TokenGrant, TokenFailure.Reason> {
+    public static func parse(status: Int, body: [UInt8]) -> Result<TokenGrant, TokenFailure.Reason> {
         guard status == 200 else {
             if status == 400 || status == 401 {
                 var code: OAuth2ErrorCode?
@@ -154,7 +213,7 @@ public enum OAuth2TokenResponse {
         default:
             return .failure(.malformedResponse("refresh_token is not 1*VSCHAR"))
         }
-        return .success(OAuth2TokenGrant(accessToken: SecretValue(bytes: access), expiresIn: expiresIn, refreshToken: refresh))
+        return .success(TokenGrant(value: SecretValue(bytes: access), expiresIn: expiresIn, refreshToken: refresh))
     }
 
     /// VSCHAR = %x20-7E.

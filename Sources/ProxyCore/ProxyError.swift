@@ -28,7 +28,7 @@ public enum ProxyError: Error, Equatable, Sendable {
     case bodyTooLargeToSign(scope: String, limit: Int)
     /// An access token could not be had from its endpoint (502 credential_unavailable naming the
     /// scope and the endpoint's origin, never what the endpoint said).
-    case tokenUnavailable(scope: String, secret: String, endpoint: Origin?, reason: TokenFailure.Reason)
+    case tokenUnavailable(scope: String, secret: String, provider: TokenProvider?, reason: TokenFailure.Reason)
     /// A signing credential's value is not one the signature can use (the reason names no value).
     case signingFailed(scope: String, reason: String)
     case dnsFailure(Origin)
@@ -197,9 +197,9 @@ public enum ProxyError: Error, Equatable, Sendable {
         case .bodyTooLargeToSign(let scope, let limit):
             "scope '\(scope)' signs the request body's SHA-256, which needs the body whole: it is over \(limit / 1024) KiB"
         case .signingFailed(let scope, let reason): "scope '\(scope)' cannot sign the request: \(reason)"
-        case .tokenUnavailable(let scope, let secret, let endpoint, let reason):
-            "scope '\(scope)' needs the access token '\(secret)', which could not be obtained from "
-                + (endpoint.map { "\($0)" } ?? "its token endpoint") + " (\(reason.code)); the next request tries again (at most once a second)"
+        case .tokenUnavailable(let scope, let secret, let provider, let reason):
+            "scope '\(scope)' needs '\(secret)', which could not be obtained from "
+                + (provider.map { "\($0)" } ?? "its source") + " (\(reason.code)); the next request tries again (at most once a second)"
         case .redirectBlocked(let origin?): "redirect to \(origin) blocked by the redirect policy"
         case .redirectBlocked(nil): "redirect to an unreadable Location blocked by the redirect policy"
         case .redirectLoop: "too many redirects"

@@ -339,8 +339,8 @@ public struct StreamMachine {
             carryOut(exchange.handle(.timerFired(purpose), &effects), of: exchange)
         case .tokenReady(let secret, let token):
             toExchange(.tokenReady(secret: secret, token), otherwise: .unrequestedToken)
-        case .tokenFailed(let secret, let endpoint, let reason):
-            toExchange(.tokenFailed(secret: secret, endpoint: endpoint, reason: reason), otherwise: .unrequestedToken)
+        case .tokenFailed(let secret, let provider, let reason):
+            toExchange(.tokenFailed(secret: secret, provider: provider, reason: reason), otherwise: .unrequestedToken)
         }
     }
 

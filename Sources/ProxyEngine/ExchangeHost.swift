@@ -246,7 +246,7 @@ extension ExchangeHost {
             let fromMailbox = !self.dispatching
             switch result {
             case .success(let token): self.deliver(.tokenReady(secret: secret, token))
-            case .failure(let failure): self.deliver(.tokenFailed(secret: secret, endpoint: failure.endpoint, reason: failure.reason))
+            case .failure(let failure): self.deliver(.tokenFailed(secret: secret, provider: failure.provider, reason: failure.reason))
             }
             if fromMailbox, !self.isClosed { self.flushOutputs() }
         }
@@ -257,7 +257,7 @@ extension ExchangeHost {
             if let tokens = scope.tokens { awaitedToken = (tokens, secret, waiterID) }
         case nil:
             // The context's source does not know the secret (a reload removed it): fail closed.
-            deliver(.tokenFailed(secret: secret, endpoint: scope.tokens?.endpoint(of: secret), reason: .noTokenSource))
+            deliver(.tokenFailed(secret: secret, provider: scope.tokens?.provider(of: secret), reason: .noTokenSource))
         }
     }
 

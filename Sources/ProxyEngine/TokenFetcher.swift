@@ -3,16 +3,28 @@ import PosixSupport
 import ProxyCore
 import ScopePolicy
 
-/// Performs token requests on a loop thread of its own, so no worker loop ever waits on a token
-/// endpoint, and file writes (rotated refresh tokens) happen off the workers too. Started fetches
-/// always end: by the response, a timeout, or `stop` (which fails them).
+/// Obtains computed secrets on a loop thread of its own, so no worker loop ever waits on a token
+/// endpoint, a command or the AWS chain, and file writes (rotated refresh tokens) happen off the
+/// workers too. Each kind of source is a procedure on this loop (`TokenFetcher+Kinds.swift`);
+/// started fetches always end: by their answer, a timeout, or `stop` (which fails them).
 final class TokenFetcher: @unchecked Sendable {
     /// A fetch to run: which cache's ticket it completes.
     struct Job: Sendable {
         let secret: String
-        let spec: OAuth2Spec
+        let recipe: ComputedSecret
+        let provider: TokenProvider
         let cache: OAuth2TokenCache
         let ticket: TokenFetchTicket
+    }
+
+    /// What a procedure obtained: the value, its lifetime, and the parts the scrub, the guard and
+    /// the tripwire must know (a rotated refresh token, the AWS keys one by one).
+    struct Obtained {
+        let grant: TokenGrant
+        /// (name, value) told to the observer before any waiter gets the value; the value itself
+        /// under the secret's own name unless `watchValueItself` is false (AWS: only its parts).
+        var parts: [(String, SecretValue)] = []
+        var watchValueItself = true
     }
 
     /// A refresh token the endpoint rotated, used in place of the stored value until the store
@@ -22,20 +34,25 @@ final class TokenFetcher: @unchecked Sendable {
         let value: SecretValue
     }
 
-    private let loop: MailboxLoop
-    private let secrets: SecretLookup
+    let loop: MailboxLoop
+    let secrets: SecretLookup
     private let sink: RefreshTokenSink?
     private let metrics: Metrics
-    private let responseLimit: Int
+    let responseLimit: Int
     private let clock: @Sendable () -> UInt64
+    /// Seconds since the epoch: a stated `expires_at` becomes a lifetime against it.
+    let wallClock: @Sendable () -> Int64
+    /// The proxy's environment as commands and the AWS chain read it (tests give their own).
+    let environment: [String: String]
     private let observer: TokenObserver?
     // Touched only on the loop's thread:
-    private var exchanges: [ObjectIdentifier: (exchange: TokenExchange, job: Job)] = [:]
+    private var inFlight: [ObjectIdentifier: FetchRun] = [:]
     private var rotations: [String: Rotation] = [:]
 
     init(
         configuration: EngineConfiguration, secrets: SecretLookup, sink: RefreshTokenSink?, responseLimit: Int,
-        clock: @escaping @Sendable () -> UInt64, observer: TokenObserver?
+        clock: @escaping @Sendable () -> UInt64, wallClock: @escaping @Sendable () -> Int64, environment: [String: String],
+        observer: TokenObserver?
     ) throws(EngineError) {
         self.observer = observer
         var configuration = configuration
@@ -46,12 +63,14 @@ final class TokenFetcher: @unchecked Sendable {
         metrics = configuration.metrics
         self.responseLimit = responseLimit
         self.clock = clock
+        self.wallClock = wallClock
+        self.environment = environment
     }
 
     /// Thread-safe. Fails the job at once when the fetcher has stopped.
     func fetch(_ job: Job) {
         guard loop.mailbox.post({ [self] in start(job) }) else {
-            complete(job, .failure(TokenFailure(secret: job.secret, endpoint: job.spec.endpoint, reason: .refused)))
+            complete(job, .failure(TokenFailure(secret: job.secret, provider: job.provider, reason: .refused)))
             return
         }
     }
@@ -59,62 +78,53 @@ final class TokenFetcher: @unchecked Sendable {
     /// Fails the fetches in flight (their waiters hear about it) and stops the thread.
     func stop() {
         loop.stop { [self] in
-            for (_, entry) in exchanges {
-                entry.exchange.cancel()
-                complete(entry.job, .failure(TokenFailure(secret: entry.job.secret, endpoint: entry.job.spec.endpoint, reason: .refused)))
+            for (_, run) in inFlight {
+                run.cancel()
+                complete(run.job, .failure(TokenFailure(secret: run.job.secret, provider: run.job.provider, reason: .refused)))
             }
-            exchanges.removeAll()
+            inFlight.removeAll()
         }
     }
 
     // MARK: On the loop's thread
 
     private func start(_ job: Job) {
-        let spec = job.spec
-        guard let clientSecret = secrets.value(of: spec.clientSecret) else {
-            complete(job, .failure(TokenFailure(secret: job.secret, endpoint: spec.endpoint, reason: .secretUnavailable(spec.clientSecret))))
-            return
-        }
-        var refreshToken: SecretValue?
-        if case .refreshToken(let name) = spec.grant {
-            guard let current = currentRefreshToken(name) else {
-                complete(job, .failure(TokenFailure(secret: job.secret, endpoint: spec.endpoint, reason: .secretUnavailable(name))))
-                return
-            }
-            refreshToken = current
-        }
-        let request = OAuth2TokenRequest.make(spec, clientSecret: clientSecret, refreshToken: refreshToken)
-        let exchange = TokenExchange(worker: loop.worker, origin: spec.endpoint, request: request.wireBytes, responseLimit: responseLimit)
-        let key = ObjectIdentifier(exchange)
-        exchanges[key] = (exchange, job)
-        exchange.start { [unowned self] outcome in
-            self.exchangeEnded(key: key, outcome: outcome, refreshTokenSent: refreshToken)
+        // Tracked before anything starts: a step may end inside its own start (a refused address).
+        let run = FetchRun(job)
+        inFlight[ObjectIdentifier(run)] = run
+        switch job.recipe {
+        case .oauth2(let spec): startOAuth2(run, spec)
+        case .command(let spec): startCommand(run, spec)
+        case .githubApp(let spec): startGitHubApp(run, spec)
+        case .awsChain(let selection): startAWSChain(run, selection)
         }
     }
 
-    private func exchangeEnded(key: ObjectIdentifier, outcome: TokenExchange.Outcome, refreshTokenSent: SecretValue?) {
-        guard let (_, job) = exchanges.removeValue(forKey: key) else { return }
-        let failure = { (reason: TokenFailure.Reason) in TokenFailure(secret: job.secret, endpoint: job.spec.endpoint, reason: reason) }
-        let result: Result<OAuth2TokenGrant, TokenFailure>
-        switch outcome {
-        case .failure(let reason):
-            result = .failure(failure(reason))
-        case .success(let response):
-            result = OAuth2TokenResponse.parse(status: response.status, body: response.body).mapError(failure)
-        }
-        if case .success(let grant) = result {
-            // The tripwire learns a value before any request can carry it.
-            observer?(job.secret, grant.accessToken, policyValidity(grant.expiresIn))
-            if case .refreshToken(let name) = job.spec.grant, let rotated = grant.refreshToken, rotated != refreshTokenSent {
-                observer?(name, rotated, nil)
-                keepRotated(name, rotated, replacing: refreshTokenSent, for: job)
-            }
-        }
-        complete(job, result)
+    /// A run's end: forgotten, its result handed on. Exactly once per run; later calls (a step
+    /// answering after `stop` failed the run) change nothing. Loop thread.
+    func finished(_ run: FetchRun, _ result: Result<Obtained, TokenFailure.Reason>) {
+        guard inFlight.removeValue(forKey: ObjectIdentifier(run)) != nil else { return }
+        run.step = nil
+        finish(run.job, result)
     }
+
+    private func finish(_ job: Job, _ result: Result<Obtained, TokenFailure.Reason>) {
+        switch result {
+        case .failure(let reason):
+            complete(job, .failure(TokenFailure(secret: job.secret, provider: job.provider, reason: reason)))
+        case .success(let obtained):
+            // The tripwire, the scrub and the guard learn every value before any request can carry it.
+            let validity = policyValidity(obtained.grant.expiresIn)
+            if obtained.watchValueItself { observer?(job.secret, obtained.grant.value, validity) }
+            for (name, value) in obtained.parts { observer?(name, value, validity) }
+            complete(job, .success(obtained.grant))
+        }
+    }
+
+    // MARK: Refresh-token rotation (OAuth2)
 
     /// RFC 6749 §6: a new refresh token replaces the old one, which the server may have revoked.
-    private func keepRotated(_ name: String, _ value: SecretValue, replacing old: SecretValue?, for job: Job) {
+    func keepRotated(_ name: String, _ value: SecretValue, replacing old: SecretValue?, for job: Job) {
         rotations[name] = Rotation(replaced: secrets.value(of: name) ?? old, value: value)
         let outcome = sink?.storeRotatedRefreshToken(secret: name, value: value) ?? .notAStoreSecret
         switch outcome {
@@ -130,7 +140,7 @@ final class TokenFetcher: @unchecked Sendable {
         }
     }
 
-    private func currentRefreshToken(_ name: String) -> SecretValue? {
+    func currentRefreshToken(_ name: String) -> SecretValue? {
         let stored = secrets.value(of: name)
         if let rotation = rotations[name] {
             if stored == rotation.replaced { return rotation.value }
@@ -140,13 +150,33 @@ final class TokenFetcher: @unchecked Sendable {
     }
 
     /// Any thread: hands the result to the cache and wakes every waiter (each on its own loop).
-    private func complete(_ job: Job, _ result: Result<OAuth2TokenGrant, TokenFailure>) {
+    private func complete(_ job: Job, _ result: Result<TokenGrant, TokenFailure>) {
         switch result {
         case .success: metrics.increment(.tokenFetch(secret: job.secret, failure: nil))
         case .failure(let failure): metrics.increment(.tokenFetch(secret: job.secret, failure: failure.reason))
         }
         let (waiters, delivered) = job.cache.complete(job.ticket, result, now: clock())
         for waiter in waiters { waiter.deliver(delivered) }
+    }
+}
+
+/// Something a fetch is waiting on, on the fetcher's loop (a token request, a command): `cancel`
+/// stops it without an answer.
+protocol FetchProcedure: AnyObject {
+    func cancel()
+}
+
+/// One fetch on the fetcher's loop, from its start to `finished`: the step it waits on now (an
+/// AWS chain or a GitHub App walks several), which `stop` cancels.
+final class FetchRun {
+    let job: TokenFetcher.Job
+    var step: (any FetchProcedure)?
+
+    init(_ job: TokenFetcher.Job) { self.job = job }
+
+    func cancel() {
+        step?.cancel()
+        step = nil
     }
 }
 

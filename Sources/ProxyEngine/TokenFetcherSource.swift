@@ -3,21 +3,26 @@ import PosixSupport
 import ProxyCore
 import ScopePolicy
 
-/// The OAuth2 secrets of a configuration: one single-flight cache each, and the fetcher that
-/// obtains their tokens. Shared by every worker; what a worker asks for, it is answered on its
-/// own loop thread.
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The computed secrets of a configuration (OAuth2 tokens, commands, GitHub App tokens, AWS chain
+/// credentials): one single-flight cache each, and the fetcher that obtains their values. Shared
+/// by every worker; what a worker asks for, it is answered on its own loop thread.
 ///
 /// Wiring (the composition root and the worker):
-/// - `OAuth2Tokens(specs:secrets:sink:configuration:observer:)` once per configuration, with the
-///   secret store as `secrets` and `sink`, and the tripwire's feed as `observer`; `stop()` at shutdown.
+/// - `CredentialSources(recipes:secrets:sink:configuration:observer:)` once per configuration, with
+///   the secret store as `secrets` and `sink`, and the tripwire's feed as `observer`; `stop()` at shutdown.
 /// - Each `Worker` owns an `EventMailbox(base:)` made after its base, and closes it (`close()`) in
 ///   `deinit` before `event_base_free`.
-/// - A request that needs the token calls `acquire(secret:mailbox:onReady:)` on its worker's thread;
-///   `onReady` runs on that thread (at once when cached). A 401 from an origin the token went to:
+/// - A request that needs a value calls `acquire(secret:mailbox:onReady:)` on its worker's thread;
+///   `onReady` runs on that thread (at once when cached). A 401 from an origin the value went to:
 ///   `markStale(secret:token:)`.
-public final class OAuth2Tokens: Sendable {
+public final class CredentialSources: Sendable {
     private struct Entry: Sendable {
-        let spec: OAuth2Spec
+        let recipe: ComputedSecret
+        let provider: TokenProvider
         let cache: OAuth2TokenCache
     }
 
@@ -27,29 +32,84 @@ public final class OAuth2Tokens: Sendable {
     private let clock: @Sendable () -> UInt64
     private let waiterIDs = Locked<UInt64>(0)
 
-    /// `specs`: the OAuth2 secrets by name. `secrets`: where client secrets and refresh tokens are
-    /// read (the secret store). `sink`: where rotated refresh tokens are saved (the store; nil keeps
-    /// them in memory). `clock`: monotonic milliseconds (tests move it). `observer`: told every new
-    /// access token and rotated refresh token (secret name, value, how long it stays valid when
-    /// the endpoint said), on the fetcher's thread, before
-    /// any waiter gets it: the log tripwire must know them. The fetcher's thread starts now; nothing
-    /// is fetched until a request needs a token.
+    /// `recipes`: the computed secrets by name. `secrets`: where their inputs are read (client
+    /// secrets, refresh tokens, private keys: the secret store). `sink`: where rotated refresh
+    /// tokens are saved (the store; nil keeps them in memory). `policy`: the OAuth2 tokens' cache
+    /// policy (the other kinds derive theirs: `cachePolicy(for:)`). `clock`: monotonic
+    /// milliseconds, `wallClock`: seconds since the epoch (tests move them). `environment`: what
+    /// commands and the AWS chain read (nil: the process's). `observer`: told every value obtained
+    /// (and every rotated refresh token, every AWS key part) with how long it stays valid, on the
+    /// fetcher's thread, before any waiter gets it: the log tripwire must know them. The fetcher's
+    /// thread starts now; nothing is fetched until a request needs a value.
     public init(
-        specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
+        recipes: [String: ComputedSecret], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
         policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
-        clock: (@Sendable () -> UInt64)? = nil,
+        clock: (@Sendable () -> UInt64)? = nil, wallClock: (@Sendable () -> Int64)? = nil, environment: [String: String]? = nil,
         observer: TokenObserver? = nil
     ) throws(EngineError) {
         let clock = clock ?? { monotonicMilliseconds() }
         entries = Dictionary(
-            uniqueKeysWithValues: specs.map { name, spec in
-                (name, Entry(spec: spec, cache: OAuth2TokenCache(secret: name, policy: policy)))
+            uniqueKeysWithValues: recipes.map { name, recipe in
+                (
+                    name,
+                    Entry(
+                        recipe: recipe, provider: Self.provider(of: recipe),
+                        cache: OAuth2TokenCache(secret: name, policy: Self.cachePolicy(for: recipe, oauth2: policy)))
+                )
             })
-        names = Set(specs.keys)
+        names = Set(recipes.keys)
         fetcher = try TokenFetcher(
             configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
-            observer: observer)
+            wallClock: wallClock ?? { Int64(time(nil)) }, environment: environment ?? Self.processEnvironment(), observer: observer)
         self.clock = clock
+    }
+
+    /// OAuth2 tokens only (tests, and configurations before other kinds existed).
+    public convenience init(
+        specs: [String: OAuth2Spec], secrets: SecretLookup, sink: RefreshTokenSink?, configuration: EngineConfiguration,
+        policy: TokenCachePolicy = TokenCachePolicy(), responseLimit: Int = OAuth2TokenResponseReader.defaultLimit,
+        clock: (@Sendable () -> UInt64)? = nil, observer: TokenObserver? = nil
+    ) throws(EngineError) {
+        try self.init(
+            recipes: specs.mapValues(ComputedSecret.oauth2), secrets: secrets, sink: sink, configuration: configuration, policy: policy,
+            responseLimit: responseLimit, clock: clock, observer: observer)
+    }
+
+    /// How long each kind's values are trusted (docs/credentials.md): OAuth2 tokens as configured
+    /// (renewed 30 s before `expires_in`); a command's for its `ttl` when it states no expiry;
+    /// GitHub installation tokens and AWS temporary credentials renewed 5 minutes before they
+    /// expire, as GitHub's and the AWS SDKs' own clients do.
+    static func cachePolicy(for recipe: ComputedSecret, oauth2: TokenCachePolicy) -> TokenCachePolicy {
+        var policy = TokenCachePolicy()
+        switch recipe {
+        case .oauth2: return oauth2
+        case .command(let spec): policy.defaultLifetimeMilliseconds = UInt64(spec.ttlSeconds) * 1000
+        case .githubApp, .awsChain: policy.marginMilliseconds = 300_000
+        }
+        return policy
+    }
+
+    static func provider(of recipe: ComputedSecret) -> TokenProvider {
+        switch recipe {
+        case .oauth2(let spec): .endpoint(spec.endpoint)
+        case .command(let spec): .command(spec.programName)
+        case .githubApp(let spec): .endpoint(spec.api)
+        case .awsChain(let selection): .awsChain(selection)
+        }
+    }
+
+    /// The proxy's environment, read once per configuration.
+    static func processEnvironment() -> [String: String] {
+        var result: [String: String] = [:]
+        var pointer = environ
+        while let entry = pointer.pointee {
+            let text = String(cString: entry)
+            if let equals = text.firstIndex(of: "=") {
+                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            }
+            pointer += 1
+        }
+        return result
     }
 
     /// Fails fetches in flight (their waiters are answered) and ends the fetcher's thread.
@@ -57,13 +117,13 @@ public final class OAuth2Tokens: Sendable {
 
     deinit { fetcher.stop() }
 
-    /// The token endpoint's origin (for `explain` and the 502 that names it).
-    public func endpoint(of secret: String) -> Origin? { entries[secret]?.spec.endpoint }
+    /// Where `secret`'s values come from (for `explain` and the 502 that names it).
+    public func provider(of secret: String) -> TokenProvider? { entries[secret]?.provider }
 
-    /// Asks for `secret`'s token on a worker's loop thread, whose mailbox is `mailbox`. `onReady` runs
-    /// on that thread exactly once: before this returns when a valid token is cached (or the last
-    /// fetch failed less than the retry floor ago), otherwise from the mailbox once the one fetch in
-    /// flight ends. Returns nil (and never calls `onReady`) when `secret` is not an OAuth2 secret.
+    /// Asks for `secret`'s value on a worker's loop thread, whose mailbox is `mailbox`. `onReady`
+    /// runs on that thread exactly once: before this returns when a valid value is cached (or the
+    /// last fetch failed less than the retry floor ago), otherwise from the mailbox once the one
+    /// fetch in flight ends. Returns nil (and never calls `onReady`) when `secret` is not computed here.
     @discardableResult
     public func acquire(
         secret: String, mailbox: any TokenMailbox,
@@ -89,26 +149,27 @@ public final class OAuth2Tokens: Sendable {
         case .wait:
             return .waiting(waiterID: id)
         case .fetch(let ticket):
-            fetcher.fetch(TokenFetcher.Job(secret: secret, spec: entry.spec, cache: entry.cache, ticket: ticket))
+            fetcher.fetch(
+                TokenFetcher.Job(secret: secret, recipe: entry.recipe, provider: entry.provider, cache: entry.cache, ticket: ticket))
             return .waiting(waiterID: id)
         }
     }
 
     /// A waiter gone before its answer (its client closed): the fetch in flight drops its callback
     /// (and the connection the callback could reach). The fetch itself goes on: other waiters and
-    /// the next request want the token too. Loop thread of the waiter.
+    /// the next request want the value too. Loop thread of the waiter.
     public func withdraw(secret: String, waiterID: UInt64) {
         entries[secret]?.cache.withdraw(waiterID: waiterID)
     }
 
-    /// A 401 came back from an origin `token` (of `secret`) was injected into: if it is still the
-    /// current token, the next request fetches a new one. Any thread.
+    /// A 401 came back from an origin `token` (of `secret`) was sent to: if it is still the
+    /// current value, the next request obtains a new one. Any thread.
     @discardableResult
     public func markStale(secret: String, token: AccessToken) -> Bool {
         entries[secret]?.cache.markStale(token, now: clock()) ?? false
     }
 
-    /// The access tokens requests would be given now (the log tripwire's list).
+    /// The values requests would be given now (the log tripwire's list).
     public var currentValues: [SecretValue] { entries.values.compactMap { $0.cache.current?.value } }
 
     /// The cache of `secret` (tests; metrics of waiters).
@@ -122,6 +183,6 @@ private final class LoopBound<Value>: @unchecked Sendable {
     init(_ value: Value) { self.value = value }
 }
 
-extension OAuth2Tokens: AccessTokenSource {
+extension CredentialSources: AccessTokenSource {
     public var secretNames: Set<String> { names }
 }

@@ -38,6 +38,8 @@ struct Decoder {
     var secretNames: Set<String> = []
     /// Secrets declared with `placeholder: true`: the only ones a scope may `substitute`.
     var placeholderNames: Set<String> = []
+    /// Secrets holding a private key (`github_app`, `jwt_bearer`, `private_key_jwt`): never injected.
+    var privateKeyNames: Set<String> = []
     /// Names of the configured clients (`clients:`), which scopes refer to.
     var clientNames: Set<String> = []
     /// Every scope origin with where it is written: warnings about them are known only once `tls`
@@ -73,7 +75,8 @@ struct Decoder {
     static let scopeKeys = ["name", "origins", "require_https", "inject", "pass", "methods", "paths", "clients", "substitute", "sign"]
     /// The keys a secret's source mapping accepts; a secret with one of these names and a value that
     /// is not a mapping is such a key indented one level too shallow.
-    static let secretKeys = ["env", "file", "store", "oauth2", "allow_group_read", "placeholder", "env_var"]
+    static let secretSources = ["env", "file", "store", "command", "oauth2", "github_app"]
+    static let secretKeys = secretSources + ["allow_group_read", "placeholder", "env_var", "ttl", "timeout"]
 
     init(file: String, home: String) {
         self.file = file

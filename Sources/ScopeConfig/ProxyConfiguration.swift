@@ -15,9 +15,13 @@ public struct ProxyConfiguration: Sendable {
     public var admin: HostPort?
     public var storeDirectory: String
     public var secrets: [String: SecretSource]
-    /// `oauth2:` secrets by name: their value is an access token the proxy obtains (not in `secrets`,
-    /// which the store reads).
-    public var oauth2: [String: OAuth2Spec] = [:]
+    /// Secrets whose value the proxy obtains (`oauth2:`, `command:`, `github_app:`, and each AWS
+    /// chain a scope signs with, named `aws:...`), by name; not in `secrets`, which the store reads.
+    public var computed: [String: ComputedSecret] = [:]
+    /// The `oauth2:` secrets among them.
+    public var oauth2: [String: OAuth2Spec] {
+        computed.compactMapValues { if case .oauth2(let spec) = $0 { spec } else { nil } }
+    }
     /// Secrets declared with `placeholder: true` (and their `env_var`), in name order.
     public var placeholders: [PlaceholderSecret] = []
     /// `scrub:` and `guard:`.

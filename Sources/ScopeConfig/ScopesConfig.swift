@@ -13,6 +13,10 @@ extension Decoder {
         var scopes: [Scope] = []
         if let node = keys["scopes"] { scopes = try self.scopes(node) }
         config.policy = ScopePolicy(scopes: scopes, extraSensitiveHeaders: extraSensitive)
+        // Each AWS chain a scope signs with is one computed secret, shared by the scopes that use it.
+        for scope in scopes {
+            if case .awsSigV4(let spec)? = scope.signing, let chain = spec.chain { config.computed[chain.secretName] = .awsChain(chain) }
+        }
     }
 
     mutating func scopes(_ node: YAMLNode) throws(ConfigError) -> [Scope] {
@@ -60,6 +64,11 @@ extension Decoder {
                     }
                     for secret in template.secretNames where !secretNames.contains(secret) {
                         throw self.error(templateNode, "'${\(secret)}' names no secret in 'secrets'\(suggestion(secret, secretNames))")
+                    }
+                    if let key = template.secretNames.first(where: privateKeyNames.contains) {
+                        throw self.error(
+                            templateNode,
+                            "'${\(key)}' is a private key the proxy signs with: it never goes into a header (inject the token it obtains instead)")
                     }
                     if let mistaken = template.mistakenReference(among: secretNames) {
                         throw self.error(

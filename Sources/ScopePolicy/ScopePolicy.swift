@@ -38,6 +38,12 @@ public struct Scope: Sendable, Equatable {
     /// `sign:`: the scope signs the requests it covers (AWS SigV4) instead of or besides injecting.
     public let signing: SigningSpec?
 
+    /// The AWS chain the signature's credentials come from (`credentials: default | {profile: NAME}`).
+    public var signingChain: AWSCredentialSelection? {
+        if case .awsSigV4(let spec)? = signing { return spec.chain }
+        return nil
+    }
+
     public init(
         name: String, origins: Set<Origin>, requireHTTPS: Bool = true, inject: [Injection] = [],
         pass: Set<String> = [], methods: Set<String>? = nil, paths: [String]? = nil, clients: Set<String>? = nil,

@@ -38,12 +38,29 @@ public struct AWSSigV4Spec: Sendable, Equatable {
     /// Temporary credentials (STS) come with a session token, sent as X-Amz-Security-Token.
     public let sessionTokenSecret: String?
 
+    /// Credentials the proxy obtains (`credentials: default | {profile: NAME}`), nil when they are
+    /// named secrets. The three names above are then the parts of that one computed value, as the
+    /// scrub, the guard and the log tripwire know them (`AWSCredentialSelection.partNames`).
+    public let chain: AWSCredentialSelection?
+
     public init(service: String, region: String, accessKeyIDSecret: String, secretAccessKeySecret: String, sessionTokenSecret: String?) {
         self.service = service
         self.region = region
         self.accessKeyIDSecret = accessKeyIDSecret
         self.secretAccessKeySecret = secretAccessKeySecret
         self.sessionTokenSecret = sessionTokenSecret
+        chain = nil
+    }
+
+    /// Signs with credentials from the AWS chain or a profile.
+    public init(service: String, region: String, credentials: AWSCredentialSelection) {
+        self.service = service
+        self.region = region
+        let parts = credentials.partNames
+        accessKeyIDSecret = parts.accessKeyID
+        secretAccessKeySecret = parts.secretAccessKey
+        sessionTokenSecret = parts.sessionToken
+        chain = credentials
     }
 
     public var secretNames: [String] { [accessKeyIDSecret, secretAccessKeySecret] + (sessionTokenSecret.map { [$0] } ?? []) }

@@ -178,7 +178,7 @@ public enum Commands {
         if let tunnel = invocation.value("tunnel").flatMap(TunnelPolicy.init(rawValue:)) { engine.tunnel = tunnel }
         // OAuth2 tokens are fetched when first needed (never at start), over the upstream TLS above.
         let minted = MintedTokens()
-        let tokens: OAuth2Tokens?
+        let tokens: CredentialSources?
         do {
             tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
         } catch {

@@ -47,7 +47,7 @@ enum ConfigPrinter {
         out += clients(config.clients, egress: config.egress)
         out += "store_dir: \(scalar(config.storeDirectory))\n"
 
-        out += "secrets:" + (config.secrets.isEmpty && config.oauth2.isEmpty ? " {}\n" : "\n")
+        out += "secrets:" + (config.secrets.isEmpty && config.computed.isEmpty ? " {}\n" : "\n")
         let placeholders = Dictionary(uniqueKeysWithValues: config.placeholders.map { ($0.secret, $0) })
         for name in config.secrets.keys.sorted() {
             var source: String
@@ -64,7 +64,14 @@ enum ConfigPrinter {
             }
             out += "  \(scalar(name)): \(source)\n"
         }
-        for name in config.oauth2.keys.sorted() { out += "  \(scalar(name)): { oauth2: \(oauth2(config.oauth2[name]!)) }\n" }
+        for (name, recipe) in config.computed.sorted(by: { $0.key < $1.key }) {
+            switch recipe {
+            case .oauth2(let spec): out += "  \(scalar(name)): { oauth2: \(oauth2(spec)) }\n"
+            case .command(let spec): out += "  \(scalar(name)): \(command(spec))\n"
+            case .githubApp(let spec): out += "  \(scalar(name)): { github_app: \(githubApp(spec)) }\n"
+            case .awsChain: break  // written where it is configured: the scope's `credentials:`
+            }
+        }
 
         // Only what the config added: the built-in list always applies and cannot be removed.
         let extra = config.policy.sensitiveHeaders.subtracting(SensitiveHeaders.builtIn).sorted()
@@ -88,10 +95,15 @@ enum ConfigPrinter {
             if let clients = scope.clients { out += "    clients: \(flowList(clients.sorted()))\n" } else { out += "    # clients: every client\n" }
             out += "    substitute: \(flowList(scope.substitute.sorted()))\n"
             if case .awsSigV4(let spec)? = scope.signing {
-                out +=
-                    "    sign: { aws_sigv4: { service: \(scalar(spec.service)), region: \(scalar(spec.region)), "
-                    + "access_key_id: \(scalar(spec.accessKeyIDSecret)), secret_access_key: \(scalar(spec.secretAccessKeySecret))"
-                    + (spec.sessionTokenSecret.map { ", session_token: \(scalar($0))" } ?? "") + " } }\n"
+                let credentials: String =
+                    switch spec.chain {
+                    case .defaultChain?: "credentials: default"
+                    case .profile(let profile)?: "credentials: { profile: \(scalar(profile)) }"
+                    case nil:
+                        "access_key_id: \(scalar(spec.accessKeyIDSecret)), secret_access_key: \(scalar(spec.secretAccessKeySecret))"
+                            + (spec.sessionTokenSecret.map { ", session_token: \(scalar($0))" } ?? "")
+                    }
+                out += "    sign: { aws_sigv4: { service: \(scalar(spec.service)), region: \(scalar(spec.region)), \(credentials) } }\n"
             }
         }
 
@@ -169,14 +181,47 @@ enum ConfigPrinter {
 
     /// An `oauth2:` secret's mapping, its inputs as secret names.
     static func oauth2(_ spec: OAuth2Spec) -> String {
-        var fields = [
-            "token_url: \(scalar(origin(spec.endpoint) + spec.path))", "grant: \(spec.grant.grantType)",
-            "client_id: \(scalar(spec.clientID))", "client_secret: \(scalar(spec.clientSecret))",
-        ]
-        if case .refreshToken(let secret) = spec.grant { fields.append("refresh_token: \(scalar(secret))") }
+        var fields = ["token_url: \(scalar(origin(spec.endpoint) + spec.path))", "grant: \(spec.grant.name)"]
+        if let clientID = spec.clientID { fields.append("client_id: \(scalar(clientID))") }
+        if let secret = spec.clientSecret { fields.append("client_secret: \(scalar(secret))") }
+        var key: JWTKeySpec?
+        switch spec.grant {
+        case .clientCredentials: break
+        case .refreshToken(let secret): fields.append("refresh_token: \(scalar(secret))")
+        case .jwtBearer(let bearer):
+            key = bearer.key
+            fields.append("issuer: \(scalar(bearer.issuer))")
+            if let subject = bearer.subject { fields.append("subject: \(scalar(subject))") }
+            if let audience = bearer.audience { fields.append("audience: \(scalar(audience))") }
+        }
+        if case .privateKeyJWT(let clientKey) = spec.clientAuthentication { key = clientKey }
+        if let key {
+            fields.append("private_key: \(scalar(key.privateKey))")
+            if let keyID = key.keyID { fields.append("key_id: \(scalar(keyID))") }
+            if let algorithm = key.algorithm { fields.append("alg: \(algorithm)") }
+        }
         if let scope = spec.scope { fields.append("scope: \(scalar(scope))") }
         if let audience = spec.audience { fields.append("audience: \(scalar(audience))") }
-        fields.append("client_auth: \(spec.clientAuthentication.rawValue)")
+        fields.append("client_auth: \(spec.clientAuthentication.name)")
+        return "{ " + fields.joined(separator: ", ") + " }"
+    }
+
+    /// A `command:` secret: argv as a flow list, then its options.
+    static func command(_ spec: CommandSecretSpec) -> String {
+        "{ command: \(flowList(spec.argv)), ttl: \(spec.ttlSeconds)s, timeout: \(spec.timeoutMilliseconds)ms"
+            + (spec.environment.isEmpty ? "" : ", env: \(flowList(spec.environment))") + " }"
+    }
+
+    /// A `github_app:` secret's mapping.
+    static func githubApp(_ spec: GitHubAppSpec) -> String {
+        var fields = [
+            "app_id: \(scalar(spec.appID))", "installation_id: \(scalar(spec.installationID))", "private_key: \(scalar(spec.privateKey))",
+            "api_url: \(scalar(origin(spec.api) + (spec.pathPrefix.isEmpty ? "" : spec.pathPrefix)))",
+        ]
+        if !spec.permissions.isEmpty {
+            fields.append("permissions: { " + spec.permissions.map { "\(scalar($0.name)): \($0.access)" }.joined(separator: ", ") + " }")
+        }
+        if !spec.repositories.isEmpty { fields.append("repositories: \(flowList(spec.repositories))") }
         return "{ " + fields.joined(separator: ", ") + " }"
     }
 

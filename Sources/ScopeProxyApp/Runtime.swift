@@ -16,7 +16,7 @@ public enum Runtime {
     /// `placeholders`: derived with the per-install key (`placeholderTable`).
     public static func scopeContext(
         _ config: ProxyConfiguration, secrets: any SecretLookup,
-        placeholders: PlaceholderTable = .empty, tokens: OAuth2Tokens? = nil,
+        placeholders: PlaceholderTable = .empty, tokens: CredentialSources? = nil,
         minted: MintedTokens? = nil, previous: SecretValueIndex? = nil
     ) -> ScopeContext {
         let values = SecretValueIndex(placeholders: placeholders)
@@ -39,7 +39,14 @@ public enum Runtime {
     /// client secret (and refresh token) and answers with the token.
     static func credentialEndpoints(_ config: ProxyConfiguration) -> [Origin: Set<String>] {
         var endpoints: [Origin: Set<String>] = [:]
-        for (name, spec) in config.oauth2 { endpoints[spec.endpoint, default: []].formUnion(spec.inputSecrets + [name]) }
+        for (name, recipe) in config.computed {
+            switch recipe {
+            case .oauth2(let spec): endpoints[spec.endpoint, default: []].formUnion(spec.inputSecrets + [name])
+            // The installation token comes back from the API (the key itself never travels: a JWT does).
+            case .githubApp(let spec): endpoints[spec.api, default: []].insert(name)
+            case .command, .awsChain: break
+            }
+        }
         return endpoints
     }
 
@@ -60,16 +67,16 @@ public enum Runtime {
         return result
     }
 
-    /// The OAuth2 token source of a config (nil without `oauth2:` secrets). Every token it obtains
-    /// (and every rotated refresh token) is told to the log tripwire and to the scrub/guard index
-    /// before any request gets it.
+    /// The source of a config's computed secrets (nil without any). Every value it obtains (and
+    /// every rotated refresh token, every AWS key) is told to the log tripwire and to the
+    /// scrub/guard index before any request gets it.
     static func tokenSource(
         _ config: ProxyConfiguration, secrets: SecretStore, engine: EngineConfiguration,
         holder: ScopeContextHolder, minted: MintedTokens
-    ) throws(EngineError) -> OAuth2Tokens? {
-        guard !config.oauth2.isEmpty else { return nil }
-        return try OAuth2Tokens(
-            specs: config.oauth2, secrets: secrets, sink: secrets, configuration: engine,
+    ) throws(EngineError) -> CredentialSources? {
+        guard !config.computed.isEmpty else { return nil }
+        return try CredentialSources(
+            recipes: config.computed, secrets: secrets, sink: secrets, configuration: engine,
             observer: { name, value, validFor in
                 let now = monotonicMilliseconds()
                 minted.add(name, value, validFor: validFor, now: now)
@@ -225,12 +232,12 @@ final class RunningProxy: Sendable {
     private let secrets: Locked<SecretStore>
     private let engine: EngineConfiguration
     /// The token source of the current config (a reload replaces and stops it), and what it minted.
-    private let tokens: Locked<OAuth2Tokens?>
+    private let tokens: Locked<CredentialSources?>
     private let minted: MintedTokens
 
     init(
         configPath: String?, started: ProxyConfiguration, secrets: SecretStore, holder: ScopeContextHolder, engine: EngineConfiguration,
-        tokens: OAuth2Tokens?, minted: MintedTokens
+        tokens: CredentialSources?, minted: MintedTokens
     ) {
         self.configPath = configPath
         self.started = started

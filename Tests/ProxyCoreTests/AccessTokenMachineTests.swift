@@ -47,7 +47,8 @@ struct AccessTokenMachineTests {
         p.start([.arm(.clientHead)])
         _ = p.feed(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))
         let returned = p.feed(
-            .tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: .rejected(status: 400, error: .invalidClient)))
+            .tokenFailed(
+                secret: "partner_token", provider: .endpoint(origin("https://auth.example")), reason: .rejected(status: 400, error: .invalidClient)))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(written.hasPrefix("HTTP/1.1 502 "))
         #expect(written.contains("credential_unavailable") && written.contains("https://auth.example") && written.contains("partner"))
@@ -63,12 +64,15 @@ struct AccessTokenMachineTests {
         let reasons: [TokenFailure.Reason] = [
             .secretUnavailable("cs"), .dnsFailure, .refused, .connectTimeout, .responseTimeout, .tlsVerification(words),
             .tlsHandshake, .closedEarly, .responseTooLarge(limit: 65_536), .malformedResponse(words),
-            .rejected(status: 400, error: .invalidClient), .unexpectedStatus(503), .noTokenSource,
+            .rejected(status: 400, error: .invalidClient), .unexpectedStatus(503), .noTokenSource, .keyUnusable(words),
+            .commandNotStarted(words), .commandFailed(status: 3), .commandFailed(status: -9), .commandTimedOut(milliseconds: 10_000),
+            .invalidOutput(words), .awsChain(words),
         ]
         for reason in reasons {
             switch reason {
             case .secretUnavailable, .dnsFailure, .refused, .connectTimeout, .responseTimeout, .tlsVerification, .tlsHandshake,
-                .closedEarly, .responseTooLarge, .malformedResponse, .rejected, .unexpectedStatus, .noTokenSource:
+                .closedEarly, .responseTooLarge, .malformedResponse, .rejected, .unexpectedStatus, .noTokenSource, .keyUnusable,
+                .commandNotStarted, .commandFailed, .commandTimedOut, .invalidOutput, .awsChain:
                 break
             }
         }
@@ -82,7 +86,7 @@ struct AccessTokenMachineTests {
         var p = Playbook(Self.fixture)
         p.start([.arm(.clientHead)])
         _ = p.feed(p.head("GET https://api.example/v1 HTTP/1.1", "Host: api.example"))
-        let returned = p.feed(.tokenFailed(secret: "partner_token", endpoint: origin("https://auth.example"), reason: reason))
+        let returned = p.feed(.tokenFailed(secret: "partner_token", provider: .endpoint(origin("https://auth.example")), reason: reason))
         let written = returned.compactMap { if case .writeToClient(let bytes) = $0 { text(bytes) } else { nil } }.joined()
         #expect(written.contains("credential_unavailable") && written.contains("(\(reason.code))"))
         #expect(
@@ -90,7 +94,7 @@ struct AccessTokenMachineTests {
                 == .proxy(
                     .tokenUnavailable(
                         scope: "partner", secret: "partner_token",
-                        endpoint: origin("https://auth.example"), reason: reason)))
+                        provider: .endpoint(origin("https://auth.example")), reason: reason)))
         #expect(p.emitted.first?.failure?.reason == reason.code)
         #expect(!written.contains("ENDPOINT-WORDS-CANARY"))
     }

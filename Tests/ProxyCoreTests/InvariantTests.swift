@@ -126,7 +126,7 @@ struct InvariantTests {
             let secret = machine.awaitedToken ?? "none"
             return pick([
                 .tokenReady(secret: secret, token), .tokenReady(secret: "other", token),
-                .tokenFailed(secret: secret, endpoint: nil, reason: .refused),
+                .tokenFailed(secret: secret, provider: nil, reason: .refused),
                 .clientInputClosed(bufferedBytes: 0), .drain, .timerFired(.stall),
             ])
         case .collecting:

@@ -14,7 +14,7 @@ final class NamesOnlyTokenSource: AccessTokenSource {
         endpointOrigin = try? Origin.parse(endpoint)
     }
 
-    func endpoint(of secret: String) -> Origin? { endpointOrigin }
+    func provider(of secret: String) -> TokenProvider? { endpointOrigin.map(TokenProvider.endpoint) }
     func acquire(
         secret: String, mailbox: any TokenMailbox,
         onReady: @escaping (Result<AccessToken, TokenFailure>) -> Void

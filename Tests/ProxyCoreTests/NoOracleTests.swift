@@ -96,7 +96,7 @@ struct NoOracleTests {
                 Issue.record("round \(round): expected a fetch")
                 return
             }
-            let grant = OAuth2TokenGrant(accessToken: SecretValue(bytes: Array("tok-\(round)-padding".utf8)), expiresIn: 3600, refreshToken: nil)
+            let grant = TokenGrant(value: SecretValue(bytes: Array("tok-\(round)-padding".utf8)), expiresIn: 3600, refreshToken: nil)
             guard case .success(let token) = cache.complete(ticket, .success(grant), now: now).result else { return }
             now += 2_000
             if cache.markStale(token, now: now) { dropped += 1 } else { break }

@@ -6,7 +6,10 @@ import Testing
 
 /// Parses `text` as the value of `oauth2:` of the secret `partner_token` (nested as in a config,
 /// so line and column are those of a real file).
-private func parse(_ text: String, inputs: Set<String> = ["partner_client_secret", "partner_refresh"]) throws(ConfigError) -> OAuth2Spec {
+private func parse(
+    _ text: String,
+    inputs: [String: SecretSource] = ["partner_client_secret": .env("CS"), "partner_refresh": .store("partner_refresh")]
+) throws(ConfigError) -> OAuth2Spec {
     let document =
         "secrets:\n  partner_token:\n    oauth2:\n"
         + text.split(separator: "\n", omittingEmptySubsequences: false).map { "      " + $0 }.joined(separator: "\n")
@@ -45,8 +48,9 @@ struct OAuth2ConfigTests {
             spec
                 == OAuth2Spec(
                     endpoint: try Origin.parse("https://auth.partner.example"), path: "/oauth/token",
-                    grant: .refreshToken(secret: "partner_refresh"), clientID: "my-client", clientSecret: "partner_client_secret",
-                    scope: "read write", audience: "https://api.partner.example", clientAuthentication: .basic))
+                    grant: .refreshToken(secret: "partner_refresh"), clientID: "my-client",
+                    scope: "read write", audience: "https://api.partner.example",
+                    clientAuthentication: .basic(secret: "partner_client_secret")))
         #expect(spec.inputSecrets == ["partner_client_secret", "partner_refresh"])
     }
 
@@ -59,7 +63,7 @@ struct OAuth2ConfigTests {
             client_id: c
             client_secret: partner_client_secret
             """)
-        #expect(spec.clientAuthentication == .basic)
+        #expect(spec.clientAuthentication == .basic(secret: "partner_client_secret"))
         #expect(spec.scope == nil && spec.audience == nil)
         #expect(spec.endpoint.description == "http://127.0.0.1:8443")
         #expect(spec.path == "/token?x=1")
@@ -72,17 +76,20 @@ struct OAuth2ConfigTests {
         let cases: [(String, String)] = [
             (
                 "token_url: http://auth.example/token\n" + base,
-                "c.yaml:4:18: token_url must be https (http only to a loopback address): the client secret travels in the request"
+                "c.yaml:4:18: token_url must be https (http only to a loopback address): credentials travel in the request"
             ),
-            ("token_url: ftp://auth.example/token\n" + base, "c.yaml:4:18: token_url must be an absolute https:// URL"),
+            (
+                "token_url: ftp://auth.example/token\n" + base,
+                "c.yaml:4:18: token_url must be an absolute https:// URL, like https://auth.example/oauth/token"
+            ),
             (
                 "token_url: https://u:p@auth.example/token\n" + base,
-                "c.yaml:4:18: token_url must not carry user:password@ (client credentials are secrets)"
+                "c.yaml:4:18: token_url must not carry user:password@ (credentials are secrets)"
             ),
             (base, "c.yaml:4:7: the oauth2 of secret 'partner_token' needs 'token_url'"),
             (
                 "token_url: https://a.example/t\ngrant: password\nclient_id: c\nclient_secret: partner_client_secret",
-                "c.yaml:5:14: unknown grant 'password': use client_credentials or refresh_token"
+                "c.yaml:5:14: unknown grant 'password': use client_credentials, refresh_token or jwt_bearer"
             ),
             (
                 "token_url: https://a.example/t\ngrant: refresh_token\nclient_id: c\nclient_secret: partner_client_secret",
@@ -102,7 +109,7 @@ struct OAuth2ConfigTests {
             ),
             (
                 "token_url: https://a.example/t\n" + base + "\nclient_auth: basc",
-                "c.yaml:8:20: unknown client_auth 'basc': use basic (RFC 6749 §2.3.1 HTTP Basic) or body, did you mean 'basic'?"
+                "c.yaml:8:20: unknown client_auth 'basc': basic (RFC 6749 §2.3.1 HTTP Basic), body, or private_key_jwt (RFC 7523 §2.2), did you mean 'basic'?"
             ),
             (
                 "token_url: https://a.example/t\n" + base + "\nscope: \"read  write\"",

@@ -17,13 +17,13 @@ private final class Deliveries: Sendable {
 }
 
 private let endpoint = try! Origin.parse("https://auth.example")
-private func grant(_ token: String, expiresIn: Int? = 3600, refresh: String? = nil) -> Result<OAuth2TokenGrant, TokenFailure> {
-    .success(OAuth2TokenGrant(accessToken: SecretValue(token), expiresIn: expiresIn, refreshToken: refresh.map(SecretValue.init)))
+private func grant(_ token: String, expiresIn: Int? = 3600, refresh: String? = nil) -> Result<TokenGrant, TokenFailure> {
+    .success(TokenGrant(value: SecretValue(token), expiresIn: expiresIn, refreshToken: refresh.map(SecretValue.init)))
 }
 private let down = TokenFailure(secret: "partner", endpoint: endpoint, reason: .refused)
 
 /// Completes a fetch and delivers to the waiters, as the engine does.
-private func finish(_ cache: OAuth2TokenCache, _ ticket: TokenFetchTicket, _ result: Result<OAuth2TokenGrant, TokenFailure>, now: UInt64) -> Int {
+private func finish(_ cache: OAuth2TokenCache, _ ticket: TokenFetchTicket, _ result: Result<TokenGrant, TokenFailure>, now: UInt64) -> Int {
     let (waiters, delivered) = cache.complete(ticket, result, now: now)
     for waiter in waiters { waiter.deliver(delivered) }
     return waiters.count
@@ -34,7 +34,7 @@ struct OAuth2TokenCacheTests {
     /// One row: a step and what it must decide.
     enum Step {
         case acquire(at: UInt64, expect: Expect)
-        case complete(at: UInt64, Result<OAuth2TokenGrant, TokenFailure>, wakes: Int)
+        case complete(at: UInt64, Result<TokenGrant, TokenFailure>, wakes: Int)
         case markStaleCurrent(expectDropped: Bool)
     }
 

@@ -118,7 +118,7 @@ struct StreamInvariantTests {
         func pick(_ events: [ConnectionEvent]) -> ConnectionEvent { events.randomElement(using: &rng)! }
         if let secret = machine.awaitedToken {
             let token = AccessToken(value: SecretValue("T"), generation: 1, validUntil: 0)
-            return pick([.tokenReady(secret: secret, token), .tokenFailed(secret: secret, endpoint: nil, reason: .refused), .clientFailed])
+            return pick([.tokenReady(secret: secret, token), .tokenFailed(secret: secret, provider: nil, reason: .refused), .clientFailed])
         }
         if machine.isCollecting {
             return pick([

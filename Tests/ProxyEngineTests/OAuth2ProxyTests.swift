@@ -21,7 +21,7 @@ struct OAuth2ProxyTests {
         let endpoint: TokenEndpointFixture
         let origin: FixtureOrigin
         let proxy: ProxyHarness
-        let tokens: OAuth2Tokens
+        let tokens: CredentialSources
         let unauthorizedOnce = Locked(false)
 
         init(threads: Int = 4) throws {
@@ -52,7 +52,7 @@ struct OAuth2ProxyTests {
             var engine = EngineConfiguration(listen: ListenAddress(host: "127.0.0.1", port: 0), threads: threads)
             engine.tls = try TLSContexts(authority: nil, upstreamCA: pki.caPath)
             let secrets = StaticSecrets(["cs": OAuth2ProxyTests.clientSecret])
-            tokens = try OAuth2Tokens(specs: config.oauth2, secrets: secrets, sink: nil, configuration: engine)
+            tokens = try CredentialSources(specs: config.oauth2, secrets: secrets, sink: nil, configuration: engine)
             let context = Runtime.scopeContext(config, secrets: secrets, tokens: tokens)
             let tls = engine.tls
             proxy = try ProxyHarness(threads: threads) { configuration in

@@ -47,7 +47,7 @@ private final class Rig {
     let endpoint: TokenEndpointFixture
     let clock = TestClock()
     let loops: [MailboxLoop]
-    let tokens: OAuth2Tokens
+    let tokens: CredentialSources
     let answers = Answers()
     /// What the observer (the tripwire's feed) was told.
     let observed = Locked<[(String, SecretValue)]>([])
@@ -65,10 +65,10 @@ private final class Rig {
         let url = endpointURL?(endpoint) ?? endpoint.url
         guard case .absolute(let origin, let path, _) = try RequestTarget.parse(url, method: "POST") else { throw FixtureFailed() }
         let spec = OAuth2Spec(
-            endpoint: origin, path: path, grant: grant, clientID: "scopeproxy-test", clientSecret: "client_secret",
-            scope: "read write", clientAuthentication: .basic)
+            endpoint: origin, path: path, grant: grant, clientID: "scopeproxy-test",
+            scope: "read write", clientAuthentication: .basic(secret: "client_secret"))
         let clock = clock
-        tokens = try OAuth2Tokens(
+        tokens = try CredentialSources(
             specs: ["partner": spec],
             secrets: secrets ?? StaticSecrets(["client_secret": Rig.clientSecret]),
             sink: sink, configuration: configuration, clock: { clock.read() },
@@ -163,7 +163,7 @@ struct OAuth2TokenFetcherTests {
         rig.acquire(10)
         #expect(rig.answers.wait(for: 10))
         #expect(rig.answers.failures.count == 10)
-        #expect(rig.answers.failures.allSatisfy { $0.reason == .closedEarly && $0.endpoint.port == rig.endpoint.port })
+        #expect(rig.answers.failures.allSatisfy { $0.reason == .closedEarly && $0.endpoint?.port == rig.endpoint.port })
         #expect(rig.endpoint.requests.count == 1)
         rig.endpoint.set(.grant)
         // Within the floor: failed at once, no request.
@@ -273,7 +273,7 @@ struct OAuth2TokenFetcherTests {
         #expect(failure.reason == .rejected(status: 400, error: .invalidClient))
         #expect(
             failure.description
-                == "oauth2 token 'partner' from https://127.0.0.1:\(rig.endpoint.port): the token endpoint refused (400 invalid_client)")
+                == "'partner' from https://127.0.0.1:\(rig.endpoint.port): refused (400 invalid_client)")
         let texts = rig.answers.all.map { "\($0)" } + rig.answers.failures.map { String(reflecting: $0) }
         rig.clock.advance(1_000)
         rig.endpoint.set(.grant)

@@ -28,7 +28,7 @@ private final class ScriptedTokens: AccessTokenSource, @unchecked Sendable {
     var acquired: Int { state.withLock { $0.acquired } }
     var markedStale: [AccessToken] { state.withLock { $0.stale } }
 
-    func endpoint(of secret: String) -> Origin? { secretNames.contains(secret) ? origin : nil }
+    func provider(of secret: String) -> TokenProvider? { secretNames.contains(secret) ? .endpoint(origin) : nil }
 
     func acquire(
         secret: String, mailbox: any TokenMailbox,

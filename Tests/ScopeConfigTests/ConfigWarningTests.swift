@@ -82,7 +82,7 @@ struct MisindentedKeyTests {
         let text = "secrets:\n  gh:\n    env: GH\n  \(key): x\n"
         #expect(
             error(text) == "c.yaml:4:3: '\(key)' is an option of a secret, not a secret: indent it under the secret it belongs to "
-                + "(at the level of its env, file, store or oauth2)")
+                + "(at the level of its env, file, store, command, oauth2 or github_app)")
     }
 
     @Test("a secret may still be named like an option when its value is a source")

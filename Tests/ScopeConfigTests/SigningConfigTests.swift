@@ -56,11 +56,11 @@ struct SigningConfigTests {
             ("  {}", "test.yaml:6:3: sign of scope 'aws' needs a kind of signature: aws_sigv4"),
             (
                 "  aws_sigv4: s3",
-                "test.yaml:6:14: sign.aws_sigv4 of scope 'aws' must be a mapping: { service, region, access_key_id, secret_access_key, session_token }"
+                "test.yaml:6:14: sign.aws_sigv4 of scope 'aws' must be a mapping: { service, region, credentials: default } or { service, region, access_key_id, secret_access_key }"
             ),
             (
                 "  aws_sigv4: { service: s3, region: eu-west-1, access_key_id: aws_key_id }",
-                "test.yaml:6:14: sign.aws_sigv4 of scope 'aws' needs 'secret_access_key' (a secret name)"
+                "test.yaml:6:14: sign.aws_sigv4 of scope 'aws' needs 'secret_access_key' (a secret name), or credentials: default (the AWS credential chain)"
             ),
             (
                 "  aws_sigv4: { service: s3, region: eu-west-1, access_key_id: aws_key_id, secret_access_key: aws_secert }",
