@@ -16,6 +16,8 @@ public enum SigningKeyError: Error, Sendable, Equatable, CustomStringConvertible
     /// Only a public key or a certificate: the file holds no private key.
     case publicKeyOrCertificate
     case multiplePrivateKeys
+    /// `-----BEGIN OPENSSH PRIVATE KEY-----`: ssh-keygen's own format, which OpenSSL does not read.
+    case openSSHFormat
     /// A private-key block OpenSSL could not read (damaged base64 or DER).
     case unreadable
     /// A key type other than RSA and EC (Ed25519, DSA, RSA-PSS, ...).
@@ -37,6 +39,7 @@ public enum SigningKeyError: Error, Sendable, Equatable, CustomStringConvertible
         case .encrypted: "encrypted private keys are not supported: decrypt it (openssl pkey -in K -out K2)"
         case .publicKeyOrCertificate: "a public key or certificate, not a private key"
         case .multiplePrivateKeys: "more than one private key in the PEM: keep only the one to sign with"
+        case .openSSHFormat: "an OpenSSH private key: convert it to PEM (ssh-keygen -p -m PKCS8 -f K)"
         case .unreadable: "the PEM private key is damaged: OpenSSL cannot read it"
         case .unsupportedKeyType: "unsupported key type: RS256 needs an RSA key, ES256 an EC P-256 key"
         case .rsaTooSmall(let bits): "RSA key of \(bits) bits: at least 2048"
@@ -83,6 +86,9 @@ public final class SigningKey: @unchecked Sendable {
         let privateBlocks = blocks.filter { PEMBlocks.privateKeyLabels.contains($0.label) }
         if blocks.contains(where: { $0.label == "ENCRYPTED PRIVATE KEY" }) { throw .encrypted }
         guard let block = privateBlocks.first else {
+            if blocks.contains(where: { $0.label == "OPENSSH PRIVATE KEY" }) { throw .openSSHFormat }
+            // `DSA PRIVATE KEY` and the like: a private key, of a type JWS here does not sign with.
+            if blocks.contains(where: { $0.label.hasSuffix("PRIVATE KEY") }) { throw .unsupportedKeyType }
             if blocks.contains(where: { PEMBlocks.publicLabels.contains($0.label) }) { throw .publicKeyOrCertificate }
             throw .notPEMPrivateKey
         }
@@ -144,9 +150,10 @@ public final class SigningKey: @unchecked Sendable {
             defer { BIO_free(bio) }
             return PEM_read_bio_PrivateKey(bio, nil, { _, _, _, _ in 0 }, nil)
         }
-        // A failed read leaves entries on this thread's error queue, which a TLS call on the same
-        // thread would later read as its own failure (SSL_get_error consults the queue).
-        if key == nil { ERR_clear_error() }
+        // A read leaves entries on this thread's error queue when it fails (and OpenSSL 3's decoders
+        // can leave some when it succeeds after trying others), which a TLS call on the same thread
+        // would later read as its own failure (SSL_get_error consults the queue).
+        ERR_clear_error()
         return key
     }
 

@@ -180,7 +180,7 @@ public enum JWTBearer {
 }
 
 /// `a + b`, held at the Int64 bounds instead of trapping: the clock is input too.
-func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 {
+private func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 {
     let (sum, overflow) = a.addingReportingOverflow(b)
     guard overflow else { return sum }
     return b > 0 ? .max : .min

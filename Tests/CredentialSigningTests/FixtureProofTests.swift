@@ -3,19 +3,19 @@ import Foundation
 import HTTP1Codec
 import ProxyCore
 import ScopePolicy
+import TestSupport
 import Testing
 
 /// The loopback fixtures the engine tests will use (Tests/Fixtures/github_app_api.py,
 /// jwt_token_endpoint.py), proven against the requests this code builds, sent over a plain blocking
 /// socket: they accept what is right and refuse what is wrong, and their logs say so.
 @Suite struct GitHubAppFixtureTests {
-    let keys = KeyFiles()
+    let keys = TestKeys()
 
-    func start(extra: [String] = []) throws -> PythonFixtureServer {
-        try PythonFixtureServer(
-            script: "github_app_api.py",
-            arguments: ["--public-key", try keys.publicKey(of: .rsaPKCS1), "--app-id", "12345", "--installation", "678"] + extra,
-            logPath: keys.directory.path + "/github.jsonl")
+    func start(pathPrefix: String = "", lifetimeSeconds: Int = 3600, controlPath: String? = nil) throws -> PythonFixtureServer {
+        try PythonFixtureServer.gitHubAppAPI(
+            publicKeyPath: try keys.publicKey(of: .rsaPKCS1), appID: "12345", installationID: "678", pathPrefix: pathPrefix,
+            lifetimeSeconds: lifetimeSeconds, controlPath: controlPath, logPath: keys.directory.path + "/github.jsonl")
     }
 
     func request(_ fixture: PythonFixtureServer, key: SigningKey, appID: String = "12345", installation: String = "678", now: Int64? = nil)
@@ -85,7 +85,7 @@ import Testing
     /// The control file makes failures on demand; a prefix puts the endpoint under /api/v3.
     @Test func controlledFailuresAndPrefix() throws {
         let control = keys.directory.path + "/control.json"
-        let fixture = try start(extra: ["--prefix", "/api/v3", "--control", control, "--lifetime", "120"])
+        let fixture = try start(pathPrefix: "/api/v3", lifetimeSeconds: 120, controlPath: control)
         defer { fixture.stop() }
         let key = try SigningKey.parsePEM(try keys.bytes(.rsaPKCS1))
         let api = try Origin.parse("http://127.0.0.1:\(fixture.port)")
@@ -122,15 +122,12 @@ struct TestResponseBox {
 }
 
 @Suite struct JWTTokenEndpointFixtureTests {
-    let keys = KeyFiles()
+    let keys = TestKeys()
     let tokenPath = "/oauth2/token"
 
-    func start(_ kind: KeyFiles.Kind) throws -> PythonFixtureServer {
-        try PythonFixtureServer(
-            script: "jwt_token_endpoint.py",
-            arguments: [
-                "--public-key", try keys.publicKey(of: kind), "--issuer", "svc@example.iam", "--client-id", "client-7", "--kid", "kid-1",
-            ],
+    func start(_ kind: TestKeys.Kind) throws -> PythonFixtureServer {
+        try PythonFixtureServer.jwtTokenEndpoint(
+            publicKeyPath: try keys.publicKey(of: kind), issuer: "svc@example.iam", clientID: "client-7", keyID: "kid-1",
             logPath: keys.directory.path + "/endpoint.jsonl")
     }
 
@@ -148,8 +145,8 @@ struct TestResponseBox {
 
     func jti() -> String { JWTBearer.jti(random: RandomBytes.generate(16)) }
 
-    @Test(arguments: [KeyFiles.Kind.ecSEC1, .rsaPKCS1])
-    func verifiesGrantAndClientAssertions(kind: KeyFiles.Kind) throws {
+    @Test(arguments: [TestKeys.Kind.ecSEC1, .rsaPKCS1])
+    func verifiesGrantAndClientAssertions(kind: TestKeys.Kind) throws {
         let fixture = try start(kind)
         defer { fixture.stop() }
         let key = try SigningKey.parsePEM(try keys.bytes(kind))

@@ -1,13 +1,14 @@
 import Digests
 import Foundation
 import ProxyCore
+import TestSupport
 import Testing
 
 /// Every JWT the proxy makes, checked by an independent implementation: pyjwt over cryptography
 /// (Tests/Fixtures/jwt_verify.py) verifies the signature with the public key and exactly the
 /// expected alg, and decodes the header and claims the tests compare.
 @Suite struct JWTVerificationTests {
-    let keys = KeyFiles()
+    let keys = TestKeys()
     let now: Int64 = 1_796_206_946
 
     @Test func pyjwtVerifiesEveryShape() throws {
@@ -18,7 +19,7 @@ import Testing
         let odd = "quote \" backslash \\ newline \n tab \t é 🔑 </script>"
         var tokens: [(jwt: String, publicKey: String, alg: String)] = []
         var checks: [(header: [String: String], claims: [String: Any])] = []
-        func add(_ jwt: String, _ kind: KeyFiles.Kind, _ alg: String, header: [String: String], claims: [String: Any]) throws {
+        func add(_ jwt: String, _ kind: TestKeys.Kind, _ alg: String, header: [String: String], claims: [String: Any]) throws {
             tokens.append((jwt, try keys.publicKey(of: kind), alg))
             checks.append((header, claims))
         }

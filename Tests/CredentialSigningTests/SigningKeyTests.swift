@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Digests
@@ -6,10 +7,10 @@ import Testing
 /// Private keys as users hand them over (made by the openssl command line): what is read, what is
 /// refused and in which words, and that no input crashes the reader.
 @Suite struct SigningKeyTests {
-    let keys = KeyFiles()
+    let keys = TestKeys()
 
     @Test func readsTheFourSupportedShapes() throws {
-        let expected: [(KeyFiles.Kind, JWTAlgorithm, Int, String)] = [
+        let expected: [(TestKeys.Kind, JWTAlgorithm, Int, String)] = [
             (.rsaPKCS1, .rs256, 2048, "-----BEGIN RSA PRIVATE KEY-----"),
             (.rsaPKCS8, .rs256, 2048, "-----BEGIN PRIVATE KEY-----"),
             (.ecSEC1, .es256, 256, "-----BEGIN EC PRIVATE KEY-----"),
@@ -72,6 +73,11 @@ import Testing
                 "empty", "", .notPEMPrivateKey,
                 "not a PEM private key (expected -----BEGIN PRIVATE KEY-----, RSA PRIVATE KEY or EC PRIVATE KEY)"
             ),
+            (
+                "openssh", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n",
+                .openSSHFormat, "an OpenSSH private key: convert it to PEM (ssh-keygen -p -m PKCS8 -f K)"
+            ),
+            ("dsa", "-----BEGIN DSA PRIVATE KEY-----\nMIIBuwIBAAKBgQ\n-----END DSA PRIVATE KEY-----\n", .unsupportedKeyType, ""),
             ("base64 without armor", String(rsa.split(separator: "\n")[1]), .notPEMPrivateKey, ""),
             ("truncated", String(rsa.prefix(rsa.count / 2)), .unreadable, "the PEM private key is damaged: OpenSSL cannot read it"),
             ("damaged base64", rsa.replacingOccurrences(of: "a", with: "*"), .unreadable, ""),
@@ -111,7 +117,7 @@ import Testing
     /// is read or refused, never a crash (fixed seed: the same inputs every run).
     @Test func garbageNeverCrashes() throws {
         var random = SeededGenerator(seed: 7523)
-        let valid = try [KeyFiles.Kind.rsaPKCS1, .ecSEC1, .ecPKCS8].map { try keys.bytes($0) }
+        let valid = try [TestKeys.Kind.rsaPKCS1, .ecSEC1, .ecPKCS8].map { try keys.bytes($0) }
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\n".utf8)
         var read = 0
         for round in 0..<1500 {

@@ -11,8 +11,8 @@ Prints its port as the first line on stdout, then serves until its stdin closes 
 POST {prefix}/app/installations/{id}/access_tokens: the `Authorization: Bearer JWT` is verified with
 pyjwt, RS256 only, against the app's public key (GitHub's rules, docs.github.com "Generating a JSON
 Web Token (JWT) for a GitHub App"): `iss` equals --app-id (a number or a string, compared as text),
-`iat` is not in the future (60 s leeway, as GitHub allows for drift), `exp` is in the future, and
-`exp - iat` is at most 660 s (GitHub's 10 minutes, plus drift). When --installation is given, another
+`iat` is not in the future (GitHub: "a time in the past"; same machine, so no leeway), `exp` is in the
+future, and `exp - iat` is at most 660 s (GitHub's 10 minutes, plus a minute of drift). When --installation is given, another
 installation ID is 404. A verified call is answered 201 {"token": "PREFIX-N", "expires_at": RFC 3339
 now + lifetime, "permissions": ..., "repository_selection": ...}; a refused one 401 {"message":
 "A JSON web token could not be decoded"} (GitHub's words). The body's permissions and repositories are
@@ -64,7 +64,6 @@ with open(args.public_key, "rb") as f:
 PREFIX = args.prefix.rstrip("/")
 TOKEN_PATH = re.compile("^" + re.escape(PREFIX) + r"/app/installations/([^/?]+)/access_tokens$")
 MAX_LIFETIME = 660
-LEEWAY = 60
 
 lock = threading.Lock()
 state = {"issued": []}
@@ -96,7 +95,6 @@ def verify_jwt(authorization):
             PUBLIC_KEY,
             algorithms=["RS256"],
             options={"require": ["iat", "exp", "iss"], "verify_exp": True, "verify_iat": True},
-            leeway=LEEWAY,
         )
     except jwt.PyJWTError as error:
         raise ValueError(f"{type(error).__name__}: {error}")
@@ -105,7 +103,7 @@ def verify_jwt(authorization):
         raise ValueError("iss is not the app id")
     if not isinstance(claims["iat"], int) or not isinstance(claims["exp"], int):
         raise ValueError("iat and exp must be integers")
-    if claims["iat"] > now + LEEWAY:
+    if claims["iat"] > now:
         raise ValueError("iat is in the future")
     if claims["exp"] <= now:
         raise ValueError("exp has passed")
