@@ -74,10 +74,12 @@ public enum PyJWTPython {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Fixtures").path
     }
 
-    /// The first python3 that imports pyjwt and cryptography (Debian's python3-jwt and
-    /// python3-cryptography, else the python3 on PATH).
+    /// The first python3 that imports pyjwt and cryptography: $SCOPEPROXY_PYJWT_PYTHON when set (to
+    /// run against another pyjwt release), Debian's (python3-jwt, python3-cryptography), else the
+    /// python3 on PATH.
     public static let path: String? = {
         var candidates = ["/usr/bin/python3"]
+        if let chosen = ProcessInfo.processInfo.environment["SCOPEPROXY_PYJWT_PYTHON"] { candidates = [chosen] }
         for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":") {
             candidates.append("\(directory)/python3")
         }
