@@ -92,6 +92,10 @@ let package = Package(
                 "ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "COpenSSL", "TestSupport", "SecretStore",
                 "ScopePolicy",
             ]),
+        // Private-key signing and the JWTs of credential sources (GitHub App, RFC 7523), each
+        // verified by pyjwt (Tests/Fixtures/jwt_verify.py), and the loopback fixtures that check them.
+        .testTarget(
+            name: "CredentialSigningTests", dependencies: ["Digests", "ProxyCore", "HTTP1Codec", "ScopePolicy", "TestSupport"]),
         // The command line through the built binary (and the pieces it is generated from).
         .testTarget(name: "CLITests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "ProxyCore", "HTTP1Codec", "TestSupport"]),
     ],

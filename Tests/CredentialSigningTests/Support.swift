@@ -1,0 +1,18 @@
+import Foundation
+
+/// A deterministic generator for the garbage loops (xorshift64*): the same inputs on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+
+    init(seed: UInt64) { state = seed == 0 ? 0x9E37_79B9_7F4A_7C15 : seed }
+
+    mutating func next() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 0x2545_F491_4F6C_DD1D
+    }
+}
+
+/// Seconds since the epoch, for the fixtures that check times against their clock.
+func nowSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
