@@ -75,7 +75,11 @@ final class CommandRunner {
     var processID: pid_t? { child?.pid }
 
     func start(finish: @escaping (Outcome) -> Void) {
-        precondition(self.finish == nil && !isFinished, "CommandRunner.start called twice")
+        // Once only, and not after `cancel`: a second start is a caller's bug, ignored (not a trap).
+        guard self.finish == nil, !isFinished else {
+            assertionFailure("CommandRunner.start called twice or after cancel")
+            return
+        }
         self.finish = finish
         let spawned: SpawnedChild
         switch Spawn.start(argv: argv, environment: environment) {
@@ -95,7 +99,12 @@ final class CommandRunner {
                 let runner = Unmanaged<CommandRunner>.fromOpaque(context!).takeUnretainedValue()
                 withExtendedLifetime(runner) { runner.timedOut() }
             }, context)
-        if let timer { sp_event_add_ms(timer, timeoutMilliseconds) }
+        guard let timer else {
+            // No timer, no bound on the run: refuse to run unbounded (the child is killed, reaped).
+            end(.failure(.notStarted("cannot arm the timeout")))
+            return
+        }
+        sp_event_add_ms(timer, timeoutMilliseconds)
         child?.watch { [unowned self] in self.childExited() }
     }
 
@@ -165,7 +174,7 @@ final class CommandRunner {
             end(.failure(.signaled(Int32(sp_wait_signal(status)))))
         } else {
             // Reaped by someone else (a process-wide waitpid(-1)): its status is lost.
-            end(.failure(.notStarted("its exit status was lost")))
+            end(.failure(.notStarted("its exit status was lost (reaped elsewhere)")))
         }
     }
 

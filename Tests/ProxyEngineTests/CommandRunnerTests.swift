@@ -227,6 +227,23 @@ struct CommandRunnerTests {
         #expect(ProcessEnvironment.current()["PATH"] != nil)
     }
 
+    @Test("the child starts with no signal blocked or ignored, although the proxy ignores SIGPIPE")
+    func defaultSignals() throws {
+        let rig = try RunnerRig()
+        signal(SIGPIPE, SIG_IGN)  // as the proxy (and the mailbox loop) already did: the child must not inherit it
+        let run = try rig.run(["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"])
+        let masks = Dictionary(
+            uniqueKeysWithValues: try #require(run.stdout).split(separator: "\n").compactMap { line -> (String, UInt64)? in
+                let parts = line.split(separator: "\t")
+                guard parts.count == 2, let mask = UInt64(parts[1], radix: 16) else { return nil }
+                return (String(parts[0]), mask)
+            })
+        #expect(masks["SigBlk:"] == 0)
+        // Signals 1...31 (bits 0...30) at their defaults. glibc's posix_spawn leaves its two internal
+        // real-time signals (32, 33) ignored in every child it starts: not the proxy's doing.
+        #expect(masks["SigIgn:"].map { $0 & 0x7FFF_FFFF } == 0)
+    }
+
     @Test("no descriptor of the proxy reaches the child: /proc/self/fd of the child holds 0, 1 and 2 only")
     func noDescriptorLeaks() throws {
         let rig = try RunnerRig()
