@@ -54,7 +54,7 @@ static inline int sp_bufferevent_ssl_connecting(void) { return BUFFEREVENT_SSL_C
 static inline int sp_bufferevent_ssl_accepting(void) { return BUFFEREVENT_SSL_ACCEPTING; }
 
 // pidfd_open(2) (Linux 5.3) as the raw system call: glibc wraps it only from 2.36. -1 and errno
-// when the kernel (or a seccomp filter) refuses; the runner then polls waitpid instead.
+// when the kernel (or a seccomp filter) refuses; the runner then polls waitid (WNOWAIT) instead.
 static inline int sp_pidfd_open(pid_t pid) {
 #ifdef SYS_pidfd_open
     return (int)syscall(SYS_pidfd_open, pid, 0);

@@ -471,9 +471,10 @@ private final class CStrings {
     }
 }
 
-/// The proxy's own environment, for `CommandEnvironment.minimal`.
-enum ProcessEnvironment {
-    static func current() -> [String: String] {
+/// The proxy's own environment, for `CommandEnvironment.minimal` (read once at start or reload:
+/// `environ` is not safe to read while another thread calls setenv).
+public enum ProcessEnvironment {
+    public static func current() -> [String: String] {
         var variables: [String: String] = [:]
         var cursor = environ
         while let entry = cursor.pointee {

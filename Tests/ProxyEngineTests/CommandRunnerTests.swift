@@ -132,10 +132,12 @@ private enum Processes {
 
 @Suite("CommandRunner: command secrets' programs on a worker's loop", .serialized)
 struct CommandRunnerTests {
-    @Test("exit 0: stdout is the output, stderr's first line comes along; the program is found in the given PATH")
-    func success() throws {
+    @Test(
+        "exit 0: stdout is the output, stderr's first line comes along; the program is found in the given PATH",
+        arguments: [false, true])
+    func success(pollForExit: Bool) throws {
         let rig = try RunnerRig()
-        let run = try rig.run(["sh", "-c", "printf 'tok-123\\n'; printf 'note: cached\\nmore\\n' >&2"])
+        let run = try rig.run(["sh", "-c", "printf 'tok-123\\n'; printf 'note: cached\\nmore\\n' >&2"], pollForExit: pollForExit)
         let output = try run.outcome.get()
         #expect(output.stdout == Array("tok-123\n".utf8))
         #expect(output.stderrFirstLine == "note: cached")
