@@ -67,8 +67,8 @@ public struct AWSSharedConfigFile: Sendable, Equatable {
                 continue
             }
             keyIndent = indent
-            if stripped.first == UInt8(ascii: "["), let close = stripped.lastIndex(of: UInt8(ascii: "]")), close > 1 {
-                let name = String(decoding: stripped[1..<close], as: UTF8.self)
+            if stripped.first == UInt8(ascii: "["), let close = stripped.lastIndex(of: UInt8(ascii: "]")), close > stripped.startIndex + 1 {
+                let name = String(decoding: stripped[(stripped.startIndex + 1)..<close], as: UTF8.self)
                 hasKey = false
                 if name == "DEFAULT" {
                     current = defaultMarker
