@@ -141,7 +141,7 @@ public struct AWSChainFailure: Error, Sendable, Equatable, CustomStringConvertib
         case .profileNotFound(let name): why = "profile '\(name)' is in neither the config nor the credentials file"
         case .sourceProfileNotFound(let profile, let source): why = "profile '\(profile)' names source_profile '\(source)', which does not exist"
         case .sourceProfileLoop(let visited): why = "source_profile loop: \(visited.map { "'\($0)'" }.joined(separator: " -> "))"
-        case .roleChainTooLong(let limit): why = "more than \(limit) roles chained through source_profile"
+        case .roleChainTooLong(let limit): why = "more than \(limit) profiles chained through source_profile"
         case .invalidProfile(let profile, let problem): why = "profile '\(profile)' \(problem)"
         case .invalidSetting(let variable, let problem): why = "\(variable) \(problem)"
         case .partialCredentials(let missing): why = "\(missing) is missing"
@@ -442,11 +442,15 @@ struct Plan: Sendable, CustomStringConvertible {
     /// Where STS is (only when the plan calls it).
     var sts: STSEndpoint
 
+    var callsSTS: Bool {
+        if case .webIdentity = base { return true }
+        return !roles.isEmpty
+    }
+
     var description: String {
         var text = baseDescription
         for hop in roles { text = "profile '\(hop.profile)' (role_arn \(hop.roleArn) via \(hop.via): \(text))" }
-        if roles.isEmpty, case .webIdentity = base { return text + " at STS \(sts.origin)" }
-        return roles.isEmpty ? text : text + " at STS \(sts.origin)"
+        return callsSTS ? text + " at STS \(sts.origin)" : text
     }
 }
 
@@ -474,7 +478,26 @@ struct Planner {
 
     typealias Outcome = Result<Plan, AWSChainFailure>
 
+    /// The plan, or why there is none. A bad STS setting (region, endpoint) fails only a plan
+    /// that calls STS: static keys do not depend on it.
     mutating func plan(_ selection: AWSCredentialSelection) -> Outcome {
+        let outcome = planLinks(selection)
+        if case .success(let plan) = outcome, plan.callsSTS, let stsProblem { return .failure(stsProblem) }
+        return outcome
+    }
+
+    private var stsProblem: AWSChainFailure?
+
+    mutating func resolveSTS() -> STSEndpoint {
+        switch stsEndpoint() {
+        case .success(let endpoint): return endpoint
+        case .failure(let failure):
+            stsProblem = failure
+            return Self.globalSTS
+        }
+    }
+
+    mutating func planLinks(_ selection: AWSCredentialSelection) -> Outcome {
         let sts: STSEndpoint
         var lookedAt: [String] = []
         switch selection {
@@ -491,10 +514,7 @@ struct Planner {
             if env("AWS_PROFILE") != nil, !profiles!.exists(selectedProfile) {
                 return .failure(AWSChainFailure(link: nil, reason: .profileNotFound(selectedProfile)))
             }
-            switch stsEndpoint() {
-            case .success(let endpoint): sts = endpoint
-            case .failure(let failure): return .failure(failure)
-            }
+            sts = resolveSTS()
             switch profileLinks(selectedProfile, environmentEnabled: true, sts: sts) {
             case .failure(let failure): return .failure(failure)
             case .success(let plan?): return .success(plan)
@@ -519,10 +539,7 @@ struct Planner {
             if let failure = loadFiles() { return .failure(failure) }
             selectedProfile = name
             guard profiles!.exists(name) else { return .failure(AWSChainFailure(link: nil, reason: .profileNotFound(name))) }
-            switch stsEndpoint() {
-            case .success(let endpoint): sts = endpoint
-            case .failure(let failure): return .failure(failure)
-            }
+            sts = resolveSTS()
             switch profileLinks(name, environmentEnabled: false, sts: sts) {
             case .failure(let failure): return .failure(failure)
             case .success(let plan?): return .success(plan)
@@ -545,9 +562,20 @@ struct Planner {
             return .failure(AWSChainFailure(link: .environment, reason: .partialCredentials(missing: "AWS_SECRET_ACCESS_KEY")))
         }
         let token = env("AWS_SESSION_TOKEN") ?? env("AWS_SECURITY_TOKEN")
+        // botocore `EnvProvider`: AWS_CREDENTIAL_EXPIRATION, when set, is when these expire.
+        var expiration: Int64?
+        if let text = env("AWS_CREDENTIAL_EXPIRATION") {
+            guard let seconds = RFC3339.secondsSinceEpoch(text) else {
+                return .failure(
+                    AWSChainFailure(
+                        link: .environment, reason: .invalidSetting(variable: "AWS_CREDENTIAL_EXPIRATION", problem: "is not an RFC 3339 time")))
+            }
+            expiration = seconds
+        }
         guard
             let credentials = AWSTemporaryCredentials(
-                accessKeyID: Array(keyID.utf8), secretAccessKey: Array(secret.utf8), sessionToken: token.map { Array($0.utf8) }, expiration: nil)
+                accessKeyID: Array(keyID.utf8), secretAccessKey: Array(secret.utf8), sessionToken: token.map { Array($0.utf8) },
+                expiration: expiration)
         else { return .failure(AWSChainFailure(link: .environment, reason: .invalidCredentials("AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"))) }
         return .success(credentials)
     }
@@ -774,7 +802,11 @@ struct Planner {
         if let region, !AWSSigV4Signer.isScopeComponent(region) {
             return .failure(AWSChainFailure(link: nil, reason: .invalidSetting(variable: regionSetting, problem: "is not a region name")))
         }
-        for variable in ["AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL"] {
+        // botocore's configured endpoints: the service's variable, then the global one, unless
+        // AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true.
+        let endpointVariables =
+            env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")?.lowercased() == "true" ? [] : ["AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL"]
+        for variable in endpointVariables {
             guard let text = env(variable) else { continue }
             guard let origin = Requests.origin(text) else {
                 return .failure(AWSChainFailure(link: nil, reason: .invalidSetting(variable: variable, problem: "is not scheme://host[:port]")))
@@ -872,7 +904,7 @@ enum Requests {
         !text.isEmpty && text.utf8.count <= 2048 && text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
     }
 
-    static func head(_ method: String, _ target: String, origin: Origin, _ extra: [(String, String)], body: [UInt8]?) -> HTTPFields {
+    static func requestFields(origin: Origin, _ extra: [(String, String)], body: [UInt8]?) -> HTTPFields {
         var fields = HTTPFields()
         fields.append(name: "Host", value: origin.authority)
         for (name, value) in extra { fields.append(name: name, value: value) }
@@ -903,7 +935,7 @@ enum Requests {
             ("RoleArn", Array(identity.roleArn.utf8)), ("RoleSessionName", Array(sessionName(identity.sessionName, now: now).utf8)),
             ("WebIdentityToken", token),
         ])
-        let fields = head("POST", "/", origin: sts.origin, [("Content-Type", formType), ("Accept", "text/xml")], body: body)
+        let fields = requestFields(origin: sts.origin, [("Content-Type", formType), ("Accept", "text/xml")], body: body)
         return AWSChainRequest(origin: sts.origin, bytes: bytes("POST", "/", fields, body: body), purpose: "STS AssumeRoleWithWebIdentity")
     }
 
@@ -918,7 +950,7 @@ enum Requests {
         if let externalID = hop.externalID { parameters.append(("ExternalId", Array(externalID.utf8))) }
         if let duration = hop.durationSeconds { parameters.append(("DurationSeconds", Array(String(duration).utf8))) }
         let body = stsBody(parameters)
-        var fields = head("POST", "/", origin: sts.origin, [("Content-Type", formType), ("Accept", "text/xml")], body: body)
+        var fields = requestFields(origin: sts.origin, [("Content-Type", formType), ("Accept", "text/xml")], body: body)
         do {
             let signer = try AWSSigV4Signer(service: "sts", region: sts.region, credentials: try credentials.signingCredentials())
             let signature = try signer.sign(
@@ -936,19 +968,19 @@ enum Requests {
     static func container(_ target: ContainerTarget) -> AWSChainRequest {
         var extra = [("Accept", "application/json")]
         if let token = target.authorization { extra.append(("Authorization", token.exposedFieldValue)) }
-        let fields = head("GET", target.pathAndQuery, origin: target.origin, extra, body: nil)
+        let fields = requestFields(origin: target.origin, extra, body: nil)
         return AWSChainRequest(origin: target.origin, bytes: bytes("GET", target.pathAndQuery, fields, body: []), purpose: "container credentials")
     }
 
     static func imdsToken(_ endpoint: Origin) -> AWSChainRequest {
-        let fields = head(
-            "PUT", "/latest/api/token", origin: endpoint, [("X-aws-ec2-metadata-token-ttl-seconds", String(AWSCredentialChain.imdsTokenTTLSeconds))],
+        let fields = requestFields(
+            origin: endpoint, [("X-aws-ec2-metadata-token-ttl-seconds", String(AWSCredentialChain.imdsTokenTTLSeconds))],
             body: [])
         return AWSChainRequest(origin: endpoint, bytes: bytes("PUT", "/latest/api/token", fields, body: []), purpose: "IMDSv2 token")
     }
 
     static func imdsGet(_ endpoint: Origin, path: String, token: [UInt8], purpose: String) -> AWSChainRequest {
-        let fields = head("GET", path, origin: endpoint, [("X-aws-ec2-metadata-token", HTTPField.value(wireBytes: token))], body: nil)
+        let fields = requestFields(origin: endpoint, [("X-aws-ec2-metadata-token", HTTPField.value(wireBytes: token))], body: nil)
         return AWSChainRequest(origin: endpoint, bytes: bytes("GET", path, fields, body: []), purpose: purpose)
     }
 }

@@ -607,6 +607,53 @@ import Testing
         Self.expectFinished(keys.start(), key: "A", source: .profile("default"))
     }
 
+    // MARK: STS endpoint and region
+
+    @Test(arguments: [
+        (["AWS_DEFAULT_REGION": "ap-south-1"], "https://sts.ap-south-1.amazonaws.com", "ap-south-1"),
+        (["AWS_REGION": "eu-north-1", "AWS_DEFAULT_REGION": "ap-south-1"], "https://sts.eu-north-1.amazonaws.com", "eu-north-1"),
+        (["AWS_ENDPOINT_URL": "http://127.0.0.1:7"], "http://127.0.0.1:7", "us-east-1"),
+        (
+            ["AWS_ENDPOINT_URL_STS": "http://127.0.0.1:8", "AWS_ENDPOINT_URL": "http://127.0.0.1:7", "AWS_REGION": "eu-west-3"], "http://127.0.0.1:8",
+            "eu-west-3"
+        ),
+        (["AWS_ENDPOINT_URL_STS": "http://127.0.0.1:8", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"], "https://sts.amazonaws.com", "us-east-1"),
+    ])
+    func stsEndpointAndSigningRegion(env: [String: String], origin: String, region: String) {
+        var chain = Self.chain(env: env, config: "[default]\nrole_arn = arn:r\nsource_profile = base\n", credentials: Self.baseCredentials)
+        guard case .send(let request) = chain.start() else {
+            Issue.record("expected a request")
+            return
+        }
+        #expect(request.origin.description == origin)
+        #expect(Self.text(request.bytes).contains("/20261202/\(region)/sts/aws4_request"))
+    }
+
+    @Test func aBadRegionFailsOnlyWhatCallsSTS() {
+        let env = ["AWS_REGION": "EU WEST"]
+        var keys = Self.chain(env: env, credentials: Self.baseCredentials.replacingOccurrences(of: "[base]", with: "[default]"))
+        Self.expectFinished(keys.start(), key: Self.fileKey, source: .profile("default"))
+        var role = Self.chain(env: env, config: "[default]\nrole_arn = arn:r\nsource_profile = base\n", credentials: Self.baseCredentials)
+        #expect(Self.failure(role.start())?.reason == .invalidSetting(variable: "AWS_REGION", problem: "is not a region name"))
+        var endpoint = Self.chain(
+            env: ["AWS_ENDPOINT_URL_STS": "sts.example"], config: "[default]\nrole_arn = arn:r\nsource_profile = base\n",
+            credentials: Self.baseCredentials)
+        #expect(Self.failure(endpoint.start())?.reason == .invalidSetting(variable: "AWS_ENDPOINT_URL_STS", problem: "is not scheme://host[:port]"))
+    }
+
+    @Test func environmentExpiration() {
+        var chain = Self.chain(env: ["AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S", "AWS_CREDENTIAL_EXPIRATION": "2026-12-02T11:00:00Z"])
+        guard case .finished(let credentials, _) = chain.start() else {
+            Issue.record("expected finished")
+            return
+        }
+        #expect(credentials.expiration == 1_796_209_200)
+        var past = Self.chain(env: ["AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S", "AWS_CREDENTIAL_EXPIRATION": "2020-01-01T00:00:00Z"])
+        #expect(Self.failure(past.start())?.reason == .expired)
+        var bad = Self.chain(env: ["AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "S", "AWS_CREDENTIAL_EXPIRATION": "soon"])
+        #expect(Self.failure(bad.start())?.reason == .invalidSetting(variable: "AWS_CREDENTIAL_EXPIRATION", problem: "is not an RFC 3339 time"))
+    }
+
     // MARK: describe
 
     @Test func describeNamesTheLinkNeverAValue() {
