@@ -59,7 +59,12 @@ public struct AWSSharedConfigFile: Sendable, Equatable {
         for (index, raw) in lines.enumerated() {
             let number = index + 1
             let stripped = trim(raw)
-            if stripped.isEmpty { continue }
+            if stripped.isEmpty {
+                // configparser (`empty_lines_in_values`): a blank line belongs to the value being
+                // read, in case an indented line continues it; trailing ones are trimmed at the end.
+                if current != nil, hasKey { appendToLast("") }
+                continue
+            }
             if stripped.first == UInt8(ascii: "#") || stripped.first == UInt8(ascii: ";") { continue }
             let indent = raw.prefix { isBlank($0) }.count
             if current != nil, hasKey, indent > keyIndent {
@@ -101,13 +106,17 @@ public struct AWSSharedConfigFile: Sendable, Equatable {
         func resolve(_ entries: [(key: String, lines: [String], line: Int)]) -> Result<[String: String], AWSSharedConfigError> {
             var values: [String: String] = [:]
             for entry in entries {
-                if entry.lines.count > 1, entry.lines[0].isEmpty {
-                    for nested in entry.lines.dropFirst() where !nested.utf8.contains(UInt8(ascii: "=")) {
+                // configparser joins the lines with "\n" and strips trailing whitespace; botocore
+                // reads a value that then starts with "\n" as a nested sub-section.
+                var lines = entry.lines
+                while let last = lines.last, last.isEmpty, lines.count > 1 { lines.removeLast() }
+                if lines.count > 1, lines[0].isEmpty {
+                    for nested in lines.dropFirst() where !nested.isEmpty && !nested.utf8.contains(UInt8(ascii: "=")) {
                         return .failure(AWSSharedConfigError(path: path, line: entry.line, problem: .nestedWithoutDelimiter))
                     }
                     continue
                 }
-                values[entry.key] = entry.lines.joined(separator: "\n")
+                values[entry.key] = lines.joined(separator: "\n")
             }
             return .success(values)
         }
