@@ -181,8 +181,8 @@ public struct AWSChainFailure: Error, Sendable, Equatable, CustomStringConvertib
 /// docs ("Standardized credential providers") describe and where they differ botocore wins:
 /// 1. environment: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY [+ AWS_SESSION_TOKEN or
 ///    AWS_SECURITY_TOKEN]; a key id without the secret is an error.
-/// 2. the profile (AWS_PROFILE, else `default`; an AWS_PROFILE that names no profile is an error,
-///    as botocore's session raises ProfileNotFound) with `role_arn` and no
+/// 2. the profile (AWS_DEFAULT_PROFILE, AWS_PROFILE, else `default`; a variable that names no
+///    profile is an error, as botocore's session raises ProfileNotFound) with `role_arn` and no
 ///    `web_identity_token_file`: STS AssumeRole, signed with the credentials of its
 ///    `source_profile` (resolved by that profile's own links, recursively when it has a `role_arn`
 ///    of its own; a cycle is refused, a profile may name itself only when it has static keys) or
@@ -510,8 +510,10 @@ struct Planner {
             case .success(nil): lookedAt.append("environment (AWS_ACCESS_KEY_ID)")
             }
             if let failure = loadFiles() { return .failure(failure) }
-            selectedProfile = env("AWS_PROFILE") ?? "default"
-            if env("AWS_PROFILE") != nil, !profiles!.exists(selectedProfile) {
+            // botocore's `profile` setting: AWS_DEFAULT_PROFILE, then AWS_PROFILE.
+            let named = env("AWS_DEFAULT_PROFILE") ?? env("AWS_PROFILE")
+            selectedProfile = named ?? "default"
+            if named != nil, !profiles!.exists(selectedProfile) {
                 return .failure(AWSChainFailure(link: nil, reason: .profileNotFound(selectedProfile)))
             }
             sts = resolveSTS()

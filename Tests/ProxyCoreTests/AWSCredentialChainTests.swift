@@ -654,6 +654,61 @@ import Testing
         #expect(Self.failure(bad.start())?.reason == .invalidSetting(variable: "AWS_CREDENTIAL_EXPIRATION", problem: "is not an RFC 3339 time"))
     }
 
+    @Test func awsDefaultProfileComesBeforeAWSProfile() {
+        let credentials = "[a]\naws_access_key_id = AKIAA\naws_secret_access_key = s\n[b]\naws_access_key_id = AKIAB\naws_secret_access_key = s\n"
+        var chain = Self.chain(env: ["AWS_DEFAULT_PROFILE": "b", "AWS_PROFILE": "a"], credentials: credentials)
+        Self.expectFinished(chain.start(), key: "AKIAB", source: .profile("b"))
+    }
+
+    /// Every configuration kind, resumed with fixed-seed garbage: the chain ends (finished or
+    /// failed) within a few steps and never traps.
+    @Test func garbageAnswersNeverTrap() {
+        var state: UInt64 = 0xC0FF_EE00_1234_ABCD
+        func next() -> UInt64 {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return state
+        }
+        let configurations: [([String: String], String?)] = [
+            (["AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:9"], nil),
+            (["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/x"], nil),
+            ([:], "[default]\ncredential_process = x\n"),
+            (
+                ["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/x"],
+                "[default]\nrole_arn = arn:r\nsource_profile = b\n[profile b]\nrole_arn = arn:s\ncredential_source = EcsContainer\n"
+            ),
+        ]
+        let pieces = [
+            Self.stsAnswer, #"{"Code": "Success", "AccessKeyId": "A", "SecretAccessKey": "S", "Token": "T", "Expiration": "2026-12-02T16:22:26Z"}"#,
+            "role",
+            "<ErrorResponse><Error><Code>Throttling</Code></Error></ErrorResponse>", "",
+        ]
+        for round in 0..<600 {
+            let (env, config) = configurations[round % configurations.count]
+            var chain = Self.chain(env: env, config: config)
+            var step = chain.start()
+            var steps = 0
+            while steps < 10 {
+                steps += 1
+                var body = Array(pieces[Int(next() % UInt64(pieces.count))].utf8)
+                if !body.isEmpty, next() % 2 == 0 { body[Int(next() % UInt64(body.count))] = UInt8(truncatingIfNeeded: next()) }
+                let input: AWSChainInput
+                switch next() % 5 {
+                case 0: input = .requestFailed(.refused)
+                case 1: input = .commandOutput(body)
+                case 2: input = .commandFailed("timed out")
+                default: input = .response(status: [200, 200, 403, 500][Int(next() % 4)], body: body)
+                }
+                switch step {
+                case .finished, .failed: steps = 99
+                case .send, .run: step = chain.resume(input)
+                }
+            }
+            #expect(steps == 99)
+        }
+    }
+
     // MARK: describe
 
     @Test func describeNamesTheLinkNeverAValue() {
