@@ -44,13 +44,15 @@ public enum AWSCredentialOrigin: Sendable, Equatable, CustomStringConvertible {
 /// One HTTP exchange the chain needs: connect to `origin` (TLS for https), write `bytes` (a whole
 /// HTTP/1.1 request with `Connection: close`; it may hold a secret, so never log it), read the
 /// response, and `resume` with `.response` or `.requestFailed`.
-public struct AWSChainRequest: Sendable, Equatable, CustomStringConvertible {
+public struct AWSChainRequest: Sendable, Equatable, CustomStringConvertible, CustomReflectable {
     public let origin: Origin
     public let bytes: [UInt8]
     /// What it is, for logs: "STS AssumeRole", "IMDSv2 token", ...
     public let purpose: String
 
     public var description: String { "\(purpose) at \(origin)" }
+    /// `dump` and test failures show what and where, never the bytes (a signature, a token).
+    public var customMirror: Mirror { Mirror(self, children: ["purpose": purpose, "origin": origin]) }
 }
 
 /// What the chain asks of its runner next.
@@ -61,6 +63,32 @@ public enum AWSChainStep: Sendable, Equatable {
     /// Run a `credential_process` (argv[0] looked up on PATH, never through a shell) with a
     /// timeout, and resume with its stdout (`.commandOutput`) or `.commandFailed`.
     case run(argv: [String])
+}
+
+/// Steps and inputs print without their payloads: credentials, request bytes, a command's
+/// arguments (which may carry a secret) and answers are never in a log line or a test failure.
+extension AWSChainStep: CustomStringConvertible, CustomReflectable {
+    public var description: String {
+        switch self {
+        case .finished(_, let source): "finished(\(source))"
+        case .failed(let failure): "failed(\(failure))"
+        case .send(let request): "send(\(request))"
+        case .run(let argv): "run(\(argv.count) words)"
+        }
+    }
+    public var customMirror: Mirror { Mirror(self, children: ["step": description]) }
+}
+
+extension AWSChainInput: CustomStringConvertible, CustomReflectable {
+    public var description: String {
+        switch self {
+        case .response(let status, let body): "response(\(status), \(body.count) bytes)"
+        case .requestFailed(let reason): "requestFailed(\(reason.code))"
+        case .commandOutput(let output): "commandOutput(\(output.count) bytes)"
+        case .commandFailed(let words): "commandFailed(\(words))"
+        }
+    }
+    public var customMirror: Mirror { Mirror(self, children: ["input": description]) }
 }
 
 /// What the runner reports back.

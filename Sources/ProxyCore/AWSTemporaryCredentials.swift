@@ -4,7 +4,7 @@ import ScopePolicy
 /// AWS credentials as a credential source delivered them (static keys, STS, a container or
 /// instance endpoint, a `credential_process`): the three values and, for temporary ones, when they
 /// expire. Every value is a `SecretValue`, so nothing of this prints.
-public struct AWSTemporaryCredentials: Sendable, Equatable {
+public struct AWSTemporaryCredentials: Sendable, Equatable, CustomStringConvertible, CustomReflectable {
     public let accessKeyID: SecretValue
     public let secretAccessKey: SecretValue
     public let sessionToken: SecretValue?
@@ -74,6 +74,11 @@ public struct AWSTemporaryCredentials: Sendable, Equatable {
     }
 
     static let packedTag = "aws1"
+
+    public var description: String {
+        "AWSTemporaryCredentials(<redacted>\(sessionToken == nil ? "" : ", session token")\(expiration.map { ", expires \($0)" } ?? ""))"
+    }
+    public var customMirror: Mirror { Mirror(self, children: ["expiration": expiration as Any]) }
 }
 
 extension AWSCredentials {

@@ -238,3 +238,23 @@ import Testing
         }
     }
 }
+
+/// What prints of the chain's values: never a credential, request byte, argument or answer.
+@Suite struct AWSCredentialChainPrintingTests {
+    @Test func nothingSecretPrints() throws {
+        let credentials = try #require(
+            AWSTemporaryCredentials(
+                accessKeyID: Array("AKIACANARY".utf8), secretAccessKey: Array("SECRET-CANARY".utf8), sessionToken: Array("TOKEN-CANARY".utf8),
+                expiration: 5))
+        let texts = [
+            "\(credentials)", String(reflecting: credentials), "\(AWSChainStep.finished(credentials, source: .environment))",
+            "\(AWSChainStep.run(argv: ["get", "--secret", "ARG-CANARY"]))", "\(AWSChainInput.response(status: 200, body: Array("BODY-CANARY".utf8)))",
+            "\(AWSChainInput.commandOutput(Array("OUT-CANARY".utf8)))",
+        ]
+        for text in texts { #expect(!text.contains("CANARY"), "\(text)") }
+        var dumped = ""
+        dump(AWSChainStep.finished(credentials, source: .environment), to: &dumped)
+        dump(AWSChainStep.run(argv: ["ARG-CANARY"]), to: &dumped)
+        #expect(!dumped.contains("CANARY"), "\(dumped)")
+    }
+}
