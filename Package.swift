@@ -56,7 +56,7 @@ let package = Package(
             name: "ProxyEngine",
             dependencies: [
                 "ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CNGHTTP2", "CSocketDiag",
-                "PosixSupport",
+                "PosixSupport", "Digests",
             ]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable

@@ -2,13 +2,6 @@ import AWSSigV4
 import HTTP1Codec
 import ScopePolicy
 
-/// Which AWS credentials a signing scope uses: the SDKs' default chain, or one profile of the
-/// shared files.
-public enum AWSCredentialSelection: Sendable, Equatable {
-    case defaultChain
-    case profile(String)
-}
-
 /// The link of the chain that gave the credentials (for `explain`, logs, and failures).
 public enum AWSCredentialOrigin: Sendable, Equatable, CustomStringConvertible {
     /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY [/ AWS_SESSION_TOKEN].

@@ -465,6 +465,18 @@ public enum HopPlanner {
         case (.hashBody, .none), (.hashBody, .replayed):
             payloadHash = AWSSigV4.payloadHash(body: outgoingBody ?? [])
         }
+        if let chain = aws.chain {
+            // The AWS chain's credentials are one computed value the exchange obtained before planning.
+            guard let packed = secrets.value(of: chain.secretName), let credentials = AWSTemporaryCredentials(packed: packed) else {
+                return .failure(.credentialUnavailable(scope: scope.name, secret: chain.secretName))
+            }
+            AWSSigV4.removeClientSigningFields(from: &outgoing.fields)
+            return signAWSSigV4(
+                &outgoing, pathAndQuery: &pathAndQuery, origin: origin, scope: scope, spec: aws, payloadHash: payloadHash, wallClock: wallClock
+            ) {
+                () throws(AWSSigV4Error) in try credentials.signingCredentials()
+            }
+        }
         guard let keyID = secrets.value(of: aws.accessKeyIDSecret) else {
             return .failure(.credentialUnavailable(scope: scope.name, secret: aws.accessKeyIDSecret))
         }
@@ -477,13 +489,23 @@ public enum HopPlanner {
             token = value
         }
         AWSSigV4.removeClientSigningFields(from: &outgoing.fields)
+        return signAWSSigV4(
+            &outgoing, pathAndQuery: &pathAndQuery, origin: origin, scope: scope, spec: aws, payloadHash: payloadHash, wallClock: wallClock
+        ) {
+            () throws(AWSSigV4Error) in
+            try AWSCredentials(accessKeyID: keyID.exposedBytes, secretAccessKey: secretKey.exposedBytes, sessionToken: token?.exposedBytes)
+        }
+    }
+
+    /// Signs with `credentials` (made inside, so a malformed value is a typed signing failure).
+    private static func signAWSSigV4(
+        _ outgoing: inout RequestHead, pathAndQuery: inout String, origin: Origin, scope: Scope, spec aws: AWSSigV4Spec,
+        payloadHash: String, wallClock: Int64, credentials: () throws(AWSSigV4Error) -> AWSCredentials
+    ) -> Result<Void, ProxyError> {
         let path = String(pathAndQuery.prefix { $0 != "?" })
         let query = pathAndQuery.firstIndex(of: "?").map { String(pathAndQuery[pathAndQuery.index(after: $0)...]) } ?? ""
         do {
-            let credentials = try AWSCredentials(
-                accessKeyID: keyID.exposedBytes, secretAccessKey: secretKey.exposedBytes,
-                sessionToken: token?.exposedBytes)
-            let signer = try AWSSigV4Signer(service: aws.service, region: aws.region, credentials: credentials)
+            let signer = try AWSSigV4Signer(service: aws.service, region: aws.region, credentials: try credentials())
             let signature = try signer.sign(
                 AWSSigV4Request(
                     method: outgoing.method, authority: origin.authority, path: path,

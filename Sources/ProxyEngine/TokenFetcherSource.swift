@@ -60,7 +60,7 @@ public final class CredentialSources: Sendable {
         names = Set(recipes.keys)
         fetcher = try TokenFetcher(
             configuration: configuration, secrets: secrets, sink: sink, responseLimit: responseLimit, clock: clock,
-            wallClock: wallClock ?? { Int64(time(nil)) }, environment: environment ?? Self.processEnvironment(), observer: observer)
+            wallClock: wallClock ?? { Int64(time(nil)) }, environment: environment ?? ProcessEnvironment.current(), observer: observer)
         self.clock = clock
     }
 
@@ -96,20 +96,6 @@ public final class CredentialSources: Sendable {
         case .githubApp(let spec): .endpoint(spec.api)
         case .awsChain(let selection): .awsChain(selection)
         }
-    }
-
-    /// The proxy's environment, read once per configuration.
-    static func processEnvironment() -> [String: String] {
-        var result: [String: String] = [:]
-        var pointer = environ
-        while let entry = pointer.pointee {
-            let text = String(cString: entry)
-            if let equals = text.firstIndex(of: "=") {
-                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
-            }
-            pointer += 1
-        }
-        return result
     }
 
     /// Fails fetches in flight (their waiters are answered) and ends the fetcher's thread.

@@ -159,7 +159,7 @@ struct TestResponseBox {
         let grantForm = JWTBearer.grantForm(assertion: assertion, scope: "read")
         var response = try post(fixture, grantForm)
         var grant = try OAuth2TokenResponse.parse(status: response.status, body: response.body).get()
-        #expect(grant.accessToken == SecretValue("CANARY-jwt-at-1"))
+        #expect(grant.value == SecretValue("CANARY-jwt-at-1"))
         #expect(grant.expiresIn == 3600)
         var entry = try #require(fixture.log.last)
         #expect(entry["verified"] as? Bool == true, "\(entry["why"] ?? "")")
@@ -183,7 +183,7 @@ struct TestResponseBox {
                 clientID: "client-7", tokenURL: url, key: key, algorithm: key.algorithm, keyID: "kid-1", now: nowSeconds(), jti: jti()))
         response = try post(fixture, clientForm)
         grant = try OAuth2TokenResponse.parse(status: response.status, body: response.body).get()
-        #expect(grant.accessToken == SecretValue("CANARY-jwt-at-2"))
+        #expect(grant.value == SecretValue("CANARY-jwt-at-2"))
         entry = try #require(fixture.log.last)
         #expect(entry["verified"] as? Bool == true, "\(entry["why"] ?? "")")
         #expect(((entry["client_assertion"] as? [String: Any])?["claims"] as? [String: Any])?["sub"] as? String == "client-7")
@@ -198,7 +198,7 @@ struct TestResponseBox {
             + (try JWTBearer.clientAssertionFields(
                 clientID: "client-7", tokenURL: url, key: key, algorithm: key.algorithm, keyID: "kid-1", now: nowSeconds(), jti: jti()))
         response = try post(fixture, both)
-        #expect(try OAuth2TokenResponse.parse(status: response.status, body: response.body).get().accessToken == SecretValue("CANARY-jwt-at-3"))
+        #expect(try OAuth2TokenResponse.parse(status: response.status, body: response.body).get().value == SecretValue("CANARY-jwt-at-3"))
     }
 
     @Test func refusesWrongAssertions() throws {
