@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo demo-egress fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo demo-egress demo-credentials fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -196,6 +196,9 @@ demo: release
 ## and checked. Free ports; files in ~/.cache/scopeproxy-demo/egress-run (DEMO_DIR).
 demo-egress: release
 	config/demo/egress.sh
+
+demo-credentials: release packages-test
+	config/demo/credentials.sh
 
 ## libFuzzer targets: request head, chunked decoder, response head, config loader, redactor,
 ## exchange state machine, client credentials, secret scanner, token response, whole path, noninterference,
