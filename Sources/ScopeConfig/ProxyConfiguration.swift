@@ -22,6 +22,8 @@ public struct ProxyConfiguration: Sendable {
     public var oauth2: [String: OAuth2Spec] {
         computed.compactMapValues { if case .oauth2(let spec) = $0 { spec } else { nil } }
     }
+    /// The secrets holding a PEM private key a computed secret signs with.
+    public var privateKeySecrets: Set<String> { Set(computed.values.flatMap(\.privateKeys)) }
     /// Secrets declared with `placeholder: true` (and their `env_var`), in name order.
     public var placeholders: [PlaceholderSecret] = []
     /// `scrub:` and `guard:`.
@@ -73,7 +75,8 @@ public struct ProxyConfiguration: Sendable {
         let injected = policy.scopes.reduce(0) { $0 + $1.inject.count }
         return "valid: listen \(listen), \(policy.scopes.count) scope(s), \(injected) injected header(s), "
             + (clients.isEmpty ? "" : "\(clients.count) client(s), ")
-            + "\(secrets.count) secret(s), " + (placeholders.isEmpty ? "" : "\(placeholders.count) placeholder(s), ")
+            + "\(secrets.count) secret(s), " + (computed.isEmpty ? "" : "\(computed.count) computed secret(s), ")
+            + (placeholders.isEmpty ? "" : "\(placeholders.count) placeholder(s), ")
             + "redirects \(redirects.mode.rawValue), tunnel \(tls.tunnel.rawValue), egress \(egress.defaultAction.rawValue)"
             + (egress.mode == .report ? " (report)" : "")
     }

@@ -31,7 +31,7 @@ struct Banner {
         }
         for scope in config.policy.scopes {
             lines.append("  scope \(scope.name): \(scope.origins.map(Self.origin).sorted().joined(separator: ", "))")
-            lines.append("    " + Self.effect(scope, tokens: Set(config.oauth2.keys)))
+            lines.append("    " + Self.effect(scope, computed: config.computed))
             if let clients = scope.clients { lines.append("    only for clients: \(clients.sorted().joined(separator: ", "))") }
         }
         for rule in config.clients { lines.append("  client \(rule.name): " + Self.recognition(rule)) }
@@ -160,9 +160,9 @@ struct Banner {
     static func origin(_ origin: Origin) -> String { origin.description }
 
     /// `injects Authorization (secret library_token); passes Cookie; GET, POST only; paths /v1/`
-    /// `tokens`: the `oauth2:` secrets (an injection of one is an access token the proxy fetches).
-    static func effect(_ scope: Scope, tokens: Set<String> = []) -> String {
-        var parts = credentials(scope, tokens: tokens)
+    /// `computed`: the secrets the proxy obtains (an injection of one is named by its kind).
+    static func effect(_ scope: Scope, computed: [String: ComputedSecret] = [:]) -> String {
+        var parts = credentials(scope, computed: computed)
         parts.append(scope.pass.isEmpty ? "passes no client credential" : "passes " + scope.pass.sorted().map(headerCase).joined(separator: ", "))
         if let methods = scope.methods { parts.append(methods.sorted().joined(separator: ", ") + " only") }
         if let paths = scope.paths { parts.append("paths " + paths.joined(separator: ", ")) }
@@ -174,15 +174,18 @@ struct Banner {
     /// secret name, never a value); `["injects nothing"]` only when it has none. The banner and
     /// explain both use it: the switch over `CredentialAction` is exhaustive, so a new kind of
     /// credential cannot be left out of either.
-    static func credentials(_ scope: Scope, tokens: Set<String> = []) -> [String] {
+    static func credentials(_ scope: Scope, computed: [String: ComputedSecret] = [:]) -> [String] {
         var injected: [String] = [], signed: [String] = [], substituted: [String] = []
         for action in scope.credentialActions {
             switch action {
             case .inject(let injection):
-                let secrets = injection.template.secretNames.map { tokens.contains($0) ? "OAuth2 token \($0)" : "secret \($0)" }
+                let secrets = injection.template.secretNames.map { name in
+                    "\(computed[name].map(CredentialSourceText.kind) ?? "secret") \(name)"
+                }
                 injected.append(secrets.isEmpty ? injection.header : "\(injection.header) (\(secrets.joined(separator: ", ")))")
             case .sign(.awsSigV4(let spec)):
-                signed.append("signs AWS SigV4 (service \(spec.service), region \(spec.region); secrets \(spec.secretNames.joined(separator: ", ")))")
+                let keys = spec.chain.map { "credentials from \($0)" } ?? "secrets \(spec.secretNames.joined(separator: ", "))"
+                signed.append("signs AWS SigV4 (service \(spec.service), region \(spec.region); \(keys))")
             case .substitute(let secret):
                 substituted.append(secret)
             }

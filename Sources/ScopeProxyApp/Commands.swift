@@ -91,7 +91,9 @@ public enum Commands {
         writeStandardOutput(config.summary + "\n")
         // Structurally valid is exit 0 (CI without the secrets); what run would refuse is named.
         for warning in config.warnings { writeStandardError("warning: \(warning)\n") }
-        for problem in Preflight.problems(config) + placeholderWarnings(config) + unscannedSecretWarnings(config) {
+        for problem in Preflight.problems(config) + placeholderWarnings(config) + unscannedSecretWarnings(config)
+            + CredentialSourceText.problems(config)
+        {
             writeStandardError("warning: \(problem)\n")
         }
         return 0
@@ -104,7 +106,9 @@ public enum Commands {
     static func unscannedSecretWarnings(_ config: ProxyConfiguration) -> [String] {
         var values: [String: [UInt8]] = [:]
         for (name, source) in config.secrets {
-            let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath)
+            let store = SecretStore(
+                sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath,
+                privateKeys: config.privateKeySecrets)
             guard (try? store.load()) != nil, let value = store.value(of: name) else { continue }
             values[name] = value.exposedBytes
         }

@@ -50,7 +50,9 @@ public enum Explanation {
             config.policy.scopes.compactMap { scope -> String? in
                 if case .awsSigV4(let spec)? = scope.signing { spec.accessKeyIDSecret } else { nil }
             })
-        let scope = Runtime.scopeContext(config, secrets: PreviewSecrets(accessKeyIDs: accessKeyIDs), placeholders: placeholders)
+        let chains = Set(config.policy.scopes.compactMap { $0.signingChain?.secretName })
+        let scope = Runtime.scopeContext(
+            config, secrets: PreviewSecrets(accessKeyIDs: accessKeyIDs, chains: chains), placeholders: placeholders)
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
             var nearest: (name: String, distance: Int)?
@@ -80,7 +82,6 @@ public enum Explanation {
             out.line("answer", "\(refusal.status) \(refusal.code): \(refusal.message)")
             return (out.text, 0)
         }
-        let tokens = Set(config.oauth2.keys)
         if covering.isEmpty {
             out.line("scopes", notCovering(origin, client: request.client, config: config))
         } else {
@@ -89,7 +90,7 @@ public enum Explanation {
                 covering.map { scope in "\(scope.name) (origins \(scope.origins.map(Banner.origin).sorted().joined(separator: ", ")))" }
                     .joined(separator: "; "))
             // What each covering scope does, in the banner's words (one description of a scope's credentials).
-            for scope in covering { out.line("", "\(scope.name): " + Banner.credentials(scope, tokens: tokens).joined(separator: "; ")) }
+            for scope in covering { out.line("", "\(scope.name): " + Banner.credentials(scope, computed: config.computed).joined(separator: "; ")) }
             // Scopes of this origin that serve other clients (the log's client_not_served): named, with the --client to see them.
             for other in config.policy.scopes where other.origins.contains(origin) && !other.serves(request.client) {
                 let clients = (other.clients ?? []).sorted()
@@ -246,26 +247,25 @@ public enum Explanation {
             out.line("injected", "nothing")
         }
         if hop.signed != nil, let signer = covering.first(where: { $0.signing != nil }), case .awsSigV4(let spec)? = signer.signing {
+            let keys =
+                spec.chain.map { "credentials from \($0)" }
+                ?? "access key id from secret '\(spec.accessKeyIDSecret)', secret key from '\(spec.secretAccessKeySecret)'"
+                + (spec.sessionTokenSecret.map { ", session token from '\($0)'" } ?? "")
             out.line(
                 "signed",
-                "AWS SigV4 by scope \(signer.name): service \(spec.service), region \(spec.region), access key id from secret "
-                    + "'\(spec.accessKeyIDSecret)', secret key from '\(spec.secretAccessKeySecret)'"
-                    + (spec.sessionTokenSecret.map { ", session token from '\($0)'" } ?? "")
+                "AWS SigV4 by scope \(signer.name): service \(spec.service), region \(spec.region), \(keys)"
                     + (spec.service == "s3" ? "; payload UNSIGNED-PAYLOAD" : "; the body's SHA-256 (bodies up to 1 MiB)")
                     + ". The signature below is made from stand-ins, not the values.")
+            if let chain = spec.chain { out.line("source", CredentialSourceText.source(chain.secretName, .awsChain(chain))) }
         }
         for scope in covering {
             for injection in scope.inject where decision.injected.contains(injection.header) {
                 out.line("injected", "\(injection.header): \(templateText(injection.template))   (scope \(scope.name))")
                 for secret in injection.template.secretNames where checkedSecrets.insert(secret).inserted {
                     if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
-                    if let spec = config.oauth2[secret] {
-                        // A token, not a stored value: say where it would come from (never the token).
-                        out.line(
-                            "token",
-                            "\(secret) is an OAuth2 access token from \(spec.endpoint.scheme.rawValue)://\(spec.endpoint.authority)\(spec.path) (\(spec.grant.grantType), "
-                                + "client \(spec.clientID)): fetched when a request first needs it, renewed before it expires; "
-                                + "the request waits for it (502 credential_unavailable if the endpoint fails)")
+                    if let recipe = config.computed[secret] {
+                        // Computed, not stored: say where it would come from (never the value; nothing is fetched or run).
+                        out.line("source", CredentialSourceText.source(secret, recipe))
                     }
                 }
             }
@@ -422,7 +422,9 @@ public enum Explanation {
     /// refuses a reference to an undefined secret, so every name here has a source.
     private static func secretProblem(_ name: String, config: ProxyConfiguration) -> SecretError? {
         guard let source = config.secrets[name] else { return nil }
-        let store = SecretStore(sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath)
+        let store = SecretStore(
+            sources: [name: source], storeDirectory: config.storeDirectory, configPath: config.sourcePath,
+            privateKeys: config.privateKeySecrets)
         do {
             try store.load()
             return nil
@@ -451,7 +453,16 @@ public enum Explanation {
         /// reference would break: they preview as `EXPLAIN_name`.
         var accessKeyIDs: Set<String> = []
 
+        /// AWS chains a scope signs with: their stand-in is credentials named after the chain.
+        var chains: Set<String> = []
+
         func value(of name: String) -> SecretValue? {
+            if chains.contains(name) {
+                let standIn = Array("EXPLAIN_" + String(name.map { $0.isLetter || $0.isNumber ? $0 : "_" }))
+                return AWSTemporaryCredentials(
+                    accessKeyID: Array(String(standIn).utf8), secretAccessKey: Array("stand-in".utf8), sessionToken: nil, expiration: nil)?
+                    .packed
+            }
             guard accessKeyIDs.contains(name) else { return SecretValue("${\(name)}") }
             return SecretValue("EXPLAIN_" + String(name.map { $0.isLetter || $0.isNumber ? $0 : "_" }))
         }

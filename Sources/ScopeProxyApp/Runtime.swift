@@ -24,8 +24,10 @@ public enum Runtime {
         if let previous { values.inherit(from: previous) }
         values.scrubAlways(credentialEndpoints(config))
         let now = monotonicMilliseconds()
+        // Private keys are never sent: not looked for in traffic (`SecretStore.scannedValues`).
+        let scanned = secrets.currentValues.filter { !config.privateKeySecrets.contains($0.key) }
         values.update(
-            values: (minted?.merged(into: secrets.currentValues) ?? secrets.currentValues).mapValues(\.exposedBytes),
+            values: (minted?.merged(into: scanned) ?? scanned).mapValues(\.exposedBytes),
             earlier: minted?.earlier(now: now) ?? [:], now: now)
         return ScopeContext(
             policy: config.policy, redirects: config.redirects, secrets: secrets, proxyAuthSecret: config.proxyAuthSecret,
@@ -83,7 +85,7 @@ public enum Runtime {
                 engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
                 let values = holder.context.values
                 values.update(
-                    values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                    values: minted.merged(into: secrets.scannedValues).mapValues(\.exposedBytes),
                     earlier: minted.earlier(now: now), now: now)
                 // A token the endpoint made too short or too long to look for is said, as a stored one is.
                 Runtime.reportExclusions(values)
@@ -155,7 +157,8 @@ public enum Runtime {
 
     /// The config's secrets; a missing store entry's hint names this config file (its store_dir).
     public static func secretStore(_ config: ProxyConfiguration) -> SecretStore {
-        SecretStore(sources: config.secrets, storeDirectory: config.storeDirectory, configPath: config.sourcePath)
+        SecretStore(
+            sources: config.secrets, storeDirectory: config.storeDirectory, configPath: config.sourcePath, privateKeys: config.privateKeySecrets)
     }
 
     /// Loads a config file, or the embedded default when `path` is nil.
@@ -258,7 +261,7 @@ final class RunningProxy: Sendable {
         if !result.changed.isEmpty || !result.errors.isEmpty {
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             values.update(
-                values: minted.merged(into: secrets.currentValues).mapValues(\.exposedBytes),
+                values: minted.merged(into: secrets.scannedValues).mapValues(\.exposedBytes),
                 earlier: minted.earlier(now: now), now: now)
             Runtime.reportExclusions(values)
         } else {

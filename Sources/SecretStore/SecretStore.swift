@@ -55,11 +55,15 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     /// The config file these sources come from, named in the `secret set` hint: without
     /// `--config` that command writes to the default store, not to this config's `store_dir`.
     private let configPath: String?
+    /// Secrets holding a PEM private key: their value spans lines (it is signed with, never put in
+    /// a header), so the header-value rule does not apply to them.
+    private let privateKeys: Set<String>
     private let values = Locked<[String: SecretValue]>([:])
     private var fileStates: [String: FileState] = [:]  // touched only by load/refresh (one caller)
 
-    public init(sources: [String: SecretSource], storeDirectory: String, configPath: String? = nil) {
+    public init(sources: [String: SecretSource], storeDirectory: String, configPath: String? = nil, privateKeys: Set<String> = []) {
         self.sources = sources
+        self.privateKeys = privateKeys
         self.storeDirectory = storeDirectory
         self.configPath = configPath
     }
@@ -69,6 +73,11 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
     }
 
     public var currentValues: [String: SecretValue] { values.withLock { $0 } }
+
+    /// The values the response scrub and the egress guard look for: every one but the private
+    /// keys, which the proxy never sends (a 2 KiB PEM would make every body's hold-back 3 KiB);
+    /// the log tripwire still knows them (`allValues`).
+    public var scannedValues: [String: SecretValue] { values.withLock { $0.filter { !privateKeys.contains($0.key) } } }
 
     /// Every secret's value as it is now (the redactor scans log lines for them).
     public var allValues: [SecretValue] { values.withLock { Array($0.values) } }
@@ -166,9 +175,9 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             // The variable's bytes as they are: String(cString:) would replace non-UTF-8 bytes.
             let length = strlen(raw)
             let bytes = raw.withMemoryRebound(to: UInt8.self, capacity: length) { Array(UnsafeBufferPointer(start: $0, count: length)) }
-            return (try Self.validate(name, bytes), nil)
+            return (try Self.validate(name, bytes, privateKey: privateKeys.contains(name)), nil)
         case .file(let path, let allowGroupRead):
-            return try Self.readFile(name, path: path, allowGroupRead: allowGroupRead)
+            return try Self.readFile(name, path: path, allowGroupRead: allowGroupRead, privateKey: privateKeys.contains(name))
         case .store(let storeName):
             let path = storePath(storeName)
             if access(path, F_OK) != 0 && errno == ENOENT {
@@ -177,11 +186,13 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
                     name: name, reason: "store entry '\(storeName)' is missing from \(storeDirectory) (add it with: \(setCommand(storeName)))",
                     kind: .fileUnreachable)
             }
-            return try Self.readFile(name, path: path, allowGroupRead: false)
+            return try Self.readFile(name, path: path, allowGroupRead: false, privateKey: privateKeys.contains(name))
         }
     }
 
-    private static func readFile(_ name: String, path: String, allowGroupRead: Bool) throws(SecretError) -> (SecretValue, FileState?) {
+    private static func readFile(_ name: String, path: String, allowGroupRead: Bool, privateKey: Bool) throws(SecretError)
+        -> (SecretValue, FileState?)
+    {
         var info = Glibc.stat()
         guard fstatat(AT_FDCWD, path, &info, 0) == 0 else {
             let reason = errno == ENOENT ? "file \(path) is missing" : "file \(path) cannot be accessed: \(String(cString: strerror(errno)))"
@@ -208,15 +219,29 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
         if bytes.last == 0x0A { bytes.removeLast() }  // one trailing newline, as editors and echo add
         // The bytes as read: decoding them as UTF-8 here is what turned a non-UTF-8 byte into
         // U+FFFD, and the Latin-1 serializer then wrote `é` as one byte.
-        return (try validate(name, bytes), Self.fileState(path))
+        return (try validate(name, bytes, privateKey: privateKey), Self.fileState(path))
     }
 
     /// A value must be a valid header field value (RFC 9110 §5.5): no CR, LF or NUL (header
     /// injection), and no other control byte (C0 but HTAB, and DEL) either. Bytes 0x80-0xFF
     /// (obs-text, which is what UTF-8 text is on the wire) are fine. The error names the secret,
     /// never a byte of it, not even which control byte or where.
-    static func validate(_ name: String, _ bytes: [UInt8]) throws(SecretError) -> SecretValue {
+    ///
+    /// A private key (`privateKey`) is a PEM block: lines are its shape, so only NUL is refused
+    /// (docs/credentials.md; the key is parsed when it is first signed with, and by `check`).
+    static func validate(_ name: String, _ bytes: [UInt8], privateKey: Bool = false) throws(SecretError) -> SecretValue {
         if bytes.isEmpty { throw SecretError(name: name, reason: "the value is empty", kind: .refused) }
+        if privateKey {
+            if bytes.contains(0) { throw SecretError(name: name, reason: "the private key contains NUL: it is not a PEM file", kind: .refused) }
+            return SecretValue(bytes: bytes)
+        }
+        if bytes.starts(with: Array("-----BEGIN ".utf8)) {
+            throw SecretError(
+                name: name,
+                reason: "the value is a PEM block (several lines), which a header cannot carry: name it as the private_key of a "
+                    + "github_app or oauth2 secret, which signs with it",
+                kind: .refused)
+        }
         if bytes.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
             throw SecretError(name: name, reason: "the value contains CR, LF or NUL", kind: .refused)
         }
@@ -269,7 +294,9 @@ public struct LocalSecretDirectory: Sendable {
     /// store reads them back unchanged, so what is injected is what was given.
     public func set(_ name: String, bytes: [UInt8]) throws(Failure) {
         guard SecretSource.isValidStoreName(name) else { throw .invalidName(name) }
-        do { _ = try SecretStore.validate(name, bytes) } catch { throw .io(error.description) }
+        // A PEM block (a private key) is stored as it is: the config decides whether a secret is a key.
+        let isPEM = bytes.starts(with: Array("-----BEGIN ".utf8))
+        do { _ = try SecretStore.validate(name, bytes, privateKey: isPEM) } catch { throw .io(error.description) }
         try ensureDirectory()
         let temporary = "\(path)/.\(name).tmp.\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)

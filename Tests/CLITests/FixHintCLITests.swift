@@ -124,7 +124,10 @@ struct FixHintCLITests {
                 "secrets: { t: { env: T } }\nscopes:\n  - name: a\n    origins: [\"https://a.example\"]\n    inject:\n    Authorization: \"Bearer ${t}\"\n",
                 "headers go under inject: (indent it under 'inject:')"
             ),
-            ("secrets:\n  api_token: MY_API_TOKEN\n", "a secret names its source: api_token: { env: MY_API_TOKEN } (or file:, store:, oauth2:)"),
+            (
+                "secrets:\n  api_token: MY_API_TOKEN\n",
+                "a secret names its source: api_token: { env: MY_API_TOKEN } (or file:, store:, command:, oauth2:, github_app:)"
+            ),
         ]
         for (yaml, expected) in cases {
             let config = scratch.write("c.yaml", yaml)

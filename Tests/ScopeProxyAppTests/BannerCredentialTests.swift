@@ -30,7 +30,7 @@ struct BannerCredentialTests {
     func everyKindDescribed() throws {
         let loaded = try ConfigLoader.parse(Self.config, file: "b.yaml", home: "/home/tester")
         let tokens = Set(loaded.oauth2.keys)
-        let described = Dictionary(uniqueKeysWithValues: loaded.policy.scopes.map { ($0.name, Banner.credentials($0, tokens: tokens)) })
+        let described = Dictionary(uniqueKeysWithValues: loaded.policy.scopes.map { ($0.name, Banner.credentials($0, computed: loaded.computed)) })
         #expect(described["inject"] == ["injects X-Key (secret key)"])
         #expect(described["literal"] == ["injects X-Fixed"])
         #expect(described["oauth"] == ["injects Authorization (OAuth2 token oauth)"])

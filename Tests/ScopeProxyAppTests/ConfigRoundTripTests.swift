@@ -184,7 +184,7 @@ func expectSameMeaning(_ a: ProxyConfiguration, _ b: ProxyConfiguration, _ label
     #expect(a.clients == b.clients, "\(label): clients")
     #expect(a.storeDirectory == b.storeDirectory, "\(label): store_dir")
     #expect(a.secrets == b.secrets, "\(label): secrets")
-    #expect(a.oauth2 == b.oauth2, "\(label): oauth2 secrets")
+    #expect(a.computed == b.computed, "\(label): computed secrets")
     #expect(a.placeholders == b.placeholders, "\(label): placeholders")
     #expect(a.protection == b.protection, "\(label): scrub and guard")
     #expect(a.policy.sensitiveHeaders == b.policy.sensitiveHeaders, "\(label): sensitive_headers")
@@ -229,6 +229,35 @@ struct ConfigRoundTripTests {
     func generated(_ seed: UInt64) {
         var generator = ConfigGenerator(random: SeededGenerator(state: seed))
         for index in 0..<100 { roundTrip(generator.yaml(), label: "seed \(seed) config \(index)") }
+    }
+
+    @Test("every credential source (command, github_app, jwt_bearer, private_key_jwt, the AWS chain) prints and reads back")
+    func credentialSources() {
+        roundTrip(
+            """
+            secrets:
+              gh_token: { command: ["gh", "auth", "token"], ttl: 10m, timeout: 3s, env: [GH_HOST] }
+              app_key: { file: /etc/scopeproxy/app.pem }
+              gh_app:
+                github_app: { app_id: "12345", installation_id: "678", private_key: app_key, api_url: "https://ghe.example/api/v3",
+                              permissions: { issues: write, contents: read }, repositories: [scopeproxy, other] }
+              sa_token:
+                oauth2: { grant: jwt_bearer, token_url: "https://oauth2.example/token", private_key: app_key, key_id: k1, alg: RS256,
+                          issuer: "sa@x.iam", subject: "user@x", audience: "https://oauth2.example/token", scope: "a b" }
+              partner:
+                oauth2: { grant: client_credentials, token_url: "https://auth.example/t", client_id: c1, client_auth: private_key_jwt,
+                          private_key: app_key }
+            scopes:
+              - name: gh
+                origins: ["https://api.github.com"]
+                inject: { Authorization: "Bearer ${gh_app}", X-Cli: "${gh_token}", X-Sa: "${sa_token}", X-P: "${partner}" }
+              - name: s3
+                origins: ["https://s3.eu-west-1.amazonaws.com"]
+                sign: { aws_sigv4: { service: s3, region: eu-west-1, credentials: default } }
+              - name: s3dev
+                origins: ["https://s3.us-east-1.amazonaws.com"]
+                sign: { aws_sigv4: { service: s3, region: us-east-1, credentials: { profile: dev } } }
+            """, label: "credential sources")
     }
 
     @Test("a loopback http scope prints no require_https: true (the loader refuses it there), and reads back the same")
