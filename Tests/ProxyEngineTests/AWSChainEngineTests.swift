@@ -473,15 +473,15 @@ struct AWSChainEngineTests {
         let missing = home.scratch.write("missing.yaml", yaml.replacingOccurrences(of: "PROFILE", with: "missing"))
         let check = try ProxyProcess.runToCompletion(["check", "--config", missing], environment: home.environment)
         #expect(check.status == 0, "stdout: \(check.stdout)\nstderr: \(check.stderr)")
-        let warning = check.stderr.split(separator: "\n").first { $0.contains("aws:profile:missing") }.map(String.init) ?? ""
+        let warning = check.stderr.split(separator: "\n").first { $0.contains("profile 'missing'") }.map(String.init) ?? ""
         #expect(warning.hasPrefix("warning: "), "stderr: \(check.stderr)")
-        #expect(warning.contains("'missing'") && warning.contains("502"), "\(warning)")
+        #expect(warning.contains("502"), "\(warning)")
         #expect(!(check.stdout + check.stderr).contains(secret))
 
         let present = home.scratch.write("dev.yaml", yaml.replacingOccurrences(of: "PROFILE", with: "dev"))
         let fine = try ProxyProcess.runToCompletion(["check", "--config", present], environment: home.environment)
         #expect(fine.status == 0, "stdout: \(fine.stdout)\nstderr: \(fine.stderr)")
-        #expect(!fine.stderr.contains("aws:profile:dev"), "an existing profile is not warned about: \(fine.stderr)")
+        #expect(!fine.stderr.contains("profile 'dev'"), "an existing profile is not warned about: \(fine.stderr)")
         #expect(!(fine.stdout + fine.stderr).contains(secret))
     }
 }
