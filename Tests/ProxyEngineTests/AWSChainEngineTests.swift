@@ -109,9 +109,62 @@ private func expectSigned(
         result.received?.headers("x-amz-security-token") == (credential.sessionToken.map { [$0] } ?? []), sourceLocation: sourceLocation)
 }
 
+/// `count` requests at once from as many threads, each verified as signed with `credential`.
+private func sendConcurrently(
+    _ count: Int, _ port: UInt16, _ origin: SigV4Origin, _ credential: SigV4Origin.Credential,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    final class Results: @unchecked Sendable {
+        let lock = NSLock()
+        var items: [Result<Signed, any Error>] = []
+    }
+    let results = Results()
+    // A thread each (concurrentPerform would run only as many at once as there are cores), all
+    // released together.
+    let go = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    for index in 0..<count {
+        done.enter()
+        Thread.detachNewThread {
+            go.wait()
+            let result = Result { try send(port, origin, 0, "GET", "/bucket/concurrent-\(index)") }
+            results.lock.withLock { results.items.append(result) }
+            done.leave()
+        }
+    }
+    for _ in 0..<count { go.signal() }
+    done.wait()
+    #expect(results.items.count == count, sourceLocation: sourceLocation)
+    for item in results.items {
+        switch item {
+        case .success(let signed): expectSigned(signed, with: credential, sourceLocation: sourceLocation)
+        case .failure(let error): Issue.record("a request failed: \(error)", sourceLocation: sourceLocation)
+        }
+    }
+}
+
 private func kinds(_ fixture: AWSCredentialFixture) -> [String] { fixture.verdicts.compactMap { $0["kind"] as? String } }
 
 private let roleARN = "arn:aws:iam::123456789012:role/dev"
+
+/// The first line of the proxy's error log (stderr) holding every one of `parts`. The test's reader
+/// thread may be behind the proxy, so it is looked for a bounded number of times (not a timed
+/// assertion: a line that is there is found at once).
+private func errorLogLine(_ proxy: ConfiguredProxy, containing parts: [String]) -> String? {
+    for _ in 0..<100 {
+        let line = proxy.process.standardError.split(separator: "\n").first { line in parts.allSatisfy { line.contains($0) } }
+        if let line { return String(line) }
+        Thread.sleep(forTimeInterval: 0.05)
+    }
+    return nil
+}
+
+/// The error log's `aws_credentials` line names the link that answered (`AWSCredentialOrigin`),
+/// never a value.
+private func expectSource(_ proxy: ConfiguredProxy, _ source: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    let line = errorLogLine(proxy, containing: [#""event":"aws_credentials""#, #""source":"\#(source)""#])
+    #expect(line != nil, "no aws_credentials line with source \(source): \(proxy.process.standardError)", sourceLocation: sourceLocation)
+}
 
 @Suite("The AWS credential chain through the binary: each link's credentials sign, botocore verifies", .serialized)
 struct AWSChainEngineTests {
@@ -132,6 +185,7 @@ struct AWSChainEngineTests {
         defer { proxy.process.terminate() }
         expectSigned(try send(proxy.port, origin), with: credential)
         expectSigned(try send(proxy.port, origin, 0, "PUT", "/bucket/other"), with: credential)
+        expectSource(proxy, "environment")
     }
 
     @Test("2. web identity: the token file and AWS_ROLE_ARN go to STS AssumeRoleWithWebIdentity, its role credentials sign")
@@ -153,6 +207,7 @@ struct AWSChainEngineTests {
         expectSigned(try send(proxy.port, origin), with: role)
         let verdicts = sts.verdicts
         #expect(verdicts.count == 1, "one STS call for two requests: \(verdicts)")
+        expectSource(proxy, "web identity (environment)")
         #expect(verdicts.first?["action"] as? String == "AssumeRoleWithWebIdentity")
         #expect(verdicts.first?["verified"] as? Bool == true, "\(verdicts)")
     }
@@ -176,6 +231,7 @@ struct AWSChainEngineTests {
         let proxy = try home.proxy(origin, credentials: "{ profile: dev }")
         defer { proxy.process.terminate() }
         expectSigned(try send(proxy.port, origin), with: credential)
+        expectSource(proxy, "profile 'dev'")
     }
 
     @Test("4. a profile's credential_process: its JSON's keys and session token sign; it runs once for two requests")
@@ -201,6 +257,7 @@ struct AWSChainEngineTests {
         expectSigned(try send(proxy.port, origin), with: credential)
         let ran = (try? String(contentsOfFile: runs, encoding: .utf8)) ?? ""
         #expect(ran.split(separator: "\n").count == 1, "credential_process ran \(ran.split(separator: "\n").count) times")
+        expectSource(proxy, "credential_process of profile 'default'")
     }
 
     @Test("5. role_arn + source_profile: the proxy's AssumeRole is signed with the source keys (botocore checks it), the role's credentials sign")
@@ -229,6 +286,7 @@ struct AWSChainEngineTests {
         #expect(verdicts.first?["signed_by"] as? String == source.accessKeyID)
         #expect(verdicts.first?["region"] as? String == "eu-west-1")
         #expect(verdicts.first?["role_session_name"] as? String == "e2e")
+        expectSource(proxy, "assumed role of profile 'dev'")
     }
 
     @Test("6. the container endpoint (AWS_CONTAINER_CREDENTIALS_FULL_URI on loopback) with its authorization token")
@@ -253,6 +311,7 @@ struct AWSChainEngineTests {
         defer { proxy.process.terminate() }
         expectSigned(try send(proxy.port, origin), with: credential)
         #expect(kinds(metadata) == ["container"])
+        expectSource(proxy, "container endpoint")
         #expect(metadata.verdicts.allSatisfy { $0["ok"] as? Bool == true }, "\(metadata.verdicts)")
     }
 
@@ -271,6 +330,7 @@ struct AWSChainEngineTests {
         expectSigned(try send(proxy.port, origin), with: credential)
         expectSigned(try send(proxy.port, origin), with: credential)
         #expect(kinds(metadata) == ["imds-token", "imds-role", "imds-credentials"], "one walk for two requests")
+        expectSource(proxy, "EC2 instance metadata")
         #expect(metadata.verdicts.allSatisfy { $0["ok"] as? Bool == true }, "\(metadata.verdicts)")
     }
 
@@ -318,24 +378,37 @@ struct AWSChainEngineTests {
         let home = try AWSHome(["AWS_EC2_METADATA_DISABLED": "false", "AWS_EC2_METADATA_SERVICE_ENDPOINT": metadata.url])
         let proxy = try home.proxy(origin)
         defer { proxy.process.terminate() }
-        final class Results: @unchecked Sendable {
-            let lock = NSLock()
-            var items: [Result<Signed, any Error>] = []
-        }
-        let results = Results()
-        let port = proxy.port
-        DispatchQueue.concurrentPerform(iterations: 10) { index in
-            let result = Result { try send(port, origin, 0, "GET", "/bucket/concurrent-\(index)") }
-            results.lock.withLock { results.items.append(result) }
-        }
-        #expect(results.items.count == 10)
-        for item in results.items {
-            switch item {
-            case .success(let signed): expectSigned(signed, with: credential)
-            case .failure(let error): Issue.record("a request failed: \(error)")
-            }
-        }
+        sendConcurrently(10, proxy.port, origin, credential)
         #expect(kinds(metadata) == ["imds-token", "imds-role", "imds-credentials"], "\(metadata.verdicts)")
+    }
+
+    @Test("10 concurrent requests while a slow credential_process runs: it runs once, every request waits for it and is signed")
+    func concurrentRequestsWaitForOneRun() throws {
+        let credential = canaryCredential("slow")
+        let origin = try SigV4Origin(credentials: [credential], ports: 2)
+        defer { origin.stop() }
+        let home = try AWSHome()
+        let runs = home.scratch.path + "/runs"
+        let expiration = ISO8601DateFormatter().string(from: Date().addingTimeInterval(3600))
+        // The pause holds the fetch open so the requests arrive while it is in flight (no assertion
+        // depends on its length: one run is right however the requests interleave).
+        let script = home.scratch.write(
+            "credential-process",
+            """
+            #!/bin/sh
+            echo run >> \(runs)
+            sleep 1
+            printf '%s' '{"Version": 1, "AccessKeyId": "\(credential.accessKeyID)", "SecretAccessKey": "\(credential.secretAccessKey)", "SessionToken": "\(credential.sessionToken!)", "Expiration": "\(expiration)"}'
+
+            """, mode: 0o700)
+        home.config("[default]\ncredential_process = \(script)\n")
+        let proxy = try home.proxy(origin)
+        defer { proxy.process.terminate() }
+        sendConcurrently(10, proxy.port, origin, credential)
+        let ran = (try? String(contentsOfFile: runs, encoding: .utf8)) ?? ""
+        #expect(ran.split(separator: "\n").count == 1, "credential_process ran \(ran.split(separator: "\n").count) times")
+        let metrics = try proxy.metrics()
+        #expect(metrics.contains(#"secret="aws:default""#), "the fetch is counted under the secret's name")
     }
 
     // MARK: Failures
@@ -362,6 +435,11 @@ struct AWSChainEngineTests {
         let log = (try? String(contentsOfFile: proxy.logPath, encoding: .utf8)) ?? ""
         #expect(log.contains("credential_unavailable"), "\(log)")
         for text in [log, proxy.process.standardError] { #expect(!text.contains(unused)) }
+        // The error log says what was looked at (names and paths, never a value).
+        let failure = errorLogLine(proxy, containing: ["credential_fetch_failed"]) ?? ""
+        #expect(failure.contains(#""secret":"aws:default""#) && failure.contains(#""reason":"aws_chain""#), "\(failure)")
+        #expect(failure.contains("no credentials found") && failure.contains(home.scratch.path + "/credentials"), "\(failure)")
+        #expect(failure.contains("disabled by AWS_EC2_METADATA_DISABLED"), "\(failure)")
     }
 
     @Test("STS refuses the AssumeRole: 502 credential_unavailable, neither the source secret nor STS's message in any answer or log")
@@ -441,6 +519,7 @@ struct AWSChainEngineTests {
         let log = try String(contentsOfFile: proxy.logPath, encoding: .utf8)
         #expect(log.split(separator: "\n").count == 4, "\(log)")
         #expect(log.contains("secret_egress_blocked"))
+        #expect(log.split(separator: "\n").first?.contains(#""signed":"aws_sigv4""#) == true, "\(log)")
         let answers = [tokenOut, keyOut, own].map { String(decoding: $0.response.rawHead + $0.response.body, as: UTF8.self) }
         for (name, text) in [("log", log), ("/metrics", metrics), ("stderr", proxy.process.standardError)] + answers.map({ ("answer", $0) }) {
             for (what, value) in [
