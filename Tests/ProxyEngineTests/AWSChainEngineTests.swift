@@ -366,6 +366,48 @@ struct AWSChainEngineTests {
         #expect(try containerCalls(expiresIn: 240) == 3, "inside the margin: each request after the floor fetches again")
     }
 
+    @Test("renewed credentials that changed sign from then on, and the replaced session token and secret key stay guarded")
+    func renewedCredentialsRotate() throws {
+        let first = canaryCredential("first"), second = canaryCredential("second")
+        let origin = try SigV4Origin(credentials: [first, second], ports: 2)
+        defer { origin.stop() }
+        let home = try AWSHome()
+        let runs = home.scratch.path + "/runs"
+        // Four minutes ahead: inside the margin, so the next request after the retry floor runs it
+        // again; the first run answers `first`, every later one `second`.
+        let expiration = ISO8601DateFormatter().string(from: Date().addingTimeInterval(240))
+        func document(_ credential: SigV4Origin.Credential) -> String {
+            #"{"Version": 1, "AccessKeyId": "\#(credential.accessKeyID)", "SecretAccessKey": "\#(credential.secretAccessKey)", "SessionToken": "\#(credential.sessionToken!)", "Expiration": "\#(expiration)"}"#
+        }
+        let script = home.scratch.write(
+            "credential-process",
+            """
+            #!/bin/sh
+            if [ -e \(runs) ]; then answer='\(document(second))'; else answer='\(document(first))'; fi
+            echo run >> \(runs)
+            printf '%s' "$answer"
+
+            """, mode: 0o700)
+        home.config("[default]\ncredential_process = \(script)\n")
+        let proxy = try home.proxy(origin)
+        defer { proxy.process.terminate() }
+        expectSigned(try send(proxy.port, origin), with: first)
+        // Not a timed assertion: the pause only guarantees that the retry floor has passed.
+        Thread.sleep(forTimeInterval: 1.2)
+        expectSigned(try send(proxy.port, origin), with: second)
+        let ran = (try? String(contentsOfFile: runs, encoding: .utf8)) ?? ""
+        #expect(ran.split(separator: "\n").count == 2)
+        // `first` has not expired: the guard still knows it.
+        for (value, part) in [
+            (first.sessionToken!, "session_token"), (first.secretAccessKey, "secret_access_key"), (second.sessionToken!, "session_token"),
+        ] {
+            let leak = try send(proxy.port, origin, 1, "GET", "/elsewhere", fields: [("X-Leak", value)])
+            #expect(leak.response.status == 403, "\(leak.response.bodyText)")
+            #expect(leak.response.bodyText.contains("secret_egress_blocked") && leak.response.bodyText.contains("aws:default:" + part))
+        }
+        #expect(origin.received.filter { $0.port == origin.ports[1] }.isEmpty, "nothing reached the other origin")
+    }
+
     @Test("10 concurrent requests on a cold proxy: one walk of the chain (one IMDS token, role and credentials call)")
     func concurrentRequestsShareOneFetch() throws {
         let credential = canaryCredential("concurrent")
@@ -473,6 +515,56 @@ struct AWSChainEngineTests {
             #expect(!text.contains(source.secretAccessKey), "\(name) leaked the source secret")
             #expect(!text.contains("CANARY-STS-MESSAGE"), "\(name) repeated what STS said")
             #expect(!text.contains("CANARY"), "\(name) holds a canary")
+        }
+    }
+
+    @Test("a source answering expired credentials, or credential_process output that is not Version 1: 502, no value in any answer or log")
+    func unusableAnswersAreRefusedWithoutTheirValues() throws {
+        let expired = canaryCredential("expired")
+        let origin = try SigV4Origin(credentials: [expired], ports: 2)
+        defer { origin.stop() }
+        let metadata = try AWSCredentialFixture(
+            script: "aws_metadata.py",
+            arguments: [
+                "--role", "unused", "--credentials", expired.accessKeyID, expired.secretAccessKey, expired.sessionToken!, "--expires-in", "-60",
+            ])
+        defer { metadata.stop() }
+        let containerHome = try AWSHome(["AWS_CONTAINER_CREDENTIALS_FULL_URI": metadata.url + "/v2/credentials/x"])
+        let containerProxy = try containerHome.proxy(origin)
+        defer { containerProxy.process.terminate() }
+        let refusedExpired = try send(containerProxy.port, origin)
+        #expect(refusedExpired.response.status == 502 && refusedExpired.response.bodyText.contains("aws_chain"), "\(refusedExpired.why)")
+        #expect(kinds(metadata) == ["container"])
+        let expiredLine = errorLogLine(containerProxy, containing: ["credential_fetch_failed"]) ?? ""
+        #expect(expiredLine.contains("already expired"), "\(expiredLine)")
+
+        let processHome = try AWSHome()
+        let version2 = canaryCredential("version")
+        let script = processHome.scratch.write(
+            "credential-process",
+            """
+            #!/bin/sh
+            printf '%s' '{"Version": 2, "AccessKeyId": "\(version2.accessKeyID)", "SecretAccessKey": "\(version2.secretAccessKey)", "SessionToken": "\(version2.sessionToken!)"}'
+
+            """, mode: 0o700)
+        processHome.config("[default]\ncredential_process = \(script)\n")
+        let processProxy = try processHome.proxy(origin)
+        defer { processProxy.process.terminate() }
+        let refusedOutput = try send(processProxy.port, origin)
+        #expect(refusedOutput.response.status == 502 && refusedOutput.response.bodyText.contains("aws_chain"), "\(refusedOutput.why)")
+        let outputLine = errorLogLine(processProxy, containing: ["credential_fetch_failed"]) ?? ""
+        #expect(outputLine.contains("Version is not 1"), "\(outputLine)")
+        #expect(origin.received.isEmpty, "nothing was signed with them")
+
+        let containerLog = (try? String(contentsOfFile: containerProxy.logPath, encoding: .utf8)) ?? ""
+        let processLog = (try? String(contentsOfFile: processProxy.logPath, encoding: .utf8)) ?? ""
+        for text in [
+            refusedExpired.response.bodyText, refusedOutput.response.bodyText, containerProxy.process.standardError,
+            processProxy.process.standardError, containerLog, processLog,
+        ] {
+            for value in [expired.secretAccessKey, expired.sessionToken!, version2.secretAccessKey, version2.sessionToken!] {
+                #expect(!text.contains(value) && !text.contains(String(value.prefix(16))), "a value in: \(text)")
+            }
         }
     }
 
