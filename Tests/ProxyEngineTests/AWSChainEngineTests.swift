@@ -212,12 +212,15 @@ struct AWSChainEngineTests {
         #expect(verdicts.first?["verified"] as? Bool == true, "\(verdicts)")
     }
 
-    @Test("3. a profile's static keys: credentials: { profile: dev } signs with [dev], not [default]")
+    @Test("3. a profile's static keys: credentials: { profile: dev } signs with [dev], not [default], AWS_PROFILE or the environment's keys")
     func profileStaticKeys() throws {
         let credential = canaryCredential("dev", token: false)
         let origin = try SigV4Origin(credentials: [credential], ports: 2)
         defer { origin.stop() }
-        let home = try AWSHome()
+        // botocore: a profile named explicitly skips the environment's keys and AWS_PROFILE.
+        let home = try AWSHome([
+            "AWS_ACCESS_KEY_ID": "AKIAENVIRONMENTEXAMPLE", "AWS_SECRET_ACCESS_KEY": canary("environment"), "AWS_PROFILE": "default",
+        ])
         home.credentials(
             """
             [default]
