@@ -55,14 +55,29 @@ public struct TokenCachePolicy: Sendable, Equatable {
         return UInt64(min(max(0, expiresIn), Self.maxExpiresInSeconds)) * 1000
     }
 
+    /// Whether a lifetime shorter than twice the margin keeps half of itself (OAuth2: a 40 s token
+    /// with a 30 s margin). When false the margin holds for every lifetime, as the AWS SDKs refresh
+    /// credentials (botocore refreshes on every call once inside its window): credentials that
+    /// arrive with less than the margin left are fetched again once the retry floor has passed.
+    public var halvesShortLifetimes = true
+
     /// `expires_in` minus the margin; a lifetime shorter than twice the margin keeps half of itself
-    /// (a 40 s token must not be renewed after 10 s, nor used for all 40).
+    /// (a 40 s token must not be renewed after 10 s, nor used for all 40) unless
+    /// `halvesShortLifetimes` is false.
     public func lifetime(expiresIn: Int?) -> UInt64 {
         guard let expiresIn else { return defaultLifetimeMilliseconds }
         let full = validity(expiresIn: expiresIn)
+        let renewal: UInt64
+        if full >= 2 * marginMilliseconds {
+            renewal = full - marginMilliseconds
+        } else if halvesShortLifetimes {
+            renewal = full / 2
+        } else {
+            renewal = full > marginMilliseconds ? full - marginMilliseconds : 0
+        }
         // Never under the retry floor: an endpoint answering `expires_in: 0` would otherwise be
         // asked again for every request.
-        return max(retryFloorMilliseconds, full >= 2 * marginMilliseconds ? full - marginMilliseconds : full / 2)
+        return max(retryFloorMilliseconds, renewal)
     }
 }
 

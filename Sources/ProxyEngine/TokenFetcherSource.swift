@@ -84,7 +84,11 @@ public final class CredentialSources: Sendable {
         switch recipe {
         case .oauth2: return oauth2
         case .command(let spec): policy.defaultLifetimeMilliseconds = UInt64(spec.ttlSeconds) * 1000
-        case .githubApp, .awsChain: policy.marginMilliseconds = 300_000
+        case .githubApp, .awsChain:
+            policy.marginMilliseconds = 300_000
+            // Credentials with 4 minutes left are inside the margin: fetched again (after the retry
+            // floor), not used for 2 more minutes.
+            policy.halvesShortLifetimes = false
         }
         return policy
     }

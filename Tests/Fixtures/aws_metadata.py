@@ -4,7 +4,7 @@ the credential chain's tests (ProxyEngineTests/AWSCredentialChainFixtureTests). 
 127.0.0.1, port 0.
 
     aws_metadata.py --log PATH --role NAME --credentials AKID SECRET TOKEN
-                    [--container-path PATH] [--container-token TOKEN]
+                    [--container-path PATH] [--container-token TOKEN] [--expires-in SECONDS]
 
 Prints its port on the first line of stdout, then serves until stdin closes.
 
@@ -15,7 +15,7 @@ IMDSv2, as EC2 documents it:
   an IMDSv1 client gets nothing);
 - GET /latest/meta-data/iam/security-credentials/ answers NAME; .../NAME answers {"Code":
   "Success", "LastUpdated", "Type": "AWS-HMAC", "AccessKeyId", "SecretAccessKey", "Token",
-  "Expiration"} (an hour from now); another name is 404.
+  "Expiration"} (--expires-in seconds from now, default an hour); another name is 404.
 Container: GET --container-path (default /v2/credentials/x) must carry Authorization equal to
 --container-token when one is given (else 401), and answers {"RoleArn", "AccessKeyId",
 "SecretAccessKey", "Token", "Expiration"}.
@@ -61,7 +61,7 @@ def make_handler(options, issued):
 
         def credentials(self, extra):
             key_id, secret, token = options.credentials
-            expiration = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            expiration = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=options.expires_in)).strftime("%Y-%m-%dT%H:%M:%SZ")
             document = dict(extra)
             document.update({"AccessKeyId": key_id, "SecretAccessKey": secret, "Token": token, "Expiration": expiration})
             return json.dumps(document)
@@ -123,6 +123,7 @@ def main():
     parser.add_argument("--credentials", nargs=3, required=True)
     parser.add_argument("--container-path", default="/v2/credentials/x")
     parser.add_argument("--container-token")
+    parser.add_argument("--expires-in", type=int, default=3600)
     options = parser.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(options, set()))
     print(server.server_address[1], flush=True)
