@@ -42,6 +42,20 @@ public struct AWSChainRequest: Sendable, Equatable, CustomStringConvertible, Cus
     public let bytes: [UInt8]
     /// What it is, for logs: "STS AssumeRole", "IMDSv2 token", ...
     public let purpose: String
+    /// A bound on connecting and on the answer, tighter than the proxy's timeouts: the instance
+    /// metadata service answers within a second where it exists (botocore waits 1 s), and off EC2
+    /// the chain's last link must not hold every request for the connect timeout.
+    public var timeoutMilliseconds: Int?
+
+    public init(origin: Origin, bytes: [UInt8], purpose: String, timeoutMilliseconds: Int? = nil) {
+        self.origin = origin
+        self.bytes = bytes
+        self.purpose = purpose
+        self.timeoutMilliseconds = timeoutMilliseconds
+    }
+
+    /// The instance metadata service's bound.
+    public static let instanceMetadataTimeoutMilliseconds = 1000
 
     public var description: String { "\(purpose) at \(origin)" }
     /// `dump` and test failures show what and where, never the bytes (a signature, a token).
@@ -999,11 +1013,15 @@ enum Requests {
         let fields = requestFields(
             origin: endpoint, [("X-aws-ec2-metadata-token-ttl-seconds", String(AWSCredentialChain.imdsTokenTTLSeconds))],
             body: [])
-        return AWSChainRequest(origin: endpoint, bytes: bytes("PUT", "/latest/api/token", fields, body: []), purpose: "IMDSv2 token")
+        return AWSChainRequest(
+            origin: endpoint, bytes: bytes("PUT", "/latest/api/token", fields, body: []), purpose: "IMDSv2 token",
+            timeoutMilliseconds: AWSChainRequest.instanceMetadataTimeoutMilliseconds)
     }
 
     static func imdsGet(_ endpoint: Origin, path: String, token: [UInt8], purpose: String) -> AWSChainRequest {
         let fields = requestFields(origin: endpoint, [("X-aws-ec2-metadata-token", HTTPField.value(wireBytes: token))], body: nil)
-        return AWSChainRequest(origin: endpoint, bytes: bytes("GET", path, fields, body: []), purpose: purpose)
+        return AWSChainRequest(
+            origin: endpoint, bytes: bytes("GET", path, fields, body: []), purpose: purpose,
+            timeoutMilliseconds: AWSChainRequest.instanceMetadataTimeoutMilliseconds)
     }
 }

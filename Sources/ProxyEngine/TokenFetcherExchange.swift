@@ -25,11 +25,14 @@ final class TokenExchange: UpstreamConnectorDelegate {
     private let origin: Origin
     private let request: [UInt8]
     private let responseLimit: Int
+    /// Bounds the connect and then the answer instead of `timeouts.connect` / `timeouts.upstream`.
+    private let timeoutMilliseconds: Int?
     private var finish: ((Outcome) -> Void)?
     private var phase = Phase.idle
     private var timer: OpaquePointer?
 
-    init(worker: Worker, origin: Origin, request: [UInt8], responseLimit: Int) {
+    init(worker: Worker, origin: Origin, request: [UInt8], responseLimit: Int, timeoutMilliseconds: Int? = nil) {
+        self.timeoutMilliseconds = timeoutMilliseconds
         self.worker = worker
         self.origin = origin
         self.request = request
@@ -48,7 +51,7 @@ final class TokenExchange: UpstreamConnectorDelegate {
                 let exchange = Unmanaged<TokenExchange>.fromOpaque(context!).takeUnretainedValue()
                 withExtendedLifetime(exchange) { exchange.timedOut() }
             }, context)
-        if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.connect) }
+        if let timer { sp_event_add_ms(timer, timeoutMilliseconds ?? worker.configuration.timeouts.connect) }
         let connector = UpstreamConnector(
             // The proxy's own fetch of a configured endpoint: egress does not govern it (docs/egress.md).
             origin: origin, worker: worker, tls: origin.scheme == .https, egress: nil)
@@ -71,7 +74,7 @@ final class TokenExchange: UpstreamConnectorDelegate {
             return
         }
         phase = .exchanging(bev: bev, reader: OAuth2TokenResponseReader(limit: responseLimit))
-        if let timer { sp_event_add_ms(timer, worker.configuration.timeouts.upstream) }
+        if let timer { sp_event_add_ms(timer, timeoutMilliseconds ?? worker.configuration.timeouts.upstream) }
         let context = Unmanaged.passUnretained(self).toOpaque()
         bufferevent_setcb(
             bev,

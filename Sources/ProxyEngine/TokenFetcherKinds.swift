@@ -12,8 +12,12 @@ extension TokenExchange: FetchProcedure {}
 extension TokenFetcher {
     /// One HTTP request on this loop (connect, verified TLS, bounded response), the building block
     /// of every kind that asks a server.
-    func exchange(_ run: FetchRun, _ origin: Origin, _ request: [UInt8], then: @escaping (TokenExchange.Outcome) -> Void) {
-        let exchange = TokenExchange(worker: loop.worker, origin: origin, request: request, responseLimit: responseLimit)
+    func exchange(
+        _ run: FetchRun, _ origin: Origin, _ request: [UInt8], timeoutMilliseconds: Int? = nil,
+        then: @escaping (TokenExchange.Outcome) -> Void
+    ) {
+        let exchange = TokenExchange(
+            worker: loop.worker, origin: origin, request: request, responseLimit: responseLimit, timeoutMilliseconds: timeoutMilliseconds)
         run.step = exchange
         exchange.start(finish: then)
     }
@@ -199,7 +203,7 @@ extension TokenFetcher {
     private func advance(_ run: FetchRun, _ walk: AWSChainWalk, _ selection: AWSCredentialSelection, _ step: AWSChainStep) {
         switch step {
         case .send(let request):
-            exchange(run, request.origin, request.bytes) { [unowned self] outcome in
+            exchange(run, request.origin, request.bytes, timeoutMilliseconds: request.timeoutMilliseconds) { [unowned self] outcome in
                 let input: AWSChainInput =
                     switch outcome {
                     case .success(let response): .response(status: response.status, body: response.body)

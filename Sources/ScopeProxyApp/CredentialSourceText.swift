@@ -26,7 +26,8 @@ enum CredentialSourceText {
         switch recipe {
         case .oauth2(let spec):
             let client = spec.clientID.map { ", client \($0)" } ?? ""
-            let key = spec.privateKeys.first.map { ", assertion signed with private key '\($0)'" } ?? ""
+            var key = spec.privateKeys.first.map { ", assertion signed with private key '\($0)'" } ?? ""
+            if case .jwtBearer(let bearer) = spec.grant { key += ", issuer \(bearer.issuer)" }
             return "\(name) is an OAuth2 access token from \(spec.tokenURL) (\(spec.grant.name)\(client)\(key)): fetched when a request "
                 + "first needs it, renewed before it expires; the request waits for it (502 credential_unavailable if the endpoint fails)"
         case .command(let spec):
