@@ -1,0 +1,569 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Computed secrets obtained by signing (RFC 7523) through the built binary, end to end: a client
+/// holding nothing sends plain requests, the proxy signs a JWT with a private key from a 0600 file,
+/// trades it for a token at a loopback fixture that verifies it with pyjwt against the public half
+/// (Tests/Fixtures/github_app_api.py, jwt_token_endpoint.py; proven in FixtureProofTests), and
+/// injects the token it got into the scoped request. Every token and key is a canary: the tests
+/// assert where each arrived and that none reached the access log, the error log (stderr),
+/// /metrics or another origin.
+@Suite("Credential sources through the proxy: GitHub App tokens, jwt_bearer, private_key_jwt", .serialized)
+struct CredentialSourceEngineTests {
+    // MARK: GitHub App (docs/configuration.md, secrets: github_app)
+
+    @Test("GitHub App: a client holding nothing gets a scoped API answer made with the installation token the proxy obtained")
+    func gitHubAppToken() throws {
+        let rig = try GitHubRig()
+        defer { rig.stop() }
+        let answer = try rig.get("/repos/octo/scopeproxy")
+        #expect(answer.status == 200, "\(answer.bodyText)")
+        #expect(answer.document["authorized"] as? Bool == true, "the scoped request carried the issued token")
+        #expect(answer.document["scheme"] as? String == "Bearer")
+        #expect(answer.document["token_number"] as? Int == 1)
+
+        let tokenRequests = rig.tokenRequests
+        #expect(tokenRequests.count == 1)
+        let entry = try #require(tokenRequests.first)
+        #expect(entry["verified"] as? Bool == true, "pyjwt verified the app JWT: \(entry["why"] ?? "")")
+        #expect(entry["alg"] as? String == "RS256")
+        #expect((entry["claims"] as? [String: Any])?["iss"] as? Int == 12345)
+        #expect(entry["path"] as? String == "/app/installations/678/access_tokens")
+        #expect(entry["permissions"] as? [String: String] == ["contents": "read"], "the permissions narrowing reached GitHub")
+        #expect(entry["repositories"] as? [String] == ["scopeproxy"], "the repositories narrowing reached GitHub")
+        #expect(entry["accept"] as? String == "application/vnd.github+json")
+        #expect(entry["api_version"] as? String == "2022-11-28")
+
+        let api = try #require(rig.apiRequests.last)
+        #expect(api["authorization_count"] as? Int == 1, "one Authorization, the proxy's")
+        #expect(api["path"] as? String == "/repos/octo/scopeproxy")
+
+        // The token is cached: a second request asks GitHub for nothing.
+        #expect(try rig.get("/repos/octo/scopeproxy/issues").document["authorized"] as? Bool == true)
+        #expect(rig.tokenRequests.count == 1)
+    }
+
+    @Test("GitHub App: 20 concurrent requests on 20 connections cause one token request, and each carries the token")
+    func gitHubAppSingleFlight() throws {
+        let rig = try GitHubRig()
+        defer { rig.stop() }
+        let results = ResultBox()
+        DispatchQueue.concurrentPerform(iterations: 20) { index in
+            let answer = try? rig.get("/repos/octo/scopeproxy/contents/\(index)")
+            results.append((answer?.status ?? -1, answer?.document["authorized"] as? Bool ?? false))
+        }
+        let all = results.items
+        #expect(all.count == 20)
+        #expect(all.allSatisfy { $0.status == 200 && $0.authorized }, "\(all)")
+        #expect(rig.tokenRequests.count == 1, "one token request for all of them")
+        #expect(rig.apiRequests.count == 20)
+        #expect(rig.apiRequests.allSatisfy { $0["token_number"] as? Int == 1 })
+    }
+
+    @Test("GitHub Enterprise Server: an api_url with /api/v3 puts the token request under it")
+    func gitHubEnterpriseServerPrefix() throws {
+        let rig = try GitHubRig(pathPrefix: "/api/v3")
+        defer { rig.stop() }
+        let answer = try rig.get("/repos/octo/scopeproxy")
+        #expect(answer.document["authorized"] as? Bool == true, "\(answer.bodyText)")
+        let entry = try #require(rig.tokenRequests.first)
+        #expect(entry["path"] as? String == "/api/v3/app/installations/678/access_tokens")
+        #expect(entry["verified"] as? Bool == true, "\(entry["why"] ?? "")")
+        #expect(rig.fixture.log.allSatisfy { $0["kind"] as? String != "other" }, "nothing went to an unprefixed path")
+    }
+
+    /// GitHub's tokens last an hour and are renewed 5 minutes before `expires_at`; one that is given
+    /// less than twice that keeps half its life (docs/configuration.md, the OAuth2 "When" rule), and
+    /// the cache never asks more than once a second. The margin itself (an hour's token renewed after
+    /// 55 minutes) is the cache's unit tests' (TokenCachePolicy): here the proxy has no clock to move.
+    @Test("GitHub App: a token near its expires_at is renewed: the next request after it fetches a new one")
+    func gitHubAppRenewal() throws {
+        let rig = try GitHubRig()
+        defer { rig.stop() }
+        // 301 s: inside twice the 5-minute margin, so kept for half of it (150 s), not renewed at once.
+        rig.control(#"{"lifetime": 301}"#)
+        #expect(try rig.get("/repos/o/r").document["token_number"] as? Int == 1)
+        #expect(try rig.get("/repos/o/r").document["token_number"] as? Int == 1)
+        #expect(rig.tokenRequests.count == 1)
+
+        // A token that ends in 2 s: kept for the one-second floor, then renewed by the next request.
+        let short = try GitHubRig()
+        defer { short.stop() }
+        short.control(#"{"lifetime": 2}"#)
+        #expect(try short.get("/repos/o/r").document["token_number"] as? Int == 1)
+        usleep(1_300_000)  // past the one-second floor (a wait, not an assertion on time)
+        let renewed = try short.get("/repos/o/r")
+        #expect(renewed.document["authorized"] as? Bool == true)
+        #expect(renewed.document["token_number"] as? Int == 2, "the request after expiry carried a new token")
+        #expect(short.tokenRequests.count == 2)
+        #expect(short.tokenRequests.allSatisfy { $0["verified"] as? Bool == true }, "each renewal signs a fresh JWT")
+    }
+
+    // MARK: Canaries
+
+    @Test(
+        "the installation token and the key never reach the access log, the error log, /metrics or an out-of-scope origin; the guard blocks the token elsewhere"
+    )
+    func canaries() throws {
+        let rig = try GitHubRig()
+        defer { rig.stop() }
+        let outside = try FixtureOrigin(script: Self.echoHeaders)
+        defer { outside.stop() }
+
+        #expect(try rig.get("/repos/octo/scopeproxy").document["authorized"] as? Bool == true)
+        let token = rig.issuedToken(1)
+
+        // Out of scope: nothing is injected, the answer (which echoes every header) holds no token.
+        let plain = try #require(try rig.proxy.process.exchangeAbsolute(outside, "/echo"))
+        #expect(plain.status == 200)
+        #expect(!plain.bodyText.contains(token))
+        #expect(!plain.bodyText.lowercased().contains("authorization"), "no Authorization was sent there")
+
+        // A client that learned the token and sends it elsewhere as its own Authorization: a
+        // sensitive header out of every scope is stripped, the token does not leave.
+        let stripped = try #require(
+            try rig.proxy.process.exchangeAbsolute(outside, "/forward", fields: [("Authorization", "Bearer \(token)")]))
+        #expect(stripped.status == 200)
+        #expect(!stripped.bodyText.contains(token))
+        #expect(outside.requests.last?.header("authorization") == nil)
+
+        // Anywhere else (another header, the query): the guard knows the token the proxy obtained
+        // and refuses before anything is sent.
+        let before = outside.requests.count
+        for (target, fields) in [("/exfiltrate", [("X-Forwarded-Token", token)]), ("/x?t=\(token)", [])] {
+            let blocked = try #require(try rig.proxy.process.exchangeAbsolute(outside, target, fields: fields))
+            #expect(blocked.status == 403, "\(target)")
+            #expect(blocked.bodyText.contains("secret_egress_blocked") && blocked.bodyText.contains("gh_app"), "\(blocked.bodyText)")
+            #expect(!blocked.bodyText.contains(token))
+        }
+        #expect(outside.requests.count == before, "the blocked requests never reached the origin")
+
+        let metrics = try rig.proxy.metrics()
+        #expect(metrics.contains(#"scopeproxy_token_fetches_total{secret="gh_app",result="ok"} 1"#), "\(metrics)")
+        #expect(rig.proxy.process.terminate() == 0)
+        let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        #expect(log.split(separator: "\n").count == 5, "every request has its line")
+        let stderr = rig.proxy.process.standardError
+        for (place, text) in [("access log", log), ("error log", stderr), ("metrics", metrics)] {
+            for (label, value) in rig.secretMarks {
+                #expect(!text.contains(value), "\(place) leaked the \(label)")
+            }
+            #expect(!text.contains("PRIVATE KEY"), "\(place) holds a PEM")
+        }
+        #expect(log.contains("secret_egress_blocked"), "the log says what was refused, by name")
+    }
+
+    /// Answers with every request header, as httpbin's /headers does.
+    static let echoHeaders: FixtureOrigin.Script = { connection in
+        while let request = connection.readRequest() {
+            let text = request.headers.map { "\($0.0): \($0.1)" }.joined(separator: "\n")
+            connection.respond(headers: [("Content-Type", "text/plain")], body: text)
+        }
+    }
+
+    // MARK: Failures
+
+    enum APIFailure: String, CaseIterable, Sendable {
+        case unauthorized, serverError, garbage, wrongKey
+
+        /// The reason code the 502 names.
+        var code: String {
+            switch self {
+            case .unauthorized, .wrongKey: "rejected"
+            case .serverError: "unexpected_status"
+            case .garbage: "malformed_response"
+            }
+        }
+    }
+
+    @Test(
+        "GitHub answers 401, 500, garbage, or refuses the JWT: 502 credential_unavailable naming the secret and the API origin, nothing of the body",
+        arguments: APIFailure.allCases)
+    func gitHubAppFailure(_ failure: APIFailure) throws {
+        let bodyCanary = canary("body")
+        let api: (url: String, stop: () -> Void, tokenRequests: () -> Int, scopedRequests: () -> Int)
+        let rig: GitHubRig
+        switch failure {
+        case .wrongKey:
+            // The real fixture, holding the public half of another key: pyjwt refuses the JWT (401).
+            rig = try GitHubRig(verifyingKey: .rsaPKCS8)
+            api = (rig.url, {}, { rig.tokenRequests.count }, { rig.apiRequests.count })
+        default:
+            let origin = try FixtureOrigin { connection in
+                while let request = connection.readRequest() {
+                    switch failure {
+                    case .unauthorized: connection.respond(status: 401, body: #"{"message":"\#(bodyCanary)"}"#)
+                    case .serverError: connection.respond(status: 500, body: "<html>\(bodyCanary)</html>")
+                    default: connection.respond(status: 201, body: #"{"token": ["\#(bodyCanary)"], "expires_at": 7"#)
+                    }
+                    _ = request
+                }
+            }
+            rig = try GitHubRig(api: origin.url)
+            api = (
+                origin.url, { origin.stop() }, { origin.requests.filter { $0.method == "POST" }.count },
+                { origin.requests.filter { $0.method == "GET" }.count }
+            )
+        }
+        defer {
+            rig.stop()
+            api.stop()
+        }
+        let answer = try rig.get("/repos/octo/scopeproxy", origin: api.url)
+        #expect(answer.status == 502)
+        #expect(answer.bodyText.contains("credential_unavailable"), "\(answer.bodyText)")
+        #expect(answer.bodyText.contains("'gh_app'"), "names the secret: \(answer.bodyText)")
+        #expect(answer.bodyText.contains(api.url), "names the API origin: \(answer.bodyText)")
+        #expect(answer.bodyText.contains("(\(failure.code))"), "\(answer.bodyText)")
+        #expect(api.tokenRequests() == 1)
+        #expect(api.scopedRequests() == 0, "nothing reaches the scoped origin without its token")
+        let metrics = try rig.proxy.metrics()
+        #expect(metrics.contains(#"scopeproxy_token_fetches_total{secret="gh_app",result="\#(failure.code)"} 1"#), "\(metrics)")
+        rig.proxy.process.terminate()
+        let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        let stderr = rig.proxy.process.standardError
+        for (place, text) in [("answer", answer.bodyText), ("access log", log), ("error log", stderr), ("metrics", metrics)] {
+            #expect(!text.contains(bodyCanary), "\(place) holds what the API answered")
+            #expect(!text.contains("JSON web token"), "\(place) holds what the API answered")
+            for (label, value) in rig.secretMarks { #expect(!text.contains(value), "\(place) leaked the \(label)") }
+        }
+    }
+
+    @Test("a key file that is not a PEM key: 502 credential_unavailable with key_unusable, GitHub is not asked, the file's bytes are not shown")
+    func keyNotPEM() throws {
+        let notAKey = canary("notakey") + "\n"
+        let rig = try GitHubRig(keyFileText: notAKey)
+        defer { rig.stop() }
+        let answer = try rig.get("/repos/octo/scopeproxy")
+        #expect(answer.status == 502)
+        #expect(answer.bodyText.contains("credential_unavailable") && answer.bodyText.contains("(key_unusable)"), "\(answer.bodyText)")
+        #expect(answer.bodyText.contains("'gh_app'"))
+        #expect(rig.fixture.log.isEmpty, "no request reached GitHub")
+        rig.proxy.process.terminate()
+        let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        for text in [answer.bodyText, log, rig.proxy.process.standardError] {
+            #expect(!text.contains(notAKey.dropLast()))
+        }
+    }
+
+    /// `check` is what a user runs before deploying: a key that can never sign is named there (the
+    /// secret, the computed secret it signs for, what requests would get), not discovered as a 502
+    /// on the first request. `check` exits 0 for a structurally valid config (CI without the
+    /// secrets) and names, as warnings, what would fail; `run` starts with such a key (the 502 above).
+    @Test("scopeproxy check on a config whose key file is not a PEM key: a warning naming the key's secret, its use and the 502")
+    func checkNamesAnUnusableKey() throws {
+        let notAKey = canary("notakey") + "\n"
+        let rig = try GitHubRig(keyFileText: notAKey)
+        defer { rig.stop() }
+        let result = try ProxyProcess.runToCompletion(["check", "--config", rig.proxy.configPath])
+        #expect(result.status == 0, "structurally valid: \(result.stderr)")
+        let warning = try #require(
+            result.stderr.split(separator: "\n").first { $0.contains("gh_app_key") }.map(String.init), "stderr: \(result.stderr)")
+        #expect(warning.hasPrefix("warning: secret 'gh_app_key' (private key of 'gh_app'): not a PEM private key"), "\(warning)")
+        #expect(warning.contains("502"), "says what requests would get: \(warning)")
+        #expect(!result.stderr.contains(notAKey.dropLast()) && !result.stdout.contains(notAKey.dropLast()), "the file's bytes are not shown")
+
+        // A good key: no word on it.
+        let good = try GitHubRig()
+        defer { good.stop() }
+        let clean = try ProxyProcess.runToCompletion(["check", "--config", good.proxy.configPath])
+        #expect(clean.status == 0)
+        #expect(!clean.stderr.contains("gh_app_key"), "\(clean.stderr)")
+    }
+
+    // MARK: jwt_bearer and private_key_jwt (RFC 7523 §2.1, §2.2)
+
+    @Test(
+        "jwt_bearer: the endpoint verified the assertion (iss, sub, aud, exp, iat, jti, kid, signature) and the token reached the scoped origin",
+        arguments: [TestKeys.Kind.rsaPKCS8, .ecSEC1])
+    func jwtBearer(_ kind: TestKeys.Kind) throws {
+        let rig = try JWTRig(kind: kind, mode: .jwtBearer)
+        defer { rig.stop() }
+        for index in 0..<2 {
+            let answer = try #require(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1/items/\(index)"))
+            #expect(answer.status == 200, "\(answer.bodyText)")
+        }
+        #expect(rig.origin.requests.map { $0.header("authorization") } == Array(repeating: "Bearer \(rig.canaryPrefix)-1", count: 2))
+        let entries = rig.endpoint.log
+        #expect(entries.count == 1, "one token request, then the cache")
+        let entry = try #require(entries.first)
+        #expect(entry["verified"] as? Bool == true, "pyjwt: \(entry["why"] ?? "")")
+        #expect(entry["grant_type"] as? String == "urn:ietf:params:oauth:grant-type:jwt-bearer")
+        #expect(entry["scope"] as? String == "read")
+        #expect(entry["path"] as? String == "/token")
+        let assertion = try #require(entry["assertion"] as? [String: Any])
+        #expect(assertion["alg"] as? String == (kind == .ecSEC1 ? "ES256" : "RS256"))
+        #expect(assertion["kid"] as? String == "k1")
+        let claims = try #require(assertion["claims"] as? [String: Any])
+        #expect(claims["iss"] as? String == "sa@x.iam")
+        #expect(claims["sub"] as? String == "sa@x.iam", "sub defaults to the issuer")
+        #expect(claims["aud"] as? String == rig.tokenURL, "aud defaults to the token URL")
+        #expect(claims["scope"] as? String == "read")
+        let iat = try #require(claims["iat"] as? Int), exp = try #require(claims["exp"] as? Int)
+        #expect(exp > iat && exp - iat <= 3600)
+        #expect((claims["jti"] as? String)?.isEmpty == false)
+        #expect(entry["client_assertion"] is NSNull)
+        try rig.expectNoLeaks()
+    }
+
+    @Test("jwt_bearer with subject and audience set: the claims carry them")
+    func jwtBearerSubjectAudience() throws {
+        let rig = try JWTRig(kind: .ecPKCS8, mode: .jwtBearer, subject: "user@x.example", audience: "https://oauth2.example/token")
+        defer { rig.stop() }
+        #expect(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1")?.status == 200)
+        let entry = try #require(rig.endpoint.log.first)
+        #expect(entry["verified"] as? Bool == true, "pyjwt: \(entry["why"] ?? "")")
+        let claims = (entry["assertion"] as? [String: Any])?["claims"] as? [String: Any]
+        #expect(claims?["sub"] as? String == "user@x.example")
+        #expect(claims?["aud"] as? String == "https://oauth2.example/token")
+        #expect(rig.origin.requests.first?.header("authorization") == "Bearer \(rig.canaryPrefix)-1")
+    }
+
+    @Test(
+        "client_credentials with client_auth: private_key_jwt: the endpoint verified the client assertion (iss = sub = client_id)",
+        arguments: [TestKeys.Kind.rsaPKCS1, .ecPKCS8])
+    func privateKeyJWT(_ kind: TestKeys.Kind) throws {
+        let rig = try JWTRig(kind: kind, mode: .privateKeyJWT)
+        defer { rig.stop() }
+        let answer = try #require(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1/orders"))
+        #expect(answer.status == 200, "\(answer.bodyText)")
+        #expect(rig.origin.requests.first?.header("authorization") == "Bearer \(rig.canaryPrefix)-1")
+        let entry = try #require(rig.endpoint.log.first)
+        #expect(entry["verified"] as? Bool == true, "pyjwt: \(entry["why"] ?? "")")
+        #expect(entry["grant_type"] as? String == "client_credentials")
+        #expect(entry["assertion"] is NSNull)
+        let client = try #require(entry["client_assertion"] as? [String: Any])
+        #expect(client["alg"] as? String == (kind == .ecPKCS8 ? "ES256" : "RS256"))
+        let claims = try #require(client["claims"] as? [String: Any])
+        #expect(claims["iss"] as? String == "c1" && claims["sub"] as? String == "c1")
+        #expect(claims["aud"] as? String == rig.tokenURL)
+        try rig.expectNoLeaks()
+    }
+
+    @Test("jwt_bearer: the endpoint refuses the assertion (another key): 502 credential_unavailable naming the secret and the endpoint")
+    func jwtBearerRefused() throws {
+        let rig = try JWTRig(kind: .ecSEC1, mode: .jwtBearer, verifyingKey: .ecPKCS8)
+        defer { rig.stop() }
+        let answer = try #require(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1"))
+        #expect(answer.status == 502)
+        #expect(answer.bodyText.contains("credential_unavailable") && answer.bodyText.contains("(rejected)"), "\(answer.bodyText)")
+        #expect(answer.bodyText.contains("'sa_token'") && answer.bodyText.contains("http://127.0.0.1:\(rig.endpoint.port)"))
+        #expect(rig.origin.requests.isEmpty)
+        #expect(rig.endpoint.log.first?["verified"] as? Bool == false)
+    }
+
+    // MARK: explain
+
+    /// `explain` should say where an injected credential comes from, never its value.
+    @Test("scopeproxy explain names the source of a GitHub App token and of a jwt_bearer token")
+    func explainNamesTheSource() throws {
+        let keys = TestKeys()
+        let key = keys.directory.write("key.pem", String(decoding: try keys.bytes(.rsaPKCS1), as: UTF8.self))
+        let config = keys.directory.write(
+            "explain.yaml",
+            """
+            secrets:
+              gh_app_key: { file: \(key) }
+              gh_app:
+                github_app: { app_id: "12345", installation_id: "678", private_key: gh_app_key, api_url: "https://ghe.example/api/v3" }
+              sa_token:
+                oauth2: { grant: jwt_bearer, token_url: "https://oauth2.example/token", private_key: gh_app_key, issuer: "sa@x.iam", key_id: k1 }
+            scopes:
+              - { name: gh, origins: ["https://ghe.example"], inject: { Authorization: "Bearer ${gh_app}" } }
+              - { name: sa, origins: ["https://storage.example"], inject: { Authorization: "Bearer ${sa_token}" } }
+            """)
+        let github = try ProxyProcess.runToCompletion(["explain", "--config", config, "https://ghe.example/repos/o/r"])
+        #expect(github.stdout.contains("Authorization: Bearer ${gh_app}"), "\(github.stdout)\(github.stderr)")
+        let bearer = try ProxyProcess.runToCompletion(["explain", "--config", config, "https://storage.example/b/o"])
+        #expect(bearer.stdout.contains("oauth2.example"), "\(bearer.stdout)\(bearer.stderr)")
+        #expect(github.stdout.contains("GitHub App installation token"), "\(github.stdout)")
+        #expect(github.stdout.contains("app 12345, installation 678"), "\(github.stdout)")
+        #expect(github.stdout.contains("https://ghe.example/api/v3"), "the API it is asked from: \(github.stdout)")
+        #expect(github.stdout.contains("private key 'gh_app_key'"), "\(github.stdout)")
+        #expect(bearer.stdout.contains("jwt_bearer"), "\(bearer.stdout)")
+        #expect(bearer.stdout.contains("https://oauth2.example/token"), "\(bearer.stdout)")
+        #expect(bearer.stdout.contains("private key 'gh_app_key'"), "\(bearer.stdout)")
+        #expect(!bearer.stdout.contains("Optional("), "\(bearer.stdout)")
+        let pemBody = try keys.bytes(.rsaPKCS1)
+        let secondLine = String(decoding: pemBody, as: UTF8.self).split(separator: "\n")[1]
+        #expect(!github.stdout.contains(secondLine) && !bearer.stdout.contains(secondLine), "the key is never shown")
+    }
+}
+
+// MARK: Rigs
+
+private func canary(_ label: String) -> String { "CANARY-\(label)-\(String(UInt64.random(in: 0...UInt64.max), radix: 16))" }
+
+/// The marks of a PEM key that must never be shown: its base64 body whole and line by line.
+private func pemMarks(_ pem: String) -> [(String, String)] {
+    let lines = pem.split(separator: "\n").filter { !$0.hasPrefix("-----") }.map(String.init)
+    return [("key's base64", lines.joined())] + lines.filter { $0.count >= 32 }.map { ("key's base64 line", $0) }
+}
+
+struct NoAnswer: Error {}
+
+/// A response and its JSON body (the GitHub fixture answers JSON).
+struct AnswerDocument {
+    let status: Int
+    let bodyText: String
+    let document: [String: Any]
+}
+
+final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [(status: Int, authorized: Bool)] = []
+    func append(_ item: (status: Int, authorized: Bool)) { lock.withLock { stored.append(item) } }
+    var items: [(status: Int, authorized: Bool)] { lock.withLock { stored } }
+}
+
+extension ProxyProcess {
+    /// One absolute-form request to `origin` through this proxy, on a fresh connection.
+    func exchangeAbsolute(_ origin: FixtureOrigin, _ target: String, fields: [(String, String)] = []) throws -> TestResponse? {
+        let socket = try TestSocket.connect(port: port)
+        defer { socket.close() }
+        var head = "GET \(origin.url)\(target) HTTP/1.1\r\nHost: \(origin.authority)\r\n"
+        for (name, value) in fields { head += "\(name): \(value)\r\n" }
+        try socket.send(head + "Connection: close\r\n\r\n")
+        return try HTTPReader(socket).readResponse()
+    }
+}
+
+/// A GitHub App behind the binary: the app's key in a 0600 file, the fixture API (verifying the
+/// app JWT with pyjwt against `verifyingKey`'s public half) as both `api_url` and the scoped origin
+/// (as api.github.com is), unless `api` names another API origin.
+final class GitHubRig: @unchecked Sendable {
+    let keys = TestKeys()
+    let canaryPrefix = canary("ghs")
+    let fixture: PythonFixtureServer
+    let proxy: ConfiguredProxy
+    let keyText: String
+    var controlPath: String { keys.directory.path + "/control.json" }
+    var url: String { "http://127.0.0.1:\(fixture.port)" }
+
+    init(pathPrefix: String = "", verifyingKey: TestKeys.Kind = .rsaPKCS1, keyFileText: String? = nil, api: String? = nil) throws {
+        keyText = try keyFileText ?? String(decoding: keys.bytes(.rsaPKCS1), as: UTF8.self)
+        let keyPath = keys.directory.write("app-key.pem", keyText)
+        fixture = try PythonFixtureServer.gitHubAppAPI(
+            publicKeyPath: try keys.publicKey(of: verifyingKey), appID: "12345", installationID: "678", pathPrefix: pathPrefix,
+            canary: canaryPrefix, controlPath: keys.directory.path + "/control.json", logPath: keys.directory.path + "/github.jsonl")
+        let apiURL = (api ?? "http://127.0.0.1:\(fixture.port)") + pathPrefix
+        let scoped = api ?? "http://127.0.0.1:\(fixture.port)"
+        proxy = try ConfiguredProxy { logPath in
+            """
+            secrets:
+              gh_app_key: { file: \(keyPath) }
+              gh_app:
+                github_app:
+                  app_id: "12345"
+                  installation_id: "678"
+                  private_key: gh_app_key
+                  api_url: "\(apiURL)"
+                  permissions: { contents: read }
+                  repositories: [scopeproxy]
+            scopes:
+              - name: gh
+                origins: ["\(scoped)"]
+                inject: { Authorization: "Bearer ${gh_app}" }
+            log: { output: \(logPath) }
+            """
+        }
+    }
+
+    func control(_ json: String) { keys.directory.write("control.json", json) }
+
+    /// The token the fixture issued `number`th.
+    func issuedToken(_ number: Int) -> String { "\(canaryPrefix)-\(number)" }
+
+    /// Every value that must never be shown (the first tokens it may have issued, the key).
+    var secretMarks: [(String, String)] {
+        [("installation token", canaryPrefix)] + pemMarks(keyText)
+    }
+
+    var tokenRequests: [[String: Any]] { fixture.log.filter { $0["kind"] as? String == "access_tokens" } }
+    var apiRequests: [[String: Any]] { fixture.log.filter { $0["kind"] as? String == "api" } }
+
+    /// `GET origin+path` through the proxy (the fixture by default), its JSON answer.
+    func get(_ path: String, origin: String? = nil) throws -> AnswerDocument {
+        let target = origin ?? url
+        let authority = target.replacingOccurrences(of: "http://", with: "")
+        let socket = try TestSocket.connect(port: proxy.port)
+        defer { socket.close() }
+        try socket.send("GET \(target)\(path) HTTP/1.1\r\nHost: \(authority)\r\nConnection: close\r\n\r\n")
+        guard let response = try HTTPReader(socket).readResponse() else { throw NoAnswer() }
+        let document = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]) ?? [:]
+        return AnswerDocument(status: response.status, bodyText: response.bodyText, document: document)
+    }
+
+    func stop() {
+        proxy.process.terminate()
+        fixture.stop()
+    }
+}
+
+/// An OAuth2 token endpoint verifying RFC 7523 JWTs (Tests/Fixtures/jwt_token_endpoint.py), a
+/// scoped origin recording what it got, and the binary between them with a `jwt_bearer` or a
+/// `private_key_jwt` secret signed with a `kind` key.
+final class JWTRig: @unchecked Sendable {
+    enum Mode { case jwtBearer, privateKeyJWT }
+
+    let keys = TestKeys()
+    let canaryPrefix = canary("jwt-at")
+    let endpoint: PythonFixtureServer
+    let origin: FixtureOrigin
+    let proxy: ConfiguredProxy
+    let keyText: String
+    var tokenURL: String { "http://127.0.0.1:\(endpoint.port)/token" }
+
+    init(kind: TestKeys.Kind, mode: Mode, subject: String? = nil, audience: String? = nil, verifyingKey: TestKeys.Kind? = nil) throws {
+        keyText = String(decoding: try keys.bytes(kind), as: UTF8.self)
+        let keyPath = keys.directory.write("sa.pem", keyText)
+        endpoint = try PythonFixtureServer.jwtTokenEndpoint(
+            publicKeyPath: try keys.publicKey(of: verifyingKey ?? kind), issuer: mode == .jwtBearer ? "sa@x.iam" : nil, subject: subject,
+            clientID: mode == .privateKeyJWT ? "c1" : nil, audience: audience, keyID: mode == .jwtBearer ? "k1" : nil, canary: canaryPrefix,
+            logPath: keys.directory.path + "/endpoint.jsonl")
+        origin = try FixtureOrigin()
+        let url = "http://127.0.0.1:\(endpoint.port)/token"
+        var source: String
+        switch mode {
+        case .jwtBearer:
+            source = #"{ grant: jwt_bearer, token_url: "\#(url)", private_key: sa_key, issuer: "sa@x.iam", scope: "read", key_id: "k1""#
+            if let subject { source += #", subject: "\#(subject)""# }
+            if let audience { source += #", audience: "\#(audience)""# }
+            source += " }"
+        case .privateKeyJWT:
+            source = #"{ grant: client_credentials, token_url: "\#(url)", client_id: c1, client_auth: private_key_jwt, private_key: sa_key }"#
+        }
+        let scoped = origin.url
+        proxy = try ConfiguredProxy { logPath in
+            """
+            secrets:
+              sa_key: { file: \(keyPath) }
+              sa_token:
+                oauth2: \(source)
+            scopes:
+              - { name: sa, origins: ["\(scoped)"], inject: { Authorization: "Bearer ${sa_token}" } }
+            log: { output: \(logPath) }
+            """
+        }
+    }
+
+    /// The token and the key in none of the access log, the error log and /metrics.
+    func expectNoLeaks(sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let metrics = try proxy.metrics()
+        #expect(metrics.contains(#"scopeproxy_token_fetches_total{secret="sa_token",result="ok"} 1"#), sourceLocation: sourceLocation)
+        proxy.process.terminate()
+        let log = try String(contentsOfFile: proxy.logPath, encoding: .utf8)
+        for (place, text) in [("access log", log), ("error log", proxy.process.standardError), ("metrics", metrics)] {
+            for (label, value) in [("access token", canaryPrefix)] + pemMarks(keyText) {
+                #expect(!text.contains(value), "\(place) leaked the \(label)", sourceLocation: sourceLocation)
+            }
+        }
+    }
+
+    func stop() {
+        proxy.process.terminate()
+        origin.stop()
+        endpoint.stop()
+    }
+}
