@@ -247,6 +247,111 @@ struct CredentialSourceEngineTests {
         }
     }
 
+    /// Keys are read from their secret at each fetch: a key file replaced (atomically, as a
+    /// rotation tool does) is signed with from the next token request on, without a reload.
+    @Test("a rotated key file: the app key replaced on disk is used by the next token request (no reload)")
+    func keyRotation() throws {
+        let rig = try GitHubRig(keyKind: .rsaPKCS8)  // GitHub knows the PKCS#1 key's public half only
+        defer { rig.stop() }
+        let refused = try rig.get("/repos/o/r")
+        #expect(refused.status == 502 && refused.bodyText.contains("(rejected)"), "\(refused.bodyText)")
+        rig.keys.directory.write("app-key.pem", String(decoding: try rig.keys.bytes(.rsaPKCS1), as: UTF8.self))
+        // The proxy notices a changed file within about a second and retries a failed fetch after
+        // one: poll (bounded) until the new key is in use, then check what GitHub saw.
+        var answer = refused
+        for _ in 0..<40 where answer.status != 200 {
+            usleep(250_000)
+            answer = try rig.get("/repos/o/r")
+        }
+        #expect(answer.document["authorized"] as? Bool == true, "\(answer.bodyText)")
+        #expect(rig.tokenRequests.first?["verified"] as? Bool == false)
+        #expect(rig.tokenRequests.last?["verified"] as? Bool == true)
+        #expect(rig.tokenRequests.filter { $0["verified"] as? Bool == true }.count == 1)
+    }
+
+    /// GitHub signs app JWTs with RS256 only: an EC key (fine for jwt_bearer) cannot be used, and
+    /// neither can an encrypted key (the proxy has no passphrase). Both fail before GitHub is asked.
+    @Test(
+        "a GitHub App key that cannot sign RS256 (EC, encrypted, a public key): 502 key_unusable, GitHub not asked",
+        arguments: [TestKeys.Kind.ecPKCS8, .encryptedPKCS8, .publicKey])
+    func gitHubAppKeyThatCannotSign(_ kind: TestKeys.Kind) throws {
+        let rig = try GitHubRig(keyKind: kind)
+        defer { rig.stop() }
+        let answer = try rig.get("/repos/o/r")
+        #expect(answer.status == 502)
+        #expect(answer.bodyText.contains("(key_unusable)") && answer.bodyText.contains("'gh_app'"), "\(answer.bodyText)")
+        #expect(rig.fixture.log.isEmpty)
+        rig.proxy.process.terminate()
+        let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        for text in [answer.bodyText, log, rig.proxy.process.standardError] {
+            for (label, value) in rig.secretMarks { #expect(!text.contains(value), "leaked the \(label)") }
+            #expect(!text.contains("CANARY-passphrase"))
+        }
+    }
+
+    /// A key saved with Windows line endings is the same key.
+    @Test("a PEM key file with CRLF line endings signs as well")
+    func crlfKey() throws {
+        let keys = TestKeys()
+        let crlf = String(decoding: try keys.bytes(.rsaPKCS1), as: UTF8.self).replacingOccurrences(of: "\n", with: "\r\n")
+        let rig = try GitHubRig(keyFileText: crlf, keys: keys)
+        defer { rig.stop() }
+        let answer = try rig.get("/repos/o/r")
+        #expect(answer.document["authorized"] as? Bool == true, "\(answer.bodyText)")
+    }
+
+    /// An installation token GitHub stops accepting (revoked, the app's permissions changed): the
+    /// origin's 401 marks it stale and the next request asks for a new one (docs/configuration.md,
+    /// "A 401").
+    @Test("the scoped API answers 401 to the installation token: the next request carries a new one")
+    func unauthorizedRenews() throws {
+        let issued = IssuedCount()
+        let api = try FixtureOrigin { connection in
+            while let request = connection.readRequest() {
+                if request.method == "POST" {
+                    let number = issued.next()
+                    connection.respond(
+                        status: 201, headers: [("Content-Type", "application/json")],
+                        body: #"{"token": "CANARY-ghs-revoked-\#(number)", "expires_at": "2099-01-01T00:00:00Z"}"#)
+                } else {
+                    let refuse = request.target.hasPrefix("/repos/refuse")
+                    connection.respond(status: refuse ? 401 : 200, body: refuse ? #"{"message": "Bad credentials"}"# : "ok")
+                }
+            }
+        }
+        defer { api.stop() }
+        let rig = try GitHubRig(api: api.url)
+        defer { rig.stop() }
+        #expect(try rig.get("/repos/o/r", origin: api.url).status == 200)
+        usleep(1_100_000)  // a token is dropped for a 401 only once it is a second old (a wait, not an assertion on time)
+        #expect(try rig.get("/repos/refuse", origin: api.url).status == 401)
+        #expect(try rig.get("/repos/o/r", origin: api.url).status == 200)
+        let gets = api.requests.filter { $0.method == "GET" }.map { $0.header("authorization") ?? "" }
+        #expect(gets == ["Bearer CANARY-ghs-revoked-1", "Bearer CANARY-ghs-revoked-1", "Bearer CANARY-ghs-revoked-2"])
+        #expect(api.requests.filter { $0.method == "POST" }.count == 2)
+    }
+
+    /// A reload (SIGHUP) makes a new token source over the same key file: the next request after it
+    /// gets a token the new source asked for (docs/configuration.md: "A reload makes a new token source").
+    @Test("SIGHUP: the reloaded config signs with the same key file and fetches a new installation token")
+    func reloadFetchesAgain() throws {
+        let rig = try GitHubRig()
+        defer { rig.stop() }
+        #expect(try rig.get("/repos/o/r").document["token_number"] as? Int == 1)
+        rig.proxy.process.signal(SIGHUP)
+        // The reload happens on the main loop: poll (bounded) until a request carries the second token.
+        var answer = try rig.get("/repos/o/r")
+        for _ in 0..<40 where answer.document["token_number"] as? Int != 2 {
+            usleep(250_000)
+            answer = try rig.get("/repos/o/r")
+        }
+        #expect(answer.document["token_number"] as? Int == 2, "\(answer.bodyText) stderr: \(rig.proxy.process.standardError)")
+        #expect(answer.document["authorized"] as? Bool == true)
+        #expect(rig.tokenRequests.count == 2)
+        #expect(rig.tokenRequests.allSatisfy { $0["verified"] as? Bool == true })
+        #expect(!rig.proxy.process.standardError.contains("reload_failed"), "\(rig.proxy.process.standardError)")
+    }
+
     /// `check` is what a user runs before deploying: a key that can never sign is named there (the
     /// secret, the computed secret it signs for, what requests would get), not discovered as a 502
     /// on the first request. `check` exits 0 for a structurally valid config (CI without the
@@ -304,6 +409,12 @@ struct CredentialSourceEngineTests {
         #expect(exp > iat && exp - iat <= 3600)
         #expect((claims["jti"] as? String)?.isEmpty == false)
         #expect(entry["client_assertion"] is NSNull)
+        // The guard knows the token the proxy obtained: in a query to another origin it is refused.
+        let elsewhere = try FixtureOrigin()
+        defer { elsewhere.stop() }
+        let blocked = try #require(try rig.proxy.process.exchangeAbsolute(elsewhere, "/x?access_token=\(rig.canaryPrefix)-1"))
+        #expect(blocked.status == 403 && blocked.bodyText.contains("secret_egress_blocked"), "\(blocked.bodyText)")
+        #expect(elsewhere.requests.isEmpty)
         try rig.expectNoLeaks()
     }
 
@@ -410,6 +521,17 @@ struct AnswerDocument {
     let document: [String: Any]
 }
 
+final class IssuedCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func next() -> Int {
+        lock.withLock {
+            count += 1
+            return count
+        }
+    }
+}
+
 final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
     private var stored: [(status: Int, authorized: Bool)] = []
@@ -433,7 +555,7 @@ extension ProxyProcess {
 /// app JWT with pyjwt against `verifyingKey`'s public half) as both `api_url` and the scoped origin
 /// (as api.github.com is), unless `api` names another API origin.
 final class GitHubRig: @unchecked Sendable {
-    let keys = TestKeys()
+    let keys: TestKeys
     let canaryPrefix = canary("ghs")
     let fixture: PythonFixtureServer
     let proxy: ConfiguredProxy
@@ -441,8 +563,13 @@ final class GitHubRig: @unchecked Sendable {
     var controlPath: String { keys.directory.path + "/control.json" }
     var url: String { "http://127.0.0.1:\(fixture.port)" }
 
-    init(pathPrefix: String = "", verifyingKey: TestKeys.Kind = .rsaPKCS1, keyFileText: String? = nil, api: String? = nil) throws {
-        keyText = try keyFileText ?? String(decoding: keys.bytes(.rsaPKCS1), as: UTF8.self)
+    /// `keyKind`: the key the proxy signs with; `keyFileText`: the key file's text instead.
+    init(
+        pathPrefix: String = "", keyKind: TestKeys.Kind = .rsaPKCS1, verifyingKey: TestKeys.Kind = .rsaPKCS1, keyFileText: String? = nil,
+        api: String? = nil, keys: TestKeys = TestKeys()
+    ) throws {
+        self.keys = keys
+        keyText = try keyFileText ?? String(decoding: keys.bytes(keyKind), as: UTF8.self)
         let keyPath = keys.directory.write("app-key.pem", keyText)
         fixture = try PythonFixtureServer.gitHubAppAPI(
             publicKeyPath: try keys.publicKey(of: verifyingKey), appID: "12345", installationID: "678", pathPrefix: pathPrefix,
