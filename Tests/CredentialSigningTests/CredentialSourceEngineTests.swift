@@ -313,6 +313,9 @@ struct CredentialSourceEngineTests {
                     connection.respond(
                         status: 201, headers: [("Content-Type", "application/json")],
                         body: #"{"token": "CANARY-ghs-revoked-\#(number)", "expires_at": "2099-01-01T00:00:00Z"}"#)
+                } else if request.target.hasPrefix("/repos/echo") {
+                    // An API that echoes the request's credential (a debug page): the scrub masks it.
+                    connection.respond(body: "you sent: \(request.header("authorization") ?? "")")
                 } else {
                     let refuse = request.target.hasPrefix("/repos/refuse")
                     connection.respond(status: refuse ? 401 : 200, body: refuse ? #"{"message": "Bad credentials"}"# : "ok")
@@ -329,6 +332,11 @@ struct CredentialSourceEngineTests {
         let gets = api.requests.filter { $0.method == "GET" }.map { $0.header("authorization") ?? "" }
         #expect(gets == ["Bearer CANARY-ghs-revoked-1", "Bearer CANARY-ghs-revoked-1", "Bearer CANARY-ghs-revoked-2"])
         #expect(api.requests.filter { $0.method == "POST" }.count == 2)
+        // The scoped origin echoing the token back: the client reads stars, never the token.
+        let echoed = try rig.get("/repos/echo", origin: api.url)
+        #expect(echoed.status == 200)
+        #expect(!echoed.bodyText.contains("CANARY-ghs-revoked"), "the response scrub masks the installation token")
+        #expect(echoed.bodyText.hasPrefix("you sent: Bearer ****"), "\(echoed.bodyText.prefix(20))")
     }
 
     /// A reload (SIGHUP) makes a new token source over the same key file: the next request after it
@@ -450,6 +458,20 @@ struct CredentialSourceEngineTests {
         #expect(claims["iss"] as? String == "c1" && claims["sub"] as? String == "c1")
         #expect(claims["aud"] as? String == rig.tokenURL)
         try rig.expectNoLeaks()
+    }
+
+    @Test("jwt_bearer with client_auth: private_key_jwt: both assertions verified, each with its own jti")
+    func jwtBearerWithClientAssertion() throws {
+        let rig = try JWTRig(kind: .rsaPKCS8, mode: .both)
+        defer { rig.stop() }
+        #expect(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1")?.status == 200)
+        let entry = try #require(rig.endpoint.log.first)
+        #expect(entry["verified"] as? Bool == true, "pyjwt: \(entry["why"] ?? "")")
+        let grant = (entry["assertion"] as? [String: Any])?["claims"] as? [String: Any]
+        let client = (entry["client_assertion"] as? [String: Any])?["claims"] as? [String: Any]
+        #expect(grant?["iss"] as? String == "sa@x.iam" && client?["iss"] as? String == "c1")
+        #expect(grant?["jti"] as? String != client?["jti"] as? String)
+        #expect(rig.origin.requests.first?.header("authorization") == "Bearer \(rig.canaryPrefix)-1")
     }
 
     @Test("jwt_bearer: the endpoint refuses the assertion (another key): 502 credential_unavailable naming the secret and the endpoint")
@@ -632,7 +654,7 @@ final class GitHubRig: @unchecked Sendable {
 /// scoped origin recording what it got, and the binary between them with a `jwt_bearer` or a
 /// `private_key_jwt` secret signed with a `kind` key.
 final class JWTRig: @unchecked Sendable {
-    enum Mode { case jwtBearer, privateKeyJWT }
+    enum Mode { case jwtBearer, privateKeyJWT, both }
 
     let keys = TestKeys()
     let canaryPrefix = canary("jwt-at")
@@ -646,8 +668,8 @@ final class JWTRig: @unchecked Sendable {
         keyText = String(decoding: try keys.bytes(kind), as: UTF8.self)
         let keyPath = keys.directory.write("sa.pem", keyText)
         endpoint = try PythonFixtureServer.jwtTokenEndpoint(
-            publicKeyPath: try keys.publicKey(of: verifyingKey ?? kind), issuer: mode == .jwtBearer ? "sa@x.iam" : nil, subject: subject,
-            clientID: mode == .privateKeyJWT ? "c1" : nil, audience: audience, keyID: mode == .jwtBearer ? "k1" : nil, canary: canaryPrefix,
+            publicKeyPath: try keys.publicKey(of: verifyingKey ?? kind), issuer: mode != .privateKeyJWT ? "sa@x.iam" : nil, subject: subject,
+            clientID: mode != .jwtBearer ? "c1" : nil, audience: audience, keyID: mode != .privateKeyJWT ? "k1" : nil, canary: canaryPrefix,
             logPath: keys.directory.path + "/endpoint.jsonl")
         origin = try FixtureOrigin()
         let url = "http://127.0.0.1:\(endpoint.port)/token"
@@ -658,6 +680,10 @@ final class JWTRig: @unchecked Sendable {
             if let subject { source += #", subject: "\#(subject)""# }
             if let audience { source += #", audience: "\#(audience)""# }
             source += " }"
+        case .both:
+            source =
+                #"{ grant: jwt_bearer, token_url: "\#(url)", private_key: sa_key, issuer: "sa@x.iam", key_id: "k1", client_id: c1, "#
+                + "client_auth: private_key_jwt }"
         case .privateKeyJWT:
             source = #"{ grant: client_credentials, token_url: "\#(url)", client_id: c1, client_auth: private_key_jwt, private_key: sa_key }"#
         }
