@@ -240,8 +240,14 @@ struct CredentialSourceEngineTests {
         #expect(answer.bodyText.contains("credential_unavailable") && answer.bodyText.contains("(key_unusable)"), "\(answer.bodyText)")
         #expect(answer.bodyText.contains("'gh_app'"))
         #expect(rig.fixture.log.isEmpty, "no request reached GitHub")
+        let metrics = try rig.proxy.metrics()
+        #expect(metrics.contains(#"scopeproxy_token_fetches_total{secret="gh_app",result="key_unusable"} 1"#), "\(metrics)")
         rig.proxy.process.terminate()
         let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        #expect(log.contains("key_unusable"), "the access log says why: \(log)")
+        let errorLine = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_key_unusable") }
+        #expect(errorLine?.contains(#""private_key":"gh_app_key""#) == true, "the error log names the key: \(errorLine ?? "none")")
+        #expect(errorLine?.contains("not a PEM private key") == true, "and says why: \(errorLine ?? "none")")
         for text in [answer.bodyText, log, rig.proxy.process.standardError] {
             #expect(!text.contains(notAKey.dropLast()))
         }
@@ -283,6 +289,13 @@ struct CredentialSourceEngineTests {
         #expect(rig.fixture.log.isEmpty)
         rig.proxy.process.terminate()
         let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
+        let why: String =
+            switch kind {
+            case .encryptedPKCS8: "encrypted private keys are not supported"
+            case .publicKey: "a public key or certificate, not a private key"
+            default: "cannot sign RS256"
+            }
+        #expect(rig.proxy.process.standardError.contains(why), "the error log says why: \(rig.proxy.process.standardError)")
         for text in [answer.bodyText, log, rig.proxy.process.standardError] {
             for (label, value) in rig.secretMarks { #expect(!text.contains(value), "leaked the \(label)") }
             #expect(!text.contains("CANARY-passphrase"))
