@@ -373,6 +373,51 @@ struct CredentialSourceEngineTests {
         #expect(!rig.proxy.process.standardError.contains("reload_failed"), "\(rig.proxy.process.standardError)")
     }
 
+    /// GitHub is https: the installation token request goes over the same verified TLS as every
+    /// upstream (`tls.upstream_ca` trusted besides the system store). A certificate for another
+    /// host stops it before the JWT is sent.
+    @Test(
+        "GitHub over https: the token request is verified TLS; a certificate for another host: 502 tls_verification, no JWT sent",
+        arguments: ["valid", "wronghost"])
+    func gitHubAppOverTLS(_ certificate: String) throws {
+        let pki = try TestPKI()
+        let keys = TestKeys()
+        let prefix = canary("ghs")
+        let (cert, certKey) = pki.certificate(certificate)
+        let api = try PythonFixtureServer(
+            script: "github_app_api_tls.py",
+            arguments: [cert, certKey, "--public-key", try keys.publicKey(of: .rsaPKCS1), "--app-id", "12345", "--canary", prefix],
+            logPath: keys.directory.path + "/github.jsonl")
+        defer { api.stop() }
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let keyPath = keys.directory.write("app-key.pem", String(decoding: try keys.bytes(.rsaPKCS1), as: UTF8.self))
+        let proxy = try ConfiguredProxy { logPath in
+            """
+            secrets:
+              gh_app_key: { file: \(keyPath) }
+              gh_app:
+                github_app: { app_id: "12345", installation_id: "678", private_key: gh_app_key, api_url: "https://127.0.0.1:\(api.port)" }
+            scopes:
+              - { name: gh, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${gh_app}" } }
+            tls: { upstream_ca: \(pki.caPath) }
+            log: { output: \(logPath) }
+            """
+        }
+        defer { proxy.process.terminate() }
+        let answer = try #require(try proxy.process.exchangeAbsolute(origin, "/repos/o/r"))
+        if certificate == "valid" {
+            #expect(answer.status == 200, "\(answer.bodyText)")
+            #expect(origin.requests.first?.header("authorization") == "Bearer \(prefix)-1")
+            #expect(api.log.first?["verified"] as? Bool == true, "\(api.log.first?["why"] ?? "")")
+        } else {
+            #expect(answer.status == 502)
+            #expect(answer.bodyText.contains("(tls_verification)") && answer.bodyText.contains("https://127.0.0.1:\(api.port)"), "\(answer.bodyText)")
+            #expect(api.log.isEmpty, "the JWT never reached a server with the wrong certificate")
+            #expect(origin.requests.isEmpty)
+        }
+    }
+
     /// `check` is what a user runs before deploying: a key that can never sign is named there (the
     /// secret, the computed secret it signs for, what requests would get), not discovered as a 502
     /// on the first request. `check` exits 0 for a structurally valid config (CI without the
