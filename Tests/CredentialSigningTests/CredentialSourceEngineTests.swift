@@ -418,6 +418,45 @@ struct CredentialSourceEngineTests {
         }
     }
 
+    /// A GitHub that accepts the connection and never answers: the fetch ends at `timeouts.upstream`
+    /// (502 response_timeout), the waiting requests all get that answer, and the next request after
+    /// the one-second floor asks again (the fetch did not stay stuck).
+    @Test("GitHub never answers: 502 response_timeout at timeouts.upstream for every waiting request; the next one asks again")
+    func gitHubAppSilent() throws {
+        let keys = TestKeys()
+        let silent = try FixtureOrigin { connection in
+            while connection.readRequest() != nil {}  // reads, never answers
+        }
+        defer { silent.stop() }
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let keyPath = keys.directory.write("app-key.pem", String(decoding: try keys.bytes(.rsaPKCS1), as: UTF8.self))
+        let proxy = try ConfiguredProxy { logPath in
+            """
+            secrets:
+              gh_app_key: { file: \(keyPath) }
+              gh_app:
+                github_app: { app_id: "12345", installation_id: "678", private_key: gh_app_key, api_url: "\(silent.url)" }
+            scopes:
+              - { name: gh, origins: ["\(origin.url)"], inject: { Authorization: "Bearer ${gh_app}" } }
+            timeouts: { upstream: 1s }
+            log: { output: \(logPath) }
+            """
+        }
+        defer { proxy.process.terminate() }
+        let statuses = ResultBox()
+        DispatchQueue.concurrentPerform(iterations: 5) { _ in
+            let answer = (try? proxy.process.exchangeAbsolute(origin, "/repos/o/r")) ?? nil
+            statuses.append((answer?.status ?? -1, answer?.bodyText.contains("(response_timeout)") ?? false))
+        }
+        #expect(statuses.items.count == 5 && statuses.items.allSatisfy { $0.status == 502 && $0.authorized }, "\(statuses.items)")
+        #expect(silent.requests.count == 1, "one token request for the five")
+        usleep(1_100_000)  // past the one-second retry floor (a wait, not an assertion on time)
+        #expect(try proxy.process.exchangeAbsolute(origin, "/repos/o/r")?.status == 502)
+        #expect(silent.requests.count == 2, "asked again")
+        #expect(origin.requests.isEmpty)
+    }
+
     /// `check` is what a user runs before deploying: a key that can never sign is named there (the
     /// secret, the computed secret it signs for, what requests would get), not discovered as a 502
     /// on the first request. `check` exits 0 for a structurally valid config (CI without the
