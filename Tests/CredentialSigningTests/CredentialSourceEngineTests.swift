@@ -571,6 +571,31 @@ struct CredentialSourceEngineTests {
         #expect(rig.origin.requests.first?.header("authorization") == "Bearer \(rig.canaryPrefix)-1")
     }
 
+    /// RFC 7523 §3: a server may refuse a `jti` it has seen; each renewal signs a new assertion.
+    @Test("jwt_bearer renewal: a short-lived token is renewed with a fresh assertion (new jti, accepted)")
+    func jwtBearerRenewal() throws {
+        let rig = try JWTRig(kind: .ecSEC1, mode: .jwtBearer, expiresIn: 1)
+        defer { rig.stop() }
+        #expect(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1")?.status == 200)
+        usleep(1_200_000)  // past the token's one second (a wait, not an assertion on time)
+        #expect(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1")?.status == 200)
+        let entries = rig.endpoint.log
+        #expect(entries.count == 2 && entries.allSatisfy { $0["verified"] as? Bool == true }, "\(entries.map { $0["why"] ?? "" })")
+        #expect(rig.origin.requests.map { $0.header("authorization") ?? "" } == ["Bearer \(rig.canaryPrefix)-1", "Bearer \(rig.canaryPrefix)-2"])
+    }
+
+    @Test("jwt_bearer with alg: ES256 on an RSA key: 502 key_unusable, the endpoint not asked, the error log says why")
+    func jwtBearerAlgorithmMismatch() throws {
+        let rig = try JWTRig(kind: .rsaPKCS1, mode: .jwtBearer, algorithm: "ES256")
+        defer { rig.stop() }
+        let answer = try #require(try rig.proxy.process.exchangeAbsolute(rig.origin, "/v1"))
+        #expect(answer.status == 502 && answer.bodyText.contains("(key_unusable)") && answer.bodyText.contains("'sa_token'"), "\(answer.bodyText)")
+        #expect(rig.endpoint.log.isEmpty)
+        rig.proxy.process.terminate()
+        let line = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_key_unusable") }
+        #expect(line?.contains(#""private_key":"sa_key""#) == true && line?.contains("cannot sign ES256") == true, "\(line ?? "none")")
+    }
+
     @Test("jwt_bearer: the endpoint refuses the assertion (another key): 502 credential_unavailable naming the secret and the endpoint")
     func jwtBearerRefused() throws {
         let rig = try JWTRig(kind: .ecSEC1, mode: .jwtBearer, verifyingKey: .ecPKCS8)
@@ -761,13 +786,17 @@ final class JWTRig: @unchecked Sendable {
     let keyText: String
     var tokenURL: String { "http://127.0.0.1:\(endpoint.port)/token" }
 
-    init(kind: TestKeys.Kind, mode: Mode, subject: String? = nil, audience: String? = nil, verifyingKey: TestKeys.Kind? = nil) throws {
+    /// `algorithm`: an `alg:` line; `expiresIn`: the endpoint's `expires_in`.
+    init(
+        kind: TestKeys.Kind, mode: Mode, subject: String? = nil, audience: String? = nil, verifyingKey: TestKeys.Kind? = nil,
+        algorithm: String? = nil, expiresIn: Int = 3600
+    ) throws {
         keyText = String(decoding: try keys.bytes(kind), as: UTF8.self)
         let keyPath = keys.directory.write("sa.pem", keyText)
         endpoint = try PythonFixtureServer.jwtTokenEndpoint(
             publicKeyPath: try keys.publicKey(of: verifyingKey ?? kind), issuer: mode != .privateKeyJWT ? "sa@x.iam" : nil, subject: subject,
             clientID: mode != .jwtBearer ? "c1" : nil, audience: audience, keyID: mode != .privateKeyJWT ? "k1" : nil, canary: canaryPrefix,
-            logPath: keys.directory.path + "/endpoint.jsonl")
+            expiresIn: expiresIn, logPath: keys.directory.path + "/endpoint.jsonl")
         origin = try FixtureOrigin()
         let url = "http://127.0.0.1:\(endpoint.port)/token"
         var source: String
@@ -776,6 +805,7 @@ final class JWTRig: @unchecked Sendable {
             source = #"{ grant: jwt_bearer, token_url: "\#(url)", private_key: sa_key, issuer: "sa@x.iam", scope: "read", key_id: "k1""#
             if let subject { source += #", subject: "\#(subject)""# }
             if let audience { source += #", audience: "\#(audience)""# }
+            if let algorithm { source += ", alg: \(algorithm)" }
             source += " }"
         case .both:
             source =
