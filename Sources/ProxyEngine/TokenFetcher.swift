@@ -111,6 +111,11 @@ final class TokenFetcher: @unchecked Sendable {
     private func finish(_ job: Job, _ result: Result<Obtained, TokenFailure.Reason>) {
         switch result {
         case .failure(let reason):
+            // The request's 502 carries only the code; the operator gets the proxy's own words for why
+            // (at most once a second per secret: the cache's retry floor).
+            Diagnostics.error(
+                "credential_fetch_failed",
+                [("secret", job.secret), ("source", job.provider.description), ("reason", reason.code), ("detail", reason.explanation)])
             complete(job, .failure(TokenFailure(secret: job.secret, provider: job.provider, reason: reason)))
         case .success(let obtained):
             // The tripwire, the scrub and the guard learn every value before any request can carry it.
