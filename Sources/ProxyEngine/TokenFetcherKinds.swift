@@ -39,7 +39,6 @@ extension TokenFetcher {
         switch signAssertions(spec) {
         case .success(let signed): assertions = signed
         case .failure(let reason):
-            reportUnusableKey(run, key: spec.privateKeys.first, reason)
             return finished(run, .failure(reason))
         }
         let request = OAuth2TokenRequest.make(spec, clientSecret: clientSecret, refreshToken: refreshToken, assertions: assertions)
@@ -87,14 +86,6 @@ extension TokenFetcher {
             }
         }
         return .success(assertions)
-    }
-
-    /// A key that cannot sign fails every fetch until the file is fixed, and the 502 and the access
-    /// log carry only `key_unusable`: the error log says why in the proxy's words (as `check` does),
-    /// at most once per fetch, so once a second per secret. Never a byte of the key.
-    func reportUnusableKey(_ run: FetchRun, key: String?, _ reason: TokenFailure.Reason) {
-        guard case .keyUnusable(let why) = reason else { return }
-        Diagnostics.error("credential_key_unusable", [("secret", run.job.secret), ("private_key", key ?? "-"), ("reason", why)])
     }
 
     /// The private key a JWT is signed with, read from its secret now (a rotated key file takes
@@ -171,14 +162,11 @@ extension TokenFetcher {
         let key: SigningKey
         switch signingKey(JWTKeySpec(privateKey: spec.privateKey, algorithm: JWTAlgorithm.rs256.rawValue)) {
         case .success(let (signing, _)): key = signing
-        case .failure(let reason):
-            reportUnusableKey(run, key: spec.privateKey, reason)
-            return finished(run, .failure(reason))
+        case .failure(let reason): return finished(run, .failure(reason))
         }
         let now = wallClock()
         let jwt: String
         do { jwt = try GitHubAppJWT.make(appID: spec.appID, key: key, now: now) } catch {
-            reportUnusableKey(run, key: spec.privateKey, .keyUnusable(error.description))
             return finished(run, .failure(.keyUnusable(error.description)))
         }
         let request = GitHubInstallationTokenRequest.make(

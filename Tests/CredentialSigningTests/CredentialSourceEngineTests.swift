@@ -223,6 +223,8 @@ struct CredentialSourceEngineTests {
         rig.proxy.process.terminate()
         let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
         let stderr = rig.proxy.process.standardError
+        let errorLine = stderr.split(separator: "\n").first { $0.contains("credential_fetch_failed") }
+        #expect(errorLine?.contains(#""reason":"\#(failure.code)""#) == true, "the error log says why: \(errorLine ?? "none")")
         for (place, text) in [("answer", answer.bodyText), ("access log", log), ("error log", stderr), ("metrics", metrics)] {
             #expect(!text.contains(bodyCanary), "\(place) holds what the API answered")
             #expect(!text.contains("JSON web token"), "\(place) holds what the API answered")
@@ -245,8 +247,9 @@ struct CredentialSourceEngineTests {
         rig.proxy.process.terminate()
         let log = try String(contentsOfFile: rig.proxy.logPath, encoding: .utf8)
         #expect(log.contains("key_unusable"), "the access log says why: \(log)")
-        let errorLine = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_key_unusable") }
-        #expect(errorLine?.contains(#""private_key":"gh_app_key""#) == true, "the error log names the key: \(errorLine ?? "none")")
+        let errorLine = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_fetch_failed") }
+        #expect(errorLine?.contains(#""secret":"gh_app""#) == true, "the error log names the secret: \(errorLine ?? "none")")
+        #expect(errorLine?.contains(#""reason":"key_unusable""#) == true, "\(errorLine ?? "none")")
         #expect(errorLine?.contains("not a PEM private key") == true, "and says why: \(errorLine ?? "none")")
         for text in [answer.bodyText, log, rig.proxy.process.standardError] {
             #expect(!text.contains(notAKey.dropLast()))
@@ -592,8 +595,8 @@ struct CredentialSourceEngineTests {
         #expect(answer.status == 502 && answer.bodyText.contains("(key_unusable)") && answer.bodyText.contains("'sa_token'"), "\(answer.bodyText)")
         #expect(rig.endpoint.log.isEmpty)
         rig.proxy.process.terminate()
-        let line = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_key_unusable") }
-        #expect(line?.contains(#""private_key":"sa_key""#) == true && line?.contains("cannot sign ES256") == true, "\(line ?? "none")")
+        let line = rig.proxy.process.standardError.split(separator: "\n").first { $0.contains("credential_fetch_failed") }
+        #expect(line?.contains(#""secret":"sa_token""#) == true && line?.contains("cannot sign ES256") == true, "\(line ?? "none")")
     }
 
     @Test("jwt_bearer: the endpoint refuses the assertion (another key): 502 credential_unavailable naming the secret and the endpoint")
