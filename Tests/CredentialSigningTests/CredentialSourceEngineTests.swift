@@ -11,7 +11,7 @@ import Testing
 /// /metrics or another origin.
 @Suite("Credential sources through the proxy: GitHub App tokens, jwt_bearer, private_key_jwt", .serialized)
 struct CredentialSourceEngineTests {
-    // MARK: GitHub App (docs/configuration.md, secrets: github_app)
+    // MARK: GitHub App (docs/credentials.md, "A GitHub App")
 
     @Test("GitHub App: a client holding nothing gets a scoped API answer made with the installation token the proxy obtained")
     func gitHubAppToken() throws {
@@ -55,7 +55,7 @@ struct CredentialSourceEngineTests {
         }
         let all = results.items
         #expect(all.count == 20)
-        #expect(all.allSatisfy { $0.status == 200 && $0.authorized }, "\(all)")
+        #expect(all.allSatisfy { $0.status == 200 && $0.expected }, "\(all)")
         #expect(rig.tokenRequests.count == 1, "one token request for all of them")
         #expect(rig.apiRequests.count == 20)
         #expect(rig.apiRequests.allSatisfy { $0["token_number"] as? Int == 1 })
@@ -165,12 +165,12 @@ struct CredentialSourceEngineTests {
     // MARK: Failures
 
     enum APIFailure: String, CaseIterable, Sendable {
-        case unauthorized, serverError, garbage, wrongKey
+        case unauthorized, unprocessable, serverError, garbage, wrongKey, unknownInstallation
 
         /// The reason code the 502 names.
         var code: String {
             switch self {
-            case .unauthorized, .wrongKey: "rejected"
+            case .unauthorized, .unprocessable, .wrongKey, .unknownInstallation: "rejected"
             case .serverError: "unexpected_status"
             case .garbage: "malformed_response"
             }
@@ -178,7 +178,7 @@ struct CredentialSourceEngineTests {
     }
 
     @Test(
-        "GitHub answers 401, 500, garbage, or refuses the JWT: 502 credential_unavailable naming the secret and the API origin, nothing of the body",
+        "GitHub answers 401, 422, 500, garbage, refuses the JWT or the installation: 502 credential_unavailable naming the secret and the API origin, nothing of the body",
         arguments: APIFailure.allCases)
     func gitHubAppFailure(_ failure: APIFailure) throws {
         let bodyCanary = canary("body")
@@ -189,15 +189,19 @@ struct CredentialSourceEngineTests {
             // The real fixture, holding the public half of another key: pyjwt refuses the JWT (401).
             rig = try GitHubRig(verifyingKey: .rsaPKCS8)
             api = (rig.url, {}, { rig.tokenRequests.count }, { rig.apiRequests.count })
+        case .unknownInstallation:
+            // The real fixture knows installation 678 only: a verified JWT for 679 is 404.
+            rig = try GitHubRig(installationID: "679")
+            api = (rig.url, {}, { rig.tokenRequests.count }, { rig.apiRequests.count })
         default:
             let origin = try FixtureOrigin { connection in
-                while let request = connection.readRequest() {
+                while connection.readRequest() != nil {
                     switch failure {
                     case .unauthorized: connection.respond(status: 401, body: #"{"message":"\#(bodyCanary)"}"#)
+                    case .unprocessable: connection.respond(status: 422, body: #"{"message":"\#(bodyCanary)"}"#)
                     case .serverError: connection.respond(status: 500, body: "<html>\(bodyCanary)</html>")
                     default: connection.respond(status: 201, body: #"{"token": ["\#(bodyCanary)"], "expires_at": 7"#)
                     }
-                    _ = request
                 }
             }
             rig = try GitHubRig(api: origin.url)
@@ -452,7 +456,7 @@ struct CredentialSourceEngineTests {
             let answer = (try? proxy.process.exchangeAbsolute(origin, "/repos/o/r")) ?? nil
             statuses.append((answer?.status ?? -1, answer?.bodyText.contains("(response_timeout)") ?? false))
         }
-        #expect(statuses.items.count == 5 && statuses.items.allSatisfy { $0.status == 502 && $0.authorized }, "\(statuses.items)")
+        #expect(statuses.items.count == 5 && statuses.items.allSatisfy { $0.status == 502 && $0.expected }, "\(statuses.items)")
         #expect(silent.requests.count == 1, "one token request for the five")
         usleep(1_100_000)  // past the one-second retry floor (a wait, not an assertion on time)
         #expect(try proxy.process.exchangeAbsolute(origin, "/repos/o/r")?.status == 502)
@@ -485,7 +489,7 @@ struct CredentialSourceEngineTests {
         #expect(!clean.stderr.contains("gh_app_key"), "\(clean.stderr)")
     }
 
-    // MARK: jwt_bearer and private_key_jwt (RFC 7523 §2.1, §2.2)
+    // MARK: jwt_bearer and private_key_jwt (RFC 7523 §2.1, §2.2; docs/credentials.md)
 
     @Test(
         "jwt_bearer: the endpoint verified the assertion (iss, sub, aud, exp, iat, jti, kid, signature) and the token reached the scoped origin",
@@ -679,11 +683,12 @@ final class IssuedCount: @unchecked Sendable {
     }
 }
 
+/// Statuses collected from concurrent requests, each with whether its answer was the expected one.
 final class ResultBox: @unchecked Sendable {
     private let lock = NSLock()
-    private var stored: [(status: Int, authorized: Bool)] = []
-    func append(_ item: (status: Int, authorized: Bool)) { lock.withLock { stored.append(item) } }
-    var items: [(status: Int, authorized: Bool)] { lock.withLock { stored } }
+    private var stored: [(status: Int, expected: Bool)] = []
+    func append(_ item: (status: Int, expected: Bool)) { lock.withLock { stored.append(item) } }
+    var items: [(status: Int, expected: Bool)] { lock.withLock { stored } }
 }
 
 extension ProxyProcess {
@@ -713,7 +718,7 @@ final class GitHubRig: @unchecked Sendable {
     /// `keyKind`: the key the proxy signs with; `keyFileText`: the key file's text instead.
     init(
         pathPrefix: String = "", keyKind: TestKeys.Kind = .rsaPKCS1, verifyingKey: TestKeys.Kind = .rsaPKCS1, keyFileText: String? = nil,
-        api: String? = nil, keys: TestKeys = TestKeys()
+        api: String? = nil, installationID: String = "678", keys: TestKeys = TestKeys()
     ) throws {
         self.keys = keys
         keyText = try keyFileText ?? String(decoding: keys.bytes(keyKind), as: UTF8.self)
@@ -730,7 +735,7 @@ final class GitHubRig: @unchecked Sendable {
               gh_app:
                 github_app:
                   app_id: "12345"
-                  installation_id: "678"
+                  installation_id: "\(installationID)"
                   private_key: gh_app_key
                   api_url: "\(apiURL)"
                   permissions: { contents: read }
