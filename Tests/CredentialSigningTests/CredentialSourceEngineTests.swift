@@ -61,6 +61,36 @@ struct CredentialSourceEngineTests {
         #expect(rig.apiRequests.allSatisfy { $0["token_number"] as? Int == 1 })
     }
 
+    /// A slow GitHub keeps the one fetch in flight while all 20 requests arrive: every one waits
+    /// for it inside the proxy (none is sent without its token, none starts a second fetch).
+    @Test("GitHub App: 20 requests arriving while a slow token request is in flight all wait for that one")
+    func gitHubAppSlowSingleFlight() throws {
+        let issued = IssuedCount()
+        let api = try FixtureOrigin { connection in
+            while let request = connection.readRequest() {
+                if request.method == "POST" {
+                    usleep(500_000)  // slow on purpose: the requests below all arrive meanwhile
+                    connection.respond(
+                        status: 201, body: #"{"token": "CANARY-ghs-slow-\#(issued.next())", "expires_at": "2099-01-01T00:00:00Z"}"#)
+                } else {
+                    connection.respond(body: "ok")
+                }
+            }
+        }
+        defer { api.stop() }
+        let rig = try GitHubRig(api: api.url)
+        defer { rig.stop() }
+        let results = ResultBox()
+        DispatchQueue.concurrentPerform(iterations: 20) { index in
+            let answer = try? rig.get("/repos/o/r/\(index)", origin: api.url)
+            results.append((answer?.status ?? -1, answer?.bodyText == "ok"))
+        }
+        #expect(results.items.count == 20 && results.items.allSatisfy { $0.status == 200 && $0.expected }, "\(results.items)")
+        #expect(api.requests.filter { $0.method == "POST" }.count == 1)
+        let authorizations = api.requests.filter { $0.method == "GET" }.map { $0.header("authorization") ?? "" }
+        #expect(authorizations.count == 20 && authorizations.allSatisfy { $0 == "Bearer CANARY-ghs-slow-1" })
+    }
+
     @Test("GitHub Enterprise Server: an api_url with /api/v3 puts the token request under it")
     func gitHubEnterpriseServerPrefix() throws {
         let rig = try GitHubRig(pathPrefix: "/api/v3")
