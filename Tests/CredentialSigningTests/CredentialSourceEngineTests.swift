@@ -290,6 +290,42 @@ struct CredentialSourceEngineTests {
         }
     }
 
+    /// The key kept in the proxy's store (`scopeproxy secret set gh_app_key < key.pem`, as
+    /// docs/credentials.md says): stored as it was piped in, lines and all, and signed with.
+    @Test("the app key stored with scopeproxy secret set (a store: secret) signs the JWT GitHub verifies")
+    func storeKey() throws {
+        let keys = TestKeys()
+        let store = keys.directory.path + "/store"
+        let pem = String(decoding: try keys.bytes(.rsaPKCS1), as: UTF8.self)
+        let setter = keys.directory.write("set.yaml", "store_dir: \(store)\nsecrets: { gh_app_key: { store: gh_app_key } }\n")
+        let set = try ProxyProcess.runToCompletion(["secret", "set", "--config", setter, "gh_app_key"], stdin: pem)
+        #expect(set.status == 0, "\(set.stderr)")
+        let fixture = try PythonFixtureServer.gitHubAppAPI(
+            publicKeyPath: try keys.publicKey(of: .rsaPKCS1), appID: "12345", installationID: "678", canary: canary("ghs"),
+            logPath: keys.directory.path + "/github.jsonl")
+        defer { fixture.stop() }
+        let url = "http://127.0.0.1:\(fixture.port)"
+        let proxy = try ConfiguredProxy { logPath in
+            """
+            store_dir: \(store)
+            secrets:
+              gh_app_key: { store: gh_app_key }
+              gh_app:
+                github_app: { app_id: "12345", installation_id: "678", private_key: gh_app_key, api_url: "\(url)" }
+            scopes:
+              - { name: gh, origins: ["\(url)"], inject: { Authorization: "Bearer ${gh_app}" } }
+            log: { output: \(logPath) }
+            """
+        }
+        defer { proxy.process.terminate() }
+        let socket = try TestSocket.connect(port: proxy.port)
+        defer { socket.close() }
+        try socket.send("GET \(url)/repos/o/r HTTP/1.1\r\nHost: 127.0.0.1:\(fixture.port)\r\nConnection: close\r\n\r\n")
+        let answer = try #require(try HTTPReader(socket).readResponse())
+        #expect(answer.status == 200 && answer.bodyText.contains(#""authorized": true"#), "\(answer.bodyText)")
+        #expect(fixture.log.first?["verified"] as? Bool == true)
+    }
+
     /// Keys are read from their secret at each fetch: a key file replaced (atomically, as a
     /// rotation tool does) is signed with from the next token request on, without a reload.
     @Test("a rotated key file: the app key replaced on disk is used by the next token request (no reload)")
