@@ -149,6 +149,7 @@ struct CredentialSourceEngineTests {
         #expect(plain.status == 200)
         #expect(!plain.bodyText.contains(token))
         #expect(!plain.bodyText.lowercased().contains("authorization"), "no Authorization was sent there")
+        for (label, value) in rig.secretMarks { #expect(!plain.bodyText.contains(value), "the answer holds the \(label)") }
 
         // A client that learned the token and sends it elsewhere as its own Authorization: a
         // sensitive header out of every scope is stripped, the token does not leave.
