@@ -104,17 +104,18 @@ extension TokenFetcher {
     // MARK: A command (docs/credentials.md, "A command")
 
     func startCommand(_ run: FetchRun, _ spec: CommandSecretSpec) {
-        let previous = run.job.cache.current?.value
         runCommand(
             run, argv: spec.argv, environment: CommandEnvironment.minimal(from: environment, passing: spec.environment),
-            timeoutMilliseconds: spec.timeoutMilliseconds, earlierValue: previous
+            timeoutMilliseconds: spec.timeoutMilliseconds
         ) { [unowned self] result in
             finished(
                 run,
                 result.flatMap { stdout in
                     switch CommandOutput.parse(stdout, now: wallClock()) {
-                    case .success(let credential): .success(Obtained(grant: TokenGrant(value: credential.value, expiresIn: credential.expiresIn)))
-                    case .failure(let problem): .failure(.invalidOutput(problem.description))
+                    case .success(let credential):
+                        CommandValues.record(credential.value, secret: run.job.secret, by: self)
+                        return .success(Obtained(grant: TokenGrant(value: credential.value, expiresIn: credential.expiresIn)))
+                    case .failure(let problem): return .failure(.invalidOutput(problem.description))
                     }
                 })
         }
@@ -122,9 +123,9 @@ extension TokenFetcher {
 
     /// Runs a program for a credential (a `command:` secret, an AWS `credential_process`): its
     /// stdout on success; on failure a typed reason, and stderr's first line in the error log with
-    /// every secret value the proxy knows (and the command's last value) replaced.
+    /// every secret value the proxy knows (and the last value of each command secret) replaced.
     func runCommand(
-        _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int, earlierValue: SecretValue?,
+        _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int,
         then: @escaping (Result<[UInt8], TokenFailure.Reason>) -> Void
     ) {
         let runner = CommandRunner(worker: loop.worker, argv: argv, environment: environment, timeoutMilliseconds: timeoutMilliseconds)
@@ -137,7 +138,7 @@ extension TokenFetcher {
             case .failure(let failure):
                 var fields = [("secret", run.job.secret), ("command", program), ("reason", failure.code)]
                 if case .exited(_, let line?) = failure {
-                    let known = secrets.currentValues.values.map(\.exposedBytes) + (earlierValue.map { [$0.exposedBytes] } ?? [])
+                    let known = (Array(secrets.currentValues.values) + CommandValues.values(of: self)).map(\.exposedBytes)
                     fields.append(("stderr", Tripwire(secrets: known).scrub(line).line))
                 }
                 Diagnostics.error("credential_command_failed", fields)
@@ -212,7 +213,7 @@ extension TokenFetcher {
             let variables = environment.keys.filter { $0.hasPrefix("AWS_") }
             runCommand(
                 run, argv: argv, environment: CommandEnvironment.minimal(from: environment, passing: variables),
-                timeoutMilliseconds: CommandSecretSpec.defaultTimeoutMilliseconds, earlierValue: nil
+                timeoutMilliseconds: CommandSecretSpec.defaultTimeoutMilliseconds
             ) { [unowned self] result in
                 let input: AWSChainInput =
                     switch result {
@@ -245,3 +246,32 @@ private final class AWSChainWalk {
 }
 
 extension CommandRunner: FetchProcedure {}
+
+/// The last value each command secret printed, per fetcher: a failing run's stderr line is
+/// scrubbed of them, since a helper often names the value it gave before ("token X expired"), and
+/// the cache cannot say it (while a fetch runs it holds no value). Here because an extension of
+/// `TokenFetcher` has no stored properties; an entry goes with its fetcher (a reload's new one
+/// starts empty). One value per command secret per live fetcher.
+private enum CommandValues {
+    private struct Entry {
+        weak var fetcher: TokenFetcher?
+        var values: [String: SecretValue]
+    }
+
+    private static let entries = Locked<[Entry]>([])
+
+    static func record(_ value: SecretValue, secret: String, by fetcher: TokenFetcher) {
+        entries.withLock { entries in
+            entries.removeAll { $0.fetcher == nil }
+            if let index = entries.firstIndex(where: { $0.fetcher === fetcher }) {
+                entries[index].values[secret] = value
+            } else {
+                entries.append(Entry(fetcher: fetcher, values: [secret: value]))
+            }
+        }
+    }
+
+    static func values(of fetcher: TokenFetcher) -> [SecretValue] {
+        entries.withLock { entries in entries.first { $0.fetcher === fetcher }.map { Array($0.values.values) } ?? [] }
+    }
+}

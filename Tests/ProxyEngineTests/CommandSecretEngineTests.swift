@@ -304,6 +304,43 @@ struct CommandSecretEngineTests {
         #expect(!log.contains(firstLine), "stderr belongs in the error log only")
     }
 
+    /// A helper that fails after a good run often names the value it gave before ("token X
+    /// expired"), or another helper's: neither may reach the error log through its stderr line.
+    @Test("a failing run after a good one: its stderr line naming the earlier value, or another command's value, is scrubbed")
+    func failingRunScrubsEarlierValues() throws {
+        let scripts = Scripts()
+        let value = Self.canary("earlier"), side = Self.canary("side")
+        let sideScript = scripts.script("side", counter: scripts.counter("side"), "echo '\(side)'")
+        let path = scripts.script(
+            "token",
+            "if [ \"$n\" = 1 ]; then echo '\(value)'; exit 0; fi\necho \"oops '\(value)' expired, side '\(side)' end\" >&2\nexit 1")
+        let rig = try Rig { origin, other in
+            """
+            secrets:
+              gh_token: { command: ["/bin/sh", "\(path)"], ttl: 1s }
+              side_token: { command: ["/bin/sh", "\(sideScript)"] }
+            scopes:
+              - { name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }
+              - { name: side, origins: ["\(other)"], require_https: false, inject: { Authorization: "Bearer ${side_token}" } }
+            """
+        }
+        #expect(try rig.get(rig.other, "/v1").status == 200)
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(rig.origin.requests.last?.header("authorization") == "Bearer \(value)")
+        // Past the ttl (polled) the second run fails.
+        var statuses: [Int] = []
+        #expect(
+            Self.eventually {
+                statuses.append((try? rig.get(rig.origin, "/v1").status) ?? -1); return scripts.runs() >= 2
+            })
+        #expect(statuses.last == 502)
+        let (log, errors) = try rig.finish()
+        let lines = Self.errorLines(errors, event: "credential_command_failed")
+        #expect(lines.count == 1)
+        #expect(lines.first?.contains("oops '<tripwire>' expired, side '<tripwire>' end") == true)
+        for text in [log, errors] { #expect(!text.contains(value) && !text.contains(side)) }
+    }
+
     // MARK: 5. Timeout
 
     @Test("timeout: 300ms on a command sleeping 30 s: 502 command_timeout, the command and what it started are killed")
