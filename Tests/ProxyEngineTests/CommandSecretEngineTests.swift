@@ -267,7 +267,7 @@ struct CommandSecretEngineTests {
         let body = Self.errorBody(failed)
         #expect(body["error"] as? String == "credential_unavailable")
         let message = failed.bodyText
-        #expect(message.contains("gh_token") && message.contains("command 'sh'"))
+        #expect(message.contains("gh_token") && message.contains("command 'sh'") && message.contains("(command_failed)"))
         for canary in [stdoutCanary, firstLine, secondLine, known] {
             #expect(!message.contains(canary) && !String(decoding: failed.rawHead, as: UTF8.self).contains(canary))
         }
@@ -359,7 +359,7 @@ struct CommandSecretEngineTests {
         let failed = try rig.get(rig.origin, "/v1")
         #expect(failed.status == 502)
         #expect(Self.errorBody(failed)["error"] as? String == "credential_unavailable")
-        #expect(failed.bodyText.contains("gh_token") && failed.bodyText.contains("command 'sh'"))
+        #expect(failed.bodyText.contains("gh_token") && failed.bodyText.contains("command 'sh'") && failed.bodyText.contains("(command_timeout)"))
         #expect(scripts.runs() == 1)
         #expect(FileManager.default.fileExists(atPath: started), "the script had started its child before it was killed")
         // The group is killed and reaped on the proxy's loop: wait for it (a bound, not a timing check).
@@ -396,6 +396,10 @@ struct CommandSecretEngineTests {
         }
         #expect(try rig.get(rig.origin, "/v1").status == 200)
         usleep(1_100_000)  // a value is dropped for a 401 only once it is a second old (a wait, not an assertion on time)
+        // A 401 from an origin the value was not sent to says nothing about it.
+        #expect(try rig.get(rig.other, "/refuse").status == 401)
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(scripts.runs() == 1, "a 401 from another origin dropped the value")
         #expect(try rig.get(rig.origin, "/refuse").status == 401)
         #expect(scripts.runs() == 1, "the 401 itself runs nothing")
         #expect(try rig.get(rig.origin, "/v1").status == 200)
@@ -405,8 +409,9 @@ struct CommandSecretEngineTests {
         #expect(try rig.get(rig.origin, "/v1").status == 200)
         #expect(scripts.runs() == 2, "a storm of 401s ran the command per request")
         let authorizations = rig.origin.requests.compactMap { $0.header("authorization") }
-        #expect(Array(authorizations.prefix(2)) == ["Bearer \(value)-1", "Bearer \(value)-1"])
-        #expect(authorizations.dropFirst(2).allSatisfy { $0 == "Bearer \(value)-2" } && authorizations.count == 14)
+        #expect(Array(authorizations.prefix(3)) == ["Bearer \(value)-1", "Bearer \(value)-1", "Bearer \(value)-1"])
+        #expect(authorizations.dropFirst(3).allSatisfy { $0 == "Bearer \(value)-2" } && authorizations.count == 15)
+        #expect(rig.other.requests.allSatisfy { $0.header("authorization") == nil })
         let (log, errors) = try rig.finish()
         for text in [log, errors] { #expect(!text.contains(value)) }
     }
@@ -433,7 +438,7 @@ struct CommandSecretEngineTests {
             let failed = try rig.get(target, "/v1")
             #expect(failed.status == 502)
             #expect(Self.errorBody(failed)["error"] as? String == "credential_unavailable")
-            #expect(failed.bodyText.contains(secret) && failed.bodyText.contains("command 'sh'"))
+            #expect(failed.bodyText.contains(secret) && failed.bodyText.contains("command 'sh'") && failed.bodyText.contains("(invalid_output)"))
             for canary in [lineOne, lineTwo, control] { #expect(!failed.bodyText.contains(canary)) }
         }
         #expect(scripts.runs(scripts.counter("lines")) == 1 && scripts.runs(scripts.counter("control")) == 1)
@@ -444,6 +449,54 @@ struct CommandSecretEngineTests {
         for (name, text) in [("access log", log), ("stderr", errors), ("metrics", metrics)] {
             for canary in [lineOne, lineTwo, control] { #expect(!text.contains(canary), "the output reached the \(name)") }
         }
+    }
+
+    @Test("a command printing without end: 502 invalid_output, killed with its group; a program not in PATH: 502 command_not_started")
+    func floodAndMissingProgram() throws {
+        let scripts = Scripts()
+        let flood = Self.canary("flood")
+        let path = scripts.script("flood", "yes '\(flood)'\n:")
+        let rig = try Rig { origin, other in
+            """
+            secrets:
+              flood_token: { command: ["/bin/sh", "\(path)", "\(flood)"], timeout: 30s }
+              missing_token: { command: ["scopeproxy-no-such-program-\(flood.suffix(6))"] }
+            scopes:
+              - { name: flood, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${flood_token}" } }
+              - { name: missing, origins: ["\(other)"], require_https: false, inject: { Authorization: "Bearer ${missing_token}" } }
+            """
+        }
+        let flooded = try rig.get(rig.origin, "/v1")
+        #expect(flooded.status == 502)
+        #expect(flooded.bodyText.contains("flood_token") && flooded.bodyText.contains("(invalid_output)") && !flooded.bodyText.contains(flood))
+        #expect(Self.eventually { Self.processes(containing: flood).isEmpty }, "the flooding command outlived its answer")
+        let missing = try rig.get(rig.other, "/v1")
+        #expect(missing.status == 502)
+        #expect(missing.bodyText.contains("missing_token") && missing.bodyText.contains("(command_not_started)"))
+        #expect(rig.origin.requests.isEmpty && rig.other.requests.isEmpty)
+        let (log, errors) = try rig.finish()
+        #expect(log.contains("invalid_output") && log.contains("command_not_started"))
+        #expect(Self.errorLines(errors, event: "credential_command_failed").contains { $0.contains("\"reason\":\"output_too_large\"") })
+        #expect(!log.contains(flood) && !errors.contains(flood))
+    }
+
+    @Test("a command that leaves a child holding its output open: its value is used at once, the child is killed")
+    func backgroundChildDoesNotHoldTheAnswer() throws {
+        let scripts = Scripts()
+        let marker = Self.canary("bg"), value = Self.canary("bgvalue")
+        // The child keeps stdout and stderr open for 30 s; the command itself exits at once.
+        let path = scripts.script("token", "/bin/sh -c 'sleep 30; :' \(marker) &\necho '\(value)'\nexit 0")
+        let rig = try Rig { origin, _ in
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(path)"], timeout: 20s } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        // A 200 (not a 502 after the 20 s timeout): the exit decided, not the pipes' end.
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(rig.origin.requests.last?.header("authorization") == "Bearer \(value)")
+        #expect(Self.eventually { Self.processes(containing: marker).isEmpty }, "the command's child outlived it")
+        _ = try rig.finish()
     }
 
     // MARK: 8. The environment
