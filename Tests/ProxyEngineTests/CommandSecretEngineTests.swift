@@ -372,6 +372,29 @@ struct CommandSecretEngineTests {
         #expect(lines.count == 1 && lines.allSatisfy { $0.contains("\"reason\":\"timed_out\"") && !$0.contains(marker) })
     }
 
+    @Test("the proxy stopped (SIGTERM) while a command runs: the command and its child do not outlive it")
+    func shutdownKillsRunningCommand() throws {
+        let scripts = Scripts()
+        let marker = Self.canary("stop")
+        let started = scripts.path + "/started"
+        let path = scripts.script("token", "/bin/sh -c 'sleep 30; :' \(marker)-child &\necho up > '\(started)'\nsleep 30\n:")
+        let rig = try Rig { origin, _ in
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(path)", "\(marker)"], timeout: 60s } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        let waiting = try TestSocket.connect(port: rig.proxy.port)
+        try waiting.send("GET \(rig.origin.url)/v1 HTTP/1.1\r\nHost: \(rig.origin.authority)\r\n\r\n")
+        #expect(Self.eventually { FileManager.default.fileExists(atPath: started) })
+        #expect(!Self.processes(containing: marker).isEmpty, "the command runs")
+        // The client leaves (a waiting request would hold the graceful drain); the fetch goes on.
+        waiting.close()
+        rig.proxy.terminate()  // after the drain's grace: the waiting request holds it (docs: 10 s)
+        #expect(Self.eventually { Self.processes(containing: marker).isEmpty }, "the command outlived the proxy")
+        #expect(rig.origin.requests.isEmpty)
+    }
+
     /// Live processes whose command line contains `text` (zombies have an empty one).
     static func processes(containing text: String) -> [String] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
