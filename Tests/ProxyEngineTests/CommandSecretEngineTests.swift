@@ -522,9 +522,26 @@ struct CommandSecretEngineTests {
         _ = try rig.finish()
     }
 
+    @Test("a command writing a megabyte to stderr before its value: read and dropped (the command is not blocked), the value used")
+    func stderrFloodDoesNotBlock() throws {
+        let scripts = Scripts()
+        let value = Self.canary("afterflood")
+        let path = scripts.script("token", "yes xxxxxxxxxxxxxxxx | head -c 1048576 >&2\necho '\(value)'")
+        let rig = try Rig { origin, _ in
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(path)"], timeout: 20s } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(rig.origin.requests.last?.header("authorization") == "Bearer \(value)")
+        let (_, errors) = try rig.finish()
+        #expect(!errors.contains("xxxxxxxx"), "a succeeding command's stderr is not logged")
+    }
+
     // MARK: 8. The environment
 
-    @Test("the command sees PATH, HOME and its env: names; not another variable of the proxy's environment")
+    @Test("the command (found in PATH) sees PATH, HOME and its env: names; not another variable of the proxy's environment")
     func minimalEnvironment() throws {
         let scripts = Scripts()
         let proxyOnly = Self.canary("envonly"), host = Self.canary("host")
@@ -532,7 +549,7 @@ struct CommandSecretEngineTests {
         let path = scripts.script("token", "env > '\(dump)'\necho value-$n")
         let rig = try Rig(environment: ["SCOPEPROXY_TEST_PROXY_ONLY": proxyOnly, "GH_HOST": host, "HOME": "/home/cmdtest"]) { origin, _ in
             """
-            secrets: { gh_token: { command: ["/bin/sh", "\(path)"], env: [GH_HOST] } }
+            secrets: { gh_token: { command: ["sh", "\(path)"], env: [GH_HOST] } }
             scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
             """
         }
