@@ -539,6 +539,39 @@ struct CommandSecretEngineTests {
         #expect(!errors.contains("xxxxxxxx"), "a succeeding command's stderr is not logged")
     }
 
+    @Test("a reload to another command: the new one runs when first needed, once; the old value stays guarded")
+    func reloadRunsTheNewCommand() throws {
+        let scripts = Scripts()
+        let before = Self.canary("before"), after = Self.canary("after")
+        let first = scripts.script("first", counter: scripts.counter("first"), "echo '\(before)'")
+        let second = scripts.script("second", counter: scripts.counter("second"), "echo '\(after)'")
+        func config(_ script: String, origin: String) -> String {
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(script)"], ttl: 10m } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        let rig = try Rig { origin, _ in config(first, origin: origin) }
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(rig.origin.requests.last?.header("authorization") == "Bearer \(before)")
+        rig.configured.scratch.write(
+            "c.yaml",
+            "admin: \"127.0.0.1:\(rig.configured.adminPort)\"\n" + config(second, origin: rig.origin.url)
+                + "\nlog: { output: \(rig.configured.logPath), bodies: true }\n")
+        rig.proxy.signal(SIGHUP)
+        #expect(Self.eventually { rig.proxy.standardError.contains("\"event\":\"reloaded\"") })
+        #expect(scripts.runs(scripts.counter("second")) == 0, "a reload runs nothing")
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        #expect(rig.origin.requests.suffix(2).allSatisfy { $0.header("authorization") == "Bearer \(after)" })
+        #expect(scripts.runs(scripts.counter("first")) == 1 && scripts.runs(scripts.counter("second")) == 1)
+        // The value handed out before the reload may still be valid: still refused elsewhere.
+        let leaked = try rig.get(rig.other, "/debug", headers: "X-Debug: \(before)\r\n")
+        #expect(leaked.status == 403 && !leaked.bodyText.contains(before))
+        let (log, errors) = try rig.finish()
+        for text in [log, errors] { #expect(!text.contains(before) && !text.contains(after)) }
+    }
+
     // MARK: 8. The environment
 
     @Test("the command (found in PATH) sees PATH, HOME and its env: names; not another variable of the proxy's environment")
