@@ -113,7 +113,7 @@ extension TokenFetcher {
                 result.flatMap { stdout in
                     switch CommandOutput.parse(stdout, now: wallClock()) {
                     case .success(let credential):
-                        CommandValues.record(credential.value, secret: run.job.secret, by: self)
+                        CommandValues.record(credential.value, expiresIn: credential.expiresIn, ttlSeconds: spec.ttlSeconds)
                         return .success(Obtained(grant: TokenGrant(value: credential.value, expiresIn: credential.expiresIn)))
                     case .failure(let problem): return .failure(.invalidOutput(problem.description))
                     }
@@ -123,7 +123,8 @@ extension TokenFetcher {
 
     /// Runs a program for a credential (a `command:` secret, an AWS `credential_process`): its
     /// stdout on success; on failure a typed reason, and stderr's first line in the error log with
-    /// every secret value the proxy knows (and the last value of each command secret) replaced.
+    /// every secret value the proxy knows (and every value a command printed that may still be
+    /// valid) replaced.
     func runCommand(
         _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int,
         then: @escaping (Result<[UInt8], TokenFailure.Reason>) -> Void
@@ -138,7 +139,7 @@ extension TokenFetcher {
             case .failure(let failure):
                 var fields = [("secret", run.job.secret), ("command", program), ("reason", failure.code)]
                 if case .exited(_, let line?) = failure {
-                    let known = (Array(secrets.currentValues.values) + CommandValues.values(of: self)).map(\.exposedBytes)
+                    let known = (Array(secrets.currentValues.values) + CommandValues.current).map(\.exposedBytes)
                     fields.append(("stderr", Tripwire(secrets: known).scrub(line).line))
                 }
                 Diagnostics.error("credential_command_failed", fields)
@@ -247,31 +248,38 @@ private final class AWSChainWalk {
 
 extension CommandRunner: FetchProcedure {}
 
-/// The last value each command secret printed, per fetcher: a failing run's stderr line is
-/// scrubbed of them, since a helper often names the value it gave before ("token X expired"), and
-/// the cache cannot say it (while a fetch runs it holds no value). Here because an extension of
-/// `TokenFetcher` has no stored properties; an entry goes with its fetcher (a reload's new one
-/// starts empty). One value per command secret per live fetcher.
+/// Every value a command printed that may still be valid, process-wide: a failing run's stderr
+/// line is scrubbed of them, since a helper often names the value it gave before ("token X
+/// expired"). Neither the cache (it holds no value while a fetch runs) nor the fetcher (a reload
+/// makes a new one) can say it. Each is kept for its validity (`expires_in`, else its ttl or
+/// `TokenCachePolicy.unknownExpiryMilliseconds`, as the scrub keeps a replaced token), at most
+/// `limit` of them, the oldest dropped first.
 private enum CommandValues {
     private struct Entry {
-        weak var fetcher: TokenFetcher?
-        var values: [String: SecretValue]
+        let value: SecretValue
+        let until: UInt64
     }
 
     private static let entries = Locked<[Entry]>([])
+    static let limit = 64
 
-    static func record(_ value: SecretValue, secret: String, by fetcher: TokenFetcher) {
+    static func record(_ value: SecretValue, expiresIn: Int?, ttlSeconds: Int) {
+        let now = monotonicMilliseconds()
+        // A value without an expiry is used for its ttl, and may work for longer. Every term is
+        // bounded (a year at most, the config's ttl at most a day, milliseconds since boot).
+        let policy = TokenCachePolicy()
+        let validity =
+            expiresIn == nil ? max(policy.unknownExpiryMilliseconds, UInt64(max(0, ttlSeconds)) * 1000) : policy.validity(expiresIn: expiresIn)
+        let until = now + validity
         entries.withLock { entries in
-            entries.removeAll { $0.fetcher == nil }
-            if let index = entries.firstIndex(where: { $0.fetcher === fetcher }) {
-                entries[index].values[secret] = value
-            } else {
-                entries.append(Entry(fetcher: fetcher, values: [secret: value]))
-            }
+            entries.removeAll { $0.until <= now || $0.value == value }
+            entries.append(Entry(value: value, until: until))
+            if entries.count > limit { entries.removeFirst(entries.count - limit) }
         }
     }
 
-    static func values(of fetcher: TokenFetcher) -> [SecretValue] {
-        entries.withLock { entries in entries.first { $0.fetcher === fetcher }.map { Array($0.values.values) } ?? [] }
+    static var current: [SecretValue] {
+        let now = monotonicMilliseconds()
+        return entries.withLock { entries in entries.filter { $0.until > now }.map(\.value) }
     }
 }

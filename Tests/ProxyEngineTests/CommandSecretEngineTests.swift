@@ -341,6 +341,29 @@ struct CommandSecretEngineTests {
         for text in [log, errors] { #expect(!text.contains(value) && !text.contains(side)) }
     }
 
+    @Test("a failing run after a reload: its stderr line naming the value obtained before the reload is scrubbed")
+    func failingRunAfterReloadScrubsEarlierValue() throws {
+        let scripts = Scripts()
+        let value = Self.canary("prereload")
+        let path = scripts.script("token", "if [ \"$n\" = 1 ]; then echo '\(value)'; exit 0; fi\necho \"oops '\(value)' expired\" >&2\nexit 1")
+        let rig = try Rig { origin, _ in
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(path)"], ttl: 10m } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        #expect(try rig.get(rig.origin, "/v1").status == 200)
+        rig.proxy.signal(SIGHUP)  // the same file: a new source, which runs the command again when needed
+        #expect(Self.eventually { rig.proxy.standardError.contains("\"event\":\"reloaded\"") })
+        #expect(try rig.get(rig.origin, "/v1").status == 502)
+        #expect(scripts.runs() == 2)
+        let (log, errors) = try rig.finish()
+        let lines = Self.errorLines(errors, event: "credential_command_failed")
+        #expect(lines.count == 1 && lines.first?.contains("oops '<tripwire>' expired") == true)
+        let leaked = [log, errors].map { $0.contains(value) }
+        #expect(leaked == [false, false], "the value reached the access log or stderr")
+    }
+
     // MARK: 5. Timeout
 
     @Test("timeout: 300ms on a command sleeping 30 s: 502 command_timeout, the command and what it started are killed")
