@@ -287,6 +287,9 @@ struct CommandSecretEngineTests {
         #expect(statuses.allSatisfy { $0 == 502 })
         #expect(rig.origin.requests.isEmpty)
 
+        let metrics = try rig.configured.metrics()
+        #expect(metrics.contains("scopeproxy_token_fetches_total{secret=\"gh_token\",result=\"command_failed\"} 2"))
+        #expect(!metrics.contains(stdoutCanary) && !metrics.contains(firstLine) && !metrics.contains(known))
         let (log, errors) = try rig.finish()
         let lines = Self.errorLines(errors, event: "credential_command_failed")
         #expect(lines.count == 2)
@@ -385,6 +388,9 @@ struct CommandSecretEngineTests {
         #expect(failed.bodyText.contains("gh_token") && failed.bodyText.contains("command 'sh'") && failed.bodyText.contains("(command_timeout)"))
         #expect(scripts.runs() == 1)
         #expect(FileManager.default.fileExists(atPath: started), "the script had started its child before it was killed")
+        // Within the retry floor: answered at once, nothing started.
+        #expect(try rig.get(rig.origin, "/v1").status == 502)
+        #expect(scripts.runs() == 1)
         // The group is killed and reaped on the proxy's loop: wait for it (a bound, not a timing check).
         #expect(Self.eventually { Self.processes(containing: marker).isEmpty })
         #expect(Self.processes(containing: marker).isEmpty, "a process of the command outlived its timeout")
