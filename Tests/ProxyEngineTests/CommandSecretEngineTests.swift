@@ -424,6 +424,52 @@ struct CommandSecretEngineTests {
         #expect(rig.origin.requests.isEmpty)
     }
 
+    /// A reload leaves the old source to the requests waiting on it: a command it runs when the
+    /// client leaves still ends (here by its timeout) and is reaped; a zombie per reload would pile
+    /// up in a proxy that runs for months.
+    @Test("reloads while a command runs and its only client leaves: the command still ends by its timeout and is reaped")
+    func reloadThenWaiterLeavesReapsCommand() throws {
+        let scripts = Scripts()
+        let marker = Self.canary("reap")
+        let started = scripts.path + "/started"
+        let path = scripts.script("token", "echo up > '\(started)'\nsleep 30\n:")
+        let rig = try Rig { origin, _ in
+            """
+            secrets: { gh_token: { command: ["/bin/sh", "\(path)", "\(marker)"], timeout: 2s } }
+            scopes: [{ name: gh, origins: ["\(origin)"], require_https: false, inject: { Authorization: "Bearer ${gh_token}" } }]
+            """
+        }
+        let leaving = try TestSocket.connect(port: rig.proxy.port)
+        try leaving.send("POST \(rig.origin.url)/upload HTTP/1.1\r\nHost: \(rig.origin.authority)\r\nContent-Length: 100\r\n\r\n")
+        #expect(Self.eventually { FileManager.default.fileExists(atPath: started) })
+        let command = Self.processes(containing: marker)
+        #expect(command.count == 1)
+        for count in 1...2 {
+            rig.proxy.signal(SIGHUP)
+            #expect(Self.eventually { Self.errorLines(rig.proxy.standardError, event: "reloaded").count == count })
+        }
+        leaving.shutdownWrite()
+        _ = leaving.receiveUntilClose()
+        #expect(Self.eventually { Self.processes(containing: marker).isEmpty }, "the old source's command outlived its timeout")
+        let proxyID = rig.proxy.process.processIdentifier
+        #expect(Self.eventually { Self.zombies(of: proxyID).isEmpty }, "the killed command was never reaped")
+        #expect(rig.origin.requests.isEmpty)
+        _ = try rig.finish()
+    }
+
+    /// Zombie children of `parent` (state Z in /proc/PID/stat).
+    static func zombies(of parent: Int32) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.filter { $0.allSatisfy(\.isNumber) }.filter { pid in
+            guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return false }
+            let text = String(decoding: data, as: UTF8.self)
+            // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so read after the last ')'.
+            guard let close = text.lastIndex(of: ")") else { return false }
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && fields[0] == "Z" && fields[1] == Substring(String(parent))
+        }
+    }
+
     /// Live processes whose command line contains `text` (zombies have an empty one).
     static func processes(containing text: String) -> [String] {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
