@@ -394,6 +394,8 @@ struct CommandSecretEngineTests {
         // The group is killed and reaped on the proxy's loop: wait for it (a bound, not a timing check).
         #expect(Self.eventually { Self.processes(containing: marker).isEmpty })
         #expect(Self.processes(containing: marker).isEmpty, "a process of the command outlived its timeout")
+        let proxyID = rig.proxy.process.processIdentifier
+        #expect(Self.eventually { Self.zombies(of: proxyID).isEmpty }, "the killed command was never reaped")
         #expect(rig.origin.requests.isEmpty)
         let (log, errors) = try rig.finish()
         #expect(log.contains("command_timeout"))
@@ -568,6 +570,8 @@ struct CommandSecretEngineTests {
         #expect(flooded.status == 502)
         #expect(flooded.bodyText.contains("flood_token") && flooded.bodyText.contains("(invalid_output)") && !flooded.bodyText.contains(flood))
         #expect(Self.eventually { Self.processes(containing: flood).isEmpty }, "the flooding command outlived its answer")
+        let proxyID = rig.proxy.process.processIdentifier
+        #expect(Self.eventually { Self.zombies(of: proxyID).isEmpty }, "the killed command was never reaped")
         let missing = try rig.get(rig.other, "/v1")
         #expect(missing.status == 502)
         #expect(missing.bodyText.contains("missing_token") && missing.bodyText.contains("(command_not_started)"))
