@@ -108,17 +108,18 @@ extension TokenFetcher {
     // MARK: A command (docs/credentials.md, "A command")
 
     func startCommand(_ run: FetchRun, _ spec: CommandSecretSpec) {
-        let previous = run.job.cache.current?.value
         runCommand(
             run, argv: spec.argv, environment: CommandEnvironment.minimal(from: environment, passing: spec.environment),
-            timeoutMilliseconds: spec.timeoutMilliseconds, earlierValue: previous
+            timeoutMilliseconds: spec.timeoutMilliseconds
         ) { [unowned self] result in
             finished(
                 run,
                 result.flatMap { stdout in
                     switch CommandOutput.parse(stdout, now: wallClock()) {
-                    case .success(let credential): .success(Obtained(grant: TokenGrant(value: credential.value, expiresIn: credential.expiresIn)))
-                    case .failure(let problem): .failure(.invalidOutput(problem.description))
+                    case .success(let credential):
+                        CommandValues.record(credential.value, expiresIn: credential.expiresIn, ttlSeconds: spec.ttlSeconds)
+                        return .success(Obtained(grant: TokenGrant(value: credential.value, expiresIn: credential.expiresIn)))
+                    case .failure(let problem): return .failure(.invalidOutput(problem.description))
                     }
                 })
         }
@@ -126,9 +127,10 @@ extension TokenFetcher {
 
     /// Runs a program for a credential (a `command:` secret, an AWS `credential_process`): its
     /// stdout on success; on failure a typed reason, and stderr's first line in the error log with
-    /// every secret value the proxy knows (and the command's last value) replaced.
+    /// every secret value the proxy knows (and every value a command printed that may still be
+    /// valid) replaced.
     func runCommand(
-        _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int, earlierValue: SecretValue?,
+        _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int,
         then: @escaping (Result<[UInt8], TokenFailure.Reason>) -> Void
     ) {
         let runner = CommandRunner(worker: loop.worker, argv: argv, environment: environment, timeoutMilliseconds: timeoutMilliseconds)
@@ -141,7 +143,7 @@ extension TokenFetcher {
             case .failure(let failure):
                 var fields = [("secret", run.job.secret), ("command", program), ("reason", failure.code)]
                 if case .exited(_, let line?) = failure {
-                    let known = secrets.currentValues.values.map(\.exposedBytes) + (earlierValue.map { [$0.exposedBytes] } ?? [])
+                    let known = (Array(secrets.currentValues.values) + CommandValues.current).map(\.exposedBytes)
                     fields.append(("stderr", Tripwire(secrets: known).scrub(line).line))
                 }
                 Diagnostics.error("credential_command_failed", fields)
@@ -216,7 +218,7 @@ extension TokenFetcher {
             let variables = environment.keys.filter { $0.hasPrefix("AWS_") }
             runCommand(
                 run, argv: argv, environment: CommandEnvironment.minimal(from: environment, passing: variables),
-                timeoutMilliseconds: CommandSecretSpec.defaultTimeoutMilliseconds, earlierValue: nil
+                timeoutMilliseconds: CommandSecretSpec.defaultTimeoutMilliseconds
             ) { [unowned self] result in
                 let input: AWSChainInput =
                     switch result {
@@ -249,3 +251,39 @@ private final class AWSChainWalk {
 }
 
 extension CommandRunner: FetchProcedure {}
+
+/// Every value a command printed that may still be valid, process-wide: a failing run's stderr
+/// line is scrubbed of them, since a helper often names the value it gave before ("token X
+/// expired"). Neither the cache (it holds no value while a fetch runs) nor the fetcher (a reload
+/// makes a new one) can say it. Each is kept for its validity (`expires_in`, else its ttl or
+/// `TokenCachePolicy.unknownExpiryMilliseconds`, as the scrub keeps a replaced token), at most
+/// `limit` of them, the oldest dropped first.
+private enum CommandValues {
+    private struct Entry {
+        let value: SecretValue
+        let until: UInt64
+    }
+
+    private static let entries = Locked<[Entry]>([])
+    static let limit = 64
+
+    static func record(_ value: SecretValue, expiresIn: Int?, ttlSeconds: Int) {
+        let now = monotonicMilliseconds()
+        // A value without an expiry is used for its ttl, and may work for longer. Every term is
+        // bounded (a year at most, the config's ttl at most a day, milliseconds since boot).
+        let policy = TokenCachePolicy()
+        let validity =
+            expiresIn == nil ? max(policy.unknownExpiryMilliseconds, UInt64(max(0, ttlSeconds)) * 1000) : policy.validity(expiresIn: expiresIn)
+        let until = now + validity
+        entries.withLock { entries in
+            entries.removeAll { $0.until <= now || $0.value == value }
+            entries.append(Entry(value: value, until: until))
+            if entries.count > limit { entries.removeFirst(entries.count - limit) }
+        }
+    }
+
+    static var current: [SecretValue] {
+        let now = monotonicMilliseconds()
+        return entries.withLock { entries in entries.filter { $0.until > now }.map(\.value) }
+    }
+}
