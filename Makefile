@@ -97,7 +97,7 @@ format:
 
 ## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
-## the fifteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
+## the sixteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
 ## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
 ## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
 ## priority use what it leaves of the two cores: the fuzz build then the fuzz pass, and the release

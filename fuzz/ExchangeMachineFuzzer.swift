@@ -592,7 +592,9 @@ private struct Harness {
         case 15: deliver(.connectionClosed)
         case 16: deliver(.collectedBody(collected(&input)))
         case 17: deliver(.tokenReady(secret: input.bool() ? "api_token" : "cdn_token", fuzzToken))
-        case 18: deliver(.tokenFailed(secret: "api_token", endpoint: try? Origin.parse("https://auth.test"), reason: .refused))
+        case 18:
+            deliver(
+                .tokenFailed(secret: "api_token", provider: (try? Origin.parse("https://auth.test")).map(TokenProvider.endpoint), reason: .refused))
         case 25: deliver(.clientTLSEstablished)
         case 26: deliver(.clientTLSFailed(ClientTLSFailure.allCases[input.pick(ClientTLSFailure.allCases.count)]))
         case 27: if machine.phase == .awaitingHead(.fresh) { deliver(.switchedToHTTP2) } else { automatic(&input) }
@@ -614,7 +616,7 @@ private struct Harness {
             deliver(
                 input.byte() < 224
                     ? .tokenReady(secret: secret, fuzzToken)
-                    : .tokenFailed(secret: secret, endpoint: nil, reason: .rejected(status: 401, error: nil)))
+                    : .tokenFailed(secret: secret, provider: nil, reason: .rejected(status: 401, error: nil)))
         } else if machine.isHandshaking {
             deliver(input.byte() < 224 ? .clientTLSEstablished : .clientTLSFailed(.clientRejectedCertificate))
         } else if machine.isAwaitingHead {

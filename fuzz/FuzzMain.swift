@@ -1,4 +1,4 @@
-// One libFuzzer binary, fifteen targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
+// One libFuzzer binary, sixteen targets: SCOPEPROXY_FUZZ_TARGET picks which entry point the fuzzer
 // drives (fuzz/run.sh sets it). One binary means one sanitized build of every module instead of six.
 #if canImport(Glibc)
     import Glibc
@@ -10,7 +10,7 @@ private let targets: [String: (UnsafePointer<UInt8>, Int) -> Void] = [
     "ClientCredentials": fuzzClientCredentials, "SecretScan": fuzzSecretScan, "TokenResponse": fuzzTokenResponse,
     "Noninterference": fuzzNoninterference,
     "WholePath": fuzzWholePath, "H2Request": fuzzH2Request, "WebSocketFrames": fuzzWebSocketFrames,
-    "H2Connection": fuzzH2Connection, "ClientHello": fuzzClientHello,
+    "H2Connection": fuzzH2Connection, "ClientHello": fuzzClientHello, "CredentialAnswers": fuzzCredentialAnswers,
 ]
 
 private let selected: (UnsafePointer<UInt8>, Int) -> Void = {

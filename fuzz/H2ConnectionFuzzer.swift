@@ -467,7 +467,7 @@ private final class H2ConnectionHarness: H2SessionDelegate {
         let choice = control.byte()
         if let secret = machine.awaitedToken {
             deliver(
-                choice < 224 ? .tokenReady(secret: secret, fuzzAccessToken) : .tokenFailed(secret: secret, endpoint: nil, reason: .refused),
+                choice < 224 ? .tokenReady(secret: secret, fuzzAccessToken) : .tokenFailed(secret: secret, provider: nil, reason: .refused),
                 to: stream)
         } else if machine.isCollecting {
             let taken = take(Int(choice) * 64 + 1, from: stream)

@@ -47,7 +47,7 @@ func fuzzTokenResponse(_ data: UnsafePointer<UInt8>, _ size: Int) {
             fuzzCheck(!text.utf8.contains(subsequence: canary), "a parse failure repeats the response: \(text)")
         case .success(let grant):
             fuzzCheck(
-                !grant.accessToken.exposedBytes.contains { $0 < 0x20 || $0 == 0x7F },
+                !grant.value.exposedBytes.contains { $0 < 0x20 || $0 == 0x7F },
                 "a granted access token holds a control byte")
         }
     }

@@ -193,7 +193,7 @@ func fuzzWholePath(_ data: UnsafePointer<UInt8>, _ size: Int) {
             steps += 1
             let actions = path.lastActions
             if let acquire = actions.lazy.compactMap({ if case .acquireToken(let secret, _) = $0 { secret } else { nil } }).first {
-                path.deliver(.tokenFailed(secret: acquire, endpoint: nil, reason: .refused))
+                path.deliver(.tokenFailed(secret: acquire, provider: nil, reason: .refused))
             } else if actions.contains(where: { if case .collectRequestBody = $0 { true } else { false } }) {
                 path.deliver(.collectedBody(.complete(Array("_method=DELETE&a=1".utf8))))
             } else if actions.contains(where: { if case .startClientTLS = $0 { true } else { false } }) {
