@@ -30,7 +30,7 @@ public final class AWSCredentialFixture: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         process.standardInput = stdin
         try process.run()
-        let line = Self.firstLine(of: output.fileHandleForReading, seconds: 30)
+        let line = fixtureFirstLine(of: output.fileHandleForReading, seconds: 30)
         guard let line, let parsed = UInt16(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
             process.waitUntilExit()
@@ -63,22 +63,6 @@ public final class AWSCredentialFixture: @unchecked Sendable {
             }
         }
         try? FileManager.default.removeItem(atPath: logPath)
-    }
-
-    private static func firstLine(of handle: FileHandle, seconds: Int) -> String? {
-        final class Box: @unchecked Sendable { var text = "" }
-        let box = Box()
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            while !box.text.contains("\n") {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                box.text += String(decoding: data, as: UTF8.self)
-            }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
-        return box.text.split(separator: "\n").first.map(String.init)
     }
 }
 

@@ -176,7 +176,7 @@ public final class PythonFixtureServer: @unchecked Sendable {
         process.standardOutput = stdout
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let line = Self.firstLine(of: stdout.fileHandleForReading, seconds: 30)
+        let line = fixtureFirstLine(of: stdout.fileHandleForReading, seconds: 30)
         guard let port = line.flatMap({ UInt16($0.trimmingCharacters(in: .whitespaces)) }) else {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
@@ -210,22 +210,6 @@ public final class PythonFixtureServer: @unchecked Sendable {
             throw SupportFailed(description: "no response")
         }
         return response
-    }
-
-    private static func firstLine(of handle: FileHandle, seconds: Int) -> String? {
-        final class Box: @unchecked Sendable { var text = "" }
-        let box = Box()
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            while !box.text.contains("\n") {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                box.text += String(decoding: data, as: UTF8.self)
-            }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
-        return box.text.split(separator: "\n").first.map(String.init)
     }
 }
 

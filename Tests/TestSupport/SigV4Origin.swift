@@ -87,7 +87,7 @@ public final class SigV4Origin: @unchecked Sendable {
         try process.run()
         // The first line names the ports; read it on another thread so a fixture that never
         // starts costs a bounded wait, not a hung test.
-        let line = Self.firstLine(of: output.fileHandleForReading, seconds: 30)
+        let line = fixtureFirstLine(of: output.fileHandleForReading, seconds: 30)
         let parsed = (line ?? "").split(separator: " ").compactMap { UInt16($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         guard parsed.count == ports else {
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
@@ -126,22 +126,6 @@ public final class SigV4Origin: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: logPath)
     }
 
-    private static func firstLine(of handle: FileHandle, seconds: Int) -> String? {
-        final class Box: @unchecked Sendable { var text = "" }
-        let box = Box()
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            while !box.text.contains("\n") {
-                let data = handle.availableData
-                if data.isEmpty { break }
-                box.text += String(decoding: data, as: UTF8.self)
-            }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
-        return box.text.split(separator: "\n").first.map(String.init)
-    }
-
     /// Runs a program to completion with a deadline (killed past it); stdout and stderr together.
     public static func runBounded(_ executable: String, _ arguments: [String], seconds: Int) throws -> (status: Int32, output: String) {
         let process = Process()
@@ -170,4 +154,22 @@ public final class SigV4Origin: @unchecked Sendable {
         _ = drained.wait(timeout: .now() + 5)
         return (process.terminationStatus, String(decoding: box.data, as: UTF8.self))
     }
+}
+
+/// The first line a fixture prints (its port), waited for at most `seconds`: nil when it printed
+/// none in time or closed its output first.
+func fixtureFirstLine(of handle: FileHandle, seconds: Int) -> String? {
+    final class Box: @unchecked Sendable { var text = "" }
+    let box = Box()
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        while !box.text.contains("\n") {
+            let data = handle.availableData
+            if data.isEmpty { break }
+            box.text += String(decoding: data, as: UTF8.self)
+        }
+        done.signal()
+    }
+    guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
+    return box.text.split(separator: "\n").first.map(String.init)
 }
