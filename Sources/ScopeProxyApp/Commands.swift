@@ -182,7 +182,7 @@ public enum Commands {
         if let tunnel = invocation.value("tunnel").flatMap(TunnelPolicy.init(rawValue:)) { engine.tunnel = tunnel }
         // OAuth2 tokens are fetched when first needed (never at start), over the upstream TLS above.
         let minted = MintedTokens()
-        let tokens: CredentialSources?
+        var tokens: CredentialSources?
         do {
             tokens = try Runtime.tokenSource(config, secrets: secrets, engine: engine, holder: holder, minted: minted)
         } catch {
@@ -218,6 +218,9 @@ public enum Commands {
         writeStandardError("listening on \(address)\n")
         let running = RunningProxy(
             configPath: source?.path, started: config, secrets: secrets, holder: holder, engine: engine, tokens: tokens, minted: minted)
+        // The running proxy owns the first source now: after a reload replaces it, it stops once
+        // the last exchange waiting on it lets go (its commands killed), as every later one does.
+        tokens = nil
         server.runUntilSignalled(hooks: .init(tick: { running.rotateSecrets() }, hangup: { running.reload() }))
         running.stop()
         return 0
