@@ -87,6 +87,10 @@ static inline int sp_wait_signaled(int status) { return WIFSIGNALED(status); }
 static inline int sp_wait_signal(int status) { return WTERMSIG(status); }
 
 static inline void sp_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
+// Not dumpable (proc(5), PR_SET_DUMPABLE): another process of the same user, such as a
+// `command:` secret's program, can no longer read this one's /proc/PID/environ, mem or fd/.
+static inline int sp_forbid_inspection(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+static inline int sp_is_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 
 // glibc allocator thresholds (malloc.h is not in Swift's Glibc module).
 static inline int sp_set_malloc_trim_threshold(int bytes) { return mallopt(M_TRIM_THRESHOLD, bytes); }

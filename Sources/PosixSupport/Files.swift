@@ -32,7 +32,27 @@ public enum SmallFile {
         }
         if info.st_mode & S_IFMT == S_IFDIR { return .failure(.isDirectory) }
         guard info.st_mode & S_IFMT == S_IFREG else { return .failure(.notARegularFile) }
-        guard let handle = fopen(path, "rb") else { return .failure(.unreadable(String(cString: strerror(errno)))) }
+        // Opened without blocking and checked again on the open file (fstat): the path could have
+        // become a FIFO since the stat above, and opening one would wait for a writer, forever,
+        // holding the reading thread (the credential fetcher's: docs/credentials.md).
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            return .failure(errno == ENOENT || errno == ENOTDIR ? .missing : .unreadable(String(cString: strerror(errno))))
+        }
+        guard fstat(descriptor, &info) == 0 else {
+            let why = String(cString: strerror(errno))
+            close(descriptor)
+            return .failure(.unreadable(why))
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(descriptor)
+            return .failure(info.st_mode & S_IFMT == S_IFDIR ? .isDirectory : .notARegularFile)
+        }
+        guard let handle = fdopen(descriptor, "rb") else {
+            let why = String(cString: strerror(errno))
+            close(descriptor)
+            return .failure(.unreadable(why))
+        }
         defer { fclose(handle) }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)

@@ -63,8 +63,15 @@ public enum CommandRunFailure: Error, Sendable, Equatable, CustomStringConvertib
 /// `maximumBytes` bytes, every byte outside printable ASCII replaced by `?` (a terminal escape or a
 /// CR must not reach a log reader). Fed in pieces as they are read; everything after the first
 /// line is discarded unread.
+///
+/// Up to `capturedBytes` of the line are kept as the command wrote them, so that secret values
+/// are replaced (`firstLine(scrubbing:)`) before the line is cut to `maximumBytes` or made
+/// printable: cut first, a value straddling byte 200 would leave its first bytes in the log, and a
+/// value with a non-ASCII byte would no longer match once that byte became `?`.
 public struct CommandStandardError: Sendable, Equatable {
     public static let maximumBytes = 200
+    /// The longest value any credential source gives (a command's output bound) fits.
+    public static let capturedBytes = 64 * 1024
 
     private var bytes: [UInt8] = []
     /// The first line ended (or reached the bound): later input is dropped.
@@ -77,7 +84,7 @@ public struct CommandStandardError: Sendable, Equatable {
             if isComplete { return }
             if byte == 0x0A {
                 isComplete = true
-            } else if bytes.count == Self.maximumBytes {
+            } else if bytes.count == Self.capturedBytes {
                 isComplete = true
             } else {
                 bytes.append(byte)
@@ -90,8 +97,12 @@ public struct CommandStandardError: Sendable, Equatable {
     }
 
     /// The line without a trailing CR or spaces, nil when it is empty.
-    public var firstLine: String? {
-        var line = bytes
+    public var firstLine: String? { firstLine(scrubbing: { $0 }) }
+
+    /// The line as `firstLine` gives it, `scrub` applied first to the bytes as the command wrote
+    /// them (every secret value replaced), then cut to `maximumBytes` and made printable.
+    public func firstLine(scrubbing scrub: ([UInt8]) -> [UInt8]) -> String? {
+        var line = Array(scrub(bytes).prefix(Self.maximumBytes))
         while let last = line.last, last == 0x0D || last == 0x20 || last == 0x09 { line.removeLast() }
         guard !line.isEmpty else { return nil }
         return String(decoding: line.map { $0 >= 0x20 && $0 <= 0x7E ? $0 : UInt8(ascii: "?") }, as: UTF8.self)

@@ -24,7 +24,7 @@ import ProxyCore
 final class CommandRunner {
     struct Output: Sendable, Equatable {
         let stdout: [UInt8]
-        /// Bounded and printable (`CommandStandardError`), not scrubbed.
+        /// Bounded and printable (`CommandStandardError`), scrubbed by `stderrScrub`.
         let stderrFirstLine: String?
     }
 
@@ -44,6 +44,8 @@ final class CommandRunner {
     private let timeoutMilliseconds: Int
     private let outputLimit: Int
     private let pollForExit: Bool
+    /// Replaces secret values in stderr's first line before it is cut and made printable.
+    private let stderrScrub: ([UInt8]) -> [UInt8]
 
     private var finish: ((Outcome) -> Void)?
     private var child: ChildProcess?
@@ -59,8 +61,10 @@ final class CommandRunner {
     /// (tests).
     init(
         worker: Worker, argv: [String], environment: [String: String], timeoutMilliseconds: Int,
-        outputLimit: Int = CommandRunner.defaultOutputLimit, pollForExit: Bool = false
+        outputLimit: Int = CommandRunner.defaultOutputLimit, pollForExit: Bool = false,
+        stderrScrub: @escaping ([UInt8]) -> [UInt8] = { $0 }
     ) {
+        self.stderrScrub = stderrScrub
         self.worker = worker
         self.argv = argv
         self.environment = environment
@@ -166,9 +170,9 @@ final class CommandRunner {
         if let status, sp_wait_exited(status) != 0 {
             let code = Int32(sp_wait_exit_status(status))
             if code == 0 {
-                end(.success(Output(stdout: stdout, stderrFirstLine: stderr.firstLine)))
+                end(.success(Output(stdout: stdout, stderrFirstLine: stderr.firstLine(scrubbing: stderrScrub))))
             } else {
-                end(.failure(.exited(status: code, stderrFirstLine: stderr.firstLine)))
+                end(.failure(.exited(status: code, stderrFirstLine: stderr.firstLine(scrubbing: stderrScrub))))
             }
         } else if let status, sp_wait_signaled(status) != 0 {
             end(.failure(.signaled(Int32(sp_wait_signal(status)))))

@@ -133,7 +133,15 @@ extension TokenFetcher {
         _ run: FetchRun, argv: [String], environment: [String: String], timeoutMilliseconds: Int,
         then: @escaping (Result<[UInt8], TokenFailure.Reason>) -> Void
     ) {
-        let runner = CommandRunner(worker: loop.worker, argv: argv, environment: environment, timeoutMilliseconds: timeoutMilliseconds)
+        // Every value is replaced in stderr's line as the command wrote it, before the line is cut
+        // to 200 bytes and made printable (a value straddling the cut would otherwise leave its
+        // first bytes in the log).
+        let runner = CommandRunner(
+            worker: loop.worker, argv: argv, environment: environment, timeoutMilliseconds: timeoutMilliseconds,
+            stderrScrub: { [secrets] line in
+                let known = (Array(secrets.currentValues.values) + CommandValues.current).map(\.exposedBytes)
+                return Tripwire(secrets: known).scrub(line).line
+            })
         run.step = runner
         let program = TokenProvider.command(CommandSecretSpec(argv: argv).programName).description
         runner.start { [unowned self] outcome in

@@ -142,6 +142,9 @@ public enum Commands {
         // right after `listening on` (a reload, a quick stop) met the default action and killed the
         // proxy without draining or flushing its log.
         ProxyServer.holdStopSignals()
+        // Before any secret is read or any command runs: no other process of this user (a
+        // `command:` program among them) may read the proxy's environment or memory.
+        ProcessInspection.forbid()
         let source = invocation.configPath
         guard let config = loadConfig(source) else { return 2 }
         let secrets = Runtime.secretStore(config)
