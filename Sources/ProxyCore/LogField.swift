@@ -326,8 +326,10 @@ extension LogField {
                     + "`; ` (below; text: `SCOPE:WHY` joined with `,`); on a 407, why the client was not recognised "
                     + "(`client_not_recognised`, `proxy_authorization_not_recognised`, `proxy_authorization_scheme_not_configured`, "
                     + "`proxy_authorization_invalid (WHY)`); on a failed interception, why (text: after `error`); on a 502 "
-                    + "`credential_unavailable` for an access token, the code of why it could not be had (`refused`, `rejected`, "
-                    + "`response_timeout`, `malformed_response`, `no_token_source`, ...: never what the token endpoint answered)"
+                    + "`credential_unavailable` for a computed secret ([credentials.md](credentials.md)), the code of why it could "
+                    + "not be had (`refused`, `rejected`, `response_timeout`, `malformed_response`, `no_token_source`, `key_unusable`, "
+                    + "`command_not_started`, `command_failed`, `command_timeout`, `invalid_output`, `aws_chain`: never what the "
+                    + "endpoint answered or the command printed)"
             ) { record in
                 let skipped = record.tunnel == nil ? record.skipped : []
                 let failure = record.failure?.reason

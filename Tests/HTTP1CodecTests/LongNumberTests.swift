@@ -112,6 +112,8 @@ struct LongNumberTests {
         "HTTP1Codec/HeadParser.swift": "a status code: exactly three digits",
         "HTTP1Codec/BodyFraming.swift": "Content-Length: at most 18 digits, checked before the multiply",
         "ScopePolicy/CIDR.swift": "an IPv4 part: at most three digits, checked before the multiply",
+        "ProxyCore/RFC3339.swift": "a date or time field: at most four digits (fixed positions), then range-checked",
+        "ProxyCore/AWSTemporaryCredentials.swift": "a packed expiration: at most 18 digits, checked before the reduce",
     ]
 
     @Test("decimal numbers are accumulated only where a bound comes first")
