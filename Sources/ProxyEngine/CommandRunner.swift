@@ -119,6 +119,20 @@ final class CommandRunner {
         release()
     }
 
+    /// `cancel` for a loop about to stop: no event will ever tell that the killed child is gone, so
+    /// it is reaped here (a SIGKILLed process exits at once; the fetcher's thread, not a worker,
+    /// waits that moment). Without it the child stays a zombie for the life of the proxy.
+    func cancelBeforeLoopStops() {
+        finish = nil
+        let child = self.child
+        self.child = nil
+        release()
+        if let child {
+            child.killGroup()
+            _ = child.reap()
+        }
+    }
+
     // MARK: Reading
 
     fileprivate func readable(_ pipe: PipeEnd) {

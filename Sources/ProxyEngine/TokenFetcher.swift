@@ -79,7 +79,7 @@ final class TokenFetcher: @unchecked Sendable {
     func stop() {
         loop.stop { [self] in
             for (_, run) in inFlight {
-                run.cancel()
+                run.cancelBeforeLoopStops()
                 complete(run.job, .failure(TokenFailure(secret: run.job.secret, provider: run.job.provider, reason: .refused)))
             }
             inFlight.removeAll()
@@ -166,9 +166,15 @@ final class TokenFetcher: @unchecked Sendable {
 }
 
 /// Something a fetch is waiting on, on the fetcher's loop (a token request, a command): `cancel`
-/// stops it without an answer.
+/// stops it without an answer; `cancelBeforeLoopStops` also leaves nothing for the loop to finish
+/// (a killed command is reaped at once).
 protocol FetchProcedure: AnyObject {
     func cancel()
+    func cancelBeforeLoopStops()
+}
+
+extension FetchProcedure {
+    func cancelBeforeLoopStops() { cancel() }
 }
 
 /// One fetch on the fetcher's loop, from its start to `finished`: the step it waits on now (an
@@ -181,6 +187,11 @@ final class FetchRun {
 
     func cancel() {
         step?.cancel()
+        step = nil
+    }
+
+    func cancelBeforeLoopStops() {
+        step?.cancelBeforeLoopStops()
         step = nil
     }
 }
