@@ -235,7 +235,7 @@ public final class SecretStore: SecretLookup, @unchecked Sendable {
             if bytes.contains(0) { throw SecretError(name: name, reason: "the private key contains NUL: it is not a PEM file", kind: .refused) }
             return SecretValue(bytes: bytes)
         }
-        if bytes.starts(with: Array("-----BEGIN ".utf8)) {
+        if bytes.starts(with: Array("-----BEGIN ".utf8)), bytes.contains(0x0A) {
             throw SecretError(
                 name: name,
                 reason: "the value is a PEM block (several lines), which a header cannot carry: name it as the private_key of a "
@@ -295,7 +295,7 @@ public struct LocalSecretDirectory: Sendable {
     public func set(_ name: String, bytes: [UInt8]) throws(Failure) {
         guard SecretSource.isValidStoreName(name) else { throw .invalidName(name) }
         // A PEM block (a private key) is stored as it is: the config decides whether a secret is a key.
-        let isPEM = bytes.starts(with: Array("-----BEGIN ".utf8))
+        let isPEM = bytes.starts(with: Array("-----BEGIN ".utf8)) && bytes.contains(0x0A)
         do { _ = try SecretStore.validate(name, bytes, privateKey: isPEM) } catch { throw .io(error.description) }
         try ensureDirectory()
         let temporary = "\(path)/.\(name).tmp.\(getpid())"

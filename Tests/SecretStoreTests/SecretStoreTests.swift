@@ -34,6 +34,20 @@ private func loadError(_ source: SecretSource, store: String = "/nonexistent") -
 
 @Suite("Secret store", .serialized)
 struct SecretStoreTests {
+    @Test("a PEM block loads only as a private key: any other secret is refused with the reason, never its bytes")
+    func pemOnlyAsPrivateKey() throws {
+        let directory = TemporaryDirectory()
+        let pem = "-----BEGIN PRIVATE KEY-----\nCANARYpemline0123456789\n-----END PRIVATE KEY-----\n"
+        let file = directory.write("key.pem", pem, mode: 0o600)
+        let asKey = SecretStore(sources: ["key": .file(path: file, allowGroupRead: false)], storeDirectory: directory.path, privateKeys: ["key"])
+        try asKey.load()
+        #expect(asKey.value(of: "key")?.exposedBytes == Array(pem.utf8.dropLast()))
+        #expect(asKey.scannedValues.isEmpty && asKey.allValues.count == 1)
+        let error = loadError(.file(path: file, allowGroupRead: false))
+        #expect(error?.description.contains("is a PEM block") == true)
+        #expect(error?.description.contains("CANARY") == false)
+    }
+
     @Test("a 0600 file is read with one trailing newline removed")
     func fileSecret() throws {
         let directory = TemporaryDirectory()
