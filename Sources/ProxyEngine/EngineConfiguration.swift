@@ -20,8 +20,10 @@ public struct EngineConfiguration: Sendable {
     /// One line per exchange; nil writes none.
     public var accessLog: AccessLog?
     public var metrics: Metrics
-    /// /healthz and /metrics; nil serves none.
+    /// /healthz and /metrics (and the live view, `/view`); nil serves none.
     public var admin: ListenAddress?
+    /// The live decision view's records (docs/view.md): set with `admin`; nil keeps none.
+    public var viewFeed: ViewFeed?
     /// TLS for upstreams and interception; nil: made at start with the system trust store and no CA.
     public var tls: TLSContexts?
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
