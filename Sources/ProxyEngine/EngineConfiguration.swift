@@ -24,6 +24,8 @@ public struct EngineConfiguration: Sendable {
     public var admin: ListenAddress?
     /// The live decision view's records (docs/view.md): set with `admin`; nil keeps none.
     public var viewFeed: ViewFeed?
+    /// Who may open the view (`admin_token`); swapped on reload through its own `replace`.
+    public var viewAccess = ViewAccess()
     /// TLS for upstreams and interception; nil: made at start with the system trust store and no CA.
     public var tls: TLSContexts?
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's
