@@ -49,8 +49,7 @@ struct AdminResponse: Sendable {
 /// What the admin listener does with a request head.
 enum AdminAnswer {
     case response(AdminResponse)
-    /// `/view/events`: a viewer with its filter and `Last-Event-ID`, and headers the stream's
-    /// head adds (none yet; kept for symmetry with responses).
+    /// `/view/events`, allowed: a viewer with its filter and `Last-Event-ID`.
     case events(ViewFilter, lastEventID: UInt64?)
 }
 

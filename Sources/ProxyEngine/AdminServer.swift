@@ -171,7 +171,10 @@ final class AdminServer: @unchecked Sendable {
     /// `/view/events` was asked for and allowed: the connection becomes a viewer, is sent the
     /// replay, and from then on every record its filter matches.
     func startViewer(_ connection: AdminConnection, filter: ViewFilter, lastEventID: UInt64?, headOnly: Bool) {
-        guard let feed else { return }
+        guard let feed else {
+            connection.respond(.text(404, "not found\n"), includeBody: !headOnly, keepAlive: false)
+            return
+        }
         guard viewers.count < limits.maxViewers else {
             connection.respond(
                 .json(503, error: "view_viewers_full", hint: "\(limits.maxViewers) viewers are connected; close one and retry"),
@@ -190,10 +193,11 @@ final class AdminServer: @unchecked Sendable {
         connection.becomeViewer(filter: filter)
         EventBuffer.append(outputBuffer(connection.bev), Array(head.utf8))
         let (pending, lost, replay) = feed.join(after: lastEventID)
-        // What was pending goes to the viewers already there; the new one's replay includes it.
-        deliver(pending, lost: lost)
         viewers[ObjectIdentifier(connection)] = connection
         metrics.viewViewers.add(1, ordering: .relaxed)
+        // What was pending goes to the viewers already there; the new one's replay includes it.
+        // (It is in `viewers` already, so dropping the others never leaves the feed without one.)
+        deliver(pending, lost: lost, excluding: connection)
         for event in replay where filter.isEverything || filter.matches(event) {
             connection.queue(event.frame)
         }
@@ -208,15 +212,16 @@ final class AdminServer: @unchecked Sendable {
 
     /// Renders each group's share of the batch once (one block, shared by reference) and gives
     /// every viewer of the group one reference and one write.
-    private func deliver(_ events: [ViewEvent], lost: Bool) {
+    private func deliver(_ events: [ViewEvent], lost: Bool, excluding joining: AdminConnection? = nil) {
+        let receivers = viewers.values.filter { $0 !== joining }
         if lost {
             // The admin thread fell a whole drop threshold behind: every viewer missed records.
-            for viewer in Array(viewers.values) { drop(viewer) }
+            for viewer in receivers { drop(viewer) }
             return
         }
-        guard !events.isEmpty, !viewers.isEmpty else { return }
+        guard !events.isEmpty, !receivers.isEmpty else { return }
         var groups: [ViewFilter: [AdminConnection]] = [:]
-        for viewer in viewers.values { groups[viewer.filter, default: []].append(viewer) }
+        for viewer in receivers { groups[viewer.filter, default: []].append(viewer) }
         for (filter, members) in groups {
             let frames = filter.isEverything ? events.map(\.frame) : events.filter(filter.matches).map(\.frame)
             guard !frames.isEmpty else { continue }

@@ -169,6 +169,18 @@ struct AdminViewStreamTests {
         #expect(admin.metrics.viewViewers.load(ordering: .relaxed) == 3)
     }
 
+    @Test("a viewer with nothing to receive gets a keep-alive comment each interval")
+    func keepAliveComment() throws {
+        var limits = AdminServer.Limits()
+        limits.keepAliveMilliseconds = 100
+        let admin = try AdminFixture(limits: limits)
+        defer { admin.stop() }
+        let viewer = try Viewer(port: admin.port)
+        #expect(try viewer.next() == ": keep-alive")
+        admin.publish(1)
+        #expect(try viewer.ids(through: 1) == [1])
+    }
+
     @Test("past the viewer cap a new viewer gets 503 JSON; HEAD /view/events is the head alone")
     func viewerCap() throws {
         var limits = AdminServer.Limits()
@@ -287,6 +299,30 @@ struct AdminViewAccessTests {
         #expect(try admin.get("/healthz").status == 200)
         #expect(try admin.get("/metrics").status == 200)
         viewer.socket.close()
+    }
+
+    @Test("a reload's new token applies at once, the old one and its cookie stop working; a token without a value lets nobody in")
+    func tokenReplaced() throws {
+        let access = ViewAccess(tokenSecret: "view_token", secrets: StaticSecrets(["view_token": canaryToken]))
+        let routes = AdminRoutes(metrics: Metrics(), access: access, adminHost: "127.0.0.1", adminIsLoopback: true, viewEnabled: true)
+        let oldCookie = ViewAccess.cookieValue(for: SecretValue(canaryToken))
+        func fields(_ pairs: [(String, String)]) -> HTTPFields { HTTPFields(pairs.map { HTTPField(name: $0.0, value: $0.1) }) }
+        let bearerOld = fields([("Authorization", "Bearer \(canaryToken)")])
+        let cookieOld = fields([("Cookie", "scopeproxy_view=\(String(decoding: oldCookie, as: UTF8.self))")])
+        #expect(routes.authorize(bearerOld, queryToken: nil) == .allowed(setCookie: nil))
+        #expect(routes.authorize(cookieOld, queryToken: nil) == .allowed(setCookie: nil))
+        access.replace(tokenSecret: "next", secrets: StaticSecrets(["next": canaryToken + "-2"]))
+        #expect(routes.authorize(bearerOld, queryToken: nil) != .allowed(setCookie: nil))
+        #expect(routes.authorize(cookieOld, queryToken: nil) != .allowed(setCookie: nil))
+        #expect(routes.authorize(fields([("authorization", "bearer \(canaryToken)-2")]), queryToken: nil) == .allowed(setCookie: nil))
+        access.replace(tokenSecret: "missing", secrets: StaticSecrets([:]))
+        guard case .refused(let hint) = routes.authorize(bearerOld, queryToken: Array(canaryToken.utf8)) else {
+            Issue.record("a token without a value let a request in")
+            return
+        }
+        #expect(hint.contains("no value"))
+        access.replace(tokenSecret: nil, secrets: nil)
+        #expect(routes.authorize(fields([]), queryToken: nil) == .allowed(setCookie: nil), "no token on loopback: open")
     }
 
     @Test("a non-loopback admin address without admin_token keeps the view closed (health and metrics answer)")
