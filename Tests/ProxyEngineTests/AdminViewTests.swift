@@ -181,6 +181,30 @@ struct AdminViewStreamTests {
         #expect(try viewer.ids(through: 1) == [1])
     }
 
+    @Test("stopping while viewers read and a worker keeps publishing returns, 20 times; publishing after the stop is harmless")
+    func stopWhilePublishing() throws {
+        for _ in 0..<20 {
+            let admin = try AdminFixture()
+            let viewers = try (0..<3).map { _ in try Viewer(port: admin.port) }
+            let publishing = Locked(true)
+            let finished = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                var index = 0
+                while publishing.withLock({ $0 }) {
+                    index += 1
+                    admin.publish(index, padding: 100)
+                }
+                for extra in 0..<100 { admin.publish(extra) }  // after the stop: the feed no longer wakes anything
+                finished.signal()
+            }
+            _ = try viewers[0].next()
+            admin.stop()
+            publishing.withLock { $0 = false }
+            #expect(finished.wait(timeout: .now() + 10) == .success)
+            for viewer in viewers { viewer.socket.close() }
+        }
+    }
+
     @Test("past the viewer cap a new viewer gets 503 JSON; HEAD /view/events is the head alone")
     func viewerCap() throws {
         var limits = AdminServer.Limits()
