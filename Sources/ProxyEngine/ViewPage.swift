@@ -637,9 +637,19 @@ enum ViewPage {
             return why ? ': ' + text(why) : '';
           }
 
+          const RULE_KINDS = ['inject', 'strip', 'skip', 'substitute', 'sign', 'scrub', 'guard', 'redirect', 'egress'];
+
+          // An egress entry carries the log's egress object beside `"rule":"egress"`, whose own `rule` key
+          // (`default deny`) may then be the one a JSON parser keeps: known by its destination.
+          function ruleKind(rule) {
+            if (RULE_KINDS.indexOf(rule.rule) >= 0) return rule.rule;
+            if (rule.destination !== undefined && (rule.decision === 'deny' || rule.decision === 'report_deny')) return 'egress';
+            return text(rule.rule);
+          }
+
           function ruleWords(rule, record) {
             if (!rule || typeof rule !== 'object') return [text(rule)];
-            switch (rule.rule) {
+            switch (ruleKind(rule)) {
             case 'inject':
               return ['Injected ', el('code', null, text(rule.header)), ' from ', refs(rule.secrets), inScope(rule.scope)];
             case 'strip':
@@ -662,10 +672,9 @@ enum ViewPage {
               return ['Passed the redirect to ', where, ' on to the client'];
             }
             case 'egress': {
-              // The rule entry carries the log's egress object; its own `rule` key says "egress", so the
-              // egress rule's name is read from the record's `egress` field when the entry cannot hold it.
+              // The egress rule's name: the record's `egress` field has it for sure (see ruleKind).
               const logged = record && record.egress && typeof record.egress === 'object' ? record.egress : {};
-              const name = rule.egress_rule || rule.name || logged.rule || '';
+              const name = logged.rule || (rule.rule !== 'egress' ? rule.rule : '') || '';
               const decision = rule.decision || logged.decision;
               const verb = decision === 'report_deny' ? 'Would have refused (report mode) ' : 'Refused ';
               return [verb, 'the destination ', el('code', null, text(rule.destination || logged.destination)),
@@ -737,7 +746,7 @@ enum ViewPage {
               parts.push(section('Redirect chain', chain));
             }
 
-            const guarded = rules.filter((rule) => rule && (rule.rule === 'guard' || rule.rule === 'scrub'));
+            const guarded = rules.filter((rule) => rule && typeof rule === 'object' && (ruleKind(rule) === 'guard' || ruleKind(rule) === 'scrub'));
             const events = el('ul');
             for (const rule of guarded) events.appendChild(el('li', null, ruleWords(rule, record)));
             if (record.scrub_skipped) {
