@@ -456,15 +456,43 @@ enum ViewPage {
             updateShown();
           }
 
-          function add(record) {
+          // Records wait here for the next flush: a replay brings up to the feed's whole ring at once, and
+          // a table laid out again after each of thousands of rows took seconds; one insertion per burst.
+          const pending = [];
+          let flushTimer = 0;
+
+          function receive(record) {
             if (!record || typeof record !== 'object' || Array.isArray(record)) return;
+            if (pending.length >= MAX_ROWS) pending.shift();
+            pending.push(record);
+            if (!flushTimer) flushTimer = window.setTimeout(flush, 40);
+          }
+
+          function flush() {
+            flushTimer = 0;
+            const batch = pending.splice(0, pending.length);
+            const fragment = document.createDocumentFragment();
+            let reopen = false;
+            for (const record of batch) {
+              const entry = add(record);
+              if (!entry) continue;
+              fragment.insertBefore(entry.tr, fragment.firstChild);
+              if (opened && text(opened.record.id) === text(record.id)) reopen = true;
+            }
+            ui.rows.insertBefore(fragment, ui.rows.firstChild);
+            while (rows.length > MAX_ROWS) drop(rows.pop());
+            updateShown();
+            // A new hop of the exchange on show: its redirect chain grows.
+            if (reopen && opened) renderDetail(opened);
+          }
+
+          function add(record) {
             const key = [text(record.seq), text(record.id), text(record.ts)].join('|');
-            if (seen.has(key)) return;
+            if (seen.has(key)) return null;
             seen.add(key);
             const entry = { record, key, facets: facetsOf(record), tr: null };
             entry.tr = buildRow(entry);
             entry.tr.hidden = !matches(entry);
-            ui.rows.insertBefore(entry.tr, ui.rows.firstChild);
             rows.unshift(entry);
             const id = text(record.id);
             if (id) {
@@ -477,10 +505,7 @@ enum ViewPage {
             addOption(ui.origin, entry.facets.origin);
             for (const scope of entry.facets.scopes) addOption(ui.scope, scope);
             addOption(ui.decision, entry.facets.decision);
-            while (rows.length > MAX_ROWS) drop(rows.pop());
-            updateShown();
-            // A new hop of the exchange on show: its redirect chain grows.
-            if (opened && id && text(opened.record.id) === id) renderDetail(opened);
+            return entry;
           }
 
           function drop(entry) {
@@ -849,7 +874,7 @@ enum ViewPage {
             source.onmessage = (event) => {
               let record;
               try { record = JSON.parse(event.data); } catch (error) { return; }
-              add(record);
+              receive(record);
             };
             source.onerror = () => {
               // CONNECTING: the stream ended (the proxy restarted, or dropped this viewer for being slow); the
