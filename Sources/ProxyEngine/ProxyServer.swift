@@ -105,6 +105,7 @@ public final class ProxyServer: @unchecked Sendable {
             workers.append(worker)
         }
         address = sockets[0].address
+        configuration.viewRecorder?.noteListening(address)
         routeAddresses = sockets.dropFirst().prefix(configuration.routes.count).map(\.address)
         clientListenAddress = clientTLS?.0.address
         transparentListenAddress = transparent?.address
