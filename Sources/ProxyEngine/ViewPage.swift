@@ -456,15 +456,43 @@ enum ViewPage {
             updateShown();
           }
 
-          function add(record) {
+          // Records wait here for the next flush: a replay brings up to the feed's whole ring at once, and
+          // a table laid out again after each of thousands of rows took seconds; one insertion per burst.
+          const pending = [];
+          let flushTimer = 0;
+
+          function receive(record) {
             if (!record || typeof record !== 'object' || Array.isArray(record)) return;
+            if (pending.length >= MAX_ROWS) pending.shift();
+            pending.push(record);
+            if (!flushTimer) flushTimer = window.setTimeout(flush, 40);
+          }
+
+          function flush() {
+            flushTimer = 0;
+            const batch = pending.splice(0, pending.length);
+            const fragment = document.createDocumentFragment();
+            let reopen = false;
+            for (const record of batch) {
+              const entry = add(record);
+              if (!entry) continue;
+              fragment.insertBefore(entry.tr, fragment.firstChild);
+              if (opened && text(opened.record.id) === text(record.id)) reopen = true;
+            }
+            ui.rows.insertBefore(fragment, ui.rows.firstChild);
+            while (rows.length > MAX_ROWS) drop(rows.pop());
+            updateShown();
+            // A new hop of the exchange on show: its redirect chain grows.
+            if (reopen && opened) renderDetail(opened);
+          }
+
+          function add(record) {
             const key = [text(record.seq), text(record.id), text(record.ts)].join('|');
-            if (seen.has(key)) return;
+            if (seen.has(key)) return null;
             seen.add(key);
             const entry = { record, key, facets: facetsOf(record), tr: null };
             entry.tr = buildRow(entry);
             entry.tr.hidden = !matches(entry);
-            ui.rows.insertBefore(entry.tr, ui.rows.firstChild);
             rows.unshift(entry);
             const id = text(record.id);
             if (id) {
@@ -477,10 +505,7 @@ enum ViewPage {
             addOption(ui.origin, entry.facets.origin);
             for (const scope of entry.facets.scopes) addOption(ui.scope, scope);
             addOption(ui.decision, entry.facets.decision);
-            while (rows.length > MAX_ROWS) drop(rows.pop());
-            updateShown();
-            // A new hop of the exchange on show: its redirect chain grows.
-            if (opened && id && text(opened.record.id) === id) renderDetail(opened);
+            return entry;
           }
 
           function drop(entry) {
@@ -637,9 +662,19 @@ enum ViewPage {
             return why ? ': ' + text(why) : '';
           }
 
+          const RULE_KINDS = ['inject', 'strip', 'skip', 'substitute', 'sign', 'scrub', 'guard', 'redirect', 'egress'];
+
+          // An egress entry carries the log's egress object beside `"rule":"egress"`, whose own `rule` key
+          // (`default deny`) may then be the one a JSON parser keeps: known by its destination.
+          function ruleKind(rule) {
+            if (RULE_KINDS.indexOf(rule.rule) >= 0) return rule.rule;
+            if (rule.destination !== undefined && (rule.decision === 'deny' || rule.decision === 'report_deny')) return 'egress';
+            return text(rule.rule);
+          }
+
           function ruleWords(rule, record) {
             if (!rule || typeof rule !== 'object') return [text(rule)];
-            switch (rule.rule) {
+            switch (ruleKind(rule)) {
             case 'inject':
               return ['Injected ', el('code', null, text(rule.header)), ' from ', refs(rule.secrets), inScope(rule.scope)];
             case 'strip':
@@ -662,10 +697,9 @@ enum ViewPage {
               return ['Passed the redirect to ', where, ' on to the client'];
             }
             case 'egress': {
-              // The rule entry carries the log's egress object; its own `rule` key says "egress", so the
-              // egress rule's name is read from the record's `egress` field when the entry cannot hold it.
+              // The egress rule's name: the record's `egress` field has it for sure (see ruleKind).
               const logged = record && record.egress && typeof record.egress === 'object' ? record.egress : {};
-              const name = rule.egress_rule || rule.name || logged.rule || '';
+              const name = logged.rule || (rule.rule !== 'egress' ? rule.rule : '') || '';
               const decision = rule.decision || logged.decision;
               const verb = decision === 'report_deny' ? 'Would have refused (report mode) ' : 'Refused ';
               return [verb, 'the destination ', el('code', null, text(rule.destination || logged.destination)),
@@ -737,7 +771,7 @@ enum ViewPage {
               parts.push(section('Redirect chain', chain));
             }
 
-            const guarded = rules.filter((rule) => rule && (rule.rule === 'guard' || rule.rule === 'scrub'));
+            const guarded = rules.filter((rule) => rule && typeof rule === 'object' && (ruleKind(rule) === 'guard' || ruleKind(rule) === 'scrub'));
             const events = el('ul');
             for (const rule of guarded) events.appendChild(el('li', null, ruleWords(rule, record)));
             if (record.scrub_skipped) {
@@ -840,7 +874,7 @@ enum ViewPage {
             source.onmessage = (event) => {
               let record;
               try { record = JSON.parse(event.data); } catch (error) { return; }
-              add(record);
+              receive(record);
             };
             source.onerror = () => {
               // CONNECTING: the stream ended (the proxy restarted, or dropped this viewer for being slow); the

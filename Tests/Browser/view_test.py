@@ -281,6 +281,11 @@ def stream_sample(admin, token, seconds):
     return data.decode("utf-8", "replace")
 
 
+def click_row(driver, needle):
+    driver.execute_script(
+        "Array.from(document.querySelectorAll('#rows tr')).find((tr) => tr.textContent.includes(arguments[0])).click();", needle)
+
+
 def page_text(driver):
     return driver.execute_script("return document.documentElement.textContent + '\\n' + document.body.innerText;")
 
@@ -397,6 +402,16 @@ def run_suite(options, processes, workdir):
                             ("the curl text", curl), ("the event stream", stream_sample(admin, admin_secret, 1.5))):
             check(canary not in text, "the canary value appears in " + where)
             check(admin_secret not in text, "the admin token appears in " + where)
+
+        if options.mock:
+            say("rules in plain words: a refused egress, a followed redirect's chain")
+            click_row(driver, "pastebin.example")
+            wait_for(driver, lambda: "Refused the destination pastebin.example:443 by the egress rule default deny" in detail.text,
+                     "the egress rule in words:\n" + detail.text)
+            click_row(driver, "/v1/covers/42")
+            wait_for(driver, lambda: "Redirect chain" in detail.text.title() or "REDIRECT CHAIN" in detail.text, "the redirect chain")
+            check(len(driver.find_elements(By.CSS_SELECTOR, "#detail .chain button")) == 2, "the chain lists both hops")
+            click_row(driver, injected_needle)
 
         say("the keyboard: Esc, j/k, Enter, /, c")
         body = driver.find_element(By.TAG_NAME, "body")
