@@ -109,7 +109,7 @@ def sample_records(canary_name="github_token", hostile_sample=True):
                 "request": {"client": head("GET https://pastebin.example/api/raw HTTP/1.1", [("host", "pastebin.example"), ("user-agent", "python-requests/2.31")]),
                             "origin": None},
                 "response": {"origin": None, "client": {"status": 403, "headers": [["content-type", "application/json"]]}},
-                "rules": [{"decision": "deny", "rule": "default deny", "destination": "pastebin.example:443"}],  # as parsed: the rule key comes twice
+                "rules": [{"rule": "egress", "decision": "deny", "why": "default deny", "destination": "pastebin.example:443"}],
                 "curl": "curl --proxy http://127.0.0.1:8080 --cacert scopeproxy-ca.pem -H 'User-Agent: python-requests/2.31' 'https://pastebin.example/api/raw'",
             },
             "explain": "request       GET https://pastebin.example/api/raw\negress        deny (default deny)\n",
