@@ -12,9 +12,14 @@ public final class ViewRecorder: Sendable {
     private let listening = Locked<ListenAddress?>(nil)
     /// The config file the proxy runs with; nil for the embedded default.
     public let configPath: String?
+    /// Sees every entry as it goes to the feed (tests).
+    let observer: (@Sendable (ViewEntry) -> Void)?
 
-    public init(configPath: String?, explain: (@Sendable (ExplainQuery) -> String?)? = nil) {
+    public init(
+        configPath: String?, explain: (@Sendable (ExplainQuery) -> String?)? = nil, observer: (@Sendable (ViewEntry) -> Void)? = nil
+    ) {
         self.configPath = configPath
+        self.observer = observer
         explainer = Locked(explain)
     }
 
@@ -51,6 +56,8 @@ extension ExchangeLine {
         let context = ViewRecordContext(
             formatter: log.formatter, naming: naming, policy: scope.policy, entrance: entrance, explain: explain)
         let json = log.scrubbed(ViewRecord.render(record, context, now: monotonicMicroseconds()))
-        feed.publish(ViewEntry(json: json, clientID: record.clientID, clientAddress: record.client, origin: record.origin?.hostAndPort))
+        let entry = ViewEntry(json: json, clientID: record.clientID, clientAddress: record.client, origin: record.origin?.hostAndPort)
+        recorder?.observer?(entry)
+        feed.publish(entry)
     }
 }

@@ -88,14 +88,20 @@ public enum CurlText {
             guard !Self.framing.contains(name) else { continue }
             let shown = naming.shown(name, field.value)
             let named = naming.names(in: field.value)
-            if shown.contains(Redactor.redacted) || named.contains(where: { !$0.isPlaceholder }) {
-                if !leftOut.contains(field.name) { leftOut.append(field.name) }
+            if let value = named.first(where: { !$0.isPlaceholder }) {
+                let why = "# left out: \(field.name) (it carries the value of secret \(value.name))"
+                if !leftOut.contains(why) { leftOut.append(why) }
+                continue
+            }
+            if shown.contains(Redactor.redacted) {
+                let why = "# left out: \(field.name) (its value is not shown)"
+                if !leftOut.contains(why) { leftOut.append(why) }
                 continue
             }
             for secret in named where !placeholders.contains(secret.name) { placeholders.append(secret.name) }
             command += ["-H", quoted(field.name + ": " + shown)]
         }
-        for name in leftOut { comments.append("# left out: \(name) (its value is not shown)") }
+        comments += leftOut
         for secret in placeholders {
             comments.append("# ${\(secret)}: the client's placeholder for secret \(secret) (`scopeproxy env` prints it); put it in its place")
         }
@@ -112,7 +118,9 @@ public enum CurlText {
         guard let fields else { return nil }
         if fields.contains("transfer-encoding") { return "# the request had a chunked body, not kept" }
         // At most 19 digits: within UInt64 (a length the head parser accepted, shown, never computed with).
-        guard let text = fields.first("content-length"), text.utf8.count <= 19, let length = UInt64(text), length > 0 else { return nil }
+        guard let text = fields.singleValue(of: "content-length").only, text.utf8.count <= 19, let length = UInt64(text), length > 0 else {
+            return nil
+        }
         return "# the request had a body of \(length) bytes, not kept"
     }
 

@@ -89,17 +89,12 @@ public struct LogLineFormatter: Sendable {
         case .failure(let failure): line.string(name, failure.code)
         case .egress(let note):
             line.beginObject(name)
-            appendEgress(note, to: &line)
+            line.string("decision", note.decision.rawValue)
+            line.string("rule", note.rule)
+            line.string("destination", note.destination)
+            line.optionalString("address", note.address)
             line.endObject()
         }
-    }
-
-    /// The members of the `egress` object (also a rule of the live view's record).
-    public func appendEgress(_ note: EgressNote, to line: inout JSONLine) {
-        line.string("decision", note.decision.rawValue)
-        line.string("rule", note.rule)
-        line.string("destination", note.destination)
-        line.optionalString("address", note.address)
     }
 
     /// `12.345`: milliseconds with three decimals from `start` to `now` (monotonic microseconds).

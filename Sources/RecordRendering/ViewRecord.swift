@@ -77,7 +77,7 @@ public enum ViewRecord {
         }
         line.endObject()
         line.key("rules")
-        appendRules(rules, to: &line, formatter: context.formatter)
+        appendRules(rules, to: &line)
         optional("curl", CurlText.render(record, rules: rules, naming: context.naming, entrance: context.entrance), &line)
         line.endObject()
 
@@ -153,7 +153,7 @@ public enum ViewRecord {
         line.endObject()
     }
 
-    static func appendRules(_ rules: [ViewRule], to line: inout JSONLine, formatter: LogLineFormatter) {
+    static func appendRules(_ rules: [ViewRule], to line: inout JSONLine) {
         line.bytes.append(UInt8(ascii: "["))
         for (index, rule) in rules.enumerated() {
             if index > 0 { line.bytes.append(UInt8(ascii: ",")) }
@@ -194,8 +194,12 @@ public enum ViewRecord {
                 optional("location", location, &object)
                 optional("origin", origin, &object)
             case .egress(let note):
+                // The log's egress object, its `rule` said as `why` (`rule` names the view's rule).
                 object.string("rule", "egress")
-                formatter.appendEgress(note, to: &object)
+                object.string("decision", note.decision.rawValue)
+                object.string("why", note.rule)
+                object.string("destination", note.destination)
+                optional("address", note.address, &object)
             }
             line.bytes += object.bytes
             line.bytes.append(UInt8(ascii: "}"))
