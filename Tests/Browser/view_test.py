@@ -175,8 +175,11 @@ def start_proxy(processes, binary, workdir, origin, other, canary, admin_secret)
     check(admin is not None, "the banner names the admin address:\n" + "".join(lines))
 
     def drain():  # the access log goes to stderr: keep reading so the proxy never blocks on it
-        for line in child.stderr:
-            log.write(line)
+        try:
+            for line in child.stderr:
+                log.write(line)
+        except (ValueError, OSError):  # the log closed at the end of the run, before the proxy stopped
+            pass
 
     threading.Thread(target=drain, daemon=True).start()
     return listen, admin, log
@@ -412,6 +415,9 @@ def run_suite(options, processes, workdir):
             wait_for(driver, lambda: "Redirect chain" in detail.text.title() or "REDIRECT CHAIN" in detail.text, "the redirect chain")
             check(len(driver.find_elements(By.CSS_SELECTOR, "#detail .chain button")) == 2, "the chain lists both hops")
             click_row(driver, injected_needle)
+
+        if os.environ.get("VIEW_TEST_SNAPSHOT"):  # a look at the page with real records, by hand
+            driver.save_screenshot(os.environ["VIEW_TEST_SNAPSHOT"])
 
         say("the keyboard: Esc, j/k, Enter, /, c")
         body = driver.find_element(By.TAG_NAME, "body")
