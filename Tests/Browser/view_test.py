@@ -496,6 +496,10 @@ def run_suite(options, processes, workdir):
         driver.delete_all_cookies()
         driver.get(base + "/view")
         wait_for(driver, lambda: "unauthorized" in page_text(driver).lower(), "'unauthorized' without the token")
+        if options.mock:  # the mock serves the page without the token: the page says why its stream was refused
+            wait_for(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "unauthorized",
+                     "the connection state 'unauthorized'")
+            check("/view?token=" in driver.find_element(By.ID, "notice").text, "the notice tells to open /view?token=...")
         check(canary not in driver.page_source, "no canary in the unauthorized page")
         driver.get(base + "/view")
         check(driver.execute_script("return document.documentElement.getAttribute('data-theme');") in (None, chosen),
@@ -536,6 +540,7 @@ def main():
     parser.add_argument("--screenshot", default=os.environ.get("SCREENSHOT"), help="write a PNG of the page and exit")
     parser.add_argument("--theme", choices=["light", "dark"], help="with --screenshot")
     options = parser.parse_args()
+    options.binary = os.path.abspath(options.binary)  # the proxy runs in its own directory
 
     def out_of_time(*_):
         raise Failure("the run took over %d s" % RUN_LIMIT)
