@@ -284,6 +284,14 @@ def stream_sample(admin, token, seconds):
     return data.decode("utf-8", "replace")
 
 
+def mock_post(admin, path, record=None):
+    connection = http.client.HTTPConnection(admin, timeout=WAIT)
+    body = json.dumps(record).encode() if record is not None else b""
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    connection.getresponse().read()
+    connection.close()
+
+
 def click_row(driver, needle):
     driver.execute_script(
         "Array.from(document.querySelectorAll('#rows tr')).find((tr) => tr.textContent.includes(arguments[0])).click();", needle)
@@ -419,6 +427,16 @@ def run_suite(options, processes, workdir):
         if os.environ.get("VIEW_TEST_SNAPSHOT"):  # a look at the page with real records, by hand
             driver.save_screenshot(os.environ["VIEW_TEST_SNAPSHOT"])
 
+        if options.mock:
+            say("a dropped stream reconnects; a replay adds no row twice")
+            count = len(rows(driver))
+            mock_post(admin, "/mock/drop?replay=all")
+            mock_post(admin, "/mock/emit", {"id": "after-the-drop", "ts": "2026-12-02T15:00:00.000Z", "method": "GET",
+                                            "status": 200, "view": {"decision": "passed", "origin": "127.0.0.1:1", "path": "/after", "hop": 1}})
+            wait_for(driver, lambda: row_with(driver, "/after"), "the record sent after the drop")
+            wait_for(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "live", "live again")
+            check(len(rows(driver)) == count + 1, "the replay added rows twice: %d rows, %d expected" % (len(rows(driver)), count + 1))
+
         say("the keyboard: Esc, j/k, Enter, /, c")
         body = driver.find_element(By.TAG_NAME, "body")
         body.send_keys(Keys.ESCAPE)
@@ -506,6 +524,15 @@ def run_suite(options, processes, workdir):
               "the theme survives a reload")
     except Failure:
         print("failed at: " + step, file=sys.stderr)
+        try:
+            print("page: state %s, %d rows: %r" % (driver.find_element(By.ID, "connection").get_attribute("data-state"),
+                                                  len(rows(driver)), [row["text"][:90] for row in rows(driver)][:8]), file=sys.stderr)
+            print("console: %r" % driver.get_log("browser")[-5:], file=sys.stderr)
+            if not options.mock:
+                sample = stream_sample(admin, admin_secret, 1.0)
+                print("the stream now: %d records" % sample.count("\ndata: "), file=sys.stderr)
+        except Exception as error:  # noqa: BLE001 (diagnostics only)
+            print("diagnostics failed: %s" % error, file=sys.stderr)
         if log is not None:
             log.flush()
             log.seek(0)
