@@ -157,6 +157,7 @@ def start_proxy(processes, binary, workdir, origin, other, canary, admin_secret)
             '      Authorization: "Bearer ${canary_token}"\n'
             "log:\n"
             "  format: json\n"
+            "  output: stderr\n"
             % (os.path.join(workdir, "canary"), os.path.join(workdir, "admin"), origin.port))
     del other  # not covered by any scope: its requests pass
     log = open(os.path.join(workdir, "proxy.stderr"), "w+")
