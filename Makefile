@@ -101,7 +101,7 @@ format:
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
 ## the sixteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
 ## (bench/cost.sh, as `make cost`), and the live view in headless Chromium after the Swift suite
-## (Tests/Browser/view_test.py, `make browser-test`; about 15 s, bounded at 150). CI runs this.
+## (Tests/Browser/view_test.py, `make browser-test`; about 30 s, each run bounded at 150). CI runs this.
 ## The debug build runs alone (it keeps both cores busy: chains started beside it doubled its
 ## time); then the suite runs in front and two chains at a lower
 ## priority use what it leaves of the two cores: the fuzz build then the fuzz pass, and the release
@@ -143,6 +143,7 @@ test: lint packages-test
 	  echo "--- the suite: $$ran tests in $$shard shards, $$listed listed"; [ "$$ran" = "$$listed" ] || tests=1; \
 	  echo "--- the live view in headless Chromium (Tests/Browser/view_test.py)"; \
 	  python3 Tests/Browser/view_test.py --binary .build/debug/scopeproxy || tests=1; \
+	  python3 Tests/Browser/view_test.py --mock || tests=1; \
 	  wait $$fuzz $$cost; \
 	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
 	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
@@ -150,12 +151,15 @@ test: lint packages-test
 	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-pass.status)" = 0 ] && [ "$$(cat .build/cost.status)" = 0 ]
 
 ## The live decision view in a real browser alone (docs/view.md): headless Chromium driven by
-## selenium against the debug binary, two loopback origins and the admin listener; about 15 s.
-## `make test` runs it after the Swift suite. SCREENSHOT=docs/images/view.png (THEME=dark) writes
+## selenium against the debug binary, two loopback origins and the admin listener, then against
+## Tests/Fixtures/view_mock.py (what the binary cannot be made to send on cue: a dropped stream and
+## its replay, a stream refused under a loaded page, every rule kind); about 30 s in all.
+## `make test` runs both after the Swift suite. SCREENSHOT=docs/images/view.png (THEME=dark) writes
 ## the docs' image instead.
 browser-test: packages-test
 	$(SWIFT) build --product scopeproxy
 	python3 Tests/Browser/view_test.py --binary .build/debug/scopeproxy $(if $(SCREENSHOT),--screenshot $(SCREENSHOT)) $(if $(THEME),--theme $(THEME))
+	$(if $(SCREENSHOT),,python3 Tests/Browser/view_test.py --mock)
 
 ## The per-request allocation budget (bench/cost-budget): valgrind counts, so a busy machine does
 ## not change the answer. Prints instructions and allocations per 1 KiB keep-alive request.

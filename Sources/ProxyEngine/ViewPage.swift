@@ -699,7 +699,7 @@ enum ViewPage {
             case 'egress': {
               // The egress rule's name: the record's `egress` field has it for sure (see ruleKind).
               const logged = record && record.egress && typeof record.egress === 'object' ? record.egress : {};
-              const name = logged.rule || (rule.rule !== 'egress' ? rule.rule : '') || '';
+              const name = rule.why || logged.rule || (rule.rule !== 'egress' ? rule.rule : '') || '';
               const decision = rule.decision || logged.decision;
               const verb = decision === 'report_deny' ? 'Would have refused (report mode) ' : 'Refused ';
               return [verb, 'the destination ', el('code', null, text(rule.destination || logged.destination)),

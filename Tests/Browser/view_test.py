@@ -157,6 +157,7 @@ def start_proxy(processes, binary, workdir, origin, other, canary, admin_secret)
             '      Authorization: "Bearer ${canary_token}"\n'
             "log:\n"
             "  format: json\n"
+            "  output: stderr\n"
             % (os.path.join(workdir, "canary"), os.path.join(workdir, "admin"), origin.port))
     del other  # not covered by any scope: its requests pass
     log = open(os.path.join(workdir, "proxy.stderr"), "w+")
@@ -175,8 +176,11 @@ def start_proxy(processes, binary, workdir, origin, other, canary, admin_secret)
     check(admin is not None, "the banner names the admin address:\n" + "".join(lines))
 
     def drain():  # the access log goes to stderr: keep reading so the proxy never blocks on it
-        for line in child.stderr:
-            log.write(line)
+        try:
+            for line in child.stderr:
+                log.write(line)
+        except (ValueError, OSError):  # the log closed at the end of the run, before the proxy stopped
+            pass
 
     threading.Thread(target=drain, daemon=True).start()
     return listen, admin, log
@@ -279,6 +283,14 @@ def stream_sample(admin, token, seconds):
     finally:
         connection.close()
     return data.decode("utf-8", "replace")
+
+
+def mock_post(admin, path, record=None):
+    connection = http.client.HTTPConnection(admin, timeout=WAIT)
+    body = json.dumps(record).encode() if record is not None else b""
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    connection.getresponse().read()
+    connection.close()
 
 
 def click_row(driver, needle):
@@ -413,6 +425,19 @@ def run_suite(options, processes, workdir):
             check(len(driver.find_elements(By.CSS_SELECTOR, "#detail .chain button")) == 2, "the chain lists both hops")
             click_row(driver, injected_needle)
 
+        if os.environ.get("VIEW_TEST_SNAPSHOT"):  # a look at the page with real records, by hand
+            driver.save_screenshot(os.environ["VIEW_TEST_SNAPSHOT"])
+
+        if options.mock:
+            say("a dropped stream reconnects; a replay adds no row twice")
+            count = len(rows(driver))
+            mock_post(admin, "/mock/drop?replay=all")
+            mock_post(admin, "/mock/emit", {"id": "after-the-drop", "ts": "2026-12-02T15:00:00.000Z", "method": "GET",
+                                            "status": 200, "view": {"decision": "passed", "origin": "127.0.0.1:1", "path": "/after", "hop": 1}})
+            wait_for(driver, lambda: row_with(driver, "/after"), "the record sent after the drop")
+            wait_for(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "live", "live again")
+            check(len(rows(driver)) == count + 1, "the replay added rows twice: %d rows, %d expected" % (len(rows(driver)), count + 1))
+
         say("the keyboard: Esc, j/k, Enter, /, c")
         body = driver.find_element(By.TAG_NAME, "body")
         body.send_keys(Keys.ESCAPE)
@@ -490,12 +515,25 @@ def run_suite(options, processes, workdir):
         driver.delete_all_cookies()
         driver.get(base + "/view")
         wait_for(driver, lambda: "unauthorized" in page_text(driver).lower(), "'unauthorized' without the token")
+        if options.mock:  # the mock serves the page without the token: the page says why its stream was refused
+            wait_for(driver, lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "unauthorized",
+                     "the connection state 'unauthorized'")
+            check("/view?token=" in driver.find_element(By.ID, "notice").text, "the notice tells to open /view?token=...")
         check(canary not in driver.page_source, "no canary in the unauthorized page")
         driver.get(base + "/view")
         check(driver.execute_script("return document.documentElement.getAttribute('data-theme');") in (None, chosen),
               "the theme survives a reload")
     except Failure:
         print("failed at: " + step, file=sys.stderr)
+        try:
+            print("page: state %s, %d rows: %r" % (driver.find_element(By.ID, "connection").get_attribute("data-state"),
+                                                  len(rows(driver)), [row["text"][:90] for row in rows(driver)][:8]), file=sys.stderr)
+            print("console: %r" % driver.get_log("browser")[-5:], file=sys.stderr)
+            if not options.mock:
+                sample = stream_sample(admin, admin_secret, 1.0)
+                print("the stream now: %d records" % sample.count("\ndata: "), file=sys.stderr)
+        except Exception as error:  # noqa: BLE001 (diagnostics only)
+            print("diagnostics failed: %s" % error, file=sys.stderr)
         if log is not None:
             log.flush()
             log.seek(0)
@@ -530,6 +568,7 @@ def main():
     parser.add_argument("--screenshot", default=os.environ.get("SCREENSHOT"), help="write a PNG of the page and exit")
     parser.add_argument("--theme", choices=["light", "dark"], help="with --screenshot")
     options = parser.parse_args()
+    options.binary = os.path.abspath(options.binary)  # the proxy runs in its own directory
 
     def out_of_time(*_):
         raise Failure("the run took over %d s" % RUN_LIMIT)

@@ -109,7 +109,7 @@ def sample_records(canary_name="github_token", hostile_sample=True):
                 "request": {"client": head("GET https://pastebin.example/api/raw HTTP/1.1", [("host", "pastebin.example"), ("user-agent", "python-requests/2.31")]),
                             "origin": None},
                 "response": {"origin": None, "client": {"status": 403, "headers": [["content-type", "application/json"]]}},
-                "rules": [{"decision": "deny", "rule": "default deny", "destination": "pastebin.example:443"}],  # as parsed: the rule key comes twice
+                "rules": [{"rule": "egress", "decision": "deny", "why": "default deny", "destination": "pastebin.example:443"}],
                 "curl": "curl --proxy http://127.0.0.1:8080 --cacert scopeproxy-ca.pem -H 'User-Agent: python-requests/2.31' 'https://pastebin.example/api/raw'",
             },
             "explain": "request       GET https://pastebin.example/api/raw\negress        deny (default deny)\n",
@@ -182,6 +182,10 @@ class Feed:
     def __init__(self):
         self.records = []
         self.condition = threading.Condition()
+        # POST /mock/drop ends every stream (as the proxy does to a slow viewer); with ?replay=all the
+        # reconnect gets every record again, Last-Event-ID ignored (the page must not show one twice).
+        self.generation = 0
+        self.replay_all = False
 
     def publish(self, record):
         with self.condition:
@@ -217,6 +221,12 @@ def make_handler(feed, assets, token, stopping):
             self.wfile.write(body)
 
         def do_POST(self):
+            if self.path.startswith("/mock/drop"):
+                with feed.condition:
+                    feed.generation += 1
+                    feed.replay_all = self.path.endswith("?replay=all")
+                    feed.condition.notify_all()
+                return self.send_plain(204, b"")
             if self.path != "/mock/emit":
                 return self.send_plain(404, b'{"error":"not_found"}')
             length = int(self.headers.get("Content-Length") or 0)
@@ -228,7 +238,9 @@ def make_handler(feed, assets, token, stopping):
             query = parse_qs(parts.query)
             if parts.path not in assets and parts.path != "/view/events":
                 return self.send_plain(404, b'{"error":"not_found"}')
-            if not self.authorized(query):
+            # The page itself loads without the token here (the proxy refuses it with 401 too): the
+            # page's own handling of a refused stream, "unauthorized", is what the suite sees.
+            if parts.path == "/view/events" and not self.authorized(query):
                 return self.send_plain(401, b'{"error":"unauthorized","hint":"open /view?token=TOKEN"}',
                                        [("WWW-Authenticate", "Bearer")])
             if parts.path in assets:
@@ -245,7 +257,8 @@ def make_handler(feed, assets, token, stopping):
                 self.end_headers()
                 self.wfile.write(body)
                 return
-            after = int(self.headers.get("Last-Event-ID") or 0)
+            after = 0 if feed.replay_all else int(self.headers.get("Last-Event-ID") or 0)
+            generation = feed.generation
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-store")
@@ -254,10 +267,13 @@ def make_handler(feed, assets, token, stopping):
             self.end_headers()
             sent = after
             try:
+                self.wfile.write(b"retry: 300\n\n")  # reconnect soon after a drop (the browser's default is seconds)
                 while not stopping.is_set():
                     with feed.condition:
-                        if len(feed.records) <= sent:
+                        if len(feed.records) <= sent and feed.generation == generation:
                             feed.condition.wait(15)
+                        if feed.generation != generation:
+                            break
                         pending = feed.records[sent:]
                     if not pending:
                         self.wfile.write(b": keep-alive\n\n")
@@ -286,7 +302,12 @@ def main():
         for record in sample_records(hostile_sample=not options.no_hostile):
             feed.publish(record)
     stopping = threading.Event()
-    server = ThreadingHTTPServer(("127.0.0.1", options.port), make_handler(feed, page_assets(), options.token, stopping))
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], OSError):  # a browser that went away mid-answer is normal
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", options.port), make_handler(feed, page_assets(), options.token, stopping))
     server.daemon_threads = True
 
     def stop(*_):
