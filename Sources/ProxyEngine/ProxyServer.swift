@@ -111,7 +111,8 @@ public final class ProxyServer: @unchecked Sendable {
         transparentListenAddress = transparent?.address
         var listening = sockets.map(\.descriptor)
         if let adminAddress = configuration.admin {
-            let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
+            let server = try AdminServer(
+                address: adminAddress, metrics: configuration.metrics, feed: configuration.viewFeed, access: configuration.viewAccess)
             listening.append(server.descriptor)
             server.start()
             admin = server

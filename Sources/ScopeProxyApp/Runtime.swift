@@ -128,6 +128,10 @@ public enum Runtime {
     ) throws(EngineError) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
+        // The live view (docs/view.md): one feed for the process's life (reloads keep it and its
+        // viewers); the token is read from the store at each request, so a rotation applies at once.
+        if config.admin != nil { engine.viewFeed = ViewFeed(metrics: engine.metrics) }
+        engine.viewAccess = ViewAccess(tokenSecret: config.adminToken, secrets: secrets)
         engine.routes = config.routes
         engine.transparentListen = config.transparentListen
         if enabled {
@@ -314,6 +318,7 @@ final class RunningProxy: Sendable {
             self.tokens.withLock { $0 = tokens }
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
+            engine.viewAccess.replace(tokenSecret: config.adminToken, secrets: secrets)
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             engine.metrics.increment(.reload(ok: true))
             if let recorder = engine.viewRecorder {
