@@ -383,6 +383,28 @@ struct ViewRecordTests {
     }
 }
 
+@Suite("View record: hostile bytes keep it one valid JSON line")
+struct ViewRecordHostileTests {
+    @Test(
+        "quotes, backslashes, controls, obs-text and a CR-free newline escape in header values and paths: valid JSON, curl still one command",
+        arguments: ["say \"hi\" \\ there", "tab\there", "bell\u{07}", "caf\u{E9} \u{FF}", "it's $(id) `id`", "</script><script>"])
+    func hostileValue(value: String) throws {
+        var record = Records.base("PUT", path: "/a/it's/\(value.unicodeScalars.count)?q=\"x\"")
+        record.requestFields = HTTPFields([
+            HTTPField(name: "Accept", value: value), HTTPField(name: "X-Hidden", value: value),
+            HTTPField(name: "User-Agent", value: value + Canary.token),
+        ])
+        record.originResponse = ResponseHead(version: .http1_1, status: 201, reason: "x", fields: HTTPFields([HTTPField(name: "Server", value: value)]))
+        let bytes = ViewRecord.render(record, context(), now: 1)
+        let json = try parsed(bytes)
+        let headers = try #require(((json["detail"] as? [String: Any])?["request"] as? [String: Any])?["client"] as? [String: Any])
+        #expect((headers["headers"] as? [[String]])?.first == ["accept", value])
+        let curl = try #require((json["detail"] as? [String: Any])?["curl"] as? String)
+        #expect(curl.split(separator: "\n").last?.hasPrefix("curl ") == true, "the command is the one last line")
+        #expect(!curl.contains(Canary.token))
+    }
+}
+
 final class QueryLog: @unchecked Sendable {
     private let lock = NSLock()
     private var queries: [ExplainQuery] = []
