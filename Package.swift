@@ -94,7 +94,7 @@ let package = Package(
             resources: [.copy("Fixtures")]),
         // The exchange core's state machine, driven by tables of events (no sockets).
         .testTarget(name: "ProxyCoreTests", dependencies: ["ProxyCore", "HTTP1Codec", "ScopePolicy", "ScopeConfig", "AWSSigV4"]),
-        .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec"]),
+        .testTarget(name: "ScopeProxyAppTests", dependencies: ["ScopeProxyApp", "ScopeConfig", "ScopePolicy", "HTTP1Codec", "RecordRendering"]),
         .testTarget(
             name: "ProxyEngineTests",
             dependencies: [

@@ -8,7 +8,7 @@ import RecordRendering
 /// curl's CA comment names, and the forward listener's bound address (a configured port 0 is known
 /// only once bound). Shared by every copy of the engine's configuration.
 public final class ViewRecorder: Sendable {
-    private let explainer: Locked<(@Sendable (ExplainQuery) -> String?)?>
+    private let explainer: Locked<(@Sendable (ExplainQuery) -> ExplainAnswer?)?>
     private let listening = Locked<ListenAddress?>(nil)
     /// The config file the proxy runs with; nil for the embedded default.
     public let configPath: String?
@@ -16,7 +16,7 @@ public final class ViewRecorder: Sendable {
     let observer: (@Sendable (ViewEntry) -> Void)?
 
     public init(
-        configPath: String?, explain: (@Sendable (ExplainQuery) -> String?)? = nil, observer: (@Sendable (ViewEntry) -> Void)? = nil
+        configPath: String?, explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)? = nil, observer: (@Sendable (ViewEntry) -> Void)? = nil
     ) {
         self.configPath = configPath
         self.observer = observer
@@ -24,12 +24,12 @@ public final class ViewRecorder: Sendable {
     }
 
     /// After a reload: explain with the new configuration.
-    public func replaceExplainer(_ explain: (@Sendable (ExplainQuery) -> String?)?) {
+    public func replaceExplainer(_ explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)?) {
         explainer.withLock { $0 = explain }
     }
 
     /// `scopeproxy explain`'s text for the query, or nil.
-    public func explain(_ query: ExplainQuery) -> String? {
+    public func explain(_ query: ExplainQuery) -> ExplainAnswer? {
         explainer.withLock { $0 }?(query)
     }
 
@@ -51,7 +51,7 @@ extension ExchangeLine {
         let recorder = configuration.viewRecorder
         let naming = SecretNaming(redactor: log.formatter.redactor, watch: scope.values.everything)
         let entrance = CurlEntrance(listen: recorder?.listeningAddress ?? configuration.listen, configPath: recorder?.configPath)
-        var explain: (@Sendable (ExplainQuery) -> String?)?
+        var explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)?
         if let recorder { explain = { query in recorder.explain(query) } }
         let context = ViewRecordContext(
             formatter: log.formatter, naming: naming, policy: scope.policy, entrance: entrance, explain: explain)

@@ -86,8 +86,7 @@ public enum CurlText {
         for field in record.requestFields ?? HTTPFields() {
             let name = field.lowercasedName
             guard !Self.framing.contains(name) else { continue }
-            let shown = naming.shown(name, field.value)
-            let named = naming.names(in: field.value)
+            let (shown, named) = naming.shownAndNamed(name, field.value)
             if let value = named.first(where: { !$0.isPlaceholder }) {
                 let why = "# left out: \(field.name) (it carries the value of secret \(value.name))"
                 if !leftOut.contains(why) { leftOut.append(why) }

@@ -1,4 +1,5 @@
 import HTTP1Codec
+import JSONText
 import ProxyCore
 import Redaction
 import ScopePolicy
@@ -43,6 +44,21 @@ public struct ExplainQuery: Hashable, Sendable {
         self.init(
             method: method, origin: origin, pathAndQuery: redactor.pathAndQuery(record.pathAndQuery ?? "/"), client: record.clientID,
             headerNames: names)
+    }
+}
+
+/// explain's text for a query, with its JSON string literal made once: an answer is cached and
+/// written into many records (escaping a page of text per record would cost more than the rest).
+public final class ExplainAnswer: Sendable {
+    public let text: String
+    /// `text` as a JSON string, quotes included.
+    public let quoted: [UInt8]
+
+    public init(_ text: String) {
+        self.text = text
+        var quoted: [UInt8] = []
+        JSONLine.appendQuoted(text, to: &quoted)
+        self.quoted = quoted
     }
 }
 

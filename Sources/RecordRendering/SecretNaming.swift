@@ -20,10 +20,19 @@ public struct SecretNaming: Sendable {
 
     /// How the view shows one field's value. `name` must be lowercase.
     public func shown(_ name: String, _ value: String) -> String {
-        let isLocation = name == "location" || name == "content-location"
-        let isSafe = isLocation || (name != "set-cookie" && redactor.rules.safeHeaders.contains(name))
+        shownAndNamed(name, value).shown
+    }
+
+    /// `shown`, and the secrets named in it (one scan for both).
+    public func shownAndNamed(_ name: String, _ value: String) -> (shown: String, named: [(name: String, isPlaceholder: Bool)]) {
         let wire = HTTPField.wireBytes(of: value)
         let regions = Self.regions(in: wire, watch: watch)
+        return (shown(name, value, wire: wire, regions: regions), regions.flatMap(\.names))
+    }
+
+    private func shown(_ name: String, _ value: String, wire: [UInt8], regions: [Region]) -> String {
+        let isLocation = name == "location" || name == "content-location"
+        let isSafe = isLocation || (name != "set-cookie" && redactor.rules.safeHeaders.contains(name))
         guard !regions.isEmpty else {
             if isLocation { return redactor.url(value) }
             return isSafe ? value : Redactor.redacted

@@ -13,11 +13,11 @@ public struct ViewRecordContext: Sendable {
     public var policy: ScopePolicy?
     public var entrance: CurlEntrance
     /// `scopeproxy explain`'s text for a request; nil: none.
-    public var explain: (@Sendable (ExplainQuery) -> String?)?
+    public var explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)?
 
     public init(
         formatter: LogLineFormatter, naming: SecretNaming, policy: ScopePolicy?, entrance: CurlEntrance,
-        explain: (@Sendable (ExplainQuery) -> String?)? = nil
+        explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)? = nil
     ) {
         self.formatter = formatter
         self.naming = naming
@@ -82,7 +82,11 @@ public enum ViewRecord {
         line.endObject()
 
         let query = context.explain == nil ? nil : ExplainQuery(record, redactor: redactor)
-        optional("explain", query.flatMap { context.explain?($0) }, &line)
+        if let answer = query.flatMap({ context.explain?($0) }) {
+            line.raw("explain", answer.quoted)
+        } else {
+            line.raw("explain", "null")
+        }
         line.bytes.append(UInt8(ascii: "}"))
         return line.bytes
     }

@@ -47,7 +47,11 @@ public enum ViewRule: Sendable, Equatable {
             rules.append(
                 .redirect(decision: redirect.decision, location: redirect.location.map(redactor.url), origin: redirect.origin?.hostAndPort))
         }
-        for finding in record.scrubbed { rules.append(.scrub(secret: finding.secret, encoding: finding.encoding.description)) }
+        // One per secret and form (the record has one per place found: the metric counts them).
+        for finding in record.scrubbed {
+            let rule = ViewRule.scrub(secret: finding.secret, encoding: finding.encoding.description)
+            if !rules.contains(rule) { rules.append(rule) }
+        }
         return rules
     }
 

@@ -22,13 +22,13 @@ public final class Explainer: Sendable {
     /// explain's text for the query (its request line shows the redacted URL; each header the
     /// client sent is named, its value `<redacted>`); nil when explain would refuse the request
     /// itself (a client the configuration no longer names).
-    public func explain(_ query: ExplainQuery) -> String? {
+    public func explain(_ query: ExplainQuery) -> ExplainAnswer? {
         if let cached = cache.withLock({ $0.lookup(query) }) { return cached }
         let request = Explanation.Request(
             method: query.method, headers: query.headerNames.map { ($0, Redactor.redacted) }, url: query.url, client: query.client)
         // Rendered outside the lock: two workers may both render a new query once.
         let (text, status) = Explanation.render(config, request, scope: scope, checksSecrets: false)
-        let answer = status == 0 ? text : nil
+        let answer = status == 0 ? ExplainAnswer(text) : nil
         cache.withLock { $0.insert(query, answer) }
         return answer
     }
@@ -40,20 +40,20 @@ public final class Explainer: Sendable {
 /// The most recently used answers, at most `capacity` (the least recently used goes first).
 struct ExplainCache {
     static let capacity = 256
-    private var entries: [ExplainQuery: (answer: String?, used: UInt64)] = [:]
+    private var entries: [ExplainQuery: (answer: ExplainAnswer?, used: UInt64)] = [:]
     private var clock: UInt64 = 0
 
     var count: Int { entries.count }
 
     /// The cached answer (`.some(nil)`: explain refused it), or nil when not cached.
-    mutating func lookup(_ query: ExplainQuery) -> String?? {
+    mutating func lookup(_ query: ExplainQuery) -> ExplainAnswer?? {
         guard let entry = entries[query] else { return nil }
         clock &+= 1
         entries[query] = (entry.answer, clock)
         return .some(entry.answer)
     }
 
-    mutating func insert(_ query: ExplainQuery, _ answer: String?) {
+    mutating func insert(_ query: ExplainQuery, _ answer: ExplainAnswer?) {
         clock &+= 1
         if entries[query] == nil, entries.count >= Self.capacity,
             let oldest = entries.min(by: { $0.value.used < $1.value.used })?.key

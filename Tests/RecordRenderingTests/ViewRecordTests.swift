@@ -38,7 +38,7 @@ private func origin(_ text: String) -> Origin { try! Origin.parse(text) }
 private let formatter = LogLineFormatter(redactor: Redactor(rules: RedactionRules()), logBodies: false)
 private let naming = SecretNaming(redactor: formatter.redactor, watch: Canary.index.everything)
 
-private func context(policy: ScopePolicy? = nil, explain: (@Sendable (ExplainQuery) -> String?)? = nil) -> ViewRecordContext {
+private func context(policy: ScopePolicy? = nil, explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)? = nil) -> ViewRecordContext {
     ViewRecordContext(
         formatter: formatter, naming: naming, policy: policy,
         entrance: CurlEntrance(listen: ListenAddress(host: "127.0.0.1", port: 8080), configPath: "/etc/scopeproxy/config.yaml"),
@@ -348,7 +348,7 @@ struct ViewRecordTests {
         connect.pathAndQuery = nil
         connect.proto = nil
         connect.tunnel = .intercept
-        let (tunnel, _) = try render(connect, context(explain: { _ in "explained" }))
+        let (tunnel, _) = try render(connect, context(explain: { _ in ExplainAnswer("explained") }))
         let view = try #require(tunnel["view"] as? [String: Any])
         #expect(view["decision"] as? String == "intercept" && view["path"] is NSNull)
         #expect(tunnel["explain"] is NSNull)
@@ -360,7 +360,7 @@ struct ViewRecordTests {
         var refused = ExchangeRecord(id: "r1", client: "127.0.0.1:1", method: nil, startedAt: 0)
         refused.status = 400
         refused.failure = .proxy(.tlsToPlainListener)
-        let (unreadable, _) = try render(refused, context(explain: { _ in "explained" }))
+        let (unreadable, _) = try render(refused, context(explain: { _ in ExplainAnswer("explained") }))
         #expect((unreadable["view"] as? [String: Any])?["decision"] as? String == "refused")
         #expect((unreadable["view"] as? [String: Any])?["origin"] is NSNull)
         let detail = try #require(unreadable["detail"] as? [String: Any])
@@ -374,12 +374,35 @@ struct ViewRecordTests {
         let (h2, _) = try render(
             stream,
             context(explain: { query in
-                queries.add(query); return "request GET \(query.url)"
+                queries.add(query); return ExplainAnswer("request GET \(query.url)\nline two")
             }))
         let client = try #require(((h2["detail"] as? [String: Any])?["request"] as? [String: Any])?["client"] as? [String: Any])
         #expect(client["line"] as? String == "GET https://api.github.com/user HTTP/2")
-        #expect(h2["explain"] as? String == "request GET https://api.github.com/user")
+        #expect(h2["explain"] as? String == "request GET https://api.github.com/user\nline two")
         #expect(queries.all.first?.headerNames == ["accept", "cookie", "user-agent", "authorization"], "host is explain's own")
+    }
+}
+
+@Suite("View record: hostile bytes keep it one valid JSON line")
+struct ViewRecordHostileTests {
+    @Test(
+        "quotes, backslashes, controls, obs-text and a CR-free newline escape in header values and paths: valid JSON, curl still one command",
+        arguments: ["say \"hi\" \\ there", "tab\there", "bell\u{07}", "caf\u{E9} \u{FF}", "it's $(id) `id`", "</script><script>"])
+    func hostileValue(value: String) throws {
+        var record = Records.base("PUT", path: "/a/it's/\(value.unicodeScalars.count)?q=\"x\"")
+        record.requestFields = HTTPFields([
+            HTTPField(name: "Accept", value: value), HTTPField(name: "X-Hidden", value: value),
+            HTTPField(name: "User-Agent", value: value + Canary.token),
+        ])
+        record.originResponse = ResponseHead(
+            version: .http1_1, status: 201, reason: "x", fields: HTTPFields([HTTPField(name: "Server", value: value)]))
+        let bytes = ViewRecord.render(record, context(), now: 1)
+        let json = try parsed(bytes)
+        let headers = try #require(((json["detail"] as? [String: Any])?["request"] as? [String: Any])?["client"] as? [String: Any])
+        #expect((headers["headers"] as? [[String]])?.first == ["accept", value])
+        let curl = try #require((json["detail"] as? [String: Any])?["curl"] as? String)
+        #expect(curl.split(separator: "\n").last?.hasPrefix("curl ") == true, "the command is the one last line")
+        #expect(!curl.contains(Canary.token))
     }
 }
 
