@@ -4,7 +4,7 @@
 SWIFT ?= swift
 ARGS ?=
 BUILD_PACKAGES := libevent-dev libssl-dev libyaml-dev libnghttp2-dev pkgconf
-TEST_PACKAGES := curl openssl python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore python3-jwt python3-cryptography valgrind nginx-light nftables iptables iproute2 util-linux mount
+TEST_PACKAGES := curl openssl chromium chromium-driver python3-selenium python3 python3-requests python3-h11 python3-httpx python3-h2 python3-grpcio python3-websockets python3-botocore python3-jwt python3-cryptography valgrind nginx-light nftables iptables iproute2 util-linux mount
 BENCH_PACKAGES := nginx-light wrk tinyproxy squid curl mitmproxy nghttp2-client
 
 # Installs the named Debian packages that are not installed yet (sudo only when not root).
@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test lint format cost hostile build release install uninstall bench bench-view soak leak-check sanitize demo demo-egress demo-credentials fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test browser-test lint format cost hostile build release install uninstall bench bench-view soak leak-check sanitize demo demo-egress demo-credentials fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -45,6 +45,8 @@ packages-test: packages-build
 	@python3 -c 'import h2' 2>/dev/null || python3 -m pip install -q 'httpx[http2]' h2
 	@python3 -c 'import grpc' 2>/dev/null || python3 -m pip install -q grpcio
 	@python3 -c 'import websockets' 2>/dev/null || python3 -m pip install -q websockets
+	@# selenium drives headless Chromium in the live view's browser suite (Tests/Browser/view_test.py)
+	@python3 -c 'import selenium' 2>/dev/null || python3 -m pip install -q selenium
 	@# Node's WHATWG URL parser is the reference of the Location differential test
 	@command -v node >/dev/null || $(MAKE) --no-print-directory packages-node
 
@@ -98,8 +100,10 @@ format:
 ## Build and run the whole suite: the formatter's check, codec tables, in-process engine tests,
 ## black-box binary tests, the short fuzz pass (a fixed number of inputs from a fixed seed for each of
 ## the sixteen fuzz targets, so a CI run is repeatable: fuzz/run.sh --fixed) and the allocation budget
-## (bench/cost.sh, as `make cost`). CI runs this. The debug build runs alone (it keeps both cores busy:
-## chains started beside it doubled its time); then the suite runs in front and two chains at a lower
+## (bench/cost.sh, as `make cost`), and the live view in headless Chromium after the Swift suite
+## (Tests/Browser/view_test.py, `make browser-test`; about 15 s, bounded at 150). CI runs this.
+## The debug build runs alone (it keeps both cores busy: chains started beside it doubled its
+## time); then the suite runs in front and two chains at a lower
 ## priority use what it leaves of the two cores: the fuzz build then the fuzz pass, and the release
 ## build then the budget. The release build has its own scratch path because SwiftPM locks a build
 ## directory while it builds or tests. Each chain's output is printed after the suite; any failure
@@ -137,11 +141,21 @@ test: lint packages-test
 	    count=$$(sed -nE 's/.*Test run with ([0-9]+) tests? .*/\1/p' .build/shard-$$n.log | tail -n 1); ran=$$((ran + $${count:-0})); \
 	  done; \
 	  echo "--- the suite: $$ran tests in $$shard shards, $$listed listed"; [ "$$ran" = "$$listed" ] || tests=1; \
+	  echo "--- the live view in headless Chromium (Tests/Browser/view_test.py)"; \
+	  python3 Tests/Browser/view_test.py --binary .build/debug/scopeproxy || tests=1; \
 	  wait $$fuzz $$cost; \
 	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
 	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
 	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \
 	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-pass.status)" = 0 ] && [ "$$(cat .build/cost.status)" = 0 ]
+
+## The live decision view in a real browser alone (docs/view.md): headless Chromium driven by
+## selenium against the debug binary, two loopback origins and the admin listener; about 15 s.
+## `make test` runs it after the Swift suite. SCREENSHOT=docs/images/view.png (THEME=dark) writes
+## the docs' image instead.
+browser-test: packages-test
+	$(SWIFT) build --product scopeproxy
+	python3 Tests/Browser/view_test.py --binary .build/debug/scopeproxy $(if $(SCREENSHOT),--screenshot $(SCREENSHOT)) $(if $(THEME),--theme $(THEME))
 
 ## The per-request allocation budget (bench/cost-budget): valgrind counts, so a busy machine does
 ## not change the answer. Prints instructions and allocations per 1 KiB keep-alive request.

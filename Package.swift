@@ -51,12 +51,16 @@ let package = Package(
             name: "ProxyCore",
             dependencies: ["ProxySettings", "HTTP1Codec", "ScopePolicy", "JSONText", "PosixSupport", "SecretScan", "AWSSigV4", "Digests"]),
 
+        // An exchange's record as text: the access log's JSON fields (one implementation for the log
+        // line and the live view) and the live view's record (heads with secrets by name, rules, curl).
+        .target(name: "RecordRendering", dependencies: ["ProxyCore", "Redaction", "SecretScan", "JSONText", "HTTP1Codec", "ScopePolicy"]),
+
         // The libevent engine: carries out what the core decides.
         .target(
             name: "ProxyEngine",
             dependencies: [
                 "ProxyCore", "HTTP1Codec", "ScopePolicy", "Redaction", "SecretScan", "JSONText", "CLibevent", "COpenSSL", "CNGHTTP2", "CSocketDiag",
-                "PosixSupport", "Digests",
+                "PosixSupport", "Digests", "RecordRendering",
             ]),
 
         // The composition root: config + secrets -> engine, the commands, reload. The executable
@@ -65,6 +69,7 @@ let package = Package(
             name: "ScopeProxyApp",
             dependencies: [
                 "HTTP1Codec", "ProxyEngine", "ProxyCore", "ScopeConfig", "SecretStore", "ScopePolicy", "Redaction", "Digests", "PosixSupport",
+                "RecordRendering",
             ]),
         .executableTarget(name: "scopeproxy", dependencies: ["ScopeProxyApp"]),
 
@@ -80,6 +85,10 @@ let package = Package(
         .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
+        // The live view's record, rendered from tables of records (no sockets).
+        .testTarget(
+            name: "RecordRenderingTests",
+            dependencies: ["RecordRendering", "ProxyCore", "Redaction", "SecretScan", "HTTP1Codec", "ScopePolicy", "JSONText"]),
         .testTarget(
             name: "ScopeConfigTests", dependencies: ["ProxyCore", "ScopeConfig", "ScopePolicy", "HTTP1Codec"],
             resources: [.copy("Fixtures")]),
@@ -90,7 +99,7 @@ let package = Package(
             name: "ProxyEngineTests",
             dependencies: [
                 "ProxyEngine", "ProxyCore", "HTTP1Codec", "SecretScan", "Redaction", "CLibevent", "COpenSSL", "TestSupport", "SecretStore",
-                "ScopePolicy",
+                "ScopePolicy", "RecordRendering",
             ]),
         // Private-key signing and the JWTs of credential sources (GitHub App, RFC 7523), each
         // verified by pyjwt (Tests/Fixtures/jwt_verify.py), and the loopback fixtures that check them.

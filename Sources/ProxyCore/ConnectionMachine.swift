@@ -319,6 +319,7 @@ public struct ConnectionMachine {
         let clientID = head.fields.first("x-request-id").flatMap { RequestID.isWellFormed($0) ? $0 : nil }
         var record = ExchangeRecord(id: clientID ?? ids.next(), client: peer, method: head.method, startedAt: arrival.now)
         record.bytesIn = UInt64(headBytes)
+        record.mode = mode
         // A CONNECT's line says what became of the tunnel; the protocol is that of what runs in it.
         if head.method != "CONNECT" { record.proto = .init(http1: head.version) }
         record.requestFields = head.fields

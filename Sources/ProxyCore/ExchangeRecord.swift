@@ -51,6 +51,17 @@ public struct ExchangeRecord: Sendable, Equatable {
     public var egressReported: EgressNote?
     /// The address and port the upstream connection went to (`93.184.216.34:443`), once connected.
     public var upstreamAddress: String?
+    /// The head this hop sent to the origin, as built (after substitution, injection and signing:
+    /// it carries secret values, shown only by name in the live view); nil when nothing was sent.
+    public var upstreamRequest: RequestHead?
+    /// The origin's final response head (or its 101) as it arrived, before the proxy changed it
+    /// (framing, hop-by-hop fields, the scrub, a route's Location); nil when none came.
+    public var originResponse: ResponseHead?
+    /// 1 for the client's request, 2... for each redirect the proxy followed (the view's `hop`).
+    public var hop = 1
+    /// How the request reached the proxy (the live view's curl goes the same way); nil when no
+    /// head was read.
+    public var mode: ConnectionMode?
 
     /// What the egress policy said about this exchange, when it denied or would have denied it.
     public var egressNote: EgressNote? {

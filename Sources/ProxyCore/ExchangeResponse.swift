@@ -8,6 +8,8 @@ import ScopePolicy
 extension ExchangeMachine {
     func responseHead(_ head: ResponseHead, _ effects: inout MachineEffects) -> ExchangeOutcome {
         guard let current = hopState, case .awaiting(let interims) = current.response else { return .ignored(.notAwaited) }
+        // What the origin said, before anything here changes it (the live view shows both heads).
+        if !head.isInformational || head.status == 101 { record.originResponse = head }
         if head.isInformational {
             if head.status == 101 {
                 guard current.hop.isUpgrade else {

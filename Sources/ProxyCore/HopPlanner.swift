@@ -33,6 +33,8 @@ public struct Hop: Sendable, Equatable {
     public let decision: ScopeDecision
     /// The serialized head sent upstream (kept whole so a stale pooled connection can be retried).
     public let head: [UInt8]
+    /// The same head before serialization (the record's `upstreamRequest`); nil for a tunnel.
+    public let upstreamHead: RequestHead?
     public let body: HopBody
     /// A body held in memory as it goes upstream (placeholders replaced); `body` keeps the
     /// client's bytes for a replay to the next hop.
@@ -60,8 +62,8 @@ public struct Hop: Sendable, Equatable {
     public let egress: EgressClearance
 
     public init(
-        target: HopTarget, egress: EgressClearance, decision: ScopeDecision, head: [UInt8], body: HopBody, outgoingBody: [UInt8]? = nil,
-        isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
+        target: HopTarget, egress: EgressClearance, decision: ScopeDecision, head: [UInt8], upstreamHead: RequestHead? = nil, body: HopBody,
+        outgoingBody: [UInt8]? = nil, isUpgrade: Bool, substituted: [String] = [], scrub: SecretWatch? = nil, bodyGuard: SecretWatch? = nil,
         signed: String? = nil, scrubScopes: UInt64 = 0, scrubNames: Set<String> = [],
         placeholderRequest: PlaceholderRequest? = nil, webSocket: WebSocketFramePlan? = nil
     ) {
@@ -74,6 +76,7 @@ public struct Hop: Sendable, Equatable {
         self.target = target
         self.decision = decision
         self.head = head
+        self.upstreamHead = upstreamHead
         self.body = body
         self.outgoingBody = outgoingBody
         self.isUpgrade = isUpgrade
@@ -112,9 +115,11 @@ public enum HopPlanner {
             try planning.applyScopes(requestID: requestID)
             try planning.sign(wallClock: wallClock)
             planning.keepWebSocketFramesReadable()
-            let head = planning.serializedHead()
+            let upstreamHead = planning.upstreamHead()
+            let head = upstreamHead.serialized()
             let watch = try planning.guardEgress(head)
-            return .success(planning.hop(head: head, scrub: planning.responseScrub(chain: chain), egressWatch: watch, egress: egress))
+            return .success(
+                planning.hop(head: head, upstreamHead: upstreamHead, scrub: planning.responseScrub(chain: chain), egressWatch: watch, egress: egress))
         } catch {
             return .failure(error)
         }
@@ -354,8 +359,8 @@ public enum HopPlanner {
                 egress: egress, substitutions: substitutions, scrub: scrub, origin: target.origin, refusals: refusals)
         }
 
-        /// The head exactly as it goes on the wire.
-        func serializedHead() -> [UInt8] {
+        /// The head exactly as it goes on the wire (serialized by the caller).
+        func upstreamHead() -> RequestHead {
             let framing: BodyFraming =
                 switch body {
                 case .none: .none
@@ -364,8 +369,7 @@ public enum HopPlanner {
                 }
             return Forwarding.upstreamRequest(
                 from: outgoing, origin: target.origin, pathAndQuery: pathAndQuery,
-                framing: framing, upgrade: request.isUpgrade
-            ).serialized()
+                framing: framing, upgrade: request.isUpgrade)
         }
 
         // MARK: Step 4: guard
@@ -420,12 +424,14 @@ public enum HopPlanner {
         }
 
         func hop(
-            head: [UInt8], scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?, egress: EgressClearance
+            head: [UInt8], upstreamHead: RequestHead, scrub: (watch: SecretWatch?, scopes: UInt64, names: Set<String>), egressWatch: SecretWatch?,
+            egress: EgressClearance
         ) -> Hop {
             var streamedGuard: SecretWatch?
             if case .streamed = body { streamedGuard = egressWatch }
             return Hop(
-                target: target, egress: egress, decision: decision, head: head, body: body, outgoingBody: outgoingBody,
+                target: target, egress: egress, decision: decision, head: head, upstreamHead: upstreamHead, body: body,
+                outgoingBody: outgoingBody,
                 isUpgrade: request.isUpgrade, substituted: substituted, scrub: scrub.watch, bodyGuard: streamedGuard,
                 signed: signed, scrubScopes: scrub.scopes, scrubNames: scrub.names,
                 placeholderRequest: streamedGuard == nil && !readsWebSocketFrames ? nil : placeholderFacts(),

@@ -56,6 +56,8 @@ public struct HopState: Sendable, Equatable {
     public func accounted(_ record: ExchangeRecord) -> ExchangeRecord {
         var record = record
         record.bytesIn += requestPayload
+        // The head went out once connected (a hop that never connected sent nothing).
+        if connected { record.upstreamRequest = hop.upstreamHead }
         if case .relaying(_, _, _, let payload) = response { record.bytesOut += payload }
         return record
     }

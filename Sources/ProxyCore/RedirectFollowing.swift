@@ -167,6 +167,8 @@ extension ResponseDirector {
         next.clientID = previous.clientID
         // The client spoke the same protocol for every hop of its chain (the log's `proto`).
         next.proto = previous.proto
+        next.mode = previous.mode
+        next.hop = previous.hop + 1
         next.origin = target.origin
         next.pathAndQuery = target.pathAndQuery
         next.requestFields = request.head.fields

@@ -150,6 +150,7 @@ public struct StreamMachine {
         requestID = record.id
         record.bytesIn = UInt64(max(0, headBytes))
         record.proto = proto
+        record.mode = mode
         if case .intercepted(_, let client) = mode { record.clientID = client.name }
         switch H2RequestMapping.requestHead(fields, endStream: endStream, on: H2Connection(mode), webSocketKey: makeWebSocketKey) {
         case .failure(let error):

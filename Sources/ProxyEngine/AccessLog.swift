@@ -3,6 +3,7 @@ import HTTP1Codec
 import JSONText
 import PosixSupport
 import ProxyCore
+import RecordRendering
 import Redaction
 import ScopePolicy
 
@@ -19,7 +20,8 @@ public final class AccessLog: Sendable {
     /// Text lines with ANSI colour (status class, dim request id): only for a terminal.
     public let colour: Bool
     public let logBodies: Bool
-    private let redactor: Redactor
+    /// The JSON line's fields and their redaction, shared with the live view's record.
+    public let formatter: LogLineFormatter
     private let tripwire: Locked<Tripwire>
     private let metrics: Metrics
     private let output: LogOutput
@@ -50,7 +52,7 @@ public final class AccessLog: Sendable {
         self.format = format
         self.colour = colour && format == .text
         self.logBodies = logBodies
-        redactor = Redactor(rules: rules)
+        formatter = LogLineFormatter(redactor: Redactor(rules: rules), logBodies: logBodies)
         tripwire = Locked(Tripwire(secrets: secretValues.map(\.exposedBytes)))
         self.metrics = metrics
         self.output = output
@@ -161,6 +163,14 @@ public final class AccessLog: Sendable {
         }
     }
 
+    /// Another text about an exchange (a live view record) through the tripwire every line goes
+    /// through: a secret value anywhere in it is masked, and the hit counted like a line's.
+    public func scrubbed(_ bytes: [UInt8]) -> [UInt8] {
+        let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(bytes)
+        if hits > 0 { metrics.increment(.logTripwireHits, by: UInt64(hits)) }
+        return scrubbed
+    }
+
     /// Waits until every queued line is written (shutdown and tests).
     public func flush() {
         guard output != .discard else { return }
@@ -171,81 +181,20 @@ public final class AccessLog: Sendable {
 
     // MARK: Formatting
 
-    /// The fields a line carries, in the table's order (`LogField`, Sources/ProxyCore/LogField.swift):
-    /// each row says on which lines and when, and reads its fact from the record; what is left here
-    /// is how each kind of fact is written, with its redaction.
+    /// The line's fields, through the implementation the live view's record shares.
     private func forEachField(of record: ExchangeRecord, _ body: (LogField, LogFieldRow, LogFact?) -> Void) {
-        let isTunnel = record.tunnel != nil
-        for (field, row) in zip(LogField.ordered, LogField.rows) where row.lines.includes(tunnel: isTunnel) {
-            if row.presence == .withBodies && !logBodies { continue }
-            body(field, row, row.read(record))
-        }
+        formatter.forEachField(of: record, body)
     }
 
-    /// The log's origins carry their port always (`https://api.x:443`), as they always have: a log
-    /// is read by programs that compare them (docs/logging.md); people's texts (banner, `explain`,
-    /// errors) print the RFC 6454 form.
     private func url(_ origin: Origin, _ pathAndQuery: String?, authorityOnly: Bool) -> String {
-        authorityOnly ? origin.withPort : origin.withPort + redactor.pathAndQuery(pathAndQuery ?? "/")
+        formatter.url(origin, pathAndQuery, authorityOnly: authorityOnly)
     }
 
     /// One line, built as bytes: no intermediate strings for the parts the proxy writes itself.
     private func json(_ record: ExchangeRecord) -> [UInt8] {
         var line = JSONLine()
-        forEachField(of: record) { field, row, fact in
-            if let fact {
-                json(fact, as: field.name, into: &line)
-            } else if row.presence == .nullable {
-                line.raw(field.name, "null")
-            }
-        }
+        formatter.appendJSONFields(of: record, now: monotonicMicroseconds(), to: &line)
         return line.finishLine()
-    }
-
-    private func json(_ fact: LogFact, as name: String, into line: inout JSONLine) {
-        switch fact {
-        case .now:
-            line.key(name)
-            Self.appendTimestamp(to: &line.bytes, quoted: true)
-        case .since(let start):
-            line.key(name)
-            Self.appendMilliseconds(since: start, to: &line.bytes)
-        case .text(let value): line.string(name, value)
-        case .number(let value): line.number(name, value)
-        case .names(let names): line.array(name, names)
-        case .joinedNames(let names): line.string(name, names.joined(separator: ","))
-        case .target(let origin, let path, let authorityOnly): line.string(name, url(origin, path, authorityOnly: authorityOnly))
-        case .finding(let finding):
-            // Secrets by name only, never by value.
-            line.beginObject(name)
-            line.string("secret", finding.secret)
-            line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
-            line.string("encoding", finding.encoding.description)
-            line.endObject()
-        case .reasons(let skipped, let failure):
-            line.string(name, (skipped.map(\.description) + (failure.map { [$0] } ?? [])).joined(separator: "; "))
-        case .redirect(let redirect):
-            line.beginObject(name)
-            line.optionalString("location", redirect.location.map(redactor.url))
-            if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
-            line.string("decision", redirect.decision.rawValue)
-            line.endObject()
-        case .fields(let fields):
-            line.beginObject(name)
-            redactor.forEachHeader(fields) { name, value in line.string(name, value) }
-            line.endObject()
-        case .body(let body):
-            line.string(name, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
-        case .tunnel(let decision): line.string(name, decision.rawValue)
-        case .failure(let failure): line.string(name, failure.code)
-        case .egress(let note):
-            line.beginObject(name)
-            line.string("decision", note.decision.rawValue)
-            line.string("rule", note.rule)
-            line.string("destination", note.destination)
-            line.optionalString("address", note.address)
-            line.endObject()
-        }
     }
 
     /// `TS METHOD URL STATUS DURATIONms key=value... id=ID`: the same rows, placed by their
@@ -349,31 +298,11 @@ public final class AccessLog: Sendable {
 
     /// `12.345`: milliseconds with three decimals.
     static func appendMilliseconds(since start: UInt64, to bytes: inout [UInt8]) {
-        let elapsed = monotonicMicroseconds() - start
-        JSONLine.appendDecimal(elapsed / 1000, to: &bytes)
-        bytes.append(UInt8(ascii: "."))
-        JSONLine.appendDecimal(elapsed % 1000, minimumDigits: 3, to: &bytes)
+        LogLineFormatter.appendMilliseconds(since: start, now: monotonicMicroseconds(), to: &bytes)
     }
 
     /// RFC 3339 UTC with milliseconds, without Foundation.
     static func appendTimestamp(to bytes: inout [UInt8], quoted: Bool) {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        var seconds = now.tv_sec
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        if quoted { bytes.append(UInt8(ascii: "\"")) }
-        func put(_ value: Int32, _ digits: Int, _ separator: UInt8?) {
-            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
-            if let separator { bytes.append(separator) }
-        }
-        put(parts.tm_year + 1900, 4, UInt8(ascii: "-"))
-        put(parts.tm_mon + 1, 2, UInt8(ascii: "-"))
-        put(parts.tm_mday, 2, UInt8(ascii: "T"))
-        put(parts.tm_hour, 2, UInt8(ascii: ":"))
-        put(parts.tm_min, 2, UInt8(ascii: ":"))
-        put(parts.tm_sec, 2, UInt8(ascii: "."))
-        put(Int32(now.tv_nsec / 1_000_000), 3, UInt8(ascii: "Z"))
-        if quoted { bytes.append(UInt8(ascii: "\"")) }
+        LogLineFormatter.appendTimestamp(to: &bytes, quoted: quoted)
     }
 }

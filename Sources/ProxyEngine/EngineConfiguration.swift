@@ -24,6 +24,11 @@ public struct EngineConfiguration: Sendable {
     public var admin: ListenAddress?
     /// The live decision view's records (docs/view.md): set with `admin`; nil keeps none.
     public var viewFeed: ViewFeed?
+    /// What the view's records are written with besides the feed (explain, curl's way in); nil:
+    /// records without `explain`, curl through the configured `listen`.
+    public var viewRecorder: ViewRecorder?
+    /// Who may open the view (`admin_token`); swapped on reload through its own `replace`.
+    public var viewAccess = ViewAccess()
     /// TLS for upstreams and interception; nil: made at start with the system trust store and no CA.
     public var tls: TLSContexts?
     /// Sidecar mode for clients that cannot use a proxy: origin-form requests on each route's

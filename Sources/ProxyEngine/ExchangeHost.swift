@@ -282,6 +282,7 @@ enum ExchangeLine {
         hintOnStderrOnce(record.failure, client: record.client)
         configuration.metrics.count(record, policy: configuration.scope.context.policy)
         configuration.accessLog?.record(record)
+        if let feed = configuration.viewFeed { publishView(record, to: feed, configuration) }
     }
 
     /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the

@@ -30,12 +30,15 @@ public enum MetricName: String, CaseIterable, Sendable {
     case connectionLimitWaits = "scopeproxy_connection_limit_waits_total"
     case impossibleEvents = "scopeproxy_impossible_events_total"
     case clientTLSFailures = "scopeproxy_client_tls_failures_total"
+    case viewViewersDropped = "scopeproxy_view_viewers_dropped_total"
+    case viewRecordsPublished = "scopeproxy_view_records_published_total"
     case clientConnections = "scopeproxy_client_connections"
     case upstreamConnections = "scopeproxy_upstream_connections"
     case h2BufferedBytes = "scopeproxy_h2_buffered_bytes"
     case h2BufferedBytesPeak = "scopeproxy_h2_buffered_bytes_peak"
     case h2UpstreamBufferedBytes = "scopeproxy_h2_upstream_buffered_bytes"
     case h2UpstreamBufferedBytesPeak = "scopeproxy_h2_upstream_buffered_bytes_peak"
+    case viewViewers = "scopeproxy_view_viewers"
 
     public enum Kind: String, Sendable {
         case counter, gauge
@@ -44,7 +47,7 @@ public enum MetricName: String, CaseIterable, Sendable {
     public var kind: Kind {
         switch self {
         case .clientConnections, .upstreamConnections, .h2BufferedBytes, .h2BufferedBytesPeak, .h2UpstreamBufferedBytes,
-            .h2UpstreamBufferedBytesPeak:
+            .h2UpstreamBufferedBytesPeak, .viewViewers:
             .gauge
         default: .counter
         }
@@ -69,7 +72,7 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .egressDenied: ["rule", "client", "decision"]
         case .bytesIn, .bytesOut, .logTripwireHits, .logLinesDropped, .logWriteErrors, .connectionLimitWaits, .impossibleEvents,
             .clientConnections, .upstreamConnections, .h2BufferedBytes, .h2BufferedBytesPeak, .h2UpstreamBufferedBytes,
-            .h2UpstreamBufferedBytesPeak:
+            .h2UpstreamBufferedBytesPeak, .viewViewers, .viewViewersDropped, .viewRecordsPublished:
             []
         }
     }
@@ -117,6 +120,10 @@ public enum MetricName: String, CaseIterable, Sendable {
         case .h2UpstreamBufferedBytes:
             "Bytes held now for HTTP/2 connections to origins (their socket buffers and their streams' request and response buffers), all together."
         case .h2UpstreamBufferedBytesPeak: "The most bytes one HTTP/2 connection to an origin has held at once since the start."
+        case .viewViewers: "Live view viewers connected to /view/events now."
+        case .viewViewersDropped:
+            "Live view viewers closed for falling more than 1 MiB behind the records (or behind the admin thread)."
+        case .viewRecordsPublished: "Exchange records published to the live view's feed."
         }
     }
 }

@@ -22,6 +22,10 @@ public final class Metrics: Sendable {
     public let h2Buffered = BufferedBytesGauge()
     /// What HTTP/2 connections to origins hold (`UpstreamH2Connection.bufferedBytes`).
     public let h2UpstreamBuffered = BufferedBytesGauge()
+    /// The live view (docs/view.md): viewers now, viewers dropped for being slow, records published.
+    public let viewViewers = Atomic<Int>(0)
+    public let viewViewersDropped = Atomic<UInt64>(0)
+    public let viewRecordsPublished = Atomic<UInt64>(0)
 
     public init() {}
 
@@ -162,6 +166,8 @@ public final class Metrics: Sendable {
             add(.egressBlocked, [key.secret, key.placeholder ? "placeholder" : "value"], count)
         }
         for (key, count) in exchange.egressDenied { add(.egressDenied, [key.rule, key.client, key.decision.rawValue], count) }
+        add(.viewViewersDropped, [], viewViewersDropped.load(ordering: .relaxed))
+        add(.viewRecordsPublished, [], viewRecordsPublished.load(ordering: .relaxed))
         return result
     }
 
@@ -215,6 +221,7 @@ public final class Metrics: Sendable {
         }
         output += Self.header(.clientConnections) + "\(MetricName.clientConnections.rawValue) \(clientConnections.load(ordering: .relaxed))\n"
         output += Self.header(.upstreamConnections) + "\(MetricName.upstreamConnections.rawValue) \(upstreamConnections.load(ordering: .relaxed))\n"
+        output += Self.header(.viewViewers) + "\(MetricName.viewViewers.rawValue) \(viewViewers.load(ordering: .relaxed))\n"
         for (metric, value) in [
             (MetricName.h2BufferedBytes, h2Buffered.total), (.h2BufferedBytesPeak, h2Buffered.peak),
             (.h2UpstreamBufferedBytes, h2UpstreamBuffered.total), (.h2UpstreamBufferedBytesPeak, h2UpstreamBuffered.peak),

@@ -105,12 +105,14 @@ public final class ProxyServer: @unchecked Sendable {
             workers.append(worker)
         }
         address = sockets[0].address
+        configuration.viewRecorder?.noteListening(address)
         routeAddresses = sockets.dropFirst().prefix(configuration.routes.count).map(\.address)
         clientListenAddress = clientTLS?.0.address
         transparentListenAddress = transparent?.address
         var listening = sockets.map(\.descriptor)
         if let adminAddress = configuration.admin {
-            let server = try AdminServer(address: adminAddress, metrics: configuration.metrics)
+            let server = try AdminServer(
+                address: adminAddress, metrics: configuration.metrics, feed: configuration.viewFeed, access: configuration.viewAccess)
             listening.append(server.descriptor)
             server.start()
             admin = server

@@ -53,7 +53,8 @@ struct Decoder {
     static let sections: [ConfigSection] = [
         ConfigSection(["store_dir"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readStoreDirectory(keys, into: &config) },
         ConfigSection(["secrets"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readSecrets(keys, into: &config) },
-        ConfigSection(["listen", "admin"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readListen(keys, into: &config) },
+        ConfigSection(["listen", "admin", "admin_token"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readListen(keys, into: &config)
+        },
         ConfigSection(["clients", "proxy_auth"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readClients(keys, into: &config) },
         ConfigSection(["egress"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readEgress(keys, into: &config) },
         ConfigSection(["sensitive_headers", "scopes"]) { (decoder, keys, config) throws(ConfigError) in try decoder.readScopes(keys, into: &config) },

@@ -7,6 +7,29 @@ extension Decoder {
     func readListen(_ keys: [String: YAMLNode], into config: inout ProxyConfiguration) throws(ConfigError) {
         if let node = keys["listen"] { config.listen = try hostPort(node) }
         if let node = keys["admin"], !node.isNull { config.admin = try hostPort(node) }
+        if let node = keys["admin_token"], !node.isNull {
+            let name = try secretReference(node)
+            // The admin listener reads the value at each request: one the store holds (env, file,
+            // store), not one a command or a token endpoint gives.
+            guard config.secrets[name] != nil else {
+                throw error(node, "admin_token '\(name)' is a computed secret: name a secret with env, file or store")
+            }
+            config.adminToken = name
+        }
+        // The live view shows every exchange: off this machine it needs a token (docs/view.md).
+        if let node = keys["admin"], let admin = config.admin, config.adminToken == nil, !Self.isLoopback(admin.host) {
+            throw error(
+                node,
+                "admin \(admin) is reachable from other machines, and its live view (/view) shows every exchange: "
+                    + "set admin_token to a secret (admin_token: view_token, with view_token under secrets), "
+                    + "or listen on 127.0.0.1")
+        }
+    }
+
+    /// `127.x.x.x`, `::1` or `localhost` (a listen host is an IP literal or localhost).
+    static func isLoopback(_ host: String) -> Bool {
+        guard let parsed = try? Host.parse(Substring(host.contains(":") ? "[\(host)]" : host)) else { return false }
+        return parsed.isLoopback
     }
 
     func readRoutes(_ keys: [String: YAMLNode], into config: inout ProxyConfiguration) throws(ConfigError) {

@@ -13,6 +13,9 @@ public struct ProxyConfiguration: Sendable {
     /// `clients:`; empty: the proxy does not tell clients apart (or `proxy_auth` defines the one).
     public var clients: [ClientRule] = []
     public var admin: HostPort?
+    /// `admin_token`: the secret (an ordinary one) whose value opens the live view (`/view*`); nil:
+    /// none, allowed only with a loopback admin address.
+    public var adminToken: String?
     public var storeDirectory: String
     public var secrets: [String: SecretSource]
     /// Secrets whose value the proxy obtains (`oauth2:`, `command:`, `github_app:`, and each AWS

@@ -43,6 +43,7 @@ enum ConfigPrinter {
             "# scopeproxy effective configuration (\(config.sourcePath.map { "from \(scalar($0))" } ?? "the embedded default")), defaults filled in.\n"
         out += "listen: \(scalar(config.listen.description))\n"
         out += "admin: \(config.admin.map { scalar($0.description) } ?? "null")\n"
+        out += "admin_token: \(config.adminToken.map { scalar($0) } ?? "null")\n"
         out += "proxy_auth: \(config.proxyAuthSecret.map { "{ secret: \(scalar($0)) }" } ?? "null")\n"
         out += clients(config.clients, egress: config.egress)
         out += "store_dir: \(scalar(config.storeDirectory))\n"

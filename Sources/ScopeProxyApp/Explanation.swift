@@ -1,5 +1,6 @@
 import HTTP1Codec
 import ProxyCore
+import RecordRendering
 import ScopeConfig
 import ScopePolicy
 import SecretStore
@@ -33,26 +34,57 @@ public enum Explanation {
     /// The report, and the exit status (0: explained; 2: the request itself is not one the proxy
     /// would take, said why).
     public static func render(_ config: ProxyConfiguration, _ request: Request) -> (text: String, status: Int32) {
-        var out = Report()
+        // A URL explain cannot read is said before anything is loaded.
+        if case .failure(let refusal) = target(of: request) { return (refusal.text, refusal.status) }
+        return render(config, request, scope: previewScope(config), checksSecrets: true)
+    }
+
+    /// The request's origin and path, or what explain answers when its URL is not absolute.
+    private static func target(of request: Request) -> Result<(Origin, String), Refusal> {
         let method = request.method.uppercased()
-        let target: RequestTarget
         do {
-            target = try RequestTarget.parse(request.url, method: method)
+            guard case .absolute(let origin, let pathAndQuery, _) = try RequestTarget.parse(request.url, method: method) else {
+                return .failure(Refusal(text: "cannot explain \(request.url): give an absolute http:// or https:// URL\n", status: 2))
+            }
+            return .success((origin, pathAndQuery))
         } catch {
-            guard case .invalid(let reason) = error else { return ("cannot explain: invalid URL\n", 2) }
-            return ("cannot explain \(request.url): \(reason) (give an absolute http:// or https:// URL)\n", 2)
+            guard case .invalid(let reason) = error else { return .failure(Refusal(text: "cannot explain: invalid URL\n", status: 2)) }
+            return .failure(
+                Refusal(text: "cannot explain \(request.url): \(reason) (give an absolute http:// or https:// URL)\n", status: 2))
         }
-        guard case .absolute(let origin, let pathAndQuery, _) = target else {
-            return ("cannot explain \(request.url): give an absolute http:// or https:// URL\n", 2)
-        }
+    }
+
+    private struct Refusal: Error {
+        let text: String
+        let status: Int32
+    }
+
+    /// The scope context explain plans with: every secret's value is its own `${name}` reference,
+    /// placeholders as `run` would know them. Built once per configuration (`Explainer`).
+    static func previewScope(_ config: ProxyConfiguration) -> ScopeContext {
         let placeholders = previewPlaceholders(config)
         let accessKeyIDs = Set(
             config.policy.scopes.compactMap { scope -> String? in
                 if case .awsSigV4(let spec)? = scope.signing { spec.accessKeyIDSecret } else { nil }
             })
         let chains = Set(config.policy.scopes.compactMap { $0.signingChain?.secretName })
-        let scope = Runtime.scopeContext(
+        return Runtime.scopeContext(
             config, secrets: PreviewSecrets(accessKeyIDs: accessKeyIDs, chains: chains), placeholders: placeholders)
+    }
+
+    /// The report with `scope` from `previewScope`. `checksSecrets`: say what `run` would make of
+    /// secrets it cannot load (reads them: the command line only; a running proxy has its own).
+    static func render(
+        _ config: ProxyConfiguration, _ request: Request, scope: ScopeContext, checksSecrets: Bool
+    ) -> (text: String, status: Int32) {
+        var out = Report()
+        let method = request.method.uppercased()
+        let origin: Origin
+        let pathAndQuery: String
+        switch target(of: request) {
+        case .failure(let refusal): return (refusal.text, refusal.status)
+        case .success(let target): (origin, pathAndQuery) = target
+        }
         let names = scope.clients.names
         if let name = request.client, !names.contains(name) {
             var nearest: (name: String, distance: Int)?
@@ -158,15 +190,16 @@ public enum Explanation {
             hop = planned
         }
         let substituted = config.policy.substitutable(method: method, origin: origin, pathAndQuery: client.pathAndQuery, client: identity.name)
-        var checkedSecrets = describe(hop, client: client, covering: covering, config: config, into: &out)
-        checkedSecrets.formUnion(describePlaceholders(config, substituted: substituted, covering: covering, into: &out))
+        var checkedSecrets = describe(hop, client: client, covering: covering, config: config, checksSecrets: checksSecrets, into: &out)
+        checkedSecrets.formUnion(
+            describePlaceholders(config, substituted: substituted, covering: covering, checksSecrets: checksSecrets, into: &out))
         if let location = request.location {
             explainRedirect(to: location, from: hop, client: client, mode: mode, scope: scope, config: config, into: &out)
         } else {
             out.line("redirects", redirectSummary(config.redirects))
         }
         // run loads every secret at start-up, not only this request's: one it cannot load stops it.
-        let otherProblems = Runtime.secretStore(config).problems()
+        let otherProblems = (checksSecrets ? Runtime.secretStore(config).problems() : [])
             .filter { !checkedSecrets.contains($0.name) }
         if !otherProblems.isEmpty {
             out.line(
@@ -238,7 +271,7 @@ public enum Explanation {
 
     /// Returns the secrets whose loading it reported on (the injected ones).
     private static func describe(
-        _ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration,
+        _ hop: Hop, client: ClientRequest, covering: [Scope], config: ProxyConfiguration, checksSecrets: Bool,
         into out: inout Report
     ) -> Set<String> {
         var checkedSecrets: Set<String> = []
@@ -262,7 +295,7 @@ public enum Explanation {
             for injection in scope.inject where decision.injected.contains(injection.header) {
                 out.line("injected", "\(injection.header): \(templateText(injection.template))   (scope \(scope.name))")
                 for secret in injection.template.secretNames where checkedSecrets.insert(secret).inserted {
-                    if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
+                    if checksSecrets, let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
                     if let recipe = config.computed[secret] {
                         // Computed, not stored: say where it would come from (never the value; nothing is fetched or run).
                         out.line("source", CredentialSourceText.source(secret, recipe))
@@ -316,17 +349,7 @@ public enum Explanation {
         return "sensitive, and no covering scope lists it in pass"
     }
 
-    private static func skipReason(_ why: InjectionSkip) -> String {
-        switch why {
-        case .httpOrigin: "an http:// origin that is not loopback; set require_https: false on the scope if clear text is really meant"
-        case .method: "the method is not in the scope's methods"
-        case .methodOverride: "a _method parameter names a method the scope's methods do not allow"
-        case .path: "the path is not under the scope's paths (or has . or .. segments)"
-        case .trace: "TRACE never carries credentials (the origin would echo them back)"
-        case .httpsDowngrade: "an https -> http redirect hop carries no credential"
-        case .clientNotServed: "the scope's clients do not include this client: for it the scope covers nothing"
-        }
-    }
+    private static func skipReason(_ why: InjectionSkip) -> String { why.explanation }
 
     // MARK: Placeholders
 
@@ -335,7 +358,7 @@ public enum Explanation {
     /// config declares no placeholder.
     /// Returns the secrets whose loading it reported on (the substituted ones).
     private static func describePlaceholders(
-        _ config: ProxyConfiguration, substituted: Set<String>, covering: [Scope],
+        _ config: ProxyConfiguration, substituted: Set<String>, covering: [Scope], checksSecrets: Bool,
         into out: inout Report
     ) -> Set<String> {
         guard !config.placeholders.isEmpty else { return [] }
@@ -346,7 +369,7 @@ public enum Explanation {
         for secret in declared where substituted.contains(secret) {
             let scopes = covering.filter { $0.substitute.contains(secret) }.map(\.name)
             out.line("substituted", "\(secret): its placeholder is replaced by the value (scope \(scopes.joined(separator: ", ")))")
-            if let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
+            if checksSecrets, let problem = secretProblem(secret, config: config) { out.line("", consequence(of: problem)) }
         }
         let refused = declared.filter { !substituted.contains($0) }
         if !refused.isEmpty {

@@ -128,9 +128,22 @@ public enum Runtime {
     ) throws(EngineError) -> EngineConfiguration {
         var engine = EngineConfiguration()
         engine.admin = config.admin
+        // The live view (docs/view.md): one feed for the process's life (reloads keep it and its
+        // viewers); the token is read from the store at each request, so a rotation applies at once.
+        if config.admin != nil { engine.viewFeed = ViewFeed(metrics: engine.metrics) }
+        engine.viewAccess = ViewAccess(tokenSecret: config.adminToken, secrets: secrets)
         engine.routes = config.routes
         engine.transparentListen = config.transparentListen
-        if enabled { engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation) }
+        if enabled {
+            engine.accessLog = try accessLog(config.log, secrets: secrets, metrics: engine.metrics, presentation: presentation)
+        } else if config.admin != nil {
+            // The live view's records are redacted by the log's rules and tripwire: a log that
+            // writes nothing keeps them for it.
+            var discarded = config.log
+            discarded.output = .discard
+            engine.accessLog = try accessLog(discarded, secrets: secrets, metrics: engine.metrics, presentation: presentation)
+        }
+        if config.admin != nil { engine.viewRecorder = viewRecorder(config) }
         engine.listen = config.listen
         if let clientListen = config.clientListen {
             engine.clientListener = ClientListener(
@@ -142,6 +155,12 @@ public enum Runtime {
         engine.limits = config.limits
         engine.scope = scope
         return engine
+    }
+
+    /// What the live view's records are written with: explain for `config` (built now, once).
+    static func viewRecorder(_ config: ProxyConfiguration) -> ViewRecorder {
+        let explainer = Explainer(config)
+        return ViewRecorder(configPath: config.sourcePath) { explainer.explain($0) }
     }
 
     public static func accessLog(
@@ -299,8 +318,13 @@ final class RunningProxy: Sendable {
             self.tokens.withLock { $0 = tokens }
             Runtime.reportExclusions(context.values)
             self.secrets.withLock { $0 = secrets }
+            engine.viewAccess.replace(tokenSecret: config.adminToken, secrets: secrets)
             engine.accessLog?.updateSecrets(Runtime.tripwireValues(secrets.allValues + minted.all))
             engine.metrics.increment(.reload(ok: true))
+            if let recorder = engine.viewRecorder {
+                let explainer = Explainer(config)
+                recorder.replaceExplainer { explainer.explain($0) }
+            }
             Runtime.logWarnings(config)
             // Said before `reloaded`, so nobody reads that line as "everything in the file is in force".
             for key in RestartOnlySetting.ignoredByReload(started: started, reloaded: config) {

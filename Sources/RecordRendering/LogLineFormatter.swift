@@ -1,0 +1,136 @@
+import HTTP1Codec
+import JSONText
+import ProxyCore
+import Redaction
+import ScopePolicy
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The access log's fields of one record, as the JSON line writes them: the one implementation the
+/// log line (`AccessLog`) and the live view's record (`ViewRecord`) share, so that both carry the
+/// same fields with the same redaction (docs/logging.md). The text line reads the same rows.
+public struct LogLineFormatter: Sendable {
+    public let redactor: Redactor
+    /// `log.bodies`: the body summaries are fields of the line.
+    public let logBodies: Bool
+
+    public init(redactor: Redactor, logBodies: Bool) {
+        self.redactor = redactor
+        self.logBodies = logBodies
+    }
+
+    /// The fields a line carries, in the table's order (`LogField`, Sources/ProxyCore/LogField.swift):
+    /// each row says on which lines and when, and reads its fact from the record; what is left here
+    /// is how each kind of fact is written, with its redaction.
+    public func forEachField(of record: ExchangeRecord, _ body: (LogField, LogFieldRow, LogFact?) -> Void) {
+        let isTunnel = record.tunnel != nil
+        for (field, row) in zip(LogField.ordered, LogField.rows) where row.lines.includes(tunnel: isTunnel) {
+            if row.presence == .withBodies && !logBodies { continue }
+            body(field, row, row.read(record))
+        }
+    }
+
+    /// The log's origins carry their port always (`https://api.x:443`), as they always have: a log
+    /// is read by programs that compare them (docs/logging.md); people's texts (banner, `explain`,
+    /// errors) print the RFC 6454 form.
+    public func url(_ origin: Origin, _ pathAndQuery: String?, authorityOnly: Bool) -> String {
+        authorityOnly ? origin.withPort : origin.withPort + redactor.pathAndQuery(pathAndQuery ?? "/")
+    }
+
+    /// Every field of the JSON line, appended to `line` (the caller closes it). `now`: monotonic
+    /// microseconds, the end of `duration_ms`.
+    public func appendJSONFields(of record: ExchangeRecord, now: UInt64, to line: inout JSONLine) {
+        forEachField(of: record) { field, row, fact in
+            if let fact {
+                json(fact, as: field.name, now: now, into: &line)
+            } else if row.presence == .nullable {
+                line.raw(field.name, "null")
+            }
+        }
+    }
+
+    private func json(_ fact: LogFact, as name: String, now: UInt64, into line: inout JSONLine) {
+        switch fact {
+        case .now:
+            line.key(name)
+            Self.appendTimestamp(to: &line.bytes, quoted: true)
+        case .since(let start):
+            line.key(name)
+            Self.appendMilliseconds(since: start, now: now, to: &line.bytes)
+        case .text(let value): line.string(name, value)
+        case .number(let value): line.number(name, value)
+        case .names(let names): line.array(name, names)
+        case .joinedNames(let names): line.string(name, names.joined(separator: ","))
+        case .target(let origin, let path, let authorityOnly): line.string(name, url(origin, path, authorityOnly: authorityOnly))
+        case .finding(let finding):
+            // Secrets by name only, never by value.
+            line.beginObject(name)
+            line.string("secret", finding.secret)
+            line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
+            line.string("encoding", finding.encoding.description)
+            line.endObject()
+        case .reasons(let skipped, let failure):
+            line.string(name, (skipped.map(\.description) + (failure.map { [$0] } ?? [])).joined(separator: "; "))
+        case .redirect(let redirect):
+            line.beginObject(name)
+            line.optionalString("location", redirect.location.map(redactor.url))
+            if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
+            line.string("decision", redirect.decision.rawValue)
+            line.endObject()
+        case .fields(let fields):
+            line.beginObject(name)
+            redactor.forEachHeader(fields) { name, value in line.string(name, value) }
+            line.endObject()
+        case .body(let body):
+            line.string(name, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
+        case .tunnel(let decision): line.string(name, decision.rawValue)
+        case .failure(let failure): line.string(name, failure.code)
+        case .egress(let note):
+            line.beginObject(name)
+            line.string("decision", note.decision.rawValue)
+            line.string("rule", note.rule)
+            line.string("destination", note.destination)
+            line.optionalString("address", note.address)
+            line.endObject()
+        }
+    }
+
+    /// `12.345`: milliseconds with three decimals from `start` to `now` (monotonic microseconds).
+    public static func appendMilliseconds(since start: UInt64, now: UInt64, to bytes: inout [UInt8]) {
+        let elapsed = now >= start ? now - start : 0
+        JSONLine.appendDecimal(elapsed / 1000, to: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        JSONLine.appendDecimal(elapsed % 1000, minimumDigits: 3, to: &bytes)
+    }
+
+    /// RFC 3339 UTC with milliseconds, without Foundation.
+    public static func appendTimestamp(to bytes: inout [UInt8], quoted: Bool) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        if quoted { bytes.append(UInt8(ascii: "\"")) }
+        func put(_ value: Int32, _ digits: Int, _ separator: UInt8?) {
+            JSONLine.appendDecimal(UInt64(value), minimumDigits: digits, to: &bytes)
+            if let separator { bytes.append(separator) }
+        }
+        put(parts.tm_year + 1900, 4, UInt8(ascii: "-"))
+        put(parts.tm_mon + 1, 2, UInt8(ascii: "-"))
+        put(parts.tm_mday, 2, UInt8(ascii: "T"))
+        put(parts.tm_hour, 2, UInt8(ascii: ":"))
+        put(parts.tm_min, 2, UInt8(ascii: ":"))
+        put(parts.tm_sec, 2, UInt8(ascii: "."))
+        put(Int32(now.tv_nsec / 1_000_000), 3, UInt8(ascii: "Z"))
+        if quoted { bytes.append(UInt8(ascii: "\"")) }
+    }
+
+    /// Microseconds on the monotonic clock (the clock `ExchangeRecord.startedAt` is read on).
+    public static func monotonicMicroseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+    }
+}
