@@ -50,10 +50,8 @@ extension Commands {
 /// Where the view's token comes from: the config's top-level `admin_token: NAME`, a secret name.
 enum TailAccess {
     /// The secret `admin_token` names, or nil when the config names none.
-    /// The config key arrives with the view's feed (branch view-feed, ScopeConfig); until it is
-    /// merged there is no such key and no config can set one, so this is the one place to connect.
     static func adminTokenName(_ config: ProxyConfiguration) -> String? {
-        nil
+        config.adminToken
     }
 
     /// The token's value, read alone (another secret that cannot be read is not tail's concern).
@@ -112,8 +110,14 @@ final class TailClient {
     static let firstBackoffMilliseconds = 250, maxBackoffMilliseconds = 5_000
 
     let settings: Settings
+    /// The stream being read; a new one per connection (a line cut by a drop is not continued).
     private var parser = SSEParser()
     private var streamedOnce = false
+    /// The last event id printed: a reconnect resumes after it.
+    private var lastEventID: String?
+    /// Nothing listened on the admin address since the stream dropped: the proxy restarted, and a
+    /// new proxy numbers its records from 1 again, so resuming after an old id would skip new ones.
+    private var proxyRestarted = false
 
     init(settings: Settings) {
         self.settings = settings
@@ -147,6 +151,7 @@ final class TailClient {
             case .outputClosed:
                 return 0
             case .unreachable(let reason):
+                proxyRestarted = true
                 guard streamedOnce else {
                     Commands.fail(
                         "nothing answers on admin address \(settings.admin) (\(reason)); is the proxy running with this config "
@@ -155,13 +160,14 @@ final class TailClient {
                 }
                 writeStandardError("scopeproxy: admin \(settings.admin) unreachable (\(reason)); retrying in \(seconds(backoff))\n")
             case .dropped(let reason):
-                let from = parser.lastEventID.map { " after event \($0)" } ?? ""
+                // It streamed: the waits start again from the shortest.
+                backoff = Self.firstBackoffMilliseconds
+                let from = lastEventID.map { " after event \($0)" } ?? ""
                 writeStandardError(
                     "scopeproxy: the stream from admin \(settings.admin) ended (\(reason)); reconnecting\(from) in \(seconds(backoff))\n")
             }
             usleep(useconds_t(backoff) * 1000)
             backoff = min(backoff * 2, Self.maxBackoffMilliseconds)
-            if case .dropped = end { backoff = Self.firstBackoffMilliseconds * 2 }
         }
     }
 
@@ -180,7 +186,7 @@ final class TailClient {
         let token = settings.token.map { String(decoding: $0.exposedBytes, as: UTF8.self) }
         let request = TailRequest.text(
             admin: settings.admin.description, client: settings.client, origin: settings.origin, token: token,
-            lastEventID: parser.lastEventID)
+            lastEventID: proxyRestarted ? nil : lastEventID)
         guard writeReportingError(fd, request) == nil else { return .dropped("the request could not be sent") }
         setTimeout(fd, seconds: Self.headSeconds)
         var received: [UInt8] = []
@@ -212,9 +218,13 @@ final class TailClient {
                 "scopeproxy: streaming the view of admin \(settings.admin)"
                     + (filters.isEmpty ? "" : " (\(filters.joined(separator: ", ")))") + "; Ctrl-C stops\n")
         } else {
-            writeStandardError("scopeproxy: reconnected to admin \(settings.admin)\n")
+            writeStandardError(
+                "scopeproxy: reconnected to admin \(settings.admin)"
+                    + (proxyRestarted ? " (it restarted: its recent records follow, some perhaps shown before)" : "") + "\n")
         }
         streamedOnce = true
+        proxyRestarted = false
+        parser = SSEParser()
         setTimeout(fd, seconds: Self.streamSeconds)
         if let end = consume(head.rest) { return end }
         while true {
@@ -260,6 +270,7 @@ final class TailClient {
             return .fatal("admin \(settings.admin) sent an event line longer than 1 MiB; the stream is not the proxy's")
         case .success(let events):
             for event in events {
+                if let id = event.id { lastEventID = id }
                 switch TailText.render(event.data, colour: settings.colour) {
                 case .success(let rendered):
                     var text = rendered.line + "\n"

@@ -245,3 +245,32 @@ struct TailCLITests {
         #expect(empty.status == 2, "an empty filter is refused")
     }
 }
+
+@Suite("scopeproxy tail against a running proxy")
+struct TailProxyTests {
+    @Test("with admin_token: tail sends the secret's value and prints the proxy's records; a wrong value is a 401 naming the secret")
+    func realFeed() throws {
+        let token = "CANARY-view-token-0123456789"
+        let origin = try FixtureOrigin()
+        defer { origin.stop() }
+        let configured = try ConfiguredProxy(environment: ["VIEW_TOKEN": token]) { log in
+            "admin_token: view_token\nsecrets:\n  view_token: { env: VIEW_TOKEN }\nlog: { output: \(log), format: json }\n"
+        }
+        let socket = try TestSocket.connect(port: configured.port)
+        try socket.send("GET \(origin.url)/tail-probe?q=1 HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: close\r\n\r\n")
+        #expect(try HTTPReader(socket).readResponse()?.status == 200)
+        socket.close()
+        // The deadline is when the test stops tail (SIGTERM): the record is replayed to a new viewer at once.
+        let outcome = try runBinary(
+            ["tail", "--config", configured.configPath, "--origin", origin.authority], environment: ["VIEW_TOKEN": token], seconds: 3)
+        #expect(outcome.status == 0, "\(outcome.stderr)")
+        #expect(outcome.stdout.contains(" GET \(origin.url)/tail-probe?q=:redacted 200 "), "\(outcome.stdout)")
+        #expect(outcome.stdout.contains("\n  -> passed\n"), "\(outcome.stdout)")
+        let wrong = try runBinary(["tail", "--config", configured.configPath], environment: ["VIEW_TOKEN": "CANARY-wrong-token-0000000"])
+        #expect(wrong.status == 1)
+        #expect(wrong.stderr.contains("answered 401: the token of secret 'view_token' (admin_token) was refused"), "\(wrong.stderr)")
+        for text in [outcome.stdout, outcome.stderr, wrong.stdout, wrong.stderr] {
+            #expect(!text.contains("CANARY"), "a token value in tail's output")
+        }
+    }
+}
