@@ -60,7 +60,7 @@ wait_port "$PROXY_PORT"; wait_port "$ADMIN_PORT"
 code=$(curl -sS --max-time 10 -x "http://127.0.0.1:$PROXY_PORT" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NGINX_PORT/1k" || true)
 [ "$code" = 200 ] || { echo "the proxy answered '$code' for the origin's /1k" >&2; exit 1; }
 # The stream must answer before anything is measured (a proxy without the view answers 404).
-code=$(curl -sS --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/view/events" || true)
+code=$(curl -s --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ADMIN_PORT/view/events" 2>/dev/null || true)
 [ "$code" = 200 ] || { echo "GET /view/events on the admin address answered '$code' (is the view's feed in this binary?)" >&2; exit 1; }
 
 cat > "$WORK/proxy.lua" <<'LUA'
@@ -77,9 +77,10 @@ published() {
   [ -n "$value" ] && echo "$value" || wc -l < "$WORK/access.log"
 }
 
-# one phase: prints "req/s hwm-kib viewers-json" (viewers-json "-" without viewers)
+# one phase: prints "req/s hwm-kib published viewers-json" (viewers-json "-" without viewers), where
+# published is the feed's count when the viewers stop (the requests wrk left in flight included).
 phase() {
-  local viewers=$1 stalled=$2 out rps hwm summary=- fifo="$WORK/viewers.in" viewer_pid
+  local viewers=$1 stalled=$2 out rps hwm summary=- fifo="$WORK/viewers.in" viewer_pid count
   echo 5 > "/proc/$PROXY_PID/clear_refs"   # VmHWM := VmRSS: this phase's peak only
   if [ "$viewers" != 0 ]; then
     rm -f "$fifo"; mkfifo "$fifo"
@@ -92,14 +93,15 @@ phase() {
   out=$(taskset -c 1 timeout --foreground $((DURATION + 30)) wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$WORK/proxy.lua" "http://127.0.0.1:$PROXY_PORT")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   local non2xx; non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out"); [ -n "$non2xx" ] && log "warning: $non2xx non-2xx responses"
+  sleep 1   # the requests wrk left in flight end, and their records reach the readers
+  count=$(published)
   if [ "$viewers" != 0 ]; then
-    sleep 1   # what is in flight reaches the readers
     exec 7>&-  # the viewers' stdin closes: they report and exit
     wait "$viewer_pid" || true
     summary=$(tail -1 "$WORK/viewers.out")
   fi
   hwm=$(status_kib "$PROXY_PID" VmHWM)
-  echo "${rps:-0} $hwm $summary"
+  echo "${rps:-0} $hwm $count $summary"
 }
 
 declare -A RPS HWM LAST
@@ -111,9 +113,9 @@ for repeat in $(seq 1 "$REPEATS"); do
       100) result=$(phase "$VIEWERS" 0) ;;
       100/10) result=$(phase "$VIEWERS" "$STALLED") ;;
     esac
-    read -r rps hwm summary <<<"$result"
-    RPS[$name]+="$rps "; HWM[$name]+="$hwm "; LAST[$name]="$summary|$(published)"
-    log "repeat $repeat, $name: $rps req/s, VmHWM $(mib "$hwm") MiB, viewers ${summary}, published $(published)"
+    read -r rps hwm count summary <<<"$result"
+    RPS[$name]+="$rps "; HWM[$name]+="$hwm "; LAST[$name]="$summary|$count"
+    log "repeat $repeat, $name: $rps req/s, VmHWM $(mib "$hwm") MiB, published $count, viewers ${summary}"
   done
 done
 LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
@@ -145,7 +147,7 @@ nginx (1 worker), wrk -t1 -c$CONNECTIONS -d${DURATION}s (1 KiB, keep-alive) and 
 req/s: the median of $REPEATS interleaved runs; the rest from the last run of each phase. Peak RSS: VmHWM of the phase (reset before it), the highest over the runs.
 Records: the feed's sequence numbers (SSE ids) the viewers saw, against the records published (the feed's metric, or the access log's lines).
 
-| phase | req/s | × none | proxy peak RSS MiB | records published (total) | reading viewers | stalled viewers |
+| phase | req/s | × none | proxy peak RSS MiB | records published (total, when the viewers stopped) | reading viewers | stalled viewers |
 |---|---|---|---|---|---|---|
 $(for name in $PHASES; do row "$name"; done)
 
