@@ -2,6 +2,10 @@ import HTTP1Codec
 import JSONText
 import PosixSupport
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One exchange's record for the live decision view (docs/view.md): a complete JSON object,
 /// already redacted and tripwire-scrubbed by whoever built it, and the keys the `/view/events`
 /// filters match on.
@@ -30,16 +34,37 @@ final class SharedBytes: @unchecked Sendable {
     let base: UnsafeMutableRawPointer
     let count: Int
 
-    init(_ parts: [ArraySlice<UInt8>]) {
-        count = parts.reduce(0) { $0 + $1.count }
-        base = .allocate(byteCount: max(count, 1), alignment: 1)
+    /// One SSE event for a record: `id: SEQ\ndata: {"seq":SEQ,` then the record after its `{`,
+    /// then a blank line. A raw line break in the record (in valid JSON only whitespace) becomes a
+    /// space: it would end the data line.
+    init(seq: UInt64, record: UnsafeRawBufferPointer) {
+        var digits: [UInt8] = []
+        JSONLine.appendDecimal(seq, to: &digits)
+        let body = UnsafeRawBufferPointer(rebasing: record.dropFirst())
+        let isEmptyObject = body.first { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D } == UInt8(ascii: "}")
+        let idPrefix = "id: ", dataPrefix = "\ndata: {\"seq\":"
+        count = idPrefix.utf8.count + 2 * digits.count + dataPrefix.utf8.count + (isEmptyObject ? 0 : 1) + body.count + 2
+        base = .allocate(byteCount: count, alignment: 1)
         var offset = 0
-        for part in parts {
-            part.withUnsafeBytes { bytes in
-                if let source = bytes.baseAddress { (base + offset).copyMemory(from: source, byteCount: bytes.count) }
-            }
-            offset += part.count
+        func append(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (base + offset).copyMemory(from: source, byteCount: bytes.count)
+            offset += bytes.count
         }
+        var prefix = Array(idPrefix.utf8) + digits + Array(dataPrefix.utf8) + digits
+        if !isEmptyObject { prefix.append(UInt8(ascii: ",")) }
+        prefix.withUnsafeBytes { append($0) }
+        let bodyStart = offset
+        append(body)
+        for lineBreak: UInt8 in [0x0A, 0x0D] {
+            var cursor = bodyStart
+            while cursor < offset, let found = memchr(base + cursor, Int32(lineBreak), offset - cursor) {
+                found.storeBytes(of: 0x20, as: UInt8.self)
+                cursor = found - base + 1
+            }
+        }
+        (base + offset).storeBytes(of: 0x0A, as: UInt8.self)
+        (base + offset + 1).storeBytes(of: 0x0A, as: UInt8.self)
     }
 
     /// Several blocks' bytes as one block (a batch of records for one group of viewers).
@@ -201,19 +226,11 @@ public final class ViewFeed: Sendable {
         if json.count > Self.maxRecordBytes {
             json = Array(#"{"omitted":"record over the view's size limit","bytes":\#(json.count)}"#.utf8)
         }
-        // A raw line break would end the SSE data line; in valid JSON one is only whitespace.
-        for index in json.indices where json[index] == 0x0A || json[index] == 0x0D { json[index] = 0x20 }
-        let isEmptyObject = json.dropFirst().first { $0 != 0x20 && $0 != 0x09 } == UInt8(ascii: "}")
         metrics?.viewRecordsPublished.add(1, ordering: .relaxed)
         state.withLock { state in
             state.seq += 1
-            var digits: [UInt8] = []
-            JSONLine.appendDecimal(state.seq, to: &digits)
-            let frame = SharedBytes([
-                ArraySlice("id: ".utf8), digits[...], ArraySlice("\ndata: {\"seq\":".utf8), digits[...],
-                isEmptyObject ? json.dropFirst() : ArraySlice(",".utf8), isEmptyObject ? [] : json.dropFirst(),
-                ArraySlice("\n\n".utf8),
-            ])
+            let seq = state.seq
+            let frame = json.withUnsafeBytes { SharedBytes(seq: seq, record: $0) }
             let event = ViewEvent(
                 seq: state.seq, frame: frame, clientID: entry.clientID, clientAddress: entry.clientAddress, origin: entry.origin)
             state.ring.append(event)

@@ -51,8 +51,13 @@ struct Banner {
         if let admin = config.admin {
             let bound = ListenAddress(host: admin.host, port: adminPort ?? admin.port)
             lines.append("  admin: http://\(bound)/healthz and /metrics")
+            // The live view (docs/view.md): where to open it, and how when a token guards it.
+            lines.append(
+                "  live view: http://\(bound)/view"
+                    + (config.adminToken.map { " (admin_token '\($0)': open /view?token=TOKEN once, or send Authorization: Bearer TOKEN)" }
+                        ?? " (no admin_token: open to local processes; scopeproxy tail shows it in a terminal)"))
         } else {
-            lines.append("  admin: off (set 'admin: 127.0.0.1:9090' for health checks and metrics)")
+            lines.append("  admin: off (set 'admin: 127.0.0.1:9090' for health checks, metrics and the live view)")
         }
         lines.append("  access log: " + Self.describe(log, config.log.output))
         if let caCertificate {

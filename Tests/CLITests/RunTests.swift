@@ -45,6 +45,7 @@ struct RunTests {
         #expect(lines.contains("  scope cdn: https://cdn.library.example"))
         #expect(lines.contains("    injects X-CDN-Token (secret cdn_token); passes no client credential"))
         #expect(lines.contains("  admin: http://127.0.0.1:\(configured.adminPort)/healthz and /metrics"))
+        #expect(lines.contains { $0.hasPrefix("  live view: http://127.0.0.1:\(configured.adminPort)/view (no admin_token") })
         #expect(lines.contains("  access log: json to stdout"), "stdout is not a terminal here: \(text)")
         #expect(
             lines.contains(

@@ -123,7 +123,7 @@ struct ViewFeedTests {
 @Suite("Live view filters and query")
 struct ViewFilterTests {
     private func event(client: String?, address: String, origin: String?) -> ViewEvent {
-        ViewEvent(seq: 1, frame: SharedBytes([]), clientID: client, clientAddress: address, origin: origin)
+        ViewEvent(seq: 1, frame: SharedBytes(joining: []), clientID: client, clientAddress: address, origin: origin)
     }
 
     @Test(
