@@ -19,7 +19,7 @@ define ensure_packages
 	fi
 endef
 
-.PHONY: run test browser-test lint format cost hostile build release install uninstall bench soak leak-check sanitize demo demo-egress demo-credentials fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
+.PHONY: run test browser-test lint format cost hostile build release install uninstall bench bench-view soak leak-check sanitize demo demo-egress demo-credentials fuzz image-check chroot-check packages-build packages-test packages-node packages-bench clean
 
 # `make install`: where, and an optional staging root for packagers (DESTDIR=/tmp/stage).
 PREFIX ?= /usr/local
@@ -171,6 +171,12 @@ cost: packages-test release
 ## on top of bench/RESULTS.md (BENCH_WRITE_RESULTS=0 skips that). Not part of `make test`.
 bench: release packages-bench
 	BENCH_COMMAND="make bench" bench/run.sh
+
+## The live view under load: wrk's 1 KiB keep-alive rate with nobody watching, with 100 viewers of
+## /view/events, and with 100 of which 10 never read (bench/view.sh); a section of bench/RESULTS.md.
+## Not part of `make test`.
+bench-view: release packages-bench
+	BENCH_COMMAND="make bench-view" bench/view.sh
 
 ## Only the hostile-peer suites: clients, upstreams, limits (10 000 idle connections), smuggling vectors.
 hostile: packages-test

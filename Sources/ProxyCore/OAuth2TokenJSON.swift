@@ -1,8 +1,9 @@
 /// A strict JSON reader (RFC 8259) for token responses: just enough to read one object's members.
 /// Strict on purpose: duplicate member names, trailing bytes, invalid UTF-8, lone surrogates, and
 /// nesting deeper than 16 are refused, so two readers of the same response cannot disagree on
-/// which `access_token` it carries. Errors are fixed texts: never a byte of the input.
-enum TokenJSON: Equatable {
+/// which `access_token` it carries. Errors are fixed texts: never a byte of the input. Also the
+/// reader of `scopeproxy tail` (a view record from whatever listens on the admin port).
+public enum TokenJSON: Equatable, Sendable {
     case string([UInt8])  // UTF-8
     case number(String)
     case bool(Bool)
@@ -10,13 +11,13 @@ enum TokenJSON: Equatable {
     case array([TokenJSON])
     case object([String: TokenJSON])
 
-    struct Invalid: Error, Equatable {
-        let reason: String
+    public struct Invalid: Error, Equatable {
+        public let reason: String
     }
 
-    static let maxDepth = 16
+    public static let maxDepth = 16
 
-    static func parse(_ bytes: [UInt8]) throws(Invalid) -> TokenJSON {
+    public static func parse(_ bytes: [UInt8]) throws(Invalid) -> TokenJSON {
         var reader = Reader(bytes: bytes)
         reader.skipSpace()
         let value = try reader.value(depth: 0)

@@ -158,7 +158,7 @@ enum CommandTable {
             OptionSpec("man", "print the manual page (roff) and exit; used by 'make install'"),
             OptionSpec("bash-completion", "print the bash completion script and exit; used by 'make install'"),
         ],
-        subcommands: [run, check, secret, placeholders, env, ca, health, config, explain, help],
+        subcommands: [run, check, secret, placeholders, env, ca, health, tail, config, explain, help],
         examples: [
             "scopeproxy check --config ~/.config/scopeproxy/config.yaml",
             "scopeproxy run --config ~/.config/scopeproxy/config.yaml",
@@ -280,6 +280,35 @@ enum CommandTable {
         ],
         options: [configOption],
         action: Commands.health)
+
+    /// A filter's value goes into the stream's query: printable, one line.
+    @Sendable static func filterProblem(_ text: String) -> String? {
+        if text.isEmpty { return "expects a value" }
+        return text.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) ? nil : "expects one word (no spaces or control characters)"
+    }
+
+    static let tail = CommandSpec(
+        ["tail"], "print the running proxy's live view as access log lines, as they happen",
+        details: [
+            "Connects to the config's 'admin' address (GET /view/events, with the token of the secret named by the config's "
+                + "admin_token when it has one) and prints one line per exchange as it ends, in the access log's text format "
+                + "(coloured like it when standard output is a terminal and NO_COLOR is unset), each followed by the view's "
+                + "decision word. The most recent records are shown first, as the view replays them.",
+            "A dropped connection is said on standard error and retried (0.25 s, doubling to 5 s), resuming after the last "
+                + "record seen. Ctrl-C or SIGTERM exit 0; exit 1 when nothing answers at first, the token is refused (401) or "
+                + "what answers is not the view's event stream; exit 2 when the config has no fixed admin address.",
+        ],
+        options: [
+            configOption,
+            OptionSpec(
+                "client", value: "C", "only exchanges of this client: a configured client name or the client's address",
+                validate: CommandTable.filterProblem),
+            OptionSpec(
+                "origin", value: "O", "only exchanges with this origin: HOST:PORT, HOST (any port) or scheme://HOST:PORT",
+                validate: CommandTable.filterProblem),
+        ],
+        examples: ["scopeproxy tail --config config.yaml", "scopeproxy tail --config config.yaml --origin api.github.com"],
+        action: Commands.tail)
 
     static let config = CommandSpec(
         ["config"], "show the effective configuration",
