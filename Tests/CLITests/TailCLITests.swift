@@ -256,6 +256,7 @@ struct TailProxyTests {
         let configured = try ConfiguredProxy(environment: ["VIEW_TOKEN": token]) { log in
             "admin_token: view_token\nsecrets:\n  view_token: { env: VIEW_TOKEN }\nlog: { output: \(log), format: json }\n"
         }
+        defer { _ = configured.process.terminate() }
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("GET \(origin.url)/tail-probe?q=1 HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: close\r\n\r\n")
         #expect(try HTTPReader(socket).readResponse()?.status == 200)
