@@ -218,13 +218,15 @@ struct AdminRoutes: Sendable {
             return .refused(hint: "admin_token's secret has no value now (see the proxy's secret diagnostics)")
         case .token(let token):
             if let presented = ViewAccess.bearer(fields), ViewAccess.matches(presented, token) { return .allowed(setCookie: nil) }
-            let cookie = ViewAccess.cookieValue(for: token)
-            for presented in ViewAccess.cookies(fields) where ProxyAuthorization.constantTimeEqual(presented, cookie) {
+            let now = ViewAccess.wallClockSeconds()
+            for presented in ViewAccess.cookies(fields) where ViewAccess.cookieIsValid(presented, for: token, now: now) {
                 return .allowed(setCookie: nil)
             }
             if let queryToken, ViewAccess.matches(queryToken, token) {
+                let cookie = ViewAccess.cookieValue(for: token, expires: now + ViewAccess.cookieLifetimeSeconds)
                 return .allowed(
-                    setCookie: "\(ViewAccess.cookieName)=\(String(decoding: cookie, as: UTF8.self)); Path=/view; HttpOnly; SameSite=Strict")
+                    setCookie: "\(ViewAccess.cookieName)=\(String(decoding: cookie, as: UTF8.self)); Path=/view; "
+                        + "Max-Age=\(ViewAccess.cookieLifetimeSeconds); HttpOnly; SameSite=Strict")
             }
             return .refused(
                 hint: "the view needs admin_token: send Authorization: Bearer TOKEN, or open /view?token=TOKEN once (it sets a cookie)")

@@ -282,7 +282,11 @@ enum ExchangeLine {
         hintOnStderrOnce(record.failure, client: record.client)
         configuration.metrics.count(record, policy: configuration.scope.context.policy)
         configuration.accessLog?.record(record)
-        if let feed = configuration.viewFeed { publishView(record, to: feed, configuration) }
+        // The view's record is made only while someone watches (ViewFeed.isRecording), or for a
+        // test's observer: it costs about what the exchange did.
+        if let feed = configuration.viewFeed, feed.isRecording || configuration.viewRecorder?.observer != nil {
+            publishView(record, to: feed, configuration)
+        }
     }
 
     /// The events already hinted on stderr in this process (ExchangeFailure.stderrHint): each the

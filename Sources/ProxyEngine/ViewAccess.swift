@@ -3,6 +3,10 @@ import HTTP1Codec
 import PosixSupport
 import ScopePolicy
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Who may open the live view (`/view*` on the admin listener, docs/view.md): the config's
 /// `admin_token` names a secret; its current value is read from the secret lookup at each request,
 /// so a rotated file secret takes effect at once and a reload swaps name and lookup together.
@@ -44,11 +48,41 @@ public final class ViewAccess: Sendable {
     /// The cookie's name; its path is `/view`.
     static let cookieName = "scopeproxy_view"
 
-    /// The cookie's value: derived from the token (hex HMAC-SHA256 keyed with it), never the token
-    /// itself, so a cookie read off a disk or a browser profile does not give the token away.
-    static func cookieValue(for token: SecretValue) -> [UInt8] {
-        Array(Hex.lowercase(HMAC.sha256(key: token.exposedBytes, message: "scopeproxy view cookie")).utf8)
+    /// How long a cookie `?token=` set is accepted: a working day. The browser is told the same
+    /// (`Max-Age`), and the proxy checks the time the cookie carries, so a cookie copied out of a
+    /// browser stops working on its own.
+    static let cookieLifetimeSeconds: UInt64 = 12 * 60 * 60
+
+    /// This process's own key for cookies: a cookie from an earlier run, or made by anyone who
+    /// knows only the token's derivation, is refused. Browsers send a host's cookies to all of its
+    /// ports (RFC 6265 §8.5), so a cookie may reach another local server; what it can do there is
+    /// bounded by this process's life and `cookieLifetimeSeconds` (docs/view.md).
+    private static let processKey: [UInt8] = RandomBytes.generate(32)
+
+    /// The cookie's value, `EXPIRES.MAC`: the expiry (seconds since 1970) and a hex HMAC-SHA256
+    /// keyed with the token over this process's key and the expiry. Never the token itself.
+    static func cookieValue(for token: SecretValue, expires: UInt64) -> [UInt8] {
+        Array("\(expires).".utf8) + mac(token, expires)
     }
+
+    private static func mac(_ token: SecretValue, _ expires: UInt64) -> [UInt8] {
+        let message = processKey + Array(" scopeproxy view cookie \(expires)".utf8)
+        return Array(Hex.lowercase(HMAC.sha256(key: token.exposedBytes, message: message)).utf8)
+    }
+
+    /// Whether `presented` is a cookie this process set for `token` that has not expired at `now`.
+    /// The expiry is read with a bound before any arithmetic; the MAC is compared in constant time.
+    static func cookieIsValid(_ presented: [UInt8], for token: SecretValue, now: UInt64) -> Bool {
+        guard let dot = presented.firstIndex(of: UInt8(ascii: ".")), dot > 0, dot <= 12,
+            presented[..<dot].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+        else { return false }
+        let expires = presented[..<dot].reduce(UInt64(0)) { $0 * 10 + UInt64($1 - 0x30) }  // at most 12 digits
+        guard expires >= now, expires <= now + cookieLifetimeSeconds else { return false }
+        return ProxyAuthorization.constantTimeEqual(Array(presented[(dot + 1)...]), mac(token, expires))
+    }
+
+    /// Seconds since 1970, for cookie expiry.
+    static func wallClockSeconds() -> UInt64 { UInt64(max(0, time(nil))) }
 
     /// Whether `presented` is the token: in time that depends only on the lengths.
     static func matches(_ presented: [UInt8], _ token: SecretValue) -> Bool {

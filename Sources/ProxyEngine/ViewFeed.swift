@@ -1,6 +1,7 @@
 import HTTP1Codec
 import JSONText
 import PosixSupport
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -212,6 +213,21 @@ public final class ViewFeed: Sendable {
 
     private let state = Locked(State())
     private let metrics: Metrics?
+    /// Until when (monotonic microseconds) exchanges are recorded: `UInt64.max` while a viewer is
+    /// attached, then `recordingGrace` longer (a page reload or a `tail` reconnect finds what
+    /// happened meanwhile). Read by workers without the lock: one load per exchange.
+    private let recordingUntil = Atomic<UInt64>(0)
+    /// How long records are still made after the last viewer left.
+    static let recordingGrace: UInt64 = 5 * 60 * 1_000_000
+
+    /// Whether an exchange that ends now should be rendered and published. Rendering a record
+    /// costs about as much as the exchange itself (docs/view.md), so a proxy whose view nobody
+    /// opens pays nothing for it: records are made while a viewer is attached and for
+    /// `recordingGrace` after the last one left, and the ring replays those.
+    public var isRecording: Bool {
+        let until = recordingUntil.load(ordering: .relaxed)
+        return until == .max || (until != 0 && until > monotonicMicroseconds())
+    }
 
     /// `metrics`: counts published records (`scopeproxy_view_records_published_total`).
     public init(metrics: Metrics? = nil) {
@@ -295,6 +311,7 @@ public final class ViewFeed: Sendable {
                 state.woken = false
                 state.hasViewers = true
             }
+            recordingUntil.store(.max, ordering: .relaxed)
             let after = lastEventID.map { $0 > state.seq ? 0 : $0 } ?? 0
             return (state.pending, state.lost, state.ring.events(after: after))
         }
@@ -302,6 +319,7 @@ public final class ViewFeed: Sendable {
 
     /// The last viewer left: records are no longer queued for the admin thread.
     func viewersGone() {
+        recordingUntil.store(monotonicMicroseconds() + Self.recordingGrace, ordering: .relaxed)
         state.withLock { state in
             state.hasViewers = false
             state.pending.removeAll()

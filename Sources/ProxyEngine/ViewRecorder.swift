@@ -8,7 +8,10 @@ import RecordRendering
 /// curl's CA comment names, and the forward listener's bound address (a configured port 0 is known
 /// only once bound). Shared by every copy of the engine's configuration.
 public final class ViewRecorder: Sendable {
-    private let explainer: Locked<(@Sendable (ExplainQuery) -> ExplainAnswer?)?>
+    /// Boxed: a closure kept bare in a `Locked` came back through a reabstraction thunk at each
+    /// read (`withLock { $0 }` writes the inout back), a chain that grew by one per record until a
+    /// record cost milliseconds; a class reference is read as it is.
+    private let explainer: Locked<ExplainBox?>
     private let listening = Locked<ListenAddress?>(nil)
     /// The config file the proxy runs with; nil for the embedded default.
     public let configPath: String?
@@ -20,17 +23,17 @@ public final class ViewRecorder: Sendable {
     ) {
         self.configPath = configPath
         self.observer = observer
-        explainer = Locked(explain)
+        explainer = Locked(explain.map(ExplainBox.init))
     }
 
     /// After a reload: explain with the new configuration.
     public func replaceExplainer(_ explain: (@Sendable (ExplainQuery) -> ExplainAnswer?)?) {
-        explainer.withLock { $0 = explain }
+        explainer.withLock { $0 = explain.map(ExplainBox.init) }
     }
 
     /// `scopeproxy explain`'s text for the query, or nil.
     public func explain(_ query: ExplainQuery) -> ExplainAnswer? {
-        explainer.withLock { $0 }?(query)
+        explainer.withLock { $0 }?.explain(query)
     }
 
     /// The forward listener as bound (`ProxyServer.start`).
@@ -60,4 +63,10 @@ extension ExchangeLine {
         recorder?.observer?(entry)
         feed.publish(entry)
     }
+}
+
+/// One explain function, held by reference (see `ViewRecorder.explainer`).
+final class ExplainBox: Sendable {
+    let explain: @Sendable (ExplainQuery) -> ExplainAnswer?
+    init(_ explain: @escaping @Sendable (ExplainQuery) -> ExplainAnswer?) { self.explain = explain }
 }

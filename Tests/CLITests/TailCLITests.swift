@@ -257,6 +257,12 @@ struct TailProxyTests {
             "admin_token: view_token\nsecrets:\n  view_token: { env: VIEW_TOKEN }\nlog: { output: \(log), format: json }\n"
         }
         defer { _ = configured.process.terminate() }
+        // Records are made only while someone watches (docs/view.md): a viewer first, left open.
+        let watcher = try TestSocket.connect(port: configured.adminPort)
+        defer { watcher.close() }
+        try watcher.send("GET /view/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n\r\n")
+        let watcherHead = try HTTPReader(watcher).readHeadBytes().map { String(decoding: $0, as: UTF8.self) } ?? ""
+        #expect(watcherHead.hasPrefix("HTTP/1.1 200"), "\(watcherHead.prefix(40))")
         let socket = try TestSocket.connect(port: configured.port)
         try socket.send("GET \(origin.url)/tail-probe?q=1 HTTP/1.1\r\nHost: \(origin.authority)\r\nConnection: close\r\n\r\n")
         #expect(try HTTPReader(socket).readResponse()?.status == 200)

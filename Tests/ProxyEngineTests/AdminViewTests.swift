@@ -311,9 +311,10 @@ struct AdminViewAccessTests {
         let opened = try admin.get("/view?token=\(canaryToken)")
         #expect(opened.status == 200)
         let setCookie = try #require(opened.header("set-cookie"))
-        #expect(setCookie.hasPrefix("scopeproxy_view=") && setCookie.hasSuffix("; Path=/view; HttpOnly; SameSite=Strict"))
+        #expect(setCookie.hasPrefix("scopeproxy_view=") && setCookie.hasSuffix("; Path=/view; Max-Age=\(ViewAccess.cookieLifetimeSeconds); HttpOnly; SameSite=Strict"))
         let cookie = String(setCookie.prefix { $0 != ";" })
-        #expect(!cookie.contains(canaryToken) && cookie.count == "scopeproxy_view=".count + 64)
+        #expect(!cookie.contains(canaryToken) && cookie.hasPrefix("scopeproxy_view=") && cookie.hasSuffix(String(cookie.suffix(64))))
+        #expect(setCookie.contains("Max-Age=\(ViewAccess.cookieLifetimeSeconds)"))
         #expect(try admin.get("/view/view.js", headers: ["Host: 127.0.0.1", "Cookie: theme=dark; \(cookie)"]).status == 200)
         #expect(try admin.get("/view/view.js", headers: ["Host: 127.0.0.1", "Cookie: scopeproxy_view=\(canaryToken)"]).status == 401)
         #expect(try admin.get("/view/events?token=\(canaryToken)").status == 400, "?token= is for /view only")
@@ -325,11 +326,30 @@ struct AdminViewAccessTests {
         viewer.socket.close()
     }
 
+    @Test("a view cookie is accepted until the expiry it carries: a changed, expired, far-future or overlong expiry is refused")
+    func cookieExpiry() {
+        let token = SecretValue(canaryToken)
+        let now = ViewAccess.wallClockSeconds()
+        let cookie = ViewAccess.cookieValue(for: token, expires: now + 60)
+        #expect(ViewAccess.cookieIsValid(cookie, for: token, now: now))
+        #expect(!ViewAccess.cookieIsValid(cookie, for: token, now: now + 61), "expired")
+        #expect(!ViewAccess.cookieIsValid(cookie, for: SecretValue(canaryToken + "x"), now: now), "another token")
+        // The expiry is covered by the MAC: moving it later breaks the cookie.
+        let mac = cookie.split(separator: UInt8(ascii: ".")).last.map(Array.init) ?? []
+        #expect(!ViewAccess.cookieIsValid(Array("\(now + 120).".utf8) + mac, for: token, now: now))
+        let farFuture = ViewAccess.cookieValue(for: token, expires: now + ViewAccess.cookieLifetimeSeconds + 10)
+        #expect(!ViewAccess.cookieIsValid(farFuture, for: token, now: now), "beyond the lifetime this process gives")
+        for hostile in ["", ".", "1.", String(repeating: "9", count: 40) + ".aa", "-1.aa", "x.y", "18446744073709551615.ab"] {
+            #expect(!ViewAccess.cookieIsValid(Array(hostile.utf8), for: token, now: now), "\(hostile.prefix(20))")
+        }
+    }
+
     @Test("a reload's new token applies at once, the old one and its cookie stop working; a token without a value lets nobody in")
     func tokenReplaced() throws {
         let access = ViewAccess(tokenSecret: "view_token", secrets: StaticSecrets(["view_token": canaryToken]))
         let routes = AdminRoutes(metrics: Metrics(), access: access, adminHost: "127.0.0.1", adminIsLoopback: true, viewEnabled: true)
-        let oldCookie = ViewAccess.cookieValue(for: SecretValue(canaryToken))
+        let oldCookie = ViewAccess.cookieValue(
+            for: SecretValue(canaryToken), expires: ViewAccess.wallClockSeconds() + ViewAccess.cookieLifetimeSeconds)
         func fields(_ pairs: [(String, String)]) -> HTTPFields { HTTPFields(pairs.map { HTTPField(name: $0.0, value: $0.1) }) }
         let bearerOld = fields([("Authorization", "Bearer \(canaryToken)")])
         let cookieOld = fields([("Cookie", "scopeproxy_view=\(String(decoding: oldCookie, as: UTF8.self))")])
