@@ -311,7 +311,8 @@ struct AdminViewAccessTests {
         let opened = try admin.get("/view?token=\(canaryToken)")
         #expect(opened.status == 200)
         let setCookie = try #require(opened.header("set-cookie"))
-        #expect(setCookie.hasPrefix("scopeproxy_view=") && setCookie.hasSuffix("; Path=/view; Max-Age=\(ViewAccess.cookieLifetimeSeconds); HttpOnly; SameSite=Strict"))
+        let attributes = "; Path=/view; Max-Age=\(ViewAccess.cookieLifetimeSeconds); HttpOnly; SameSite=Strict"
+        #expect(setCookie.hasPrefix("scopeproxy_view=") && setCookie.hasSuffix(attributes))
         let cookie = String(setCookie.prefix { $0 != ";" })
         #expect(!cookie.contains(canaryToken) && cookie.hasPrefix("scopeproxy_view=") && cookie.hasSuffix(String(cookie.suffix(64))))
         #expect(setCookie.contains("Max-Age=\(ViewAccess.cookieLifetimeSeconds)"))
