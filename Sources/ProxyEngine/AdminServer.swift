@@ -144,16 +144,34 @@ final class AdminServer: @unchecked Sendable {
     // MARK: Connections
 
     private func accept(_ fd: Int32) {
-        guard connections.count - viewers.count < limits.maxConnections,
-            let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue))
-        else {
+        if connections.count - viewers.count >= limits.maxConnections {
+            // At the cap the oldest connection still waiting for a head gives way, not the new
+            // one: a local process holding every slot with heads it never finishes would
+            // otherwise keep health checks and scrapes out for as long as it likes. A probe sends
+            // its head at once, so it is never the oldest waiting for long.
+            guard let oldest = oldestWaitingForHead() else {
+                Glibc.close(fd)
+                return
+            }
+            close(oldest)
+        }
+        guard let bev = bufferevent_socket_new(base, fd, Int32(BEV_OPT_CLOSE_ON_FREE.rawValue)) else {
             Glibc.close(fd)
             return
         }
         _ = sp_set_nodelay(fd)
-        let connection = AdminConnection(server: self, bev: bev)
+        acceptedCount &+= 1
+        let connection = AdminConnection(server: self, bev: bev, serial: acceptedCount)
         connections[ObjectIdentifier(connection)] = connection
         connection.start()
+    }
+
+    /// Connections accepted so far: each connection's serial, so the oldest is known.
+    private var acceptedCount: UInt64 = 0
+
+    /// The connection accepted first among those waiting for a head (idle keep-alive included).
+    private func oldestWaitingForHead() -> AdminConnection? {
+        connections.values.filter(\.isWaitingForHead).min { $0.serial < $1.serial }
     }
 
     private func acceptFailed() {
@@ -294,9 +312,19 @@ final class AdminConnection {
     private var peerEnded = false
     private var freed = false
 
-    init(server: AdminServer, bev: OpaquePointer) {
+    /// When it was accepted, in order (`AdminServer.oldestWaitingForHead`).
+    let serial: UInt64
+
+    init(server: AdminServer, bev: OpaquePointer, serial: UInt64) {
         self.server = server
         self.bev = bev
+        self.serial = serial
+    }
+
+    /// Waiting for a request head: a new connection, or one idle between keep-alive requests.
+    var isWaitingForHead: Bool {
+        if case .readingHead = state { return true }
+        return false
     }
 
     func start() {

@@ -482,19 +482,36 @@ struct AdminPlainTests {
         }
     }
 
-    @Test("the connection cap closes a connection past it at once")
+    @Test("at the connection cap the oldest connection waiting for a head gives way: unfinished heads cannot lock health checks out")
     func connectionCap() throws {
         var limits = AdminServer.Limits()
-        limits.maxConnections = 2
+        limits.maxConnections = 8
         let admin = try AdminFixture(limits: limits)
         defer { admin.stop() }
-        let first = try TestSocket.connect(port: admin.port)
-        let second = try TestSocket.connect(port: admin.port)
-        try first.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        #expect(try HTTPReader(first).readResponse()?.status == 200)  // both slots taken now
-        let third = try TestSocket.connect(port: admin.port)
-        third.setReceiveTimeout(milliseconds: 10_000)
-        #expect(third.receiveUntilClose().isEmpty, "over the cap: closed at accept")
-        for socket in [first, second, third] { socket.close() }
+        // A local process takes every slot with heads it never finishes.
+        var holders: [TestSocket] = []
+        for _ in 0..<limits.maxConnections {
+            let holder = try TestSocket.connect(port: admin.port)
+            try holder.send("G")
+            holders.append(holder)
+        }
+        defer { for holder in holders { holder.close() } }
+        // A probe still gets in: the oldest unfinished head is the one closed.
+        let probe = try TestSocket.connect(port: admin.port)
+        try probe.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        #expect(try HTTPReader(probe).readResponse()?.status == 200)
+        probe.close()
+        holders[0].setReceiveTimeout(milliseconds: 10_000)
+        #expect(holders[0].receiveUntilClose().isEmpty, "the oldest holder was closed")
+        // The holder takes its slots back, and more: a probe still gets in.
+        for _ in 0..<3 {
+            let holder = try TestSocket.connect(port: admin.port)
+            try holder.send("G")
+            holders.append(holder)
+        }
+        let again = try TestSocket.connect(port: admin.port)
+        try again.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        #expect(try HTTPReader(again).readResponse()?.status == 200)
+        again.close()
     }
 }
