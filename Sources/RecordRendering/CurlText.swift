@@ -83,6 +83,8 @@ public enum CurlText {
         }
         var leftOut: [String] = []
         var placeholders: [String] = []
+        var budget = ViewRecord.maxShownHeadBytes
+        var leftOutForSize = 0
         for field in record.requestFields ?? HTTPFields() {
             let name = field.lowercasedName
             guard !Self.framing.contains(name) else { continue }
@@ -97,9 +99,17 @@ public enum CurlText {
                 if !leftOut.contains(why) { leftOut.append(why) }
                 continue
             }
+            // Bounded like the heads in `detail`: a client cannot make the record too big to show.
+            let header = quoted(field.name + ": " + shown)
+            guard shown.utf8.count <= ViewRecord.maxShownValueBytes, header.utf8.count <= budget else {
+                leftOutForSize += 1
+                continue
+            }
+            budget -= header.utf8.count
             for secret in named where !placeholders.contains(secret.name) { placeholders.append(secret.name) }
-            command += ["-H", quoted(field.name + ": " + shown)]
+            command += ["-H", header]
         }
+        if leftOutForSize > 0 { leftOut.append("# left out: \(leftOutForSize) header(s) too long to show here") }
         comments += leftOut
         for secret in placeholders {
             comments.append("# ${\(secret)}: the client's placeholder for secret \(secret) (`scopeproxy env` prints it); put it in its place")
@@ -109,8 +119,9 @@ public enum CurlText {
         return (comments + [command.joined(separator: " ")]).joined(separator: "\n")
     }
 
-    /// Fields curl makes itself (from the URL, and for a body it does not send).
-    static let framing: Set<String> = ["host", "content-length", "transfer-encoding"]
+    /// Fields curl makes itself (from the URL, and for a body it does not send),
+    /// and hop-by-hop fields it manages for the connection to the proxy (RFC 9110 §7.6.1).
+    static let framing: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "proxy-connection", "keep-alive", "te"]
 
     /// What the request's body was, by its framing (the bytes are never kept).
     static func bodyNote(_ fields: HTTPFields?) -> String? {

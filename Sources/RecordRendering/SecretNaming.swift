@@ -65,6 +65,23 @@ public struct SecretNaming: Sendable {
         return shown
     }
 
+    /// A header name for the view: as it is, except that a known value or placeholder in it is
+    /// named (an origin that echoes a token as `X-Seen-<token>` shows `x-seen-${token}`).
+    public func shownName(_ name: String) -> String {
+        let wire = Array(name.utf8)
+        let regions = Self.regions(in: wire, watch: watch)
+        guard !regions.isEmpty else { return name }
+        var named: [UInt8] = []
+        var position = 0
+        for region in regions {
+            named += wire[position..<region.range.lowerBound]
+            named += Self.reference(region.names).utf8
+            position = region.range.upperBound
+        }
+        named += wire[position...]
+        return String(decoding: named, as: UTF8.self)
+    }
+
     /// The fields as `[name, value]` pairs for the view: names lowercased, wire order, repeated
     /// names kept.
     public func shown(_ fields: HTTPFields) -> [(name: String, value: String)] {

@@ -137,6 +137,23 @@ public enum ViewRecord {
         return "\(method) \(origin.description)\(redactor.pathAndQuery(record.pathAndQuery ?? "/")) \(version)"
     }
 
+    /// A head in `detail` shows at most this many bytes of names and values, each name at most
+    /// `maxShownNameBytes` and each value `maxShownValueBytes`; what is cut says how much was.
+    static let maxShownHeadBytes = 16 * 1024
+    static let maxShownNameBytes = 256
+    static let maxShownValueBytes = 2048
+
+    /// `text` cut at a character boundary to at most `limit` bytes, with how many bytes were left out.
+    static func clipped(_ text: String, to limit: Int) -> String {
+        let total = text.utf8.count
+        guard total > limit else { return text }
+        var end = text.utf8.index(text.utf8.startIndex, offsetBy: limit)
+        // Back to the start of the character the cut falls in (at most a few bytes).
+        while end > text.startIndex, end.samePosition(in: text) == nil { end = text.utf8.index(before: end) }
+        let kept = text[..<end]
+        return kept + "…(+\(total - kept.utf8.count) bytes)"
+    }
+
     /// `"NAME":{"line"|"status": ..., "headers":[[name, value], ...]}`.
     static func head(_ name: String, line text: String?, status: Int?, _ fields: HTTPFields, _ naming: SecretNaming, _ line: inout JSONLine) {
         line.beginObject(name)
@@ -144,13 +161,24 @@ public enum ViewRecord {
         if let status { line.number("status", UInt64(max(0, status))) }
         line.key("headers")
         line.bytes.append(UInt8(ascii: "["))
+        var budget = maxShownHeadBytes
         for (index, field) in fields.enumerated() {
             if index > 0 { line.bytes.append(UInt8(ascii: ",")) }
             let lowercase = field.lowercasedName
+            // Named (a value in a name is as secret as one in a value), then cut to the bounds.
+            let shownName = clipped(naming.shownName(lowercase), to: maxShownNameBytes)
+            let shownValue = clipped(naming.shown(lowercase, field.value), to: maxShownValueBytes)
+            guard budget >= shownName.utf8.count + shownValue.utf8.count else {
+                // A client or an origin cannot make a record big enough to be left out of the
+                // view, or to push the ring's other records out (docs/view.md).
+                line.bytes += #"["…","\#(fields.count - index) more fields not shown"]"#.utf8
+                break
+            }
+            budget -= shownName.utf8.count + shownValue.utf8.count
             line.bytes.append(UInt8(ascii: "["))
-            JSONLine.appendQuoted(lowercase, to: &line.bytes)
+            JSONLine.appendQuoted(shownName, to: &line.bytes)
             line.bytes.append(UInt8(ascii: ","))
-            JSONLine.appendQuoted(naming.shown(lowercase, field.value), to: &line.bytes)
+            JSONLine.appendQuoted(shownValue, to: &line.bytes)
             line.bytes.append(UInt8(ascii: "]"))
         }
         line.bytes.append(UInt8(ascii: "]"))

@@ -406,6 +406,45 @@ struct ViewRecordHostileTests {
     }
 }
 
+@Suite("View record: a client or an origin cannot make a record too big to show")
+struct ViewRecordBoundsTests {
+    @Test("a 40,000-byte header of quotes and 300 fields: the record keeps its log fields, detail is cut and says how much")
+    func hugeHeads() throws {
+        var record = Records.base("GET", path: "/big")
+        record.requestFields = HTTPFields(
+            [HTTPField(name: "User-Agent", value: String(repeating: "\"", count: 40_000))]
+                + (0..<300).map { HTTPField(name: "Accept", value: "v\($0)" + String(repeating: "v", count: 100)) })
+        let bytes = ViewRecord.render(record, context(), now: 1)
+        #expect(bytes.count < 200 * 1024, "\(bytes.count) bytes")
+        let json = try parsed(bytes)
+        #expect(json["method"] as? String == "GET" && (json["view"] as? [String: Any])?["decision"] != nil)
+        let client = try #require(((json["detail"] as? [String: Any])?["request"] as? [String: Any])?["client"] as? [String: Any])
+        let headers = try #require(client["headers"] as? [[String]])
+        let agent = try #require(headers.first { $0.first == "user-agent" }?.last)
+        #expect(agent.hasSuffix("…(+\(40_000 - ViewRecord.maxShownValueBytes) bytes)"))
+        #expect(headers.last?.first == "…" && headers.last?.last?.hasSuffix("more fields not shown") == true)
+    }
+
+    @Test("a value cut in the middle of a character is cut before it")
+    func clippedAtCharacter() {
+        let text = String(repeating: "é", count: 10)  // 2 bytes each
+        #expect(ViewRecord.clipped(text, to: 5) == "éé…(+16 bytes)")
+        #expect(ViewRecord.clipped("short", to: 5) == "short")
+    }
+
+    @Test("a secret value or placeholder in a header name is named, in every head")
+    func namesAreNamed() throws {
+        var record = Records.base("GET", path: "/n")
+        record.originResponse = ResponseHead(
+            version: .http1_1, status: 200, reason: "OK",
+            fields: HTTPFields([HTTPField(name: "X-Seen-\(Canary.token)", value: "1")]))
+        let (json, text) = try render(record)
+        #expect(!text.contains(Canary.token))
+        let origin = try #require(((json["detail"] as? [String: Any])?["response"] as? [String: Any])?["origin"] as? [String: Any])
+        #expect((origin["headers"] as? [[String]])?.first?.first?.hasPrefix("x-seen-${") == true)
+    }
+}
+
 final class QueryLog: @unchecked Sendable {
     private let lock = NSLock()
     private var queries: [ExplainQuery] = []
