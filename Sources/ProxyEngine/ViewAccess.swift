@@ -74,9 +74,9 @@ public final class ViewAccess: Sendable {
     /// The expiry is read with a bound before any arithmetic; the MAC is compared in constant time.
     static func cookieIsValid(_ presented: [UInt8], for token: SecretValue, now: UInt64) -> Bool {
         guard let dot = presented.firstIndex(of: UInt8(ascii: ".")), dot > 0, dot <= 12,
-            presented[..<dot].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+            let parsed = BoundedDecimal.parse(presented[..<dot], maximum: 999_999_999_999)
         else { return false }
-        let expires = presented[..<dot].reduce(UInt64(0)) { $0 * 10 + UInt64($1 - 0x30) }  // at most 12 digits
+        let expires = UInt64(parsed)
         guard expires >= now, expires <= now + cookieLifetimeSeconds else { return false }
         return ProxyAuthorization.constantTimeEqual(Array(presented[(dot + 1)...]), mac(token, expires))
     }
