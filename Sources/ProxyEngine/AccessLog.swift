@@ -204,7 +204,7 @@ public final class AccessLog: Sendable {
         var line: [UInt8] = []
         forEachField(of: record) { field, row, fact in
             guard row.text == .head else { return }
-            word(nil, painted: field == .status ? Self.statusColour(record.status) : nil, into: &line) { text(fact, into: &$0) }
+            word(nil, painted: field == .status ? LogColour.status(record.status) : nil, into: &line) { text(fact, into: &$0) }
         }
         forEachField(of: record) { _, row, fact in
             guard case .keyed(let key) = row.text else { return }
@@ -219,8 +219,8 @@ public final class AccessLog: Sendable {
                 return
             case .failure(let failure):
                 // The failure's detail follows its code, both in red.
-                word(key, painted: Self.red, into: &line) { text(fact, into: &$0) }
-                if let reason = failure.reason { word(LogField.reason.name, painted: Self.red, into: &line) { $0 += reason.utf8 } }
+                word(key, painted: LogColour.red, into: &line) { text(fact, into: &$0) }
+                if let reason = failure.reason { word(LogField.reason.name, painted: LogColour.red, into: &line) { $0 += reason.utf8 } }
             case .tunnel:
                 // `decision=tunnel in=N out=N`: a CONNECT line's byte counts follow its decision.
                 word(key, into: &line) { text(fact, into: &$0) }
@@ -232,7 +232,7 @@ public final class AccessLog: Sendable {
             }
         }
         forEachField(of: record) { _, row, fact in
-            if case .last(let key) = row.text, let fact { word(key, painted: Self.dim, into: &line) { text(fact, into: &$0) } }
+            if case .last(let key) = row.text, let fact { word(key, painted: LogColour.dim, into: &line) { text(fact, into: &$0) } }
         }
         line.append(UInt8(ascii: "\n"))
         return line
@@ -279,20 +279,6 @@ public final class AccessLog: Sendable {
         case .fields, .body:
             // Never placed on a text line (`LogTextForm.jsonOnly`); a count, if ever, never a value.
             line += fact.description.utf8
-        }
-    }
-
-    // SGR codes for the text format on a terminal.
-    static let green = "32", cyan = "36", yellow = "33", red = "31", magenta = "35", dim = "2"
-
-    /// 2xx green, 3xx cyan, 4xx yellow, 5xx red, anything else (1xx, none) magenta.
-    static func statusColour(_ status: Int?) -> String {
-        switch status ?? 0 {
-        case 200..<300: green
-        case 300..<400: cyan
-        case 400..<500: yellow
-        case 500..<600: red
-        default: magenta
         }
     }
 

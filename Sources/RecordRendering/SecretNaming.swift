@@ -38,15 +38,7 @@ public struct SecretNaming: Sendable {
             return isSafe ? value : Redactor.redacted
         }
         if isSafe {
-            var named: [UInt8] = []
-            var position = 0
-            for region in regions {
-                named += wire[position..<region.range.lowerBound]
-                named += Self.reference(region.names).utf8
-                position = region.range.upperBound
-            }
-            named += wire[position...]
-            let text = HTTPField.value(wireBytes: named)
+            let text = HTTPField.value(wireBytes: Self.splice(wire, regions))
             return isLocation ? redactor.url(text) : text
         }
         // A hidden header: its scheme word, its references, and `<redacted>` for every other run.
@@ -70,16 +62,20 @@ public struct SecretNaming: Sendable {
     public func shownName(_ name: String) -> String {
         let wire = Array(name.utf8)
         let regions = Self.regions(in: wire, watch: watch)
-        guard !regions.isEmpty else { return name }
+        return regions.isEmpty ? name : String(decoding: Self.splice(wire, regions), as: UTF8.self)
+    }
+
+    /// `wire` with each region replaced by its `${name}` references.
+    static func splice(_ wire: [UInt8], _ regions: [Region]) -> [UInt8] {
         var named: [UInt8] = []
         var position = 0
         for region in regions {
             named += wire[position..<region.range.lowerBound]
-            named += Self.reference(region.names).utf8
+            named += reference(region.names).utf8
             position = region.range.upperBound
         }
         named += wire[position...]
-        return String(decoding: named, as: UTF8.self)
+        return named
     }
 
     /// The fields as `[name, value]` pairs for the view: names lowercased, wire order, repeated

@@ -311,22 +311,29 @@ public enum Commands {
 
     // MARK: health
 
+    /// The admin address a command (`health`, `tail`) asks, or nil after saying why there is none
+    /// to ask. Port 0 is a free port the running proxy chose at start: nothing here can know
+    /// which, so asking port 0 would only ever say "nothing answers" while the proxy is up.
+    static func adminAddress(of config: ProxyConfiguration, for command: String, _ invocation: Invocation) -> HostPort? {
+        guard let admin = config.admin else {
+            fail("\(command) needs an 'admin' address in the config (\(invocation.configPath?.described ?? "the embedded default has none"))")
+            return nil
+        }
+        guard admin.port != 0 else {
+            fail(
+                "admin \(admin) listens on a free port chosen at start (its banner's admin line names it): \(command) cannot "
+                    + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
+            return nil
+        }
+        return admin
+    }
+
     /// Asks the admin endpoint's /healthz (for container HEALTHCHECKs without curl): 0 and
     /// `healthy (admin HOST:PORT)` when it answers 200, 1 and the reason otherwise.
     static func health(_ invocation: Invocation) -> Int32 {
-        guard let config = loadConfig(invocation.configPath) else { return 2 }
-        guard let admin = config.admin else {
-            fail("health needs an 'admin' address in the config (\(invocation.configPath?.described ?? "the embedded default has none"))")
-            return 2
-        }
-        // Port 0 is a free port the running proxy chose at start: nothing here can know which, so
-        // asking port 0 would only ever say "nothing answers" while the proxy is up.
-        guard admin.port != 0 else {
-            fail(
-                "admin \(admin) listens on a free port chosen at start (its banner's admin line names it): health cannot "
-                    + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
-            return 2
-        }
+        guard let config = loadConfig(invocation.configPath),
+            let admin = adminAddress(of: config, for: "health", invocation)
+        else { return 2 }
         switch HealthProbe.ask(admin) {
         case .healthy:
             writeStandardOutput("healthy (admin \(admin))\n")

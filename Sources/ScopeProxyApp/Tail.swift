@@ -14,18 +14,10 @@ import SecretStore
 
 extension Commands {
     static func tail(_ invocation: Invocation) -> Int32 {
-        guard let config = loadConfig(invocation.configPath) else { return 2 }
+        guard let config = loadConfig(invocation.configPath), let admin = adminAddress(of: config, for: "tail", invocation) else {
+            return 2
+        }
         let described = invocation.configPath?.described ?? "the embedded default"
-        guard let admin = config.admin else {
-            fail("tail needs an 'admin' address in the config (\(invocation.configPath?.described ?? "the embedded default has none"))")
-            return 2
-        }
-        guard admin.port != 0 else {
-            fail(
-                "admin \(admin) listens on a free port chosen at start (its banner's admin line names it): tail cannot "
-                    + "find it; give admin a fixed port, e.g. admin: \"\(HostPort(host: admin.host, port: 9090))\"")
-            return 2
-        }
         var token: SecretValue?
         if let name = TailAccess.adminTokenName(config) {
             switch TailAccess.token(named: name, config) {

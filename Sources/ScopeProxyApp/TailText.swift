@@ -1,4 +1,5 @@
 import ProxyCore
+import RecordRendering
 import ScopePolicy
 
 /// One view record (docs/view.md, "The event stream") as `scopeproxy tail` prints it: the access
@@ -28,7 +29,6 @@ enum TailText {
     }
 
     // SGR codes, as the access log paints them (Sources/ProxyEngine/AccessLog.swift).
-    static let green = "32", cyan = "36", yellow = "33", red = "31", magenta = "35", dim = "2"
 
     static func render(_ json: [UInt8], colour: Bool) -> Result<Rendered, Unreadable> {
         guard json.count <= maxRecordBytes else { return .failure(Unreadable(reason: "record larger than 1 MiB")) }
@@ -50,19 +50,7 @@ enum TailText {
         guard let decision = rendered.decision, !rendered.line.contains(" decision=\(decision)") else { return nil }
         let hop = rendered.hop.map { $0 > 1 ? " (redirect hop \($0))" : "" } ?? ""
         let text = "  -> \(decision)\(hop)"
-        return colour ? "\u{1B}[\(dim)m\(text)\u{1B}[0m" : text
-    }
-
-    /// 2xx green, 3xx cyan, 4xx yellow, 5xx red, anything else (1xx, none) magenta: the access
-    /// log's `statusColour`.
-    static func statusColour(_ status: Int?) -> String {
-        switch status ?? 0 {
-        case 200..<300: green
-        case 300..<400: cyan
-        case 400..<500: yellow
-        case 500..<600: red
-        default: magenta
-        }
+        return colour ? "\u{1B}[\(LogColour.dim)m\(text)\u{1B}[0m" : text
     }
 
     /// UTF-8 as text with every control character (C0, DEL, C1) replaced by `?`: a terminal
@@ -105,7 +93,7 @@ enum TailText {
             let fields = zip(LogField.ordered, LogField.rows).filter { $0.1.lines.includes(tunnel: isTunnel) }
             for (field, row) in fields where row.text == .head {
                 let text = try value(field).map { value throws(Unreadable) in try head(field, value) } ?? "-"
-                word(nil, painted: field == .status ? TailText.statusColour(status) : nil, text)
+                word(nil, painted: field == .status ? LogColour.status(status) : nil, text)
             }
             for (field, row) in fields {
                 guard case .keyed(let key) = row.text else { continue }
@@ -116,7 +104,7 @@ enum TailText {
                 try keyed(field, key: key, value, fields: fields)
             }
             for (field, row) in fields {
-                if case .last(let key) = row.text, let value = value(field) { word(key, painted: TailText.dim, try scalar(field, value)) }
+                if case .last(let key) = row.text, let value = value(field) { word(key, painted: LogColour.dim, try scalar(field, value)) }
             }
         }
 
@@ -163,10 +151,10 @@ enum TailText {
                 let skipped = TailText.reasonParts(try scalar(field, value), isTunnel: isTunnel, hasError: self.value(.error) != nil).skipped
                 if !skipped.isEmpty { word(key, skipped.joined(separator: ",")) }
             case .error:
-                word(key, painted: TailText.red, try scalar(field, value))
+                word(key, painted: LogColour.red, try scalar(field, value))
                 if let reason = self.value(.reason) {
                     let failure = TailText.reasonParts(try scalar(.reason, reason), isTunnel: isTunnel, hasError: true).failure
-                    if let failure { word(LogField.reason.name, painted: TailText.red, failure) }
+                    if let failure { word(LogField.reason.name, painted: LogColour.red, failure) }
                 }
             case .decision:
                 word(key, try scalar(field, value))
