@@ -140,6 +140,9 @@ public final class AccessLog: Sendable {
     }
 
     func record(_ record: ExchangeRecord) {
+        // A log kept only for the live view's redaction (`--no-access-log` with `admin:`) writes
+        // nothing: no line is formatted for it.
+        if output == .discard, observer == nil { return }
         let line = self.format == .json ? json(record) : text(record)
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
