@@ -3,10 +3,13 @@
 # machine is: user-space instructions (valgrind callgrind) and heap allocations (valgrind dhat),
 # each the difference between a run of N and of 2N requests (start-up cancels out). Two
 # configurations, as in bench/run.sh: "full" (one scope injecting Authorization, JSON access log)
-# and "engine" (no scopes, --no-access-log).
+# and "engine" (no scopes, --no-access-log); and, as the floor, nginx as a plain relay of the same
+# requests (bench/lib.sh write_nginx_relay, one process: `master_process off`), instructions only.
+# Instructions are user space only: the kernel's share of a request (the syscalls, about as many
+# for each) is in bench/run.sh's CPU figures.
 #
 #   bench/cost.sh [BINARY] [N]          prints the table
-#   COST_BUDGET=bench/cost-budget bench/cost.sh   also fails when allocations exceed the budget
+#   COST_BUDGET=bench/cost-budget bench/cost.sh   also fails when allocations or instructions exceed the budget
 #   COST_PROFILES=DIR bench/cost.sh     keeps the callgrind profiles; then, per function:
 #     bench/per_request.py DIR/full.1.cg DIR/full.2.cg N    (instructions per function)
 #     bench/alloc_sites.py DIR/full.1.dhat DIR/full.2.dhat N   (allocations per call site)
@@ -51,7 +54,22 @@ measure() {
   fi
 }
 
+# the relay: nginx under callgrind, one process, the same client
+RELAY_PORT=$(free_port)
+write_nginx_relay "$WORK" "$RELAY_PORT" "$NGINX_PORT" cost-token
+measure_relay() {  # REQUESTS -> instructions
+  local out="$WORK/callgrind.relay.$1"
+  valgrind --tool=callgrind --callgrind-out-file="$out" nginx -g 'master_process off;' -c "$WORK/relay/nginx.conf" \
+    -p "$WORK/relay" >/dev/null 2>"$out.err" & local pid=$!
+  wait_port "$RELAY_PORT"
+  python3 bench/keepalive_client.py "$RELAY_PORT" "$NGINX_PORT" "$1"
+  kill -TERM "$pid"; wait "$pid" || true
+  awk '/^(summary|totals):/ { print $2; exit }' "$out"
+}
+
 declare -A RESULT
+a=$(measure_relay "$N"); b=$(measure_relay $((N * 2)))
+RESULT[relay/instructions]=$(( (b - a) / N ))
 for config in full engine; do
   extra=(); [ "$config" = engine ] && extra=(--no-access-log)
   a=$(measure callgrind "$config" "$N" "${extra[@]}"); b=$(measure callgrind "$config" $((N * 2)) "${extra[@]}")
@@ -72,17 +90,25 @@ printf '%-8s %14s %12s %16s\n' config instructions allocations "bytes allocated"
 for config in full engine; do
   printf '%-8s %14s %12s %16s\n' "$config" "${RESULT[$config/instructions]}" "${RESULT[$config/allocations]}" "${RESULT[$config/bytes]}"
 done
-printf '%-8s %14s\n' "full/engine" "$(awk -v a="${RESULT[full/instructions]}" -v b="${RESULT[engine/instructions]}" 'BEGIN { printf "%.2f", a / b }')"
+printf '%-8s %14s %12s %16s\n' "relay" "${RESULT[relay/instructions]}" "-" "-"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+printf '%-8s %14s\n' "full/engine" "$(ratio "${RESULT[full/instructions]}" "${RESULT[engine/instructions]}")"
+printf '%-8s %14s\n' "full/relay" "$(ratio "${RESULT[full/instructions]}" "${RESULT[relay/instructions]}")"
+printf '%-8s %14s\n' "engine/relay" "$(ratio "${RESULT[engine/instructions]}" "${RESULT[relay/instructions]}")"
 
 if [ -n "${COST_BUDGET:-}" ]; then
   status=0
-  while read -r config limit; do
+  while read -r config limit instructions; do
     case "$config" in ''|'#'*) continue ;; esac
     actual=${RESULT[$config/allocations]}
     if [ "$actual" -gt "$limit" ]; then
       echo "over budget: $config makes $actual allocations per request, the budget is $limit ($COST_BUDGET)"; status=1
     fi
+    actual=${RESULT[$config/instructions]}
+    if [ -n "$instructions" ] && [ "$actual" -gt "$instructions" ]; then
+      echo "over budget: $config takes $actual instructions per request, the budget is $instructions ($COST_BUDGET)"; status=1
+    fi
   done < "$COST_BUDGET"
-  [ $status = 0 ] && echo "within the allocation budget ($COST_BUDGET)"
+  [ $status = 0 ] && echo "within the budget of allocations and instructions ($COST_BUDGET)"
   exit $status
 fi

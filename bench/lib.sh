@@ -65,3 +65,43 @@ http {
 }
 CONF
 }
+
+# write_nginx_relay DIR PORT ORIGIN_PORT TOKEN [SINK_PORT]: nginx as a plain HTTP/1.1 relay, the floor a
+# forwarding proxy is measured against (bench/run.sh's "nginx relay" column, bench/cost.sh's
+# "relay" row): one worker, absolute-form request targets forwarded to the origin over pooled
+# keep-alive connections, one header set (the Authorization the full configuration injects), no
+# buffering either way, no access log; requests for /upload go to SINK_PORT (the upload sink), pooled
+# the same way. nginx has no CONNECT: tunnels are not measured for it. The config is DIR/relay/nginx.conf; the caller starts it (pinned or not, `master_process off` or not).
+write_nginx_relay() {
+  local dir=$1 port=$2 origin=$3 token=$4 sink=${5:-$3}
+  mkdir -p "$dir/relay"
+  cat > "$dir/relay/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $dir/relay/nginx.pid;
+error_log $dir/relay/error.log crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/relay;
+  proxy_temp_path $dir/relay;
+  upstream origin { server 127.0.0.1:$origin; keepalive 64; keepalive_requests 1000000; }
+  upstream sink { server 127.0.0.1:$sink; keepalive 8; }
+  server {
+    listen 127.0.0.1:$port;
+    client_max_body_size 0;
+    proxy_http_version 1.1;
+    proxy_set_header Host \$http_host;
+    proxy_set_header Connection "";
+    proxy_set_header Authorization "Bearer $token";
+    proxy_buffering off;
+    proxy_request_buffering off;
+    location / { proxy_pass http://origin; }
+    # (routing by Host with a variable in proxy_pass lost the upstream keep-alive: a connect for
+    # every second request)
+    location = /upload { proxy_pass http://sink; }
+  }
+}
+CONF
+}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark, one run, one table: a loopback nginx directly and through scopeproxy (full:
+# Side-by-side benchmark, one run, one table: a loopback nginx directly, through nginx as a plain relay
+# (bench/lib.sh write_nginx_relay: the floor a forwarding proxy is measured against), and through scopeproxy (full:
 # one scope injecting a token, JSON access log to a file, response scrub and egress guard on as by
 # default; unguarded: the same with `scrub: off` and `guard: off`; engine: no scope, no access log), tinyproxy
 # and squid. wrk rows (interleaved repeats, median), streamed uploads to bench/upload_sink.py
@@ -55,6 +56,12 @@ taskset -c 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" & PIDS+=($!)
 wait_port "$NGINX_PORT"; wait_port "$NGINX_H2_PORT"
 
 # --- proxies, each on core 0, one thread / worker ---
+# nginx relay: the same origin, one header set (the token full injects); the upload sink's port is
+# chosen now so the relay can route to it.
+SINK_PORT=$(free_port)
+RELAY_PORT=$(free_port)
+write_nginx_relay "$WORK" "$RELAY_PORT" "$NGINX_PORT" bench-token-0123456789 "$SINK_PORT"
+taskset -c 0 nginx -c "$WORK/relay/nginx.conf" -p "$WORK/relay" & PIDS+=($!)
 # full: one scope for the origin injecting a secret from the environment, the JSON access log to a file.
 cat > "$WORK/full.yaml" <<YAML
 secrets: { bench_token: { env: BENCH_TOKEN } }
@@ -116,20 +123,26 @@ shutdown_lifetime 0 seconds
 CONF
 taskset -c 0 squid -N -f "$WORK/squid.conf" >/dev/null 2>&1 & SQUID_PID=$!; PIDS+=($SQUID_PID)
 
-wait_port "$FULL_PORT"; wait_port "$UNGUARDED_PORT"; wait_port "$ENGINE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
+wait_port "$RELAY_PORT"; wait_port "$FULL_PORT"; wait_port "$UNGUARDED_PORT"; wait_port "$ENGINE_PORT"; wait_port "$TINY_PORT"; wait_port "$SQUID_PORT"
 # Measure the process that owns each listening socket (squid may run its worker as a child).
 listener_pid() { ss -ltnpH "sport = :$1" | grep -o 'pid=[0-9]*' | awk -F= 'NR == 1 {print $2}' || true; }
 sleep 1
 SQUID_WORKER=$(listener_pid "$SQUID_PORT"); SQUID_WORKER=${SQUID_WORKER:-$SQUID_PID}
+# nginx's worker (the master only forks and waits): the listener's owner that is the master's child
+RELAY_MASTER=$(cat "$WORK/relay/nginx.pid")
+RELAY_WORKER=$(ps -o pid= --ppid "$RELAY_MASTER" | awk 'NR == 1 {print $1}')
+[ -n "$RELAY_WORKER" ] || { echo "the nginx relay has no worker process" >&2; exit 1; }
 
-PROXIES="full unguarded engine tinyproxy squid"
+PROXIES="relay full unguarded engine tinyproxy squid"
 TARGETS="direct $PROXIES"
-declare -A PORT_OF=([direct]=$NGINX_PORT [full]=$FULL_PORT [unguarded]=$UNGUARDED_PORT [engine]=$ENGINE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
-declare -A PID_OF=([direct]= [full]=$FULL_PID [unguarded]=$UNGUARDED_PID [engine]=$ENGINE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
+declare -A PORT_OF=([direct]=$NGINX_PORT [relay]=$RELAY_PORT [full]=$FULL_PORT [unguarded]=$UNGUARDED_PORT [engine]=$ENGINE_PORT [tinyproxy]=$TINY_PORT [squid]=$SQUID_PORT)
+declare -A PID_OF=([direct]= [relay]=$RELAY_WORKER [full]=$FULL_PID [unguarded]=$UNGUARDED_PID [engine]=$ENGINE_PID [tinyproxy]=$TINY_PID [squid]=$SQUID_WORKER)
 
-# Every proxy must carry a plain request and a CONNECT tunnel to the origin before anything is measured.
+# Every proxy must carry a plain request and a CONNECT tunnel to the origin before anything is measured
+# (nginx has no CONNECT).
 for proxy in $PROXIES; do
-  for tunnel in "" -p; do
+  tunnels=("" -p); [ "$proxy" = relay ] && tunnels=("")
+  for tunnel in "${tunnels[@]}"; do
     code=$(curl -sS $tunnel --max-time 10 -x "http://127.0.0.1:${PORT_OF[$proxy]}" -o /dev/null -w '%{http_code}' "http://127.0.0.1:$NGINX_PORT/1k" || true)
     [ "$code" = 200 ] || { echo "$proxy ${tunnel:+(CONNECT) }answered '$code' for the origin's /1k" >&2; exit 1; }
   done
@@ -212,7 +225,6 @@ for work in $WRK_WORK; do
 done
 
 # --- uploads to the sink and the tunnel download; RSS from here on ---
-SINK_PORT=$(free_port)
 taskset -c 1 python3 bench/upload_sink.py "$SINK_PORT" & PIDS+=($!)
 wait_port "$SINK_PORT"
 truncate -s "${UPLOAD_MIB}M" "$WORK/upload.bin"
@@ -237,6 +249,8 @@ done
 for proxy in $PROXIES; do HWM_UPLOADS[$proxy]=$(status_kib "${PID_OF[$proxy]}" VmHWM); done
 for repeat in $(seq 1 "$REPEATS"); do
   for target in $TARGETS; do
+    # nginx has no CONNECT: its cell says so
+    if [ "$target" = relay ]; then RESULT["tunnel/$target/$repeat"]="- -"; continue; fi
     log "  $(size_label "$TUNNEL_MIB") download, CONNECT tunnel, $target (run $repeat of $REPEATS)"
     RESULT["tunnel/$target/$repeat"]=$(transfer "$target" tunnel)
   done
@@ -260,6 +274,7 @@ cell() {  # WORK TARGET UNIT(req/s|MB/s) -> "ratio (cpu)" or, for direct, "1.00 
   local work=$1 target=$2 unit=$3 value direct cpu
   value=$(col "$work" "$target" 1); direct=$(col "$work" direct 1)
   if [ "$value" = fail ]; then echo "failed"; return; fi
+  if [ "$value" = - ]; then echo "n/a"; return; fi
   if [ "$target" = direct ]; then awk -v v="$value" -v u="$unit" 'BEGIN { printf "1.00 (%.0f %s)", v, u }'; return; fi
   cpu=$(col "$work" "$target" 2)
   awk -v v="$value" -v d="$direct" -v c="$cpu" -v u="$unit" 'BEGIN {
@@ -278,8 +293,8 @@ declare -A LABEL=(
   [tunnel]="CONNECT tunnel, $(size_label "$TUNNEL_MIB") download (CPU s)"
 )
 table() {
-  echo "| work | direct | scopeproxy full | full, scrub + guard off | scopeproxy engine | tinyproxy | squid |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| work | direct | nginx relay | scopeproxy full | full, scrub + guard off | scopeproxy engine | tinyproxy | squid |"
+  echo "|---|---|---|---|---|---|---|---|"
   local work unit target line
   for work in $WRK_WORK upload-content-length upload-chunked tunnel; do
     unit=req/s; case $work in upload*|tunnel) unit=MB/s ;; esac
@@ -288,9 +303,26 @@ table() {
     echo "$line"
   done
 }
+# The per-request cost targets as ratios within this run, each with its verdict.
+targets() {
+  ratio() {  # A B TARGET(<=x|>=x) -> "A÷B (target ..., met|not met)", or "-" when a value is missing
+    awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN {
+      if (a == "" || b == "" || a == "-" || b == "-" || a == "fail" || b == "fail" || b == 0) { print "- (" t ")"; exit }
+      r = a / b; bound = substr(t, 3) + 0
+      ok = (substr(t, 1, 2) == "<=") ? (r <= bound) : (r >= bound)
+      printf "%.2f (target %s %s, %s)", r, (substr(t, 1, 2) == "<=" ? "≤" : "≥"), substr(t, 3), (ok ? "met" : "not met") }'
+  }
+  echo "Targets, ratios within this run:"
+  echo "- 1 KiB keep-alive, proxy CPU per request ÷ nginx relay: full $(ratio "$(col keepalive/1k full 2)" "$(col keepalive/1k relay 2)" '<=1.2'), engine $(ratio "$(col keepalive/1k engine 2)" "$(col keepalive/1k relay 2)" '<=1.0'); full throughput ÷ direct $(ratio "$(col keepalive/1k full 1)" "$(col keepalive/1k direct 1)" '>=0.8')."
+  echo "- Throughput ÷ direct with scrub and guard on (full): 64 KiB $(ratio "$(col keepalive/64k full 1)" "$(col keepalive/64k direct 1)" '>=0.8'), 1 MiB $(ratio "$(col keepalive/1m full 1)" "$(col keepalive/1m direct 1)" '>=0.8')."
+  local kind
+  for kind in content-length chunked; do
+    echo "- Upload, $kind, full: ÷ direct $(ratio "$(col "upload-$kind" full 1)" "$(col "upload-$kind" direct 1)" '>=0.9'), ÷ tinyproxy $(ratio "$(col "upload-$kind" full 1)" "$(col "upload-$kind" tinyproxy 1)" '>=1.2'); engine: ÷ direct $(ratio "$(col "upload-$kind" engine 1)" "$(col "upload-$kind" direct 1)" '>=0.9'), ÷ tinyproxy $(ratio "$(col "upload-$kind" engine 1)" "$(col "upload-$kind" tinyproxy 1)" '>=1.2')."
+  done
+}
 rss_line() {
   local proxy out="" peak
-  local -A names=([full]="scopeproxy full" [unguarded]="full, scrub + guard off" [engine]="scopeproxy engine" [tinyproxy]=tinyproxy [squid]=squid)
+  local -A names=([relay]="nginx relay" [full]="scopeproxy full" [unguarded]="full, scrub + guard off" [engine]="scopeproxy engine" [tinyproxy]=tinyproxy [squid]=squid)
   for proxy in $PROXIES; do out+="${out:+; }${names[$proxy]} $(mib "${RSS_BEFORE[$proxy]}") → $(mib "${HWM_UPLOADS[$proxy]}")"; done
   echo "RSS during the uploads, MiB (VmRSS before → VmHWM after): $out."
   out=""
@@ -335,6 +367,8 @@ REPORT="$WORK/report.md"
   echo "file to bench/upload_sink.py, without \`Expect: 100-continue\`; tunnel: \`curl -p -x PROXY\` of a sparse file from nginx."
   echo
   table
+  echo
+  targets
   echo
   rss_line
   if [ "$RUN_H2" = 1 ]; then echo; h2_report; fi
