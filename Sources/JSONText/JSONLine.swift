@@ -18,6 +18,48 @@ public struct JSONLine {
         bytes.append(UInt8(ascii: ":"))
     }
 
+    /// A key written once in advance, `"name":` with its quotes and colon (`quotedKey`): a line's
+    /// fixed field names are not escaped again for every line.
+    @inlinable public mutating func key(quoted: [UInt8]) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        bytes.append(contentsOf: quoted)
+    }
+
+    /// `"name":` as `key(quoted:)` takes it.
+    public static func quotedKey(_ name: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        appendQuoted(name, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        return bytes
+    }
+
+    @inlinable public mutating func beginObject(quoted key: [UInt8]) {
+        self.key(quoted: key)
+        bytes.append(UInt8(ascii: "{"))
+        first = true
+    }
+
+    @inlinable public mutating func string(quoted key: [UInt8], _ value: String) {
+        self.key(quoted: key)
+        appendQuoted(value)
+    }
+
+    @inlinable public mutating func number(quoted key: [UInt8], _ value: UInt64) {
+        self.key(quoted: key)
+        JSONLine.appendDecimal(value, to: &bytes)
+    }
+
+    @inlinable public mutating func array(quoted key: [UInt8], _ values: [String]) {
+        self.key(quoted: key)
+        bytes.append(UInt8(ascii: "["))
+        for (index, value) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            appendQuoted(value)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
     /// `"name":{`: members follow (`string`, `number`, ...) until `endObject`. One level deep.
     @inlinable public mutating func beginObject(_ name: String) {
         key(name)

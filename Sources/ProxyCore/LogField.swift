@@ -1,4 +1,5 @@
 import HTTP1Codec
+import JSONText
 import ScopePolicy
 
 // The access log's fields, one row each: the one list the JSON line, the text line, the field list in
@@ -36,6 +37,8 @@ public enum LogField: String, CaseIterable, Sendable {
     public static let ordered: [LogField] = allCases
     /// The rows, indexed like `ordered`.
     public static let rows: [LogFieldRow] = ordered.map(\.row)
+    /// `"name":` of each field, indexed like `ordered` (the JSON line's keys, made once).
+    public static let quotedKeys: [[UInt8]] = ordered.map { JSONLine.quotedKey($0.name) }
 }
 
 /// Which lines carry a field: a CONNECT line (one per tunnel) says what became of the tunnel

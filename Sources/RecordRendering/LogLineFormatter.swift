@@ -42,53 +42,61 @@ public struct LogLineFormatter: Sendable {
     /// Every field of the JSON line, appended to `line` (the caller closes it). `now`: monotonic
     /// microseconds, the end of `duration_ms`.
     public func appendJSONFields(of record: ExchangeRecord, now: UInt64, to line: inout JSONLine) {
-        forEachField(of: record) { field, row, fact in
-            if let fact {
-                json(fact, as: field.name, now: now, into: &line)
+        // `forEachField`'s walk, with each field's key written in advance (`LogField.quotedKeys`).
+        let isTunnel = record.tunnel != nil
+        let rows = LogField.rows
+        let keys = LogField.quotedKeys
+        for index in rows.indices {
+            let row = rows[index]
+            guard row.lines.includes(tunnel: isTunnel), row.presence != .withBodies || logBodies else { continue }
+            if let fact = row.read(record) {
+                json(fact, key: keys[index], now: now, into: &line)
             } else if row.presence == .nullable {
-                line.raw(field.name, "null")
+                line.key(quoted: keys[index])
+                line.bytes += "null".utf8
             }
         }
     }
 
-    private func json(_ fact: LogFact, as name: String, now: UInt64, into line: inout JSONLine) {
+    private func json(_ fact: LogFact, key: [UInt8], now: UInt64, into line: inout JSONLine) {
         switch fact {
         case .now:
-            line.key(name)
+            line.key(quoted: key)
             Self.appendTimestamp(to: &line.bytes, quoted: true)
         case .since(let start):
-            line.key(name)
+            line.key(quoted: key)
             Self.appendMilliseconds(since: start, now: now, to: &line.bytes)
-        case .text(let value): line.string(name, value)
-        case .number(let value): line.number(name, value)
-        case .names(let names): line.array(name, names)
-        case .joinedNames(let names): line.string(name, names.joined(separator: ","))
-        case .target(let origin, let path, let authorityOnly): line.string(name, url(origin, path, authorityOnly: authorityOnly))
+        case .text(let value): line.string(quoted: key, value)
+        case .number(let value): line.number(quoted: key, value)
+        case .names(let names): line.array(quoted: key, names)
+        case .joinedNames(let names): line.string(quoted: key, names.joined(separator: ","))
+        case .target(let origin, let path, let authorityOnly): line.string(quoted: key, url(origin, path, authorityOnly: authorityOnly))
         case .finding(let finding):
             // Secrets by name only, never by value.
-            line.beginObject(name)
+            line.beginObject(quoted: key)
             line.string("secret", finding.secret)
             line.raw("placeholder", finding.isPlaceholder ? "true" : "false")
             line.string("encoding", finding.encoding.description)
             line.endObject()
         case .reasons(let skipped, let failure):
-            line.string(name, (skipped.map(\.description) + (failure.map { [$0] } ?? [])).joined(separator: "; "))
+            line.string(quoted: key, (skipped.map(\.description) + (failure.map { [$0] } ?? [])).joined(separator: "; "))
         case .redirect(let redirect):
-            line.beginObject(name)
+            line.beginObject(quoted: key)
             line.optionalString("location", redirect.location.map(redactor.url))
             if let origin = redirect.origin { line.string("origin", origin.withPort) } else { line.raw("origin", "null") }
             line.string("decision", redirect.decision.rawValue)
             line.endObject()
         case .fields(let fields):
-            line.beginObject(name)
+            line.beginObject(quoted: key)
             redactor.forEachHeader(fields) { name, value in line.string(name, value) }
             line.endObject()
         case .body(let body):
-            line.string(name, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
-        case .tunnel(let decision): line.string(name, decision.rawValue)
-        case .failure(let failure): line.string(name, failure.code)
+            line.string(
+                quoted: key, redactor.bodySummary(body.bytes, totalBytes: body.total, contentType: body.contentType, truncated: body.truncated))
+        case .tunnel(let decision): line.string(quoted: key, decision.rawValue)
+        case .failure(let failure): line.string(quoted: key, failure.code)
         case .egress(let note):
-            line.beginObject(name)
+            line.beginObject(quoted: key)
             line.string("decision", note.decision.rawValue)
             line.string("rule", note.rule)
             line.string("destination", note.destination)

@@ -4,7 +4,7 @@
 /// Bytes that occur in no pattern share one column (byte classes), which keeps the table at
 /// states × (distinct pattern bytes + 1) entries instead of states × 256: 15 MB for 300 token-like
 /// secrets of 40 bytes in all their encodings, 0.5 MB for 10 (bench/secretscan.sh).
-public struct PatternAutomaton: Sendable {
+public final class PatternAutomaton: Sendable {
     /// The DFA: `transitions[row + byteClass[byte]]` is the next state's row (state × classCount),
     /// with `matchFlag` set when some pattern ends in that state.
     private let transitions: [UInt32]
