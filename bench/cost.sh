@@ -35,6 +35,10 @@ scopes:
 log: { output: $WORK/access.log }
 YAML
 : > "$WORK/engine.yaml"
+# viewed: full with an admin listener and one viewer of the live view attached (records are made
+# only while someone watches: docs/view.md), what a watched request costs.
+ADMIN_PORT=$(free_port)
+{ echo "admin: \"127.0.0.1:$ADMIN_PORT\""; cat "$WORK/full.yaml"; } > "$WORK/viewed.yaml"
 
 # measure TOOL CONFIG REQUESTS EXTRA_ARGS... -> the tool's total (instructions, or "blocks bytes")
 measure() {
@@ -45,8 +49,23 @@ measure() {
   BENCH_TOKEN=cost-token valgrind "${options[@]}" "$BINARY" run --config "$WORK/$config.yaml" \
     --listen "127.0.0.1:$port" --threads 1 "$@" >/dev/null 2>"$out.err" & local pid=$!
   wait_port "$port"
+  local viewer=
+  if [ "$config" = viewed ]; then
+    wait_port "$ADMIN_PORT"
+    curl -sN "http://127.0.0.1:$ADMIN_PORT/view/events" > "$out.events" 2>/dev/null & viewer=$!
+    # attached once the proxy counts it (the stream sends nothing before the first record)
+    for _ in $(seq 1 100); do
+      curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -q '^scopeproxy_view_viewers 1' && break; sleep 0.1
+    done
+  fi
   python3 bench/keepalive_client.py "$port" "$NGINX_PORT" "$requests"
   kill -TERM "$pid"; wait "$pid" || true
+  if [ -n "$viewer" ]; then
+    kill "$viewer" 2>/dev/null || true; wait "$viewer" 2>/dev/null || true
+    # every request's record reached the viewer, or the figure would not be what a watched request costs
+    local seen; seen=$(grep -c '^data:' "$out.events" || true)
+    [ "$seen" -ge "$requests" ] || echo "warning: the viewer received $seen records for $requests requests" >&2
+  fi
   if [ "$tool" = dhat ]; then
     awk '/Total:/ { gsub(",", ""); print $6, $3 }' "$out.err"   # blocks bytes
   else
@@ -70,7 +89,8 @@ measure_relay() {  # REQUESTS -> instructions
 declare -A RESULT
 a=$(measure_relay "$N"); b=$(measure_relay $((N * 2)))
 RESULT[relay/instructions]=$(( (b - a) / N ))
-for config in full engine; do
+CONFIGS=${COST_CONFIGS:-full engine viewed}
+for config in $CONFIGS; do
   extra=(); [ "$config" = engine ] && extra=(--no-access-log)
   a=$(measure callgrind "$config" "$N" "${extra[@]}"); b=$(measure callgrind "$config" $((N * 2)) "${extra[@]}")
   RESULT[$config/instructions]=$(( (b - a) / N ))
@@ -87,19 +107,21 @@ done
 
 echo "per 1 KiB keep-alive request ($N vs $((N * 2)) requests, $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 printf '%-8s %14s %12s %16s\n' config instructions allocations "bytes allocated"
-for config in full engine; do
+for config in $CONFIGS; do
   printf '%-8s %14s %12s %16s\n' "$config" "${RESULT[$config/instructions]}" "${RESULT[$config/allocations]}" "${RESULT[$config/bytes]}"
 done
 printf '%-8s %14s %12s %16s\n' "relay" "${RESULT[relay/instructions]}" "-" "-"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-printf '%-8s %14s\n' "full/engine" "$(ratio "${RESULT[full/instructions]}" "${RESULT[engine/instructions]}")"
-printf '%-8s %14s\n' "full/relay" "$(ratio "${RESULT[full/instructions]}" "${RESULT[relay/instructions]}")"
-printf '%-8s %14s\n' "engine/relay" "$(ratio "${RESULT[engine/instructions]}" "${RESULT[relay/instructions]}")"
+ratio() {  # A B: the ratio of two configurations' instructions, when both were measured
+  [ -n "${RESULT[$1/instructions]:-}" ] && [ -n "${RESULT[$2/instructions]:-}" ] || return 0
+  printf '%-8s %14s\n' "$1/$2" "$(awk -v a="${RESULT[$1/instructions]}" -v b="${RESULT[$2/instructions]}" 'BEGIN { printf "%.2f", a / b }')"
+}
+ratio full engine; ratio full relay; ratio engine relay; ratio viewed full
 
 if [ -n "${COST_BUDGET:-}" ]; then
   status=0
   while read -r config limit instructions; do
     case "$config" in ''|'#'*) continue ;; esac
+    [ -n "${RESULT[$config/allocations]:-}" ] || continue   # not measured in this run (COST_CONFIGS)
     actual=${RESULT[$config/allocations]}
     if [ "$actual" -gt "$limit" ]; then
       echo "over budget: $config makes $actual allocations per request, the budget is $limit ($COST_BUDGET)"; status=1

@@ -220,3 +220,24 @@ extension HTTPField {
         return scalars.allSatisfy { $0.value <= 0xFF && ASCII.isFieldValueChar(UInt8($0.value)) }
     }
 }
+
+extension HTTPField {
+    /// Whether every byte is below 0x80, eight at a time (header values are checked on the
+    /// per-request path: the scrub, the view's naming).
+    @inlinable
+    public static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        var index = 0
+        var high: UInt64 = 0
+        while index + 8 <= bytes.count {
+            high |= raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            high |= UInt64(bytes[index])
+            index += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
+    }
+}

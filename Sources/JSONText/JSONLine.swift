@@ -10,6 +10,13 @@ public struct JSONLine {
         bytes.reserveCapacity(1024)
     }
 
+    /// An object already begun elsewhere (`bytes` holds `{` and its first members, not closed):
+    /// members added now follow them.
+    @inlinable public init(continuing bytes: ArraySlice<UInt8>) {
+        self.bytes = Array(bytes)
+        first = bytes.count <= 1
+    }
+
     /// `"name":`, after a comma when needed; the value is the caller's to append to `bytes`.
     @inlinable public mutating func key(_ name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }

@@ -29,7 +29,7 @@ public enum ResponseScrub {
             // Most values are ASCII, whose UTF-8 is their wire bytes: scanned in place, no copy.
             let clean =
                 field.value.utf8.withContiguousStorageIfAvailable { utf8 in
-                    utf8.allSatisfy { $0 < 0x80 } && watch.firstMatch(in: utf8) == nil
+                    HTTPField.isASCII(utf8) && watch.firstMatch(in: utf8) == nil
                 } == true && field.name.utf8.withContiguousStorageIfAvailable { watch.firstMatch(in: $0) == nil } != false
             if clean {
                 scrubbed?.append(name: field.name, value: field.value)

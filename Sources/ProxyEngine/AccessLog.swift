@@ -146,17 +146,20 @@ public final class AccessLog: Sendable {
         }
     }
 
-    func record(_ record: ExchangeRecord) {
+    /// Writes `record`'s line. Returns the JSON line as formatted (before the tripwire), which
+    /// the live view's record starts with (`ViewRecord.render`), or nil (a text log, none made).
+    @discardableResult
+    func record(_ record: ExchangeRecord) -> [UInt8]? {
         // A log kept only for the live view's redaction (`--no-access-log` with `admin:`) writes
         // nothing: no line is formatted for it.
-        if output == .discard, observer == nil { return }
+        if output == .discard, observer == nil { return nil }
         let line = self.format == .json ? json(record) : text(record)
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
         let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
         if hits > 0 { metrics.increment(.logTripwireHits, by: UInt64(hits)) }
         observer?(String(decoding: scrubbed, as: UTF8.self))
-        guard output != .discard else { return }
+        guard output != .discard else { return format == .json ? line : nil }
         let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
             guard state.lines < Self.maxPending, state.bytes.count + scrubbed.count <= Self.maxPendingBytes else {
                 return (false, false)
@@ -171,6 +174,7 @@ public final class AccessLog: Sendable {
         } else if wasEmpty {
             wake.signal()
         }
+        return format == .json ? line : nil
     }
 
     /// Another text about an exchange (a live view record) through the tripwire every line goes

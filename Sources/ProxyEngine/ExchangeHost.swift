@@ -281,11 +281,11 @@ enum ExchangeLine {
     static func emit(_ record: ExchangeRecord, _ configuration: EngineConfiguration) {
         hintOnStderrOnce(record.failure, client: record.client)
         configuration.metrics.count(record, policy: configuration.scope.context.policy)
-        configuration.accessLog?.record(record)
+        let logLine = configuration.accessLog?.record(record)
         // The view's record is made only while someone watches (ViewFeed.isRecording), or for a
-        // test's observer: it costs about what the exchange did.
+        // test's observer; it starts with the log line's fields, made once for both.
         if let feed = configuration.viewFeed, feed.isRecording || configuration.viewRecorder?.observer != nil {
-            publishView(record, to: feed, configuration)
+            publishView(record, to: feed, configuration, logLine: logLine)
         }
     }
 

@@ -48,7 +48,8 @@ extension ExchangeLine {
     /// The live view's record of `record`, rendered on this worker and handed to the feed: redacted
     /// by the access log's rules and passed through its tripwire (without an access log there is
     /// nothing to redact it by, and no record is made).
-    static func publishView(_ record: ExchangeRecord, to feed: ViewFeed, _ configuration: EngineConfiguration) {
+    /// `logLine`: the access log's JSON line of this record (`AccessLog.record`), if one was made.
+    static func publishView(_ record: ExchangeRecord, to feed: ViewFeed, _ configuration: EngineConfiguration, logLine: [UInt8]? = nil) {
         guard let log = configuration.accessLog else { return }
         let scope = configuration.scope.context
         let recorder = configuration.viewRecorder
@@ -58,7 +59,7 @@ extension ExchangeLine {
         if let recorder { explain = { query in recorder.explain(query) } }
         let context = ViewRecordContext(
             formatter: log.formatter, naming: naming, policy: scope.policy, entrance: entrance, explain: explain)
-        let json = log.scrubbed(ViewRecord.render(record, context, now: monotonicMicroseconds()))
+        let json = log.scrubbed(ViewRecord.render(record, context, now: monotonicMicroseconds(), logLine: logLine))
         let entry = ViewEntry(json: json, clientID: record.clientID, clientAddress: record.client, origin: record.origin?.hostAndPort)
         recorder?.observer?(entry)
         feed.publish(entry)

@@ -3,6 +3,10 @@ import ProxyCore
 import Redaction
 import ScopePolicy
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The way into the proxy a reproduced request takes (the engine's listeners) and the config file
 /// `scopeproxy ca` reads, for the live view's "Copy as curl".
 public struct CurlEntrance: Sendable, Equatable {
@@ -94,7 +98,7 @@ public enum CurlText {
                 if !leftOut.contains(why) { leftOut.append(why) }
                 continue
             }
-            if shown.contains(Redactor.redacted) {
+            if Self.contains(shown, Redactor.redacted) {
                 let why = "# left out: \(field.name) (its value is not shown)"
                 if !leftOut.contains(why) { leftOut.append(why) }
                 continue
@@ -119,6 +123,27 @@ public enum CurlText {
         return (comments + [command.joined(separator: " ")]).joined(separator: "\n")
     }
 
+    /// Whether `word` occurs in `text`, byte for byte (a search in place: the generic
+    /// `String.contains` cost more than the rest of the curl text).
+    static func contains(_ text: String, _ word: String) -> Bool {
+        var text = text, word = word
+        return text.withUTF8 { haystack in
+            word.withUTF8 { needle in
+                guard needle.count <= haystack.count, let first = needle.first else { return needle.isEmpty }
+                var start = 0
+                while start + needle.count <= haystack.count {
+                    if haystack[start] == first,
+                        memcmp(haystack.baseAddress! + start, needle.baseAddress!, needle.count) == 0
+                    {
+                        return true
+                    }
+                    start += 1
+                }
+                return false
+            }
+        }
+    }
+
     /// Fields curl makes itself (from the URL, and for a body it does not send),
     /// and hop-by-hop fields it manages for the connection to the proxy (RFC 9110 §7.6.1).
     static let framing: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "proxy-connection", "keep-alive", "te"]
@@ -137,6 +162,9 @@ public enum CurlText {
     /// `text` as one shell word: in single quotes (`'` as `'\''`), or, when it holds a control
     /// character, in bash's `$'...'` with each escaped, so that the command stays on one line.
     public static func quoted(_ text: String) -> String {
+        // Most words need nothing but the quotes (a control character or DEL is one byte in UTF-8,
+        // and no byte of a longer character is below 0x80).
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "'") }) { return "'" + text + "'" }
         let scalars = text.unicodeScalars
         guard scalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             var quoted = "'"

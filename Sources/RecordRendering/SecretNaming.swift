@@ -25,18 +25,32 @@ public struct SecretNaming: Sendable {
 
     /// `shown`, and the secrets named in it (one scan for both).
     public func shownAndNamed(_ name: String, _ value: String) -> (shown: String, named: [(name: String, isPlaceholder: Bool)]) {
+        // Nearly every value names nothing: checked in place, without the copies below.
+        if isPlainlyClean(value) { return (shownWithoutNames(name, value), []) }
         let wire = HTTPField.wireBytes(of: value)
         let regions = Self.regions(in: wire, watch: watch)
         return (shown(name, value, wire: wire, regions: regions), regions.flatMap(\.names))
     }
 
+    /// Whether `text` is ASCII (its UTF-8 is its wire bytes) and holds no known value or
+    /// placeholder, scanned where it lies: the common case, decided with no copy and no list.
+    private func isPlainlyClean(_ text: String) -> Bool {
+        guard let watch else { return true }
+        return text.utf8.withContiguousStorageIfAvailable { utf8 in
+            HTTPField.isASCII(utf8) && watch.firstMatch(in: utf8) == nil
+        } ?? false
+    }
+
+    /// A value that names no secret: as the access log shows it.
+    private func shownWithoutNames(_ name: String, _ value: String) -> String {
+        if name == "location" || name == "content-location" { return redactor.url(value) }
+        return name != "set-cookie" && redactor.rules.safeHeaders.contains(name) ? value : Redactor.redacted
+    }
+
     private func shown(_ name: String, _ value: String, wire: [UInt8], regions: [Region]) -> String {
+        guard !regions.isEmpty else { return shownWithoutNames(name, value) }
         let isLocation = name == "location" || name == "content-location"
         let isSafe = isLocation || (name != "set-cookie" && redactor.rules.safeHeaders.contains(name))
-        guard !regions.isEmpty else {
-            if isLocation { return redactor.url(value) }
-            return isSafe ? value : Redactor.redacted
-        }
         if isSafe {
             let text = HTTPField.value(wireBytes: Self.splice(wire, regions))
             return isLocation ? redactor.url(text) : text
@@ -60,6 +74,7 @@ public struct SecretNaming: Sendable {
     /// A header name for the view: as it is, except that a known value or placeholder in it is
     /// named (an origin that echoes a token as `X-Seen-<token>` shows `x-seen-${token}`).
     public func shownName(_ name: String) -> String {
+        if isPlainlyClean(name) { return name }
         let wire = Array(name.utf8)
         let regions = Self.regions(in: wire, watch: watch)
         return regions.isEmpty ? name : String(decoding: Self.splice(wire, regions), as: UTF8.self)

@@ -33,11 +33,19 @@ public struct ViewRecordContext: Sendable {
 /// `explain`. No raw newline (one SSE `data:` line). The caller passes it through the log's
 /// tripwire before it leaves the worker.
 public enum ViewRecord {
-    /// `now`: monotonic microseconds, the end of `duration_ms`.
-    public static func render(_ record: ExchangeRecord, _ context: ViewRecordContext, now: UInt64) -> [UInt8] {
-        var line = JSONLine()
-        line.bytes.reserveCapacity(4096)
-        context.formatter.appendJSONFields(of: record, now: now, to: &line)
+    /// `now`: monotonic microseconds, the end of `duration_ms`. `logLine`: the access log's JSON
+    /// line of this record (`{...}` and a line feed) when one was made with `context.formatter`:
+    /// its fields are this record's first ones, taken as they are instead of made again.
+    public static func render(_ record: ExchangeRecord, _ context: ViewRecordContext, now: UInt64, logLine: [UInt8]? = nil) -> [UInt8] {
+        var line: JSONLine
+        if let logLine, logLine.count > 3, logLine.suffix(2).elementsEqual([UInt8(ascii: "}"), 0x0A]) {
+            line = JSONLine(continuing: logLine.dropLast(2))
+            line.bytes.reserveCapacity(4096)
+        } else {
+            line = JSONLine()
+            line.bytes.reserveCapacity(4096)
+            context.formatter.appendJSONFields(of: record, now: now, to: &line)
+        }
         let redactor = context.formatter.redactor
         let isConnect = record.tunnel != nil || record.method == "CONNECT"
 
