@@ -358,13 +358,15 @@ REPORT="$WORK/report.md"
   echo
   echo "Command: \`$COMMAND\`"
   echo
-  echo "Proxy on core 0 (scopeproxy \`--threads 1\`, tinyproxy, squid \`workers 1\`), wrk + nginx (1 worker) + upload sink + curl on core 1;"
+  echo "Proxy on core 0 (the nginx relay and scopeproxy with one worker, \`--threads 1\`, tinyproxy, squid \`workers 1\`), wrk + nginx (1 worker) + upload sink + curl on core 1;"
   echo "loopback. wrk -t1 -c$CONNECTIONS -d${DURATION}s; every cell the median of $REPEATS interleaved runs. Each cell: throughput ÷ direct"
   echo "(the direct cell gives the absolute figure), with the proxy's CPU (user + system, /proc/PID/stat) in parentheses: µs per request"
   echo "for wrk rows, seconds for the whole transfer below. scopeproxy full: one scope injecting \`Authorization: Bearer \${bench_token}\`"
   echo "into the origin's requests, JSON access log to a file, response scrub and egress guard on (the defaults); \"scrub + guard off\":"
   echo "the same with \`scrub: off\` and \`guard: off\`; engine: no scope, \`--no-access-log\`. Uploads: \`curl -T\` of a sparse"
   echo "file to bench/upload_sink.py, without \`Expect: 100-continue\`; tunnel: \`curl -p -x PROXY\` of a sparse file from nginx."
+  echo "nginx relay: nginx as a plain HTTP/1.1 relay (keep-alive upstream pool, the same Authorization set as one header, buffering off"
+  echo "both ways, no access log; bench/lib.sh write_nginx_relay); it has no CONNECT."
   echo
   table
   echo
