@@ -52,14 +52,14 @@ enum SecretScanBench {
             var stream = scanner.makeStream()
             var matches = 0
             measure("scan ") { piece in stream.scan(piece) { _ in matches += 1 } }
-            var scrubber = SecretScrubber(scanner: scanner)
+            var scrubber = SecretScrubber(scanner: scanner, holdBack: scanner.longestPattern)
             var output: [UInt8] = []
             output.reserveCapacity(pieceSize + scanner.longestPattern)
             measure("scrub") { piece in
                 output.removeAll(keepingCapacity: true)
                 scrubber.scrub(piece, into: &output)
             }
-            var egress = EgressGuard(scanner: scanner)
+            var egress = EgressGuard(scanner: scanner, holdBack: scanner.longestPattern)
             var forwarded = 0
             measure("guard") { piece in forwarded += egress.inspect(piece).forwardable }
             if matches != 0 || forwarded == 0 { print("  (unexpected: \(matches) matches, \(forwarded) forwarded)") }
