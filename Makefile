@@ -146,8 +146,8 @@ test: lint packages-test
 	  python3 Tests/Browser/view_test.py --mock || tests=1; \
 	  wait $$fuzz $$cost; \
 	  echo "--- the fixed fuzz pass (fuzz/run.sh --fixed)"; cat .build/fuzz-pass.log; \
-	  echo "--- the allocation budget (release build, bench/cost.sh)"; \
-	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 8 .build/cost.log; else cat .build/cost.log; fi; \
+	  echo "--- the cost budget (release build, bench/cost.sh)"; \
+	  if [ "$$(cat .build/cost.status)" = 0 ]; then tail -n 12 .build/cost.log; else cat .build/cost.log; fi; \
 	  [ "$$tests" = 0 ] && [ "$$(cat .build/fuzz-pass.status)" = 0 ] && [ "$$(cat .build/cost.status)" = 0 ]
 
 ## The live decision view in a real browser alone (docs/view.md): headless Chromium driven by

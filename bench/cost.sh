@@ -52,11 +52,13 @@ measure() {
   local viewer=
   if [ "$config" = viewed ]; then
     wait_port "$ADMIN_PORT"
-    curl -sN "http://127.0.0.1:$ADMIN_PORT/view/events" > "$out.events" 2>/dev/null & viewer=$!
-    # attached once the proxy counts it (the stream sends nothing before the first record)
-    for _ in $(seq 1 100); do
-      curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -q '^scopeproxy_view_viewers 1' && break; sleep 0.1
-    done
+    curl -sN -D "$out.head" "http://127.0.0.1:$ADMIN_PORT/view/events" > "$out.events" 2>/dev/null & viewer=$!
+    # Attached once the stream's head has come (the proxy sends it when the connection has become
+    # a viewer); asked of the viewer's own connection, not of the measured process (a /metrics poll
+    # would be work the two runs need not share).
+    for _ in $(seq 1 300); do grep -q '^HTTP/1.1 200' "$out.head" 2>/dev/null && break; sleep 0.1; done
+    grep -q '^HTTP/1.1 200' "$out.head" 2>/dev/null \
+      || { echo "the viewer of /view/events was not attached: $(head -1 "$out.head" 2>/dev/null)" >&2; kill "$pid"; exit 1; }
   fi
   python3 bench/keepalive_client.py "$port" "$NGINX_PORT" "$requests"
   kill -TERM "$pid"; wait "$pid" || true
@@ -64,7 +66,7 @@ measure() {
     kill "$viewer" 2>/dev/null || true; wait "$viewer" 2>/dev/null || true
     # every request's record reached the viewer, or the figure would not be what a watched request costs
     local seen; seen=$(grep -c '^data:' "$out.events" || true)
-    [ "$seen" -ge "$requests" ] || echo "warning: the viewer received $seen records for $requests requests" >&2
+    [ "$seen" -ge "$requests" ] || { echo "the viewer received $seen records for $requests requests" >&2; exit 1; }
   fi
   if [ "$tool" = dhat ]; then
     awk '/Total:/ { gsub(",", ""); print $6, $3 }' "$out.err"   # blocks bytes

@@ -59,6 +59,9 @@ wait_port "$NGINX_PORT"; wait_port "$NGINX_H2_PORT"
 # nginx relay: the same origin, one header set (the token full injects); the upload sink's port is
 # chosen now so the relay can route to it.
 SINK_PORT=$(free_port)
+# the sink listens from now on (idle until the uploads), so no connection of the wrk rows can take its port
+taskset -c 1 python3 bench/upload_sink.py "$SINK_PORT" & PIDS+=($!)
+wait_port "$SINK_PORT"
 RELAY_PORT=$(free_port)
 write_nginx_relay "$WORK" "$RELAY_PORT" "$NGINX_PORT" bench-token-0123456789 "$SINK_PORT"
 taskset -c 0 nginx -c "$WORK/relay/nginx.conf" -p "$WORK/relay" & PIDS+=($!)
@@ -225,8 +228,6 @@ for work in $WRK_WORK; do
 done
 
 # --- uploads to the sink and the tunnel download; RSS from here on ---
-taskset -c 1 python3 bench/upload_sink.py "$SINK_PORT" & PIDS+=($!)
-wait_port "$SINK_PORT"
 truncate -s "${UPLOAD_MIB}M" "$WORK/upload.bin"
 declare -A RSS_BEFORE HWM_WRK HWM_UPLOADS HWM_END
 for proxy in $PROXIES; do

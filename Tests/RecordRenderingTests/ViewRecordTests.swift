@@ -221,6 +221,32 @@ struct ViewRecordTests {
         #expect(json["explain"] is NSNull)
     }
 
+    @Test("a record that starts from the access log's line (the engine's path) is the record made whole")
+    func fromLogLine() throws {
+        // Every kind of record the engine publishes: plain, injected with every head, a CONNECT.
+        var connect = Records.base("CONNECT", "https://api.github.com")
+        connect.tunnel = .intercept
+        for record in [Records.base(), Records.injected, connect] {
+            var line = JSONLine()
+            formatter.appendJSONFields(of: record, now: 1_000_000, to: &line)
+            let logLine = line.finishLine()
+            let whole = ViewRecord.render(record, context(), now: 1_000_000)
+            let fromLine = ViewRecord.render(record, context(), now: 1_000_000, logLine: logLine)
+            // Byte for byte, but for the wall clock's `ts` (read at each rendering).
+            func masked(_ bytes: [UInt8]) -> String {
+                String(decoding: bytes, as: UTF8.self).replacingOccurrences(
+                    of: #""ts":"[^"]*""#, with: #""ts":"-""#, options: .regularExpression)
+            }
+            #expect(masked(fromLine) == masked(whole))
+            #expect(String(decoding: fromLine, as: UTF8.self).hasPrefix(String(decoding: logLine.dropLast(2), as: UTF8.self) + ","))
+        }
+        // A line that is not a closed JSON line is not taken: the record makes its own fields.
+        let record = Records.base()
+        #expect(
+            ViewRecord.render(record, context(), now: 1, logLine: Array("{}".utf8)).count
+                == ViewRecord.render(record, context(), now: 1).count)
+    }
+
     @Test("the four heads: the client's as the log shows it, the origin's with secrets by name, never a value")
     func heads() throws {
         let (json, text) = try render(Records.injected, context(policy: github))
