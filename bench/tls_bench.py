@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """TLS benchmark: scopeproxy and mitmdump side by side, each intercepting the same HTTPS origin (nginx)
 with its own CA, which the client trusts (verification is never turned off; each proxy verifies the
-origin against the origin's CA). One Python client (several processes on core 1) drives every case:
+origin against the origin's CA). One client (several processes on core 1) drives every case: the
+compiled bench/tls_client.c (OpenSSL; built here with `cc`), or with BENCH_TLS_CLIENT=python the
+Python client below, which bounded the rates it measured:
 plain HTTP through the proxy, intercepted HTTPS with keep-alive, intercepted HTTPS with a new
 connection (CONNECT + two handshakes) per request, and direct HTTPS to the origin for reference.
 Prints a Markdown table: req/s of each proxy, their ratio, and each proxy's CPU-µs per request from
@@ -14,6 +16,7 @@ import multiprocessing, os, shutil, signal, socket, ssl, statistics, subprocess,
 DURATION = float(os.environ.get("BENCH_TLS_DURATION", os.environ.get("BENCH_DURATION", "5")))
 REPEATS = int(os.environ.get("BENCH_TLS_REPEATS", "1"))
 CLIENTS = int(os.environ.get("BENCH_TLS_CLIENTS", "4"))
+CLIENT_KIND = os.environ.get("BENCH_TLS_CLIENT", "c")
 BINARY = os.environ.get("SCOPEPROXY_BINARY", ".build/release/scopeproxy")
 MODES = [("plain", "plain HTTP through the proxy, keep-alive"),
          ("keepalive", "intercepted HTTPS, keep-alive"),
@@ -87,6 +90,19 @@ def client(args):
     except Exception as error:  # reported, the table says "failed"
         return count, f"{type(error).__name__}: {error}"
 
+def compiled_clients(binary, args, count):
+    """`count` processes of the compiled client, side by side: returns [(requests, error or None)]."""
+    mode, proxy_port, origin_port, tls_port, ca_file, deadline = args
+    seconds = max(0.0, deadline - time.time())
+    procs = [subprocess.Popen([binary, mode, str(proxy_port or 0), str(origin_port), str(tls_port), ca_file, f"{seconds:.3f}"],
+                              stdout=subprocess.PIPE, text=True) for _ in range(count)]
+    outcomes = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=seconds + 60)
+        count_text, _, error = out.strip().partition(" ")
+        outcomes.append((int(count_text or 0), error or None))
+    return outcomes
+
 def cpu_ticks(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
@@ -136,6 +152,11 @@ http {{ access_log off; keepalive_requests 1000000;
         ports = {"scopeproxy": scope_port, "mitmdump": mitm_port, "direct": None}
         pids = {"scopeproxy": scope.pid, "mitmdump": mitm.pid}
         version = subprocess.run(["mitmdump", "--version"], capture_output=True, text=True).stdout.split("\n")[0].split()[-1]
+        compiled = None
+        if CLIENT_KIND == "c":
+            compiled = f"{work}/tls_client"
+            subprocess.run(["cc", "-O2", "-o", compiled, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tls_client.c"),
+                            "-lssl", "-lcrypto"], check=True)
         tick_us = 1_000_000 / os.sysconf("SC_CLK_TCK")
 
         results = {}  # (mode, target) -> list of (req/s, cpu-us/req or None, error or None)
@@ -147,8 +168,12 @@ http {{ access_log off; keepalive_requests 1000000;
                     deadline = time.time() + DURATION
                     pid = pids.get(target)
                     before = cpu_ticks(pid) if pid else 0
-                    with multiprocessing.Pool(CLIENTS) as pool:
-                        outcomes = pool.map(client, [(mode, ports[target], origin_port, tls_port, trust[target], deadline)] * CLIENTS)
+                    args = (mode, ports[target], origin_port, tls_port, trust[target], deadline)
+                    if compiled:
+                        outcomes = compiled_clients(compiled, args, CLIENTS)
+                    else:
+                        with multiprocessing.Pool(CLIENTS) as pool:
+                            outcomes = pool.map(client, [args] * CLIENTS)
                     used = (cpu_ticks(pid) - before) * tick_us if pid else 0
                     total = sum(count for count, _ in outcomes)
                     errors = [error for _, error in outcomes if error]
@@ -164,10 +189,11 @@ http {{ access_log off; keepalive_requests 1000000;
             return "failed" if value is None else f"{value:.{digits}f}"
         print("### TLS interception: scopeproxy next to mitmdump")
         print()
-        print(f"`bench/tls_bench.py`: {CLIENTS} Python client processes on core 1 for {DURATION:g} s per case, median of {REPEATS} "
+        kind = "compiled (bench/tls_client.c)" if compiled else "Python"
+        print(f"`bench/tls_bench.py`: {CLIENTS} {kind} client processes on core 1 for {DURATION:g} s per case, median of {REPEATS} "
               f"interleaved run(s); the proxy on core 0 (scopeproxy `--threads 1`, JSON access log to /dev/null; mitmdump {version}, "
               f"`-q --set flow_detail=0`), each with its own CA trusted by the client and verifying the origin (nginx, 1 KiB, "
-              f"HTTP/1.1) against the origin's CA. The Python client bounds the absolute rates: compare the columns and the CPU per request.")
+              f"HTTP/1.1) against the origin's CA." + ("" if compiled else " The Python client bounds the absolute rates: compare the columns and the CPU per request."))
         print()
         print("| mode | scopeproxy req/s | mitmdump req/s | scopeproxy ÷ mitmdump | scopeproxy CPU µs/req | mitmdump CPU µs/req | direct HTTPS req/s |")
         print("|---|---|---|---|---|---|---|")
