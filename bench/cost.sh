@@ -36,31 +36,39 @@ log: { output: $WORK/access.log }
 YAML
 : > "$WORK/engine.yaml"
 # viewed: full with an admin listener and one viewer of the live view attached (records are made
-# only while someone watches: docs/view.md), what a watched request costs.
-ADMIN_PORT=$(free_port)
-{ echo "admin: \"127.0.0.1:$ADMIN_PORT\""; cat "$WORK/full.yaml"; } > "$WORK/viewed.yaml"
+# only while someone watches: docs/view.md), what a watched request costs. Its config is written
+# per run, with an admin port chosen just before (a port chosen minutes earlier may by then be the
+# local end of some connection, and the proxy could not listen there).
 
 # measure TOOL CONFIG REQUESTS EXTRA_ARGS... -> the tool's total (instructions, or "blocks bytes")
 measure() {
   local tool=$1 config=$2 requests=$3 port out; shift 3
   port=$(free_port); out="$WORK/$tool.$config.$requests"
+  local config_file="$WORK/$config.yaml" admin=
+  if [ "$config" = viewed ]; then
+    admin=$(free_port); while [ "$admin" = "$port" ]; do admin=$(free_port); done
+    config_file="$out.yaml"
+    { echo "admin: \"127.0.0.1:$admin\""; cat "$WORK/full.yaml"; } > "$config_file"
+  fi
   local options=(--tool=callgrind --callgrind-out-file="$out")
   [ "$tool" = dhat ] && options=(--tool=dhat --dhat-out-file="$out")
-  BENCH_TOKEN=cost-token valgrind "${options[@]}" "$BINARY" run --config "$WORK/$config.yaml" \
+  BENCH_TOKEN=cost-token valgrind "${options[@]}" "$BINARY" run --config "$config_file" \
     --listen "127.0.0.1:$port" --threads 1 "$@" >/dev/null 2>"$out.err" & local pid=$!
-  wait_port "$port"
+  # (a command substitution does not inherit `set -e`: each failure here ends the run itself)
+  wait_port "$port" || { echo "the proxy never listened: $(tail -3 "$out.err")" >&2; exit 1; }
   local viewer=
   if [ "$config" = viewed ]; then
-    wait_port "$ADMIN_PORT"
-    curl -sN -D "$out.head" "http://127.0.0.1:$ADMIN_PORT/view/events" > "$out.events" 2>/dev/null & viewer=$!
+    wait_port "$admin" || { echo "the proxy's admin listener never opened: $(tail -3 "$out.err")" >&2; kill "$pid" 2>/dev/null; exit 1; }
+    curl -sN -D "$out.head" "http://127.0.0.1:$admin/view/events" > "$out.events" 2>/dev/null & viewer=$!
     # Attached once the stream's head has come (the proxy sends it when the connection has become
     # a viewer); asked of the viewer's own connection, not of the measured process (a /metrics poll
     # would be work the two runs need not share).
     for _ in $(seq 1 300); do grep -q '^HTTP/1.1 200' "$out.head" 2>/dev/null && break; sleep 0.1; done
     grep -q '^HTTP/1.1 200' "$out.head" 2>/dev/null \
-      || { echo "the viewer of /view/events was not attached: $(head -1 "$out.head" 2>/dev/null)" >&2; kill "$pid"; exit 1; }
+      || { echo "the viewer of /view/events was not attached: $(head -1 "$out.head" 2>/dev/null) $(tail -3 "$out.err")" >&2; kill "$pid" 2>/dev/null; exit 1; }
   fi
-  python3 bench/keepalive_client.py "$port" "$NGINX_PORT" "$requests"
+  python3 bench/keepalive_client.py "$port" "$NGINX_PORT" "$requests" \
+    || { echo "the client's requests through the proxy failed: $(tail -3 "$out.err")" >&2; kill "$pid" 2>/dev/null; exit 1; }
   kill -TERM "$pid"; wait "$pid" || true
   if [ -n "$viewer" ]; then
     kill "$viewer" 2>/dev/null || true; wait "$viewer" 2>/dev/null || true
@@ -75,15 +83,15 @@ measure() {
   fi
 }
 
-# the relay: nginx under callgrind, one process, the same client
-RELAY_PORT=$(free_port)
-write_nginx_relay "$WORK" "$RELAY_PORT" "$NGINX_PORT" cost-token
+# the relay: nginx under callgrind, one process, the same client; its port chosen just before each run
 measure_relay() {  # REQUESTS -> instructions
-  local out="$WORK/callgrind.relay.$1"
+  local out="$WORK/callgrind.relay.$1" relay_port; relay_port=$(free_port)
+  write_nginx_relay "$WORK" "$relay_port" "$NGINX_PORT" cost-token
   valgrind --tool=callgrind --callgrind-out-file="$out" nginx -g 'master_process off;' -c "$WORK/relay/nginx.conf" \
     -p "$WORK/relay" >/dev/null 2>"$out.err" & local pid=$!
-  wait_port "$RELAY_PORT"
-  python3 bench/keepalive_client.py "$RELAY_PORT" "$NGINX_PORT" "$1"
+  wait_port "$relay_port" || { echo "the nginx relay never listened: $(tail -3 "$out.err")" >&2; exit 1; }
+  python3 bench/keepalive_client.py "$relay_port" "$NGINX_PORT" "$1" \
+    || { echo "the client's requests through the nginx relay failed" >&2; kill "$pid" 2>/dev/null; exit 1; }
   kill -TERM "$pid"; wait "$pid" || true
   awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }
