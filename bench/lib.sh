@@ -39,6 +39,22 @@ wait_port() {
   return 1
 }
 
+# nginx_preamble DIR: the lines every benchmark nginx starts with (one worker, in the foreground,
+# its pid and error log in DIR, no access log), up to the open `http {` block.
+nginx_preamble() {
+  cat <<CONF
+worker_processes 1;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log crit;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $1;
+CONF
+}
+
 # write_nginx_origin DIR PORT [EXTRA_SERVER_DIRECTIVES]: a one-worker nginx config serving DIR/www
 # on 127.0.0.1:PORT, with files 1k, 64k and 1m; the caller starts it (pinned or not).
 write_nginx_origin() {
@@ -47,16 +63,7 @@ write_nginx_origin() {
   head -c 1024 /dev/urandom > "$dir/www/1k"
   head -c 65536 /dev/urandom > "$dir/www/64k"
   head -c 1048576 /dev/urandom > "$dir/www/1m"
-  cat > "$dir/nginx/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $dir/nginx/nginx.pid;
-error_log $dir/nginx/error.log crit;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $dir/nginx;
+  { nginx_preamble "$dir/nginx"; cat <<CONF
   server {
     listen 127.0.0.1:$port;
     root $dir/www;
@@ -64,6 +71,7 @@ http {
   }
 }
 CONF
+  } > "$dir/nginx/nginx.conf"
 }
 
 # write_nginx_relay DIR PORT ORIGIN_PORT TOKEN [SINK_PORT]: nginx as a plain HTTP/1.1 relay, the floor a
@@ -75,16 +83,7 @@ CONF
 write_nginx_relay() {
   local dir=$1 port=$2 origin=$3 token=$4 sink=${5:-$3}
   mkdir -p "$dir/relay"
-  cat > "$dir/relay/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $dir/relay/nginx.pid;
-error_log $dir/relay/error.log crit;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $dir/relay;
+  { nginx_preamble "$dir/relay"; cat <<CONF
   proxy_temp_path $dir/relay;
   upstream origin { server 127.0.0.1:$origin; keepalive 64; keepalive_requests 1000000; }
   upstream sink { server 127.0.0.1:$sink; keepalive 8; }
@@ -104,4 +103,5 @@ http {
   }
 }
 CONF
+  } > "$dir/relay/nginx.conf"
 }

@@ -154,12 +154,13 @@ public final class AccessLog: Sendable {
         // nothing: no line is formatted for it.
         if output == .discard, observer == nil { return nil }
         let line = self.format == .json ? json(record) : text(record)
+        let reusable = self.format == .json ? line : nil
         // The lock only hands out the current (immutable) tripwire; scanning runs outside it, so
         // workers finishing exchanges at once do not queue behind each other's scans.
         let (scrubbed, hits) = tripwire.withLock { $0 }.scrub(line)
         if hits > 0 { metrics.increment(.logTripwireHits, by: UInt64(hits)) }
         observer?(String(decoding: scrubbed, as: UTF8.self))
-        guard output != .discard else { return format == .json ? line : nil }
+        guard output != .discard else { return reusable }
         let (accepted, wasEmpty) = backlog.withLock { state -> (Bool, Bool) in
             guard state.lines < Self.maxPending, state.bytes.count + scrubbed.count <= Self.maxPendingBytes else {
                 return (false, false)
@@ -174,7 +175,7 @@ public final class AccessLog: Sendable {
         } else if wasEmpty {
             wake.signal()
         }
-        return format == .json ? line : nil
+        return reusable
     }
 
     /// Another text about an exchange (a live view record) through the tripwire every line goes

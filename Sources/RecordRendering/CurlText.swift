@@ -3,10 +3,6 @@ import ProxyCore
 import Redaction
 import ScopePolicy
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// The way into the proxy a reproduced request takes (the engine's listeners) and the config file
 /// `scopeproxy ca` reads, for the live view's "Copy as curl".
 public struct CurlEntrance: Sendable, Equatable {
@@ -98,7 +94,7 @@ public enum CurlText {
                 if !leftOut.contains(why) { leftOut.append(why) }
                 continue
             }
-            if Self.contains(shown, Redactor.redacted) {
+            if Redactor.hidesSomething(shown) {
                 let why = "# left out: \(field.name) (its value is not shown)"
                 if !leftOut.contains(why) { leftOut.append(why) }
                 continue
@@ -121,27 +117,6 @@ public enum CurlText {
         if let body = bodyNote(record.requestFields) { comments.append(body) }
         command.append(quoted(url))
         return (comments + [command.joined(separator: " ")]).joined(separator: "\n")
-    }
-
-    /// Whether `word` occurs in `text`, byte for byte (a search in place: the generic
-    /// `String.contains` cost more than the rest of the curl text).
-    static func contains(_ text: String, _ word: String) -> Bool {
-        var text = text, word = word
-        return text.withUTF8 { haystack in
-            word.withUTF8 { needle in
-                guard needle.count <= haystack.count, let first = needle.first else { return needle.isEmpty }
-                var start = 0
-                while start + needle.count <= haystack.count {
-                    if haystack[start] == first,
-                        memcmp(haystack.baseAddress! + start, needle.baseAddress!, needle.count) == 0
-                    {
-                        return true
-                    }
-                    start += 1
-                }
-                return false
-            }
-        }
     }
 
     /// Fields curl makes itself (from the URL, and for a body it does not send),

@@ -25,10 +25,18 @@ public struct LogLineFormatter: Sendable {
     /// each row says on which lines and when, and reads its fact from the record; what is left here
     /// is how each kind of fact is written, with its redaction.
     public func forEachField(of record: ExchangeRecord, _ body: (LogField, LogFieldRow, LogFact?) -> Void) {
+        forEachCarried(by: record) { index, row in body(LogField.ordered[index], row, row.read(record)) }
+    }
+
+    /// The rows a line of `record` carries, with their index in `LogField.ordered` (and `rows`,
+    /// `quotedKeys`).
+    private func forEachCarried(by record: ExchangeRecord, _ body: (Int, LogFieldRow) -> Void) {
         let isTunnel = record.tunnel != nil
-        for (field, row) in zip(LogField.ordered, LogField.rows) where row.lines.includes(tunnel: isTunnel) {
-            if row.presence == .withBodies && !logBodies { continue }
-            body(field, row, row.read(record))
+        let rows = LogField.rows
+        for index in rows.indices {
+            let row = rows[index]
+            guard row.lines.includes(tunnel: isTunnel), row.presence != .withBodies || logBodies else { continue }
+            body(index, row)
         }
     }
 
@@ -42,13 +50,9 @@ public struct LogLineFormatter: Sendable {
     /// Every field of the JSON line, appended to `line` (the caller closes it). `now`: monotonic
     /// microseconds, the end of `duration_ms`.
     public func appendJSONFields(of record: ExchangeRecord, now: UInt64, to line: inout JSONLine) {
-        // `forEachField`'s walk, with each field's key written in advance (`LogField.quotedKeys`).
-        let isTunnel = record.tunnel != nil
-        let rows = LogField.rows
+        // Each field's key written in advance (`LogField.quotedKeys`).
         let keys = LogField.quotedKeys
-        for index in rows.indices {
-            let row = rows[index]
-            guard row.lines.includes(tunnel: isTunnel), row.presence != .withBodies || logBodies else { continue }
+        forEachCarried(by: record) { index, row in
             if let fact = row.read(record) {
                 json(fact, key: keys[index], now: now, into: &line)
             } else if row.presence == .nullable {

@@ -26,7 +26,7 @@ public struct SecretNaming: Sendable {
     /// `shown`, and the secrets named in it (one scan for both).
     public func shownAndNamed(_ name: String, _ value: String) -> (shown: String, named: [(name: String, isPlaceholder: Bool)]) {
         // Nearly every value names nothing: checked in place, without the copies below.
-        if isPlainlyClean(value) { return (shownWithoutNames(name, value), []) }
+        if isPlainlyClean(value) { return (redactor.shownValue(value, lowercaseName: name), []) }
         let wire = HTTPField.wireBytes(of: value)
         let regions = Self.regions(in: wire, watch: watch)
         return (shown(name, value, wire: wire, regions: regions), regions.flatMap(\.names))
@@ -41,19 +41,12 @@ public struct SecretNaming: Sendable {
         } ?? false
     }
 
-    /// A value that names no secret: as the access log shows it.
-    private func shownWithoutNames(_ name: String, _ value: String) -> String {
-        if name == "location" || name == "content-location" { return redactor.url(value) }
-        return name != "set-cookie" && redactor.rules.safeHeaders.contains(name) ? value : Redactor.redacted
-    }
-
     private func shown(_ name: String, _ value: String, wire: [UInt8], regions: [Region]) -> String {
-        guard !regions.isEmpty else { return shownWithoutNames(name, value) }
-        let isLocation = name == "location" || name == "content-location"
-        let isSafe = isLocation || (name != "set-cookie" && redactor.rules.safeHeaders.contains(name))
-        if isSafe {
+        // A value that names nothing is shown as the access log shows it.
+        guard !regions.isEmpty else { return redactor.shownValue(value, lowercaseName: name) }
+        if redactor.showsValue(lowercaseName: name) {
             let text = HTTPField.value(wireBytes: Self.splice(wire, regions))
-            return isLocation ? redactor.url(text) : text
+            return Redactor.isLocation(name) ? redactor.url(text) : text
         }
         // A hidden header: its scheme word, its references, and `<redacted>` for every other run.
         var shown = ""

@@ -37,15 +37,10 @@ public enum ViewRecord {
     /// line of this record (`{...}` and a line feed) when one was made with `context.formatter`:
     /// its fields are this record's first ones, taken as they are instead of made again.
     public static func render(_ record: ExchangeRecord, _ context: ViewRecordContext, now: UInt64, logLine: [UInt8]? = nil) -> [UInt8] {
-        var line: JSONLine
-        if let logLine, logLine.count > 3, logLine.suffix(2).elementsEqual([UInt8(ascii: "}"), 0x0A]) {
-            line = JSONLine(continuing: logLine.dropLast(2))
-            line.bytes.reserveCapacity(4096)
-        } else {
-            line = JSONLine()
-            line.bytes.reserveCapacity(4096)
-            context.formatter.appendJSONFields(of: record, now: now, to: &line)
-        }
+        let reusable = logLine.flatMap { $0.count > 3 && $0.suffix(2).elementsEqual([UInt8(ascii: "}"), 0x0A]) ? $0.dropLast(2) : nil }
+        var line = reusable.map(JSONLine.init(continuing:)) ?? JSONLine()
+        line.bytes.reserveCapacity(4096)
+        if reusable == nil { context.formatter.appendJSONFields(of: record, now: now, to: &line) }
         let redactor = context.formatter.redactor
         let isConnect = record.tunnel != nil || record.method == "CONNECT"
 

@@ -42,9 +42,26 @@ extension Redactor {
 
     /// A Location through the URL redactor, a safe header's value as it is, anything else
     /// (Set-Cookie always) `<redacted>`.
-    private func shownValue(_ value: String, lowercaseName name: String) -> String {
-        if name == "location" || name == "content-location" { return url(value) }
-        if name != "set-cookie", rules.safeHeaders.contains(name) { return value }
-        return Self.redacted
+    public func shownValue(_ value: String, lowercaseName name: String) -> String {
+        if Self.isLocation(name) { return url(value) }
+        return showsValue(lowercaseName: name) ? value : Self.redacted
     }
+
+    /// Whether a header's value is shown (a Location's through the URL redactor), not `<redacted>`.
+    public func showsValue(lowercaseName name: String) -> Bool {
+        Self.isLocation(name) || (name != "set-cookie" && rules.safeHeaders.contains(name))
+    }
+
+    /// Location and Content-Location: URLs, shown through the URL redactor.
+    public static func isLocation(_ lowercaseName: String) -> Bool {
+        lowercaseName == "location" || lowercaseName == "content-location"
+    }
+
+    /// Whether a shown text hides something: `<redacted>` anywhere in it.
+    public static func hidesSomething(_ shown: String) -> Bool {
+        var shown = shown
+        return shown.withUTF8 { Tripwire.find(redactedBytes, in: $0) != nil }
+    }
+
+    private static let redactedBytes = Array(redacted.utf8)
 }

@@ -28,8 +28,6 @@ enum TailText {
         let hop: Int?
     }
 
-    // SGR codes, as the access log paints them (Sources/ProxyEngine/AccessLog.swift).
-
     static func render(_ json: [UInt8], colour: Bool) -> Result<Rendered, Unreadable> {
         guard json.count <= maxRecordBytes else { return .failure(Unreadable(reason: "record larger than 1 MiB")) }
         let value: TokenJSON
