@@ -43,8 +43,7 @@ public struct JSONLine {
 
     @inlinable public mutating func beginObject(quoted key: [UInt8]) {
         self.key(quoted: key)
-        bytes.append(UInt8(ascii: "{"))
-        first = true
+        openObject()
     }
 
     @inlinable public mutating func string(quoted key: [UInt8], _ value: String) {
@@ -59,17 +58,17 @@ public struct JSONLine {
 
     @inlinable public mutating func array(quoted key: [UInt8], _ values: [String]) {
         self.key(quoted: key)
-        bytes.append(UInt8(ascii: "["))
-        for (index, value) in values.enumerated() {
-            if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            appendQuoted(value)
-        }
-        bytes.append(UInt8(ascii: "]"))
+        appendArray(values)
     }
 
     /// `"name":{`: members follow (`string`, `number`, ...) until `endObject`. One level deep.
     @inlinable public mutating func beginObject(_ name: String) {
         key(name)
+        openObject()
+    }
+
+    /// `{`, its first member to come (after a key).
+    @inlinable mutating func openObject() {
         bytes.append(UInt8(ascii: "{"))
         first = true
     }
@@ -174,6 +173,11 @@ public struct JSONLine {
 
     @inlinable public mutating func array(_ name: String, _ values: [String]) {
         key(name)
+        appendArray(values)
+    }
+
+    /// `["a","b"]` (after a key).
+    @inlinable mutating func appendArray(_ values: [String]) {
         bytes.append(UInt8(ascii: "["))
         for (index, value) in values.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
