@@ -30,6 +30,7 @@ public struct LogLineFormatter: Sendable {
 
     /// The rows a line of `record` carries, with their index in `LogField.ordered` (and `rows`,
     /// `quotedKeys`).
+    @inline(__always)
     private func forEachCarried(by record: ExchangeRecord, _ body: (Int, LogFieldRow) -> Void) {
         let isTunnel = record.tunnel != nil
         let rows = LogField.rows
