@@ -23,6 +23,9 @@ let package = Package(
         // One kernel question in C (its structs live in linux/ headers Swift does not import): who
         // owns a given TCP socket (NETLINK_SOCK_DIAG), for `uid` clients.
         .target(name: "CSocketDiag"),
+        // The secret scanner's vector prefilter (AVX2 byte shuffles, chosen at run time): Swift's
+        // SIMD types have no byte shuffle.
+        .target(name: "CScanPrefilter"),
 
         // Pure core: no sockets, no libevent. Each is testable alone.
         // The one JSON writer (log lines, error bodies, diagnostics, redacted summaries).
@@ -36,7 +39,7 @@ let package = Package(
         // Secret values found in byte streams in all their encodings (one automaton per secret set),
         // for response scrubbing and the egress guard. The log tripwire takes its encodings from
         // here but keeps its own search.
-        .target(name: "SecretScan", dependencies: ["HTTP1Codec"]),
+        .target(name: "SecretScan", dependencies: ["HTTP1Codec", "CScanPrefilter"]),
         .target(name: "Redaction", dependencies: ["HTTP1Codec", "JSONText", "SecretScan"]),
         // The settings the data path runs on (timeouts, limits, routes, log, scrub and guard): what
         // ScopeConfig produces and ProxyCore (which re-exports them) and the engine consume.
@@ -82,7 +85,7 @@ let package = Package(
         // The AWS SigV4 test suite's vectors (Vectors/) and botocore's signer (python3) as references.
         .testTarget(name: "AWSSigV4Tests", dependencies: ["AWSSigV4", "HTTP1Codec"], exclude: ["Vectors", "botocore_sign.py"]),
         .testTarget(name: "SecretStoreTests", dependencies: ["SecretStore", "ScopeConfig", "ScopePolicy", "PosixSupport"]),
-        .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec"]),
+        .testTarget(name: "SecretScanTests", dependencies: ["SecretScan", "HTTP1Codec", "CScanPrefilter"]),
         .testTarget(name: "RedactionTests", dependencies: ["Redaction", "HTTP1Codec"]),
         .testTarget(name: "ScopePolicyTests", dependencies: ["ScopePolicy", "HTTP1Codec"]),
         // The live view's record, rendered from tables of records (no sockets).

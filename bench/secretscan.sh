@@ -9,5 +9,7 @@ rm -rf "$out" && mkdir -p "$out/src"
 for file in Sources/HTTP1Codec/*.swift Sources/SecretScan/*.swift bench/SecretScanBench.swift; do
   sed -E '/^(@testable )?import (HTTP1Codec|SecretScan)$/d' "$file" > "$out/src/$(basename "$(dirname "$file")")-$(basename "$file")"
 done
-swiftc -O -wmo -parse-as-library -module-name SecretScanBench "$out"/src/*.swift -o "$out/secretscan-bench"
+cc -O2 -I Sources/CScanPrefilter/include -c Sources/CScanPrefilter/scan_prefilter.c -o "$out/scan_prefilter.o"
+swiftc -O -wmo -parse-as-library -module-name SecretScanBench -I Sources/CScanPrefilter/include "$out"/src/*.swift "$out/scan_prefilter.o" \
+  -o "$out/secretscan-bench"
 "$out/secretscan-bench" "${1:-256}"

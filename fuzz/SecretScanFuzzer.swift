@@ -15,9 +15,9 @@ func fuzzSecretScan(_ data: UnsafePointer<UInt8>, _ size: Int) {
     let cuts = cutBytes.map { Int($0) * (body.count + 1) / 256 }
     // Also with every piece that can hold the laned pass's four warm-ups taken as a large one (by
     // default only pieces of 1 KiB and more, which few inputs here reach), each way.
-    for (lanedFrom, path) in NaiveSecretScan.largePiecePaths {
-        let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path)
+    for (lanedFrom, path, pairSkip) in NaiveSecretScan.scanWays {
+        let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path, pairSkip: pairSkip)
         let problems = NaiveSecretScan.disagreements(scanner, body, cuts: cuts)
-        fuzzCheck(problems.isEmpty, "laned from \(lanedFrom ?? -1) \(path): secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
+        fuzzCheck(problems.isEmpty, "laned from \(lanedFrom ?? -1) \(path) \(pairSkip): secrets \(secrets) body \(body) cuts \(cuts): \(problems)")
     }
 }

@@ -1,3 +1,5 @@
+import CScanPrefilter
+
 /// Aho-Corasick over bytes, compiled to a dense DFA: one table load per input byte, no branch but
 /// the "a pattern ends here" test, no allocation. Built once per pattern set, then immutable.
 ///
@@ -31,7 +33,11 @@ public final class PatternAutomaton: Sendable {
     /// and 16 times the longest pattern (the three warm-ups then add under a fifth); tests and
     /// the fuzzer lower it to put small bodies through that pass too. `largePieces`: how such a
     /// piece is taken when the start state can be skipped; tests force each way.
-    public init(patterns: [[UInt8]], lanedFrom: Int? = nil, largePieces: LargePiecePath = .probed) {
+    /// `pairSkip`: how the start state's pairs are skipped; tests force the portable loop where
+    /// the vector filter would run.
+    public init(
+        patterns: [[UInt8]], lanedFrom: Int? = nil, largePieces: LargePiecePath = .probed, pairSkip: PairSkip = .fastest
+    ) {
         self.largePieces = largePieces
         patternLengths = patterns.map(\.count)
         let longest = patterns.map(\.count).max() ?? 0
@@ -121,11 +127,17 @@ public final class PatternAutomaton: Sendable {
         // The first two bytes of every pattern, when there are few such pairs and no pattern is a
         // single byte: a pattern's first byte alone is common in text (one byte in twenty for one
         // secret's forms), the pair rare (bench/secretscan.sh).
-        var pairs: [[UInt8]] = []
-        for pattern in patterns where pattern.count >= 2 && !pairs.contains([pattern[0], pattern[1]]) {
-            pairs.append([pattern[0], pattern[1]])
+        // Sorted, so that pairs sharing a first byte share the vector filter's bucket.
+        var pairs = Set(patterns.filter { $0.count >= 2 }.map { [$0[0], $0[1]] }).sorted { $0.lexicographicallyPrecedes($1) }
+        if patterns.contains(where: { $0.count == 1 }) { pairs = [] }
+        if pairSkip == .fastest, Self.pairFilterRuns, !pairs.isEmpty, pairs.count <= Self.filterPairLimit {
+            let filter = UnsafeMutablePointer<sp_pair_filter>.allocate(capacity: 1)
+            sp_pair_filter_build(filter, pairs.map { $0[0] }, pairs.map { $0[1] }, pairs.count)
+            pairFilter = filter
+        } else {
+            pairFilter = nil
+            if pairs.count > Self.pairLimit { pairs = [] }
         }
-        if patterns.contains(where: { $0.count == 1 }) || pairs.count > Self.pairLimit { pairs = [] }
         pairCount = pairs.count
         startPairs = (0..<Self.pairLimit).map { index in
             let pair = pairs.isEmpty ? [0, 0] : pairs[min(index, pairs.count - 1)]
@@ -134,8 +146,9 @@ public final class PatternAutomaton: Sendable {
     }
 
     /// How a piece of `lanedMinimum` bytes or more is scanned by an automaton that skips the
-    /// start state. Skipping runs at 5-6 GB/s on any bytes when a pattern's first two bytes take
-    /// at most eight pairs (one or two secrets), at 9 GB/s by first bytes alone where none occurs
+    /// start state. Skipping runs at 12-25 GB/s with the vector pair filter (up to 64 pairs: ten
+    /// secrets) on bytes where no pair occurs, at 5-6 GB/s with the portable loop (up to eight
+    /// pairs: one or two secrets), at 9 GB/s by first bytes alone where none occurs
     /// (zeros, sparse files); the laned pass at 1.8 GB/s whatever the bytes. But every position
     /// that does begin a pattern breaks the skip off (a mispredicted branch, then the table) for
     /// some 25 ns: on text where one byte in twenty can begin a pattern, skipping by first bytes
@@ -164,7 +177,25 @@ public final class PatternAutomaton: Sendable {
     /// are distinct, 0 when the pair skip is off (more than `pairLimit`, or a one-byte pattern).
     private let startPairs: [(SIMD16<UInt8>, SIMD16<UInt8>)]
     let pairCount: Int
+    /// The most pairs the portable loop compares (eight vector compares of each kind per block).
     static let pairLimit = 8
+    /// The vector filter (`CScanPrefilter`), when it runs here and the pairs are few enough for
+    /// its eight buckets to stay selective; it then replaces the portable loop. Owned: freed in
+    /// `deinit`, never written after `init`.
+    nonisolated(unsafe) private let pairFilter: UnsafeMutablePointer<sp_pair_filter>?
+    static let filterPairLimit = 64
+    /// Asked of the CPU once per process.
+    static let pairFilterRuns = sp_pair_filter_available() != 0
+
+    /// How the start state's pairs are skipped.
+    public enum PairSkip: Sendable {
+        /// The vector filter where the CPU has it (x86-64 with AVX2), else the portable loop.
+        case fastest
+        /// Swift's SIMD compares with each pair (tests; what runs where the filter cannot).
+        case portable
+    }
+
+    deinit { pairFilter?.deallocate() }
     /// No byte leaves the start state (no pattern at all): nothing can ever match.
     private let leavesStartNever: Bool
     static let skipThreshold = 10
@@ -281,7 +312,9 @@ public final class PatternAutomaton: Sendable {
                             // after the block (in this piece: 17 <= count - index) does not continue
                             // that first byte, its pair having been compared, so going on from the
                             // start state there gives the same states and matches.
-                            if pairCount > 0 {
+                            if let pairFilter {
+                                index &+= sp_pair_filter_skip(pairFilter, base + index, count &- index)
+                            } else if pairCount > 0 {
                                 while index &+ 17 <= count {
                                     let v = UnsafeRawPointer(base + index).loadUnaligned(as: SIMD16<UInt8>.self)
                                     let w = UnsafeRawPointer(base + (index &+ 1)).loadUnaligned(as: SIMD16<UInt8>.self)

@@ -21,9 +21,12 @@ public struct SecretScanner: Sendable {
     public let patterns: [SecretPattern]
     let automaton: PatternAutomaton
 
-    /// `secrets`: each secret's exact bytes; an empty one is ignored. `lanedFrom`, `largePieces`:
-    /// see `PatternAutomaton.init`.
-    public init(secrets: [[UInt8]], lanedFrom: Int? = nil, largePieces: PatternAutomaton.LargePiecePath = .probed) {
+    /// `secrets`: each secret's exact bytes; an empty one is ignored. `lanedFrom`, `largePieces`,
+    /// `pairSkip`: see `PatternAutomaton.init`.
+    public init(
+        secrets: [[UInt8]], lanedFrom: Int? = nil, largePieces: PatternAutomaton.LargePiecePath = .probed,
+        pairSkip: PatternAutomaton.PairSkip = .fastest
+    ) {
         var patterns: [SecretPattern] = []
         for (secret, raw) in secrets.enumerated() where !raw.isEmpty {
             for form in SecretEncoding.forms(of: raw) {
@@ -31,7 +34,7 @@ public struct SecretScanner: Sendable {
             }
         }
         self.patterns = patterns
-        automaton = PatternAutomaton(patterns: patterns.map(\.bytes), lanedFrom: lanedFrom, largePieces: largePieces)
+        automaton = PatternAutomaton(patterns: patterns.map(\.bytes), lanedFrom: lanedFrom, largePieces: largePieces, pairSkip: pairSkip)
     }
 
     /// The most a stream ever holds back is one less than this.

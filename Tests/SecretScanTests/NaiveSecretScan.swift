@@ -78,9 +78,12 @@ enum NaiveSecretScan {
 
     /// The ways a scanner takes pieces, for the property test and the fuzzer: by default (small
     /// pieces byte by byte), and with every piece that can hold four warm-ups taken as a large
-    /// one, probed and then left to the probe, skipped through, or laned.
-    static let largePiecePaths: [(lanedFrom: Int?, path: PatternAutomaton.LargePiecePath)] =
-        [(nil, .probed), (0, .probed), (0, .probedThenSkipped), (0, .probedThenLaned)]
+    /// one, probed and then left to the probe, skipped through, or laned; the skips with the
+    /// vector pair filter where it runs, and with the portable loop.
+    static let scanWays: [(lanedFrom: Int?, path: PatternAutomaton.LargePiecePath, pairSkip: PatternAutomaton.PairSkip)] = [
+        (nil, .probed, .fastest), (nil, .probed, .portable), (0, .probed, .fastest), (0, .probedThenSkipped, .fastest),
+        (0, .probedThenSkipped, .portable), (0, .probedThenLaned, .fastest),
+    ]
 
     /// Checks one cut of `body` against the reference; returns what disagrees (empty when all agree).
     static func disagreements(_ scanner: SecretScanner, _ body: [UInt8], cuts: [Int]) -> [String] {

@@ -199,10 +199,12 @@ struct SecretScanTests {
             let (secrets, body, cuts) = Self.randomCase(&random)
             // The default scanner takes these small pieces one byte at a time; the others take
             // every piece that can hold four warm-ups as a large one: probed, then each way.
-            for (lanedFrom, path) in NaiveSecretScan.largePiecePaths {
-                let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path)
+            for (lanedFrom, path, pairSkip) in NaiveSecretScan.scanWays {
+                let scanner = SecretScanner(secrets: secrets, lanedFrom: lanedFrom, largePieces: path, pairSkip: pairSkip)
                 let problems = NaiveSecretScan.disagreements(scanner, body, cuts: cuts)
-                #expect(problems == [], "seed \(seed), laned from \(lanedFrom ?? -1) \(path): secrets \(secrets) body \(body) cuts \(cuts)")
+                #expect(
+                    problems == [],
+                    "seed \(seed), laned from \(lanedFrom ?? -1) \(path) \(pairSkip): secrets \(secrets) body \(body) cuts \(cuts)")
             }
         }
     }
@@ -249,12 +251,13 @@ struct SecretScanTests {
     }
 
     /// The start-state skip compares sixteen bytes at once with each byte a pattern can begin with
-    /// (up to ten). Each of ten patterns (ten pairs: too many for the pair skip), alone in zeros at
-    /// every position of a vector and of the eight-byte step after it: a compare left out skips it.
+    /// (up to ten). Each of ten patterns (ten pairs: too many for the portable pair skip), alone in
+    /// zeros at every position of a vector and of the eight-byte step after it: a compare left out
+    /// skips it.
     @Test("the vector skip stops at every byte a pattern can begin with, in every lane")
     func vectorSkipEveryStartingByte() {
         let patterns = (0..<PatternAutomaton.skipThreshold).map { index in [UInt8(0x41 + index), 0x7E, UInt8(0x61 + index)] }
-        let automaton = PatternAutomaton(patterns: patterns)
+        let automaton = PatternAutomaton(patterns: patterns, pairSkip: .portable)
         #expect(automaton.pairCount == 0)
         for (index, pattern) in patterns.enumerated() {
             for offset in 0..<40 {
@@ -268,19 +271,22 @@ struct SecretScanTests {
     }
 
     /// The pair skip compares sixteen positions at once with each pattern's first two bytes (up to
-    /// eight pairs). Each of eight patterns at every position of two vectors (a pair across their
-    /// boundary too), among zeros, among copies of the first pattern's first byte (every position
-    /// begins a pattern, none a pair: the state at each block's end is that byte alone), and among
-    /// copies of a second byte; and with a one-byte pattern, which turns the pair skip off.
-    @Test("the pair skip stops at every pair a pattern begins with, in every lane, whatever bytes surround it")
-    func pairSkipEveryStartingPair() {
+    /// eight pairs; the vector filter 32 positions with up to 64). Each of eight patterns at every
+    /// position of three blocks and the bytes after them (a pair across their boundaries too),
+    /// among zeros, among copies of the first pattern's first byte (every position begins a
+    /// pattern, none a pair: the state at each block's end is that byte alone), and among copies
+    /// of a second byte; and with a one-byte pattern, which turns the pair skip off.
+    @Test(
+        "the pair skip stops at every pair a pattern begins with, in every lane, whatever bytes surround it",
+        arguments: [PatternAutomaton.PairSkip.fastest, .portable])
+    func pairSkipEveryStartingPair(pairSkip: PatternAutomaton.PairSkip) {
         let patterns = (0..<PatternAutomaton.pairLimit).map { index in [UInt8(0x41 + index), UInt8(0x61 + index), 0x7E] }
-        let automaton = PatternAutomaton(patterns: patterns)
+        let automaton = PatternAutomaton(patterns: patterns, pairSkip: pairSkip)
         #expect(automaton.pairCount == PatternAutomaton.pairLimit)
         for filler: UInt8 in [0x00, 0x41, 0x61] {
             for (index, pattern) in patterns.enumerated() {
-                for offset in 0..<40 {
-                    var body = [UInt8](repeating: filler, count: 64)
+                for offset in 0..<101 {
+                    var body = [UInt8](repeating: filler, count: 104)
                     body.replaceSubrange(offset..<(offset + 3), with: pattern)
                     var found: [Int: Range<Int>] = [:]
                     body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
@@ -288,7 +294,7 @@ struct SecretScanTests {
                 }
             }
         }
-        let withSingleByte = PatternAutomaton(patterns: patterns + [[0x7E]])
+        let withSingleByte = PatternAutomaton(patterns: patterns + [[0x7E]], pairSkip: pairSkip)
         #expect(withSingleByte.pairCount == 0)
     }
 
