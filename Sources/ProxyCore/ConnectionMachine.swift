@@ -51,15 +51,18 @@ public struct ConnectionMachine {
         case started
     }
 
+    /// The two cases that carry a record are boxed (`indirect`): the state is matched on every
+    /// event, and unboxed each match copied a whole `ExchangeRecord` (make cost: memcpy and
+    /// reference counting in `dispatch`).
     public enum State {
         case awaitingHead(HeadWait)
         /// After `200 Connection Established` to an intercepted CONNECT: the client's TLS handshake
         /// is under way. The CONNECT's line waits for its outcome, so a client that refuses the
         /// local CA's certificate shows in the log as such, not as a tunnel that went quiet.
-        case handshaking(ExchangeRecord)
+        indirect case handshaking(ExchangeRecord)
         /// A request is under way (its body collected, its token awaited, or its hop).
         case exchange(ExchangeMachine)
-        case tunnel(Tunnel)
+        indirect case tunnel(Tunnel)
         /// HTTP/2: the connection carries streams, each an exchange of its own (`StreamMachine`).
         case multiplexed
         /// The answer is written; the transport flushes it and closes. Nothing more is read.

@@ -18,6 +18,7 @@ extension ConnectionMachine {
 
     /// Whether the engine should parse a response head from this hop now. False once the hop's
     /// final head was handled: its remaining bytes are never parsed for this client.
+    @inlinable
     public func expectsResponseHead(from hop: HopID) -> Bool {
         guard case .exchange(let exchange) = state else { return false }
         return exchange.expectsResponseHead(from: hop)

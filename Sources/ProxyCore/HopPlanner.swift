@@ -27,8 +27,9 @@ public struct HopTarget: Sendable, Equatable {
 }
 
 /// One upstream request of an exchange, complete: where it goes, what the scope rules did, and the
-/// exact head that goes on the wire.
-public struct Hop: Sendable, Equatable {
+/// exact head that goes on the wire. Immutable, and a class so that the exchange machine's reads of
+/// the current hop share one object (as a struct, each read copied its twenty-odd fields).
+public final class Hop: Sendable {
     public let target: HopTarget
     public let decision: ScopeDecision
     /// The serialized head sent upstream (kept whole so a stale pooled connection can be retried).

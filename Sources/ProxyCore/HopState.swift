@@ -3,7 +3,7 @@
 // retried, body counts, response state, tokens) can leak into the next by a forgotten reset.
 
 /// The hop an exchange is on now, and how far it got.
-public struct HopState: Sendable, Equatable {
+public struct HopState: Sendable {
     public let hop: Hop
     public let id: HopID
     /// The access tokens this hop carries (a 401 marks them stale).

@@ -166,13 +166,17 @@ final class ClientConnection: ExchangeHost {
     /// h2c with prior knowledge (RFC 9113 §3.3) on the plain forward listener: a connection whose
     /// first bytes are the HTTP/2 preface speaks HTTP/2. Only before anything else was read; an
     /// HTTP/1.1 request line never starts with it (`PRI` is no method a proxy forwards).
+    /// The bytes are compared before the machine is asked its phase: nearly every request begins
+    /// otherwise, and asking copies the machine (make cost).
     private func startsWithH2CPreface() -> PrefaceCheck {
-        guard machine.phase == .awaitingHead(.fresh), machine.mode == .forwardProxy, !transport.isTLS else { return .absent }
+        guard machine.mode == .forwardProxy, !transport.isTLS else { return .absent }
         let preface = H2ClientConnection.preface
         let available = min(EventBuffer.length(transport.input), preface.count)
-        var first = [UInt8](repeating: 0, count: available)
-        first.withUnsafeMutableBytes { _ = evbuffer_copyout(transport.input, $0.baseAddress, available) }
-        guard first[...] == preface[..<available] else { return .absent }
+        let matches = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: preface.count) { first in
+            _ = evbuffer_copyout(transport.input, first.baseAddress, available)
+            return first.prefix(available).elementsEqual(preface.prefix(available))
+        }
+        guard matches, machine.phase == .awaitingHead(.fresh) else { return .absent }
         guard available == preface.count else { return .incomplete }
         switchToHTTP2(.h2c)
         return .switched
