@@ -29,8 +29,8 @@ echo "building the fuzz targets (sanitized, optimized; about a minute)"
 # The binary is dated when this build started, not when it ended: a source edited while it
 # compiles is newer than the binary, so the next run builds again instead of fuzzing stale code.
 touch "$out/build-started"
-# The scanner's C prefilter, instrumented for AddressSanitizer like the Swift around it.
-clang -O2 -fsanitize=address -I Sources/CScanPrefilter/include -c Sources/CScanPrefilter/scan_prefilter.c -o "$out/scan_prefilter.o"
+# The scanner's C prefilter, instrumented like the Swift around it (AddressSanitizer, and coverage for the fuzzer).
+clang -O2 -fsanitize=address,fuzzer-no-link -I Sources/CScanPrefilter/include -c Sources/CScanPrefilter/scan_prefilter.c -o "$out/scan_prefilter.o"
 swiftc -O -wmo -parse-as-library -sanitize=fuzzer,address -module-name ScopeproxyFuzz -I Sources/CYAML -I Sources/COpenSSL \
   -I Sources/CLibevent -I Sources/CNGHTTP2 -I Sources/CScanPrefilter/include -levent -lnghttp2 \
   "$out"/src/*.swift "$out/scan_prefilter.o" -o "$binary.new" 2>&1 | grep -E "error" || true

@@ -173,8 +173,10 @@ public final class PatternAutomaton: Sendable {
     /// At most `skipThreshold` bytes begin a pattern: `startBytes` holds them all.
     private let skipsStartBytes: Bool
     private let startBytes: [SIMD16<UInt8>]
-    /// The (first, second) bytes of every pattern, padded with the first pair; `pairCount` of them
-    /// are distinct, 0 when the pair skip is off (more than `pairLimit`, or a one-byte pattern).
+    /// The (first, second) bytes of every pattern, padded with the first pair, for the portable
+    /// loop. `pairCount`: how many distinct pairs the skip compares, 0 when the pair skip is off (a
+    /// one-byte pattern, or more than `filterPairLimit` with the vector filter, more than
+    /// `pairLimit` without it).
     private let startPairs: [(SIMD16<UInt8>, SIMD16<UInt8>)]
     let pairCount: Int
     /// The most pairs the portable loop compares (eight vector compares of each kind per block).
@@ -306,12 +308,15 @@ public final class PatternAutomaton: Sendable {
                     let count = bytes.count
                     while index < count {
                         if row == 0 {
-                            // Sixteen positions at a time where none begins a pattern's first two
-                            // bytes. No match (two bytes or more) can then start in the block, and
-                            // the state after it is the start state or a first byte alone; the byte
-                            // after the block (in this piece: 17 <= count - index) does not continue
+                            // A block of positions (32 for the vector filter, 16 for the portable
+                            // loop) where none begins a pattern's first two bytes: no match (two
+                            // bytes or more) can then start in it, and the state after it is the
+                            // start state or a first byte alone; the byte after the block (in this
+                            // piece: the filter asks for 33 bytes, the loop for 17) does not continue
                             // that first byte, its pair having been compared, so going on from the
-                            // start state there gives the same states and matches.
+                            // start state there gives the same states and matches. The filter also
+                            // stops exactly at the first position it accepts, whose predecessor's
+                            // pair it rejected: the same holds there.
                             if let pairFilter {
                                 index &+= sp_pair_filter_skip(pairFilter, base + index, count &- index)
                             } else if pairCount > 0 {

@@ -298,6 +298,42 @@ struct SecretScanTests {
         #expect(withSingleByte.pairCount == 0)
     }
 
+    /// The vector filter with buckets of two pairs each (sixteen patterns) and bytes with the high
+    /// bit set (a shuffle index with it set reads zero): each pattern at every position of three
+    /// blocks and after them, among fillers that share its nibbles, whole and cut in two pieces at
+    /// every offset.
+    @Test("the vector filter's shared buckets and high bytes: every pattern found at every offset, whole and cut")
+    func pairFilterSharedBuckets() {
+        let patterns = (0..<16).map { index in [UInt8(0x80 + index), UInt8(0xC0 + index), 0x7E] }
+        let automaton = PatternAutomaton(patterns: patterns, pairSkip: .fastest)
+        #expect(automaton.pairCount == 16)
+        for filler: UInt8 in [0x00, 0x80, 0xC0, 0xFF] {
+            for (index, pattern) in patterns.enumerated() {
+                for offset in 0..<101 {
+                    var body = [UInt8](repeating: filler, count: 104)
+                    body.replaceSubrange(offset..<(offset + 3), with: pattern)
+                    var found: [Int: Range<Int>] = [:]
+                    body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
+                    #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset) among \(filler)")
+                    for cut in stride(from: offset - 2, through: offset + 4, by: 1) where cut > 0 && cut < body.count {
+                        var state = PatternAutomaton.State.start
+                        var ends: [Int] = []
+                        for piece in [body[..<cut], body[cut...]] {
+                            let start = piece.startIndex
+                            Array(piece).withUnsafeBufferPointer { buffer in
+                                _ = automaton.scan(buffer, from: &state) { _, end in
+                                    ends.append(start + end)
+                                    return true
+                                }
+                            }
+                        }
+                        #expect(ends == [offset + 3], "pattern \(index) at \(offset) among \(filler), cut at \(cut)")
+                    }
+                }
+            }
+        }
+    }
+
     /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
     /// of the secrets' encoded forms, and up to 6 cuts.
     static func randomCase(_ random: inout some RandomNumberGenerator) -> ([[UInt8]], [UInt8], [Int]) {
