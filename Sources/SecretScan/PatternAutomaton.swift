@@ -222,8 +222,12 @@ public final class PatternAutomaton: Sendable {
         guard bytes.count >= lanedMinimum else { return scanExactly(bytes, from: &state, onMatch: onMatch) }
         var done = 0
         if skipsStart {
-            // Probe: skip through the first eighth exactly, counting the bytes the table took.
-            let probe = bytes.count / 8
+            // Probe: skip through the first eighth exactly, counting the bytes the table took. By
+            // default at least `minimumProbe` bytes: in a small piece an eighth is so few bytes that
+            // one or two chance hits sent the rest to the laned pass, which costs several times the
+            // skip (make cost: 7k instructions for a 1 KiB response). The forced paths keep the
+            // eighth, so that small pieces still reach the pass they name.
+            let probe = largePieces == .probed ? max(bytes.count / 8, min(bytes.count, Self.minimumProbe)) : bytes.count / 8
             var tableSteps = 0
             var stopped = false
             let probed = scanSkippingStart(
@@ -365,6 +369,11 @@ public final class PatternAutomaton: Sendable {
             }
         }
     }
+
+    /// The fewest bytes the default path probes (all of a smaller piece): the count of table steps
+    /// in them decides between skipping and the laned pass for the rest. The eighth of the body
+    /// pump's 16 KiB pieces, so only smaller pieces probe more than before.
+    static let minimumProbe = 2048
 
     /// The smallest piece the laned pass takes (see `init`).
     private let lanedMinimum: Int
