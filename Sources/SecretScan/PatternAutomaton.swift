@@ -146,16 +146,17 @@ public final class PatternAutomaton: Sendable {
     }
 
     /// How a piece of `lanedMinimum` bytes or more is scanned by an automaton that skips the
-    /// start state. Skipping runs at 12-25 GB/s with the vector pair filter (up to 64 pairs: ten
-    /// secrets) on bytes where no pair occurs, at 5-6 GB/s with the portable loop (up to eight
+    /// start state. Skipping runs at 9-25 GB/s with the vector pair filter (up to 64 pairs: ten
+    /// secrets) on bytes where those pairs are rare, at 5-6 GB/s with the portable loop (up to eight
     /// pairs: one or two secrets), at 9 GB/s by first bytes alone where none occurs
     /// (zeros, sparse files); the laned pass at 1.8 GB/s whatever the bytes. But every position
     /// that does begin a pattern breaks the skip off (a mispredicted branch, then the table) for
     /// some 25 ns: on text where one byte in twenty can begin a pattern, skipping by first bytes
     /// falls to 0.7 GB/s (bench/secretscan.sh).
     public enum LargePiecePath: Sendable {
-        /// The default: the first eighth is skipped through, exactly, counting the bytes that
-        /// needed the table; if under one in fifty did (a break costs about what fifty bytes
+        /// The default: the first eighth (at least `minimumProbe` bytes, all of a smaller piece)
+        /// is skipped through, exactly, counting the bytes that needed the table; if under one in
+        /// fifty did (a break costs about what fifty bytes
         /// cost the laned pass), the rest is skipped through too, else the laned pass takes it.
         case probed
         /// The first eighth as above, then the rest skipped through whatever the count (tests).
