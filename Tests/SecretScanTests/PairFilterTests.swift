@@ -19,14 +19,11 @@ struct PairFilterTests {
 
         /// The scalar model: the bucket bits each byte's nibbles select, as the shuffles do.
         func accepts(_ first: UInt8, _ second: UInt8) -> Bool {
-            func bits(
-                _ table: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8),
-                _ nibble: UInt8
-            ) -> UInt8 {
-                withUnsafeBytes(of: table) { $0[Int(nibble)] }
+            func bits(_ table: PartialKeyPath<sp_pair_filter>, _ nibble: UInt8) -> UInt8 {
+                withUnsafeBytes(of: filter) { $0[MemoryLayout<sp_pair_filter>.offset(of: table)! + Int(nibble)] }
             }
-            let firstBits = bits(filter.first_low, first & 15) & bits(filter.first_high, first >> 4)
-            let secondBits = bits(filter.second_low, second & 15) & bits(filter.second_high, second >> 4)
+            let firstBits = bits(\.first_low, first & 15) & bits(\.first_high, first >> 4)
+            let secondBits = bits(\.second_low, second & 15) & bits(\.second_high, second >> 4)
             return firstBits & secondBits != 0
         }
 
@@ -48,12 +45,15 @@ struct PairFilterTests {
         }
     }
 
+    /// A pair as one number, for sets of pairs.
+    static func key(_ first: UInt8, _ second: UInt8) -> UInt16 { UInt16(first) << 8 | UInt16(second) }
+
     static func randomPairs(_ count: Int, _ random: inout SeededGenerator) -> [(UInt8, UInt8)] {
         var seen = Set<UInt16>()
         var pairs: [(UInt8, UInt8)] = []
         while pairs.count < count {
             let pair = (UInt8.random(in: 0...255, using: &random), UInt8.random(in: 0...255, using: &random))
-            if seen.insert(UInt16(pair.0) << 8 | UInt16(pair.1)).inserted { pairs.append(pair) }
+            if seen.insert(key(pair.0, pair.1)).inserted { pairs.append(pair) }
         }
         return pairs.sorted { ($0.0, $0.1) < ($1.0, $1.1) }
     }
@@ -63,11 +63,11 @@ struct PairFilterTests {
         for seed in UInt64(1)...20 {
             var random = SeededGenerator(state: seed &* 1000 &+ UInt64(count))
             let tables = Tables(Self.randomPairs(count, &random))
-            let set = Set(tables.pairs.map { UInt16($0.0) << 8 | UInt16($0.1) })
+            let set = Set(tables.pairs.map { Self.key($0.0, $0.1) })
             var extra = 0
             for first in 0...255 {
                 for second in 0...255 {
-                    let inSet = set.contains(UInt16(first) << 8 | UInt16(second))
+                    let inSet = set.contains(Self.key(UInt8(first), UInt8(second)))
                     let accepted = tables.accepts(UInt8(first), UInt8(second))
                     #expect(!inSet || accepted, "seed \(seed): pair (\(first), \(second)) of the set not accepted")
                     if accepted && !inSet { extra += 1 }

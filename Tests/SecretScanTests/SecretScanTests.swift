@@ -259,14 +259,8 @@ struct SecretScanTests {
         let patterns = (0..<PatternAutomaton.skipThreshold).map { index in [UInt8(0x41 + index), 0x7E, UInt8(0x61 + index)] }
         let automaton = PatternAutomaton(patterns: patterns, pairSkip: .portable)
         #expect(automaton.pairCount == 0)
-        for (index, pattern) in patterns.enumerated() {
-            for offset in 0..<40 {
-                var body = [UInt8](repeating: 0, count: 64)
-                body.replaceSubrange(offset..<(offset + 3), with: pattern)
-                var found: [Int: Range<Int>] = [:]
-                body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
-                #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset)")
-            }
+        Self.forEachPlanted(patterns, fillers: [0x00], size: 64, offsets: 0..<40) { body, index, range, _ in
+            #expect(Self.matchRanges(automaton, body) == [index: range], "pattern \(index) at \(range.lowerBound)")
         }
     }
 
@@ -283,16 +277,8 @@ struct SecretScanTests {
         let patterns = (0..<PatternAutomaton.pairLimit).map { index in [UInt8(0x41 + index), UInt8(0x61 + index), 0x7E] }
         let automaton = PatternAutomaton(patterns: patterns, pairSkip: pairSkip)
         #expect(automaton.pairCount == PatternAutomaton.pairLimit)
-        for filler: UInt8 in [0x00, 0x41, 0x61] {
-            for (index, pattern) in patterns.enumerated() {
-                for offset in 0..<101 {
-                    var body = [UInt8](repeating: filler, count: 104)
-                    body.replaceSubrange(offset..<(offset + 3), with: pattern)
-                    var found: [Int: Range<Int>] = [:]
-                    body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
-                    #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset) among \(filler)")
-                }
-            }
+        Self.forEachPlanted(patterns, fillers: [0x00, 0x41, 0x61], size: 104, offsets: 0..<101) { body, index, range, filler in
+            #expect(Self.matchRanges(automaton, body) == [index: range], "pattern \(index) at \(range.lowerBound) among \(filler)")
         }
         let withSingleByte = PatternAutomaton(patterns: patterns + [[0x7E]], pairSkip: pairSkip)
         #expect(withSingleByte.pairCount == 0)
@@ -307,31 +293,49 @@ struct SecretScanTests {
         let patterns = (0..<16).map { index in [UInt8(0x80 + index), UInt8(0xC0 + index), 0x7E] }
         let automaton = PatternAutomaton(patterns: patterns, pairSkip: .fastest)
         #expect(automaton.pairCount == 16)
-        for filler: UInt8 in [0x00, 0x80, 0xC0, 0xFF] {
-            for (index, pattern) in patterns.enumerated() {
-                for offset in 0..<101 {
-                    var body = [UInt8](repeating: filler, count: 104)
-                    body.replaceSubrange(offset..<(offset + 3), with: pattern)
-                    var found: [Int: Range<Int>] = [:]
-                    body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
-                    #expect(found == [index: offset..<(offset + 3)], "pattern \(index) at \(offset) among \(filler)")
-                    for cut in stride(from: offset - 2, through: offset + 4, by: 1) where cut > 0 && cut < body.count {
-                        var state = PatternAutomaton.State.start
-                        var ends: [Int] = []
-                        for piece in [body[..<cut], body[cut...]] {
-                            let start = piece.startIndex
-                            Array(piece).withUnsafeBufferPointer { buffer in
-                                _ = automaton.scan(buffer, from: &state) { _, end in
-                                    ends.append(start + end)
-                                    return true
-                                }
-                            }
+        Self.forEachPlanted(patterns, fillers: [0x00, 0x80, 0xC0, 0xFF], size: 104, offsets: 0..<101) { body, index, range, filler in
+            let offset = range.lowerBound
+            #expect(Self.matchRanges(automaton, body) == [index: range], "pattern \(index) at \(offset) among \(filler)")
+            for cut in (offset - 2)...(offset + 4) where cut > 0 && cut < body.count {
+                var state = PatternAutomaton.State.start
+                var ends: [Int] = []
+                for piece in [body[..<cut], body[cut...]] {
+                    let start = piece.startIndex
+                    Array(piece).withUnsafeBufferPointer { buffer in
+                        _ = automaton.scan(buffer, from: &state) { _, end in
+                            ends.append(start + end)
+                            return true
                         }
-                        #expect(ends == [offset + 3], "pattern \(index) at \(offset) among \(filler), cut at \(cut)")
                     }
+                }
+                #expect(ends == [range.upperBound], "pattern \(index) at \(offset) among \(filler), cut at \(cut)")
+            }
+        }
+    }
+
+    /// Each pattern alone, at each offset, in a body of `size` bytes of each filler: `check` gets
+    /// the body, the pattern's index and where it lies.
+    static func forEachPlanted(
+        _ patterns: [[UInt8]], fillers: [UInt8], size: Int, offsets: Range<Int>,
+        _ check: (_ body: [UInt8], _ index: Int, _ range: Range<Int>, _ filler: UInt8) -> Void
+    ) {
+        for filler in fillers {
+            for (index, pattern) in patterns.enumerated() {
+                for offset in offsets {
+                    var body = [UInt8](repeating: filler, count: size)
+                    let range = offset..<(offset + pattern.count)
+                    body.replaceSubrange(range, with: pattern)
+                    check(body, index, range, filler)
                 }
             }
         }
+    }
+
+    /// Every match in `body` from the start state: pattern index to range.
+    static func matchRanges(_ automaton: PatternAutomaton, _ body: [UInt8]) -> [Int: Range<Int>] {
+        var found: [Int: Range<Int>] = [:]
+        body.withUnsafeBufferPointer { buffer in automaton.forEachMatch(in: buffer) { found[$0] = $1 } }
+        return found
     }
 
     /// Secrets over a small alphabet (so they overlap and nest), a body made of that alphabet and
